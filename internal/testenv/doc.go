@@ -1,0 +1,8 @@
+// Package testenv starts real infrastructure in-process for tests: an embedded
+// etcd server (go.etcd.io/etcd/server/v3/embed) and a NATS server
+// (nats-server/v2/server), each on loopback with ephemeral ports.
+//
+// Every helper registers its own cleanup with t.Cleanup, so a test never has to
+// stop what it started. Nothing here is linked into cmd/switchyard: production
+// code that needs embedded servers (switchyard up) lives in internal/app.
+package testenv

@@ -1,0 +1,159 @@
+package testenv
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Etcd is a running embedded etcd member.
+type Etcd struct {
+	Server    *embed.Etcd
+	Endpoints []string
+}
+
+// StartEtcd starts a single-member etcd on loopback with ephemeral ports and a
+// temporary data directory. It is stopped when the test ends.
+func StartEtcd(t testing.TB) *Etcd {
+	t.Helper()
+	cfg := embed.NewConfig()
+	cfg.Dir = filepath.Join(t.TempDir(), "etcd")
+	cfg.Logger = "zap"
+	cfg.LogLevel = "error"
+	cfg.LogOutputs = []string{"stderr"}
+	clientURL := mustURL(t, "http://127.0.0.1:"+strconv.Itoa(FreePort(t)))
+	peerURL := mustURL(t, "http://127.0.0.1:"+strconv.Itoa(FreePort(t)))
+	cfg.ListenClientUrls = []url.URL{*clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{*clientURL}
+	cfg.ListenPeerUrls = []url.URL{*peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{*peerURL}
+	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
+	cfg.ListenMetricsUrls = nil
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatalf("start embedded etcd: %v", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		t.Fatalf("embedded etcd did not become ready within 30s")
+	}
+	t.Cleanup(e.Close)
+	return &Etcd{Server: e, Endpoints: []string{clientURL.String()}}
+}
+
+// Client returns a client connected to the member, closed when the test ends.
+func (e *Etcd) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   e.Endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// NATS is a running in-process NATS server.
+type NATS struct {
+	Server *natsserver.Server
+	URL    string
+}
+
+// StartNATS starts a NATS server on 127.0.0.1 with a random port. It is shut
+// down when the test ends.
+func StartNATS(t testing.TB) *NATS {
+	t.Helper()
+	opts := &natsserver.Options{
+		Host:           "127.0.0.1",
+		Port:           natsserver.RANDOM_PORT,
+		NoLog:          true,
+		NoSigs:         true,
+		MaxControlLine: 4096,
+		MaxPayload:     8 << 20,
+	}
+	s, err := natsserver.NewServer(opts)
+	if err != nil {
+		t.Fatalf("new nats server: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatalf("nats server not ready within 10s")
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return &NATS{Server: s, URL: s.ClientURL()}
+}
+
+// Conn returns a client connection to the server, closed when the test ends.
+func (n *NATS) Conn(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(n.URL, nats.Name(t.Name()))
+	if err != nil {
+		t.Fatalf("nats connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// FreePort asks the kernel for a free TCP port on 127.0.0.1. There is a small
+// window in which another process could take it; tests that can pass port 0
+// directly should prefer that.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Eventually polls cond every 10ms until it returns true or the timeout
+// passes, then fails the test with msg. Polling observable state instead of
+// sleeping is the house rule for asynchronous tests.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v: "+msg, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Context returns a context cancelled when the test ends.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustURL(t testing.TB, s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatalf("parse %q: %v", s, err)
+	}
+	return u
+}

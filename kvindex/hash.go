@@ -1,0 +1,82 @@
+package kvindex
+
+import (
+	"encoding/binary"
+
+	"github.com/zeebo/xxh3"
+)
+
+// BaseSeed is the xxh3 seed of block hashes when no salt applies.
+const BaseSeed = 1337
+
+// Salt returns the hashing seed for a cache namespace: the model, LoRA adapter
+// and per-request cache salt enter the seed, so identical tokens under
+// different namespaces never share cache entries. The empty namespace is
+// BaseSeed.
+func Salt(parts ...string) uint64 {
+	empty := true
+	for _, p := range parts {
+		if p != "" {
+			empty = false
+		}
+	}
+	if empty {
+		return BaseSeed
+	}
+	h := xxh3.New()
+	var sep [1]byte
+	for _, p := range parts {
+		_, _ = h.WriteString(p)
+		_, _ = h.Write(sep[:])
+	}
+	return xxh3.HashSeed(binary.LittleEndian.AppendUint64(nil, h.Sum64()), BaseSeed)
+}
+
+// BlockHash hashes one full block of tokens: xxh3-64 of the tokens as
+// little-endian u32 with the given seed.
+func BlockHash(tokens []uint32, seed uint64) uint64 {
+	var stack [64 * 4]byte
+	buf := stack[:0]
+	if len(tokens)*4 > len(stack) {
+		buf = make([]byte, 0, len(tokens)*4)
+	}
+	for _, t := range tokens {
+		buf = binary.LittleEndian.AppendUint32(buf, t)
+	}
+	return xxh3.HashSeed(buf, seed)
+}
+
+// ChainHash returns the sequence hash of a block given its parent's sequence
+// hash: xxh3(le(parent) ‖ le(block)) with the given seed.
+func ChainHash(parent, block uint64, seed uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], parent)
+	binary.LittleEndian.PutUint64(b[8:], block)
+	return xxh3.HashSeed(b[:], seed)
+}
+
+// SequenceHashes returns the sequence hash of every full block of tokens
+// (partial trailing blocks are never hashed): seq[0] = block[0],
+// seq[i] = ChainHash(seq[i-1], block[i]).
+func SequenceHashes(tokens []uint32, blockSize int, seed uint64) []uint64 {
+	return AppendSequenceHashes(nil, tokens, blockSize, seed)
+}
+
+// AppendSequenceHashes appends the sequence hashes of tokens' full blocks to
+// dst, reusing its capacity.
+func AppendSequenceHashes(dst []uint64, tokens []uint32, blockSize int, seed uint64) []uint64 {
+	if blockSize <= 0 {
+		return dst
+	}
+	n := len(tokens) / blockSize
+	var prev uint64
+	for i := 0; i < n; i++ {
+		h := BlockHash(tokens[i*blockSize:(i+1)*blockSize], seed)
+		if i > 0 {
+			h = ChainHash(prev, h, seed)
+		}
+		dst = append(dst, h)
+		prev = h
+	}
+	return dst
+}
