@@ -7,10 +7,10 @@ import (
 	"math"
 )
 
-// KV event batch format, version 1 (little-endian):
+// KV event batch format, version 2 (little-endian):
 //
 //	magic "SK" | version u8 | worker: u8 len + bytes | instance u64 | first_id u64 |
-//	n_events uvarint | events...
+//	time_unix_nano i64 | n_events uvarint | events...
 //	event: kind u8 | stored: has_parent u8, [parent u64], n uvarint, n × hash u64
 //	                 removed: n uvarint, n × hash u64
 //	                 cleared: (nothing)
@@ -18,9 +18,13 @@ import (
 // Event i of a batch has id first_id+i. Ids start at 1 for each engine
 // instance (a fresh random Instance on every engine start), so a consumer
 // detects a restart by the instance changing or the id going back, and a lost
-// batch by a gap in ids.
+// batch by a gap in ids. An empty batch whose FirstID is one past the last
+// published id is a heartbeat: it reveals a lost trailing batch.
+//
+// Version 1 (never released) had no publish time; consumers measure event lag
+// from it, so version 2 added it and version 1 is rejected as ErrVersion.
 const (
-	kvBatchVersion = 1
+	kvBatchVersion = 2
 	kvDumpVersion  = 1
 	// MaxBlocksPerMessage bounds the hashes a decoder accepts in one message,
 	// so a corrupt length cannot make it allocate without bound.
@@ -66,7 +70,10 @@ type KVEventBatch struct {
 	Worker   string
 	Instance uint64
 	FirstID  uint64
-	Events   []KVEvent
+	// TimeUnixNano is when the engine published the batch (0: unknown);
+	// consumers observe their event lag from it.
+	TimeUnixNano int64
+	Events       []KVEvent
 }
 
 // LastID is the id of the batch's last event (FirstID-1 when empty).
@@ -78,6 +85,7 @@ func AppendKVEventBatch(dst []byte, b *KVEventBatch) []byte {
 	dst = appendShortString(dst, b.Worker)
 	dst = binary.LittleEndian.AppendUint64(dst, b.Instance)
 	dst = binary.LittleEndian.AppendUint64(dst, b.FirstID)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(b.TimeUnixNano))
 	dst = binary.AppendUvarint(dst, uint64(len(b.Events)))
 	for i := range b.Events {
 		e := &b.Events[i]
@@ -108,6 +116,7 @@ func DecodeKVEventBatch(p []byte) (*KVEventBatch, error) {
 	b.Worker = r.shortString()
 	b.Instance = r.u64()
 	b.FirstID = r.u64()
+	b.TimeUnixNano = int64(r.u64())
 	n := r.count(1)
 	if r.err == nil {
 		b.Events = make([]KVEvent, 0, n)
@@ -296,6 +305,8 @@ func DecodeLoadReport(p []byte) (*LoadReport, error) {
 		return nil, fmt.Errorf("%w: load report from %s has negative counts", ErrMalformed, r.Worker)
 	case math.IsNaN(r.KVUsage) || r.KVUsage < 0 || r.KVUsage > 1:
 		return nil, fmt.Errorf("%w: load report from %s kv_usage %v", ErrMalformed, r.Worker, r.KVUsage)
+	case math.IsNaN(r.PrefixHitRate) || r.PrefixHitRate < 0 || r.PrefixHitRate > 1:
+		return nil, fmt.Errorf("%w: load report from %s prefix_hit_rate %v", ErrMalformed, r.Worker, r.PrefixHitRate)
 	}
 	return &r, nil
 }

@@ -78,9 +78,28 @@ type NATS struct {
 // down when the test ends.
 func StartNATS(t testing.TB) *NATS {
 	t.Helper()
+	return startNATS(t, natsserver.RANDOM_PORT)
+}
+
+// StartNATSAt starts a NATS server on addr ("127.0.0.1:port"), e.g. to
+// restart a server that a test shut down where its clients reconnect.
+func StartNATSAt(t testing.TB, addr string) *NATS {
+	t.Helper()
+	_, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("nats address %q: %v", addr, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		t.Fatalf("nats port %q: %v", portStr, err)
+	}
+	return startNATS(t, port)
+}
+
+func startNATS(t testing.TB, port int) *NATS {
 	opts := &natsserver.Options{
 		Host:           "127.0.0.1",
-		Port:           natsserver.RANDOM_PORT,
+		Port:           port,
 		NoLog:          true,
 		NoSigs:         true,
 		MaxControlLine: 4096,

@@ -1,0 +1,679 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
+)
+
+// ClientConfig tunes the entry side.
+type ClientConfig struct {
+	// RenewInterval is how often in-flight bookings are renewed; it must be
+	// well below the owners' booking expiry (default 30 s).
+	RenewInterval time.Duration
+	// BackoffMin and BackoffMax bound the wait between attempts while a
+	// class has no owner.
+	BackoffMin, BackoffMax time.Duration
+	// NoOwnerTimeout is how long a request without a deadline waits for its
+	// class to get an owner before it is rejected with ownership_lost.
+	NoOwnerTimeout time.Duration
+	// AdoptTimeout bounds one adopt round trip.
+	AdoptTimeout time.Duration
+}
+
+// DefaultClientConfig returns the defaults.
+func DefaultClientConfig() ClientConfig {
+	return ClientConfig{
+		RenewInterval:  10 * time.Second,
+		BackoffMin:     5 * time.Millisecond,
+		BackoffMax:     250 * time.Millisecond,
+		NoOwnerTimeout: 30 * time.Second,
+		AdoptTimeout:   2 * time.Second,
+	}
+}
+
+// Validate names the first bad field.
+func (c ClientConfig) Validate() error {
+	switch {
+	case c.RenewInterval <= 0:
+		return fmt.Errorf("admission: RenewInterval must be > 0")
+	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
+		return fmt.Errorf("admission: need 0 < BackoffMin <= BackoffMax")
+	case c.NoOwnerTimeout <= 0:
+		return fmt.Errorf("admission: NoOwnerTimeout must be > 0")
+	case c.AdoptTimeout <= 0:
+		return fmt.Errorf("admission: AdoptTimeout must be > 0")
+	}
+	return nil
+}
+
+// Client is the entry side of admission. See the package doc.
+type Client struct {
+	cfg     ClientConfig
+	replica string
+	nc      *nats.Conn
+	subj    wire.Subjects
+	actor   Actor
+	server  *Server
+	log     *zap.Logger
+	m       *Metrics
+
+	mu       sync.Mutex
+	owners   map[string]Owner
+	epochs   map[string]int64 // newest epoch ever seen per class (fencing)
+	changed  chan struct{}    // closed and replaced on every ownership change
+	pending  map[*pendingAdmit]struct{}
+	inflight map[*Ticket]struct{}
+	degraded bool
+
+	kick chan struct{} // size one: wakes the re-home loop
+}
+
+type pendingAdmit struct {
+	class     string
+	owner     Owner
+	cancel    context.CancelFunc
+	abandoned bool // the class's owner changed while waiting
+}
+
+// NewClient returns the entry side for replica. actor and server are this
+// replica's own admission actor and owner side.
+func NewClient(cfg ClientConfig, replica, cluster string, nc *nats.Conn, actor Actor, server *Server, log *zap.Logger, m *Metrics) *Client {
+	return &Client{
+		cfg: cfg, replica: replica, nc: nc, subj: wire.NewSubjects(cluster),
+		actor: actor, server: server, log: log.Named("admission_client"), m: m,
+		owners: map[string]Owner{}, epochs: map[string]int64{}, changed: make(chan struct{}),
+		pending: map[*pendingAdmit]struct{}{}, inflight: map[*Ticket]struct{}{},
+		kick: make(chan struct{}, 1),
+	}
+}
+
+// OwnersChanged installs the cluster's current view of class owners. It
+// abandons admit requests waiting on an owner that is no longer the owner
+// (they are resubmitted) and wakes the re-home loop.
+func (c *Client) OwnersChanged(owners map[string]Owner) {
+	c.mu.Lock()
+	c.owners = make(map[string]Owner, len(owners))
+	for class, o := range owners {
+		c.owners[class] = o
+		if o.Epoch > c.epochs[class] {
+			c.epochs[class] = o.Epoch
+		}
+	}
+	for p := range c.pending {
+		if cur, ok := c.owners[p.class]; !ok || cur != p.owner {
+			p.abandoned = true
+			p.cancel()
+		}
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+	c.wake()
+}
+
+func (c *Client) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Degraded reports whether the replica admits every class locally because
+// NATS is unreachable.
+func (c *Client) Degraded() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.degraded
+}
+
+// Run renews in-flight bookings, re-homes them when their class moves, and
+// tracks degraded mode, until ctx ends.
+func (c *Client) Run(ctx context.Context) error {
+	renew := time.NewTicker(c.cfg.RenewInterval)
+	defer renew.Stop()
+	status := time.NewTicker(100 * time.Millisecond)
+	defer status.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-renew.C:
+			c.renew()
+		case <-c.kick:
+			c.rehome(ctx)
+		case <-status.C:
+			c.checkConnection()
+		}
+	}
+}
+
+// checkConnection enters and leaves degraded mode. Leaving it rejects the
+// local actor's queued entries of classes owned elsewhere (ownership_lost),
+// so their entry replicas resubmit them to the owners.
+func (c *Client) checkConnection() {
+	down := !c.nc.IsConnected()
+	c.mu.Lock()
+	was := c.degraded
+	c.degraded = down
+	var foreign []string
+	if was && !down {
+		for class := range c.owners {
+			if _, ok := c.server.Owns(class); !ok {
+				foreign = append(foreign, class)
+			}
+		}
+	}
+	c.mu.Unlock()
+	switch {
+	case down && !was:
+		c.m.degraded.Set(1)
+		c.log.Warn("NATS unreachable: degraded mode, admitting every class locally")
+	case was && !down:
+		c.m.degraded.Set(0)
+		c.log.Info("NATS reachable again: normal mode")
+		for _, class := range foreign {
+			c.actor.RejectQueued(class, scheduler.ReasonOwnershipLost)
+		}
+		c.wake()
+	}
+}
+
+// Admit admits r through its class's owner and returns a ticket for the
+// granted booking, or the owner's typed rejection. It returns ctx.Err() when
+// ctx ends first; a queued request is then cancelled at its owner.
+func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, error) {
+	backoff := c.cfg.BackoffMin
+	waitSince := time.Time{}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if !r.Due.IsZero() && !time.Now().Before(r.Due) && waitSince != (time.Time{}) {
+			c.m.entryRejected.WithLabelValues(scheduler.ReasonDueTimePassed.String()).Inc()
+			return nil, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "no owner admitted the request before its deadline")
+		}
+		c.mu.Lock()
+		owner, ok := c.owners[r.Class]
+		degraded := c.degraded || !c.nc.IsConnected()
+		changed := c.changed
+		c.mu.Unlock()
+
+		_, ownLocal := c.server.Owns(r.Class)
+		switch {
+		case degraded && !ownLocal:
+			g, err := c.admitLocal(ctx, r)
+			if err == nil {
+				c.m.degradedAdmits.Inc()
+				return c.track(r, g, Owner{Replica: c.replica}, true), nil
+			}
+			if scheduler.ReasonOf(err) == scheduler.ReasonOwnershipLost { // degraded mode ended
+				r.Attempt++
+				c.m.retries.WithLabelValues("ownership_moved").Inc()
+				continue
+			}
+			return nil, err
+		case ownLocal:
+			epoch, _ := c.server.Owns(r.Class)
+			g, err := c.admitLocal(ctx, r)
+			if err == nil {
+				return c.track(r, g, Owner{Replica: c.replica, Epoch: epoch}, true), nil
+			}
+			if scheduler.ReasonOf(err) == scheduler.ReasonOwnershipLost {
+				r.Attempt++
+				c.m.retries.WithLabelValues("ownership_moved").Inc()
+				continue
+			}
+			return nil, err
+		case !ok || owner.Replica == "" || owner.Replica == c.replica:
+			// No owner yet, or this replica is named owner but has not
+			// started admitting: wait for the next change or a backoff.
+			if waitSince.IsZero() {
+				waitSince = time.Now()
+			}
+			if err := c.waitForOwner(ctx, r, waitSince, changed, &backoff); err != nil {
+				return nil, err
+			}
+			c.m.retries.WithLabelValues("no_owner").Inc()
+			continue
+		}
+
+		t, retry, err := c.admitRemote(ctx, r, owner)
+		if err != nil || !retry {
+			return t, err
+		}
+		if waitSince.IsZero() {
+			waitSince = time.Now()
+		}
+		if err := c.waitForOwner(ctx, r, waitSince, changed, &backoff); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitForOwner sleeps until the ownership view changes or a backoff passes,
+// bounded by the request's deadline and NoOwnerTimeout.
+func (c *Client) waitForOwner(ctx context.Context, r *scheduler.Request, since time.Time, changed <-chan struct{}, backoff *time.Duration) error {
+	limit := since.Add(c.cfg.NoOwnerTimeout)
+	if !r.Due.IsZero() && r.Due.Before(limit) {
+		limit = r.Due
+	}
+	now := time.Now()
+	if !now.Before(limit) {
+		if !r.Due.IsZero() && !limit.Before(r.Due) {
+			c.m.entryRejected.WithLabelValues(scheduler.ReasonDueTimePassed.String()).Inc()
+			return scheduler.Reject(scheduler.ReasonDueTimePassed, "", "no owner admitted the request before its deadline")
+		}
+		c.m.entryRejected.WithLabelValues(scheduler.ReasonOwnershipLost.String()).Inc()
+		return scheduler.Reject(scheduler.ReasonOwnershipLost, "", fmt.Sprintf("class %s had no owner for %v", r.Class, c.cfg.NoOwnerTimeout))
+	}
+	d := min(*backoff, limit.Sub(now))
+	*backoff = min(2**backoff, c.cfg.BackoffMax)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-changed:
+	case <-t.C:
+	}
+	return nil
+}
+
+// admitRemote sends one admit request to owner. retry is true when the
+// caller should try again (owner gone, changed or fenced).
+func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Owner) (t *Ticket, retry bool, err error) {
+	data, err := wire.EncodeAdmission(RequestToWire(r, c.replica))
+	if err != nil {
+		return nil, false, fmt.Errorf("encode admit request: %w", err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	if !r.Due.IsZero() {
+		// The owner rejects at the due time itself; the grace lets its
+		// typed rejection arrive before the entry gives up on its own.
+		var cancelDue context.CancelFunc
+		rctx, cancelDue = context.WithDeadline(rctx, r.Due.Add(time.Second))
+		defer cancelDue()
+	}
+	p := &pendingAdmit{class: r.Class, owner: owner, cancel: cancel}
+	c.mu.Lock()
+	c.pending[p] = struct{}{}
+	c.mu.Unlock()
+	start := time.Now()
+	msg, err := c.nc.RequestWithContext(rctx, c.subj.Admit(r.Class), data)
+	cancel()
+	c.mu.Lock()
+	delete(c.pending, p)
+	abandoned := p.abandoned
+	c.mu.Unlock()
+
+	if err != nil {
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			c.m.remoteSeconds.WithLabelValues("no_responders").Observe(time.Since(start).Seconds())
+			return nil, true, nil // no owner admits the class right now
+		case abandoned:
+			c.m.retries.WithLabelValues("owner_changed").Inc()
+			c.cancelAt(r)
+			r.Attempt++ // the old owner may have counted it as received
+			return nil, true, nil
+		case ctx.Err() != nil:
+			c.cancelAt(r)
+			return nil, false, ctx.Err()
+		case !r.Due.IsZero() && !time.Now().Before(r.Due):
+			c.cancelAt(r)
+			c.m.entryRejected.WithLabelValues(scheduler.ReasonDueTimePassed.String()).Inc()
+			return nil, false, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "owner did not answer before the deadline")
+		default: // connection trouble: the loop re-evaluates (maybe degraded)
+			c.m.retries.WithLabelValues("nats_error").Inc()
+			c.log.Debug("admit request failed", zap.String("class", r.Class), zap.Error(err))
+			r.Attempt++
+			return nil, true, nil
+		}
+	}
+	reply, err := wire.DecodeAdmitReply(msg.Data)
+	if err != nil {
+		c.m.decodeErrors.WithLabelValues("admit_reply").Inc()
+		c.m.retries.WithLabelValues("nats_error").Inc()
+		r.Attempt++
+		return nil, true, nil
+	}
+	g, rerr := grantFromReply(reply, r.ID)
+	if rerr != nil {
+		c.m.remoteSeconds.WithLabelValues("rejected").Observe(time.Since(start).Seconds())
+		if scheduler.ReasonOf(rerr) == scheduler.ReasonOwnershipLost {
+			c.m.retries.WithLabelValues("ownership_moved").Inc()
+			r.Attempt++
+			return nil, true, nil
+		}
+		return nil, false, rerr
+	}
+	c.m.remoteSeconds.WithLabelValues("granted").Observe(time.Since(start).Seconds())
+	c.mu.Lock()
+	if reply.Epoch > c.epochs[r.Class] {
+		c.epochs[r.Class] = reply.Epoch
+	}
+	fenced := reply.Epoch < c.epochs[r.Class]
+	c.mu.Unlock()
+	if fenced {
+		// A newer owner exists: this grant's booking expires unacknowledged
+		// at the old owner, and the request goes to the new one.
+		c.m.staleGrants.Inc()
+		c.m.retries.WithLabelValues("stale_grant").Inc()
+		r.Attempt++
+		return nil, true, nil
+	}
+	return c.track(r, g, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, false), false, nil
+}
+
+// cancelAt tells whoever owns r's class to drop it from its queue.
+func (c *Client) cancelAt(r *scheduler.Request) {
+	b, err := wire.EncodeAdmission(&wire.CancelRequest{ID: r.ID, Entry: c.replica})
+	if err == nil {
+		_ = c.nc.Publish(c.subj.Cancel(r.Class), b)
+	}
+	if _, ok := c.server.Owns(r.Class); ok {
+		c.actor.Cancel(r.ID)
+	}
+}
+
+type localResult struct {
+	g   scheduler.Grant
+	err error
+}
+
+// admitLocal enqueues on this replica's actor and waits for its answer. A
+// grant that races with ctx ending is rolled back.
+func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request) (scheduler.Grant, error) {
+	ch := make(chan localResult, 1)
+	var mu sync.Mutex
+	gone := false
+	c.actor.Enqueue(r, func(g scheduler.Grant, err error) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if gone {
+			return false
+		}
+		ch <- localResult{g, err}
+		return true
+	})
+	select {
+	case res := <-ch:
+		return res.g, res.err
+	case <-ctx.Done():
+		mu.Lock()
+		gone = true
+		mu.Unlock()
+		c.actor.Cancel(r.ID)
+		select {
+		case res := <-ch:
+			if res.err == nil {
+				c.actor.Finish(res.g.Booking)
+			}
+		default:
+		}
+		return scheduler.Grant{}, ctx.Err()
+	}
+}
+
+func (c *Client) track(r *scheduler.Request, g scheduler.Grant, owner Owner, local bool) *Ticket {
+	t := &Ticket{
+		c: c, class: r.Class, grant: g, owner: owner, local: local, booking: g.Booking,
+		rec: scheduler.BookingRecord{
+			RequestID: r.ID, Class: r.Class, Worker: g.Worker, BlockHashes: r.BlockHashes,
+			PromptTokens: r.PromptTokens, CachedTokens: g.CachedTokens,
+			ExpectedOutputTokens: r.ExpectedOutputTokens,
+		},
+	}
+	c.mu.Lock()
+	c.inflight[t] = struct{}{}
+	n := len(c.inflight)
+	c.mu.Unlock()
+	c.m.inflightBookings.Set(float64(n))
+	return t
+}
+
+func (c *Client) untrack(t *Ticket) {
+	c.mu.Lock()
+	delete(c.inflight, t)
+	n := len(c.inflight)
+	c.mu.Unlock()
+	c.m.inflightBookings.Set(float64(n))
+}
+
+// publishLife sends one lifecycle mark to a remote owner.
+func (c *Client) publishLife(owner string, kind wire.LifeKind, epoch int64, ids ...scheduler.BookingID) {
+	m := &wire.LifeMark{Entry: c.replica, Kind: kind, Epoch: epoch, Bookings: make([]uint64, len(ids))}
+	for i, id := range ids {
+		m.Bookings[i] = uint64(id)
+	}
+	b, err := wire.EncodeAdmission(m)
+	if err != nil {
+		return
+	}
+	if err := c.nc.Publish(c.subj.Life(owner), b); err != nil {
+		c.log.Debug("life mark not sent", zap.String("owner", owner), zap.String("kind", string(kind)), zap.Error(err))
+	}
+}
+
+// renew tells every owner which of its bookings are still streaming.
+func (c *Client) renew() {
+	byOwner := map[string][]scheduler.BookingID{}
+	var local []scheduler.BookingID
+	c.mu.Lock()
+	for t := range c.inflight {
+		t.mu.Lock()
+		if !t.finished {
+			if t.local {
+				local = append(local, t.booking)
+			} else {
+				byOwner[t.owner.Replica] = append(byOwner[t.owner.Replica], t.booking)
+			}
+		}
+		t.mu.Unlock()
+	}
+	c.mu.Unlock()
+	if len(local) > 0 {
+		c.actor.Renew(local)
+	}
+	for owner, ids := range byOwner {
+		c.publishLife(owner, wire.LifeRenew, 0, ids...)
+		c.m.renewalsPublished.Inc()
+	}
+}
+
+// rehome moves in-flight bookings whose class has a new owner to that owner
+// (adopt), then frees them at the old one, so the ledger that admits the
+// class keeps carrying their load.
+func (c *Client) rehome(ctx context.Context) {
+	type move struct {
+		t   *Ticket
+		rec scheduler.BookingRecord
+		old Owner
+		loc bool
+		id  scheduler.BookingID
+	}
+	byClass := map[string][]move{}
+	c.mu.Lock()
+	degraded := c.degraded
+	for t := range c.inflight {
+		cur, ok := c.owners[t.class]
+		if !ok || cur.Replica == "" || degraded {
+			continue
+		}
+		t.mu.Lock()
+		if !t.finished && (t.owner.Replica != cur.Replica || (cur.Epoch != 0 && t.owner.Epoch != cur.Epoch && !t.local)) {
+			rec := t.rec
+			rec.FirstTokenSeen = t.firstToken
+			byClass[t.class] = append(byClass[t.class], move{t: t, rec: rec, old: t.owner, loc: t.local, id: t.booking})
+		}
+		t.mu.Unlock()
+	}
+	c.mu.Unlock()
+
+	for class, moves := range byClass {
+		recs := make([]scheduler.BookingRecord, len(moves))
+		for i, mv := range moves {
+			recs[i] = mv.rec
+		}
+		ids, owner, err := c.adopt(ctx, class, recs)
+		if err != nil {
+			c.log.Debug("re-home deferred", zap.String("class", class), zap.Error(err))
+			continue
+		}
+		for i, mv := range moves {
+			if ids[i] == 0 {
+				continue
+			}
+			mv.t.mu.Lock()
+			finished := mv.t.finished
+			if !finished {
+				mv.t.owner, mv.t.local, mv.t.booking = owner, owner.Replica == c.replica, ids[i]
+			}
+			mv.t.mu.Unlock()
+			if finished { // it ended while moving: free the new booking too
+				c.release(owner, owner.Replica == c.replica, ids[i], false)
+			}
+			c.release(mv.old, mv.loc, mv.id, false)
+			c.m.rehomed.Inc()
+		}
+	}
+}
+
+// adopt books recs at the current owner of class (in-process when that is
+// this replica).
+func (c *Client) adopt(ctx context.Context, class string, recs []scheduler.BookingRecord) ([]scheduler.BookingID, Owner, error) {
+	if epoch, ok := c.server.Owns(class); ok {
+		ids := make([]scheduler.BookingID, len(recs))
+		for i := range recs {
+			id, err := c.actor.Adopt(ctx, recs[i])
+			if err != nil {
+				return nil, Owner{}, fmt.Errorf("adopt locally: %w", err)
+			}
+			ids[i] = id
+		}
+		return ids, Owner{Replica: c.replica, Epoch: epoch}, nil
+	}
+	req := &wire.AdoptRequest{Entry: c.replica, Class: class, Bookings: make([]wire.AdoptedBooking, len(recs))}
+	for i := range recs {
+		req.Bookings[i] = recordToWire(&recs[i])
+	}
+	b, err := wire.EncodeAdmission(req)
+	if err != nil {
+		return nil, Owner{}, err
+	}
+	actx, cancel := context.WithTimeout(ctx, c.cfg.AdoptTimeout)
+	defer cancel()
+	msg, err := c.nc.RequestWithContext(actx, c.subj.Adopt(class), b)
+	if err != nil {
+		return nil, Owner{}, fmt.Errorf("adopt %d bookings of class %s: %w", len(recs), class, err)
+	}
+	reply, err := wire.DecodeAdoptReply(msg.Data)
+	if err != nil {
+		c.m.decodeErrors.WithLabelValues("adopt_reply").Inc()
+		return nil, Owner{}, err
+	}
+	if reply.Error != "" || len(reply.Bookings) != len(recs) {
+		return nil, Owner{}, fmt.Errorf("adopt refused by %s: %s", reply.Owner, reply.Error)
+	}
+	ids := make([]scheduler.BookingID, len(reply.Bookings))
+	for i, id := range reply.Bookings {
+		ids[i] = scheduler.BookingID(id)
+	}
+	return ids, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, nil
+}
+
+// release frees one booking at its owner.
+func (c *Client) release(owner Owner, local bool, id scheduler.BookingID, aborted bool) {
+	if local {
+		c.actor.Finish(id)
+		return
+	}
+	kind := wire.LifeDone
+	if aborted {
+		kind = wire.LifeAborted
+	}
+	c.publishLife(owner.Replica, kind, owner.Epoch, id)
+}
+
+// Ticket is one granted request as its entry replica streams it. Its
+// methods are safe for concurrent use; Finish is idempotent.
+type Ticket struct {
+	c     *Client
+	class string
+	grant scheduler.Grant
+
+	mu         sync.Mutex
+	owner      Owner
+	local      bool
+	booking    scheduler.BookingID
+	rec        scheduler.BookingRecord
+	firstToken bool
+	finished   bool
+}
+
+// Grant is the placement the owner granted.
+func (t *Ticket) Grant() scheduler.Grant { return t.grant }
+
+// Owner is the replica whose ledger currently carries the booking.
+func (t *Ticket) Owner() Owner {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.owner
+}
+
+// Dispatched acknowledges the grant: the booking is final at its owner.
+func (t *Ticket) Dispatched() {
+	t.mu.Lock()
+	owner, local, id, done := t.owner, t.local, t.booking, t.finished
+	t.mu.Unlock()
+	if done {
+		return
+	}
+	if local {
+		t.c.actor.Ack(id)
+		return
+	}
+	t.c.publishLife(owner.Replica, wire.LifeDispatched, owner.Epoch, id)
+}
+
+// FirstToken reports that the worker produced the first token: the prompt's
+// prefill load leaves the ledger.
+func (t *Ticket) FirstToken() {
+	t.mu.Lock()
+	if t.finished || t.firstToken {
+		t.mu.Unlock()
+		return
+	}
+	t.firstToken = true
+	owner, local, id := t.owner, t.local, t.booking
+	t.mu.Unlock()
+	if local {
+		t.c.actor.FirstToken(id)
+		return
+	}
+	t.c.publishLife(owner.Replica, wire.LifeFirstToken, owner.Epoch, id)
+}
+
+// Finish frees the booking (done, or aborted when the stream failed or the
+// client went away). Only the first call has an effect.
+func (t *Ticket) Finish(aborted bool) {
+	t.mu.Lock()
+	if t.finished {
+		t.mu.Unlock()
+		return
+	}
+	t.finished = true
+	owner, local, id := t.owner, t.local, t.booking
+	t.mu.Unlock()
+	t.c.release(owner, local, id, aborted)
+	t.c.untrack(t)
+}

@@ -1,0 +1,83 @@
+package admission
+
+import (
+	"time"
+
+	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
+)
+
+// RequestToWire converts a request for the admit subject.
+func RequestToWire(r *scheduler.Request, entry string) *wire.AdmitRequest {
+	out := &wire.AdmitRequest{
+		ID: r.ID, Class: r.Class, Entry: entry, Attempt: r.Attempt,
+		StrictPriority: r.StrictPriority, PriorityJump: r.PriorityJump,
+		IngressUnixNano: r.Ingress.UnixNano(),
+		PromptTokens:    r.PromptTokens, BlockHashes: r.BlockHashes,
+		Pinned: r.Pinned, Allowed: r.Allowed, ExpectedOutput: r.ExpectedOutputTokens,
+	}
+	if !r.Due.IsZero() {
+		out.DueUnixNano = r.Due.UnixNano()
+	}
+	if len(r.Overlaps) > 0 {
+		out.Overlaps = make([]wire.AdmitOverlap, len(r.Overlaps))
+		for i, o := range r.Overlaps {
+			out.Overlaps[i] = wire.AdmitOverlap{Worker: o.Worker, Blocks: o.Blocks}
+		}
+	}
+	return out
+}
+
+// RequestFromWire is the inverse of RequestToWire.
+func RequestFromWire(in *wire.AdmitRequest) *scheduler.Request {
+	r := &scheduler.Request{
+		ID: in.ID, Class: in.Class, Attempt: in.Attempt,
+		StrictPriority: in.StrictPriority, PriorityJump: in.PriorityJump,
+		Ingress:      time.Unix(0, in.IngressUnixNano),
+		PromptTokens: in.PromptTokens, BlockHashes: in.BlockHashes,
+		Pinned: in.Pinned, Allowed: in.Allowed, ExpectedOutputTokens: in.ExpectedOutput,
+	}
+	if in.DueUnixNano != 0 {
+		r.Due = time.Unix(0, in.DueUnixNano)
+	}
+	if len(in.Overlaps) > 0 {
+		r.Overlaps = make([]scheduler.Overlap, len(in.Overlaps))
+		for i, o := range in.Overlaps {
+			r.Overlaps[i] = scheduler.Overlap{Worker: o.Worker, Blocks: o.Blocks}
+		}
+	}
+	return r
+}
+
+// grantFromReply rebuilds the grant or the typed rejection of a reply.
+func grantFromReply(in *wire.AdmitReply, requestID string) (scheduler.Grant, error) {
+	if !in.OK {
+		reason, err := scheduler.ParseReason(in.Reason)
+		if err != nil {
+			reason = scheduler.ReasonOverloaded
+		}
+		return scheduler.Grant{}, scheduler.Reject(reason, in.Limit, in.Detail)
+	}
+	return scheduler.Grant{
+		RequestID: requestID, Worker: in.Worker, WorkerURL: in.WorkerURL,
+		Booking:      scheduler.BookingID(in.Booking),
+		CachedTokens: in.CachedTokens, OverlapBlocks: in.OverlapBlocks,
+		QueueWait: time.Duration(in.QueueWaitNano),
+	}, nil
+}
+
+func recordToWire(rec *scheduler.BookingRecord) wire.AdoptedBooking {
+	return wire.AdoptedBooking{
+		RequestID: rec.RequestID, Worker: rec.Worker, BlockHashes: rec.BlockHashes,
+		PromptTokens: rec.PromptTokens, CachedTokens: rec.CachedTokens,
+		ExpectedOutput: rec.ExpectedOutputTokens, FirstTokenSeen: rec.FirstTokenSeen,
+	}
+}
+
+func recordFromWire(class string, in *wire.AdoptedBooking) scheduler.BookingRecord {
+	return scheduler.BookingRecord{
+		RequestID: in.RequestID, Class: class, Worker: in.Worker, BlockHashes: in.BlockHashes,
+		PromptTokens: in.PromptTokens, CachedTokens: in.CachedTokens,
+		ExpectedOutputTokens: in.ExpectedOutput, FirstTokenSeen: in.FirstTokenSeen,
+	}
+}

@@ -1,0 +1,53 @@
+package admission
+
+import (
+	"context"
+
+	"github.com/switchyard/switchyard/scheduler"
+)
+
+// Actor is what admission needs from this replica's admission actor.
+// LocalActor adapts a *scheduler.Actor. Every method must be safe to call
+// from any goroutine and must not block for long.
+type Actor interface {
+	Enqueue(r *scheduler.Request, respond scheduler.Responder)
+	Cancel(requestID string)
+	Ack(scheduler.BookingID)
+	FirstToken(scheduler.BookingID)
+	Finish(scheduler.BookingID)
+	Renew([]scheduler.BookingID)
+	// Adopt books an in-flight request that another owner granted and
+	// returns its new booking id.
+	Adopt(ctx context.Context, rec scheduler.BookingRecord) (scheduler.BookingID, error)
+	// RejectQueued rejects every queued entry of class with reason, keeping
+	// the class configured (ownership moved away from this replica).
+	RejectQueued(class string, reason scheduler.Reason)
+}
+
+// Owner is a class's owner as the cluster layer knows it.
+type Owner struct {
+	Replica string
+	Epoch   int64 // fencing epoch: the ownership key's create revision
+}
+
+// LocalActor adapts a scheduler actor that is configured with every policy
+// class (ownership decides which requests reach it, not its configuration).
+// classes returns the current class configurations.
+func LocalActor(a *scheduler.Actor, classes func() []scheduler.ClassConfig) Actor {
+	return localActor{Actor: a, classes: classes}
+}
+
+type localActor struct {
+	*scheduler.Actor
+	classes func() []scheduler.ClassConfig
+}
+
+// RejectQueued empties the class's queue with reason and serves the class
+// again at once, in one actor turn.
+func (l localActor) RejectQueued(class string, reason scheduler.Reason) {
+	cfgs := l.classes()
+	_ = l.Do(context.Background(), func(c *scheduler.Core) {
+		c.RemoveClass(class, reason)
+		c.SetClasses(cfgs)
+	})
+}

@@ -1,0 +1,260 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
+)
+
+// Server is the owner side of remote admission. See the package doc.
+type Server struct {
+	replica string
+	nc      *nats.Conn
+	subj    wire.Subjects
+	actor   Actor
+	log     *zap.Logger
+	m       *Metrics
+
+	mu    sync.Mutex
+	owned map[string]*ownedClass
+}
+
+type ownedClass struct {
+	epoch int64
+	subs  []*nats.Subscription
+}
+
+// NewServer returns the owner side for replica. It subscribes nothing until
+// Run (life marks) and Own (per-class subjects).
+func NewServer(replica, cluster string, nc *nats.Conn, actor Actor, log *zap.Logger, m *Metrics) *Server {
+	return &Server{
+		replica: replica,
+		nc:      nc,
+		subj:    wire.NewSubjects(cluster),
+		actor:   actor,
+		log:     log.Named("admission_server"),
+		m:       m,
+		owned:   map[string]*ownedClass{},
+	}
+}
+
+// Run listens for lifecycle marks addressed to this replica until ctx ends,
+// then drops every owned class's subscriptions.
+func (s *Server) Run(ctx context.Context) error {
+	sub, err := s.nc.Subscribe(s.subj.Life(s.replica), s.onLife)
+	if err != nil {
+		return fmt.Errorf("subscribe life marks: %w", err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe()
+	s.mu.Lock()
+	for class, oc := range s.owned {
+		for _, sub := range oc.subs {
+			_ = sub.Unsubscribe()
+		}
+		delete(s.owned, class)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Own starts admitting class for the cluster with fencing epoch. Owning a
+// class twice only updates its epoch.
+func (s *Server) Own(class string, epoch int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if oc, ok := s.owned[class]; ok {
+		oc.epoch = epoch
+		return nil
+	}
+	oc := &ownedClass{epoch: epoch}
+	handlers := []struct {
+		subject string
+		h       nats.MsgHandler
+	}{
+		{s.subj.Admit(class), func(m *nats.Msg) { s.onAdmit(class, m) }},
+		{s.subj.Cancel(class), s.onCancel},
+		{s.subj.Adopt(class), func(m *nats.Msg) { s.onAdopt(class, m) }},
+	}
+	for _, h := range handlers {
+		sub, err := s.nc.Subscribe(h.subject, h.h)
+		if err != nil {
+			for _, sub := range oc.subs {
+				_ = sub.Unsubscribe()
+			}
+			return fmt.Errorf("own class %s: subscribe %s: %w", class, h.subject, err)
+		}
+		oc.subs = append(oc.subs, sub)
+	}
+	// Flush so that "no responders" stops before Own returns: the cluster
+	// layer announces ownership right after this.
+	if err := s.nc.FlushTimeout(2 * time.Second); err != nil {
+		s.log.Warn("flush after own", zap.String("class", class), zap.Error(err))
+	}
+	s.owned[class] = oc
+	s.log.Info("owning class", zap.String("class", class), zap.Int64("epoch", epoch))
+	return nil
+}
+
+// Disown stops admitting class: unsubscribe first, so no new request
+// arrives, then reject what is queued with ownership_lost so that entry
+// replicas resubmit to the next owner.
+func (s *Server) Disown(class string) {
+	s.mu.Lock()
+	oc, ok := s.owned[class]
+	delete(s.owned, class)
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	for _, sub := range oc.subs {
+		_ = sub.Unsubscribe()
+	}
+	s.actor.RejectQueued(class, scheduler.ReasonOwnershipLost)
+	s.log.Info("disowned class", zap.String("class", class), zap.Int64("epoch", oc.epoch))
+}
+
+// Owns reports whether this replica currently admits class, and its epoch.
+func (s *Server) Owns(class string) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	oc, ok := s.owned[class]
+	if !ok {
+		return 0, false
+	}
+	return oc.epoch, true
+}
+
+func (s *Server) onAdmit(class string, m *nats.Msg) {
+	in, err := wire.DecodeAdmitRequest(m.Data)
+	if err != nil {
+		s.m.decodeErrors.WithLabelValues("admit").Inc()
+		s.log.Warn("bad admit request", zap.Error(err))
+		s.reply(m, &wire.AdmitReply{Reason: scheduler.ReasonInvalidConstraint.String(), Detail: err.Error()})
+		return
+	}
+	if in.Class != class {
+		s.m.decodeErrors.WithLabelValues("admit").Inc()
+		s.reply(m, &wire.AdmitReply{Reason: scheduler.ReasonUnknownClass.String(),
+			Detail: fmt.Sprintf("request for class %q sent on the subject of class %q", in.Class, class)})
+		return
+	}
+	epoch, ok := s.Owns(class)
+	if !ok { // raced with Disown: the entry resubmits
+		s.reply(m, &wire.AdmitReply{Reason: scheduler.ReasonOwnershipLost.String(), Detail: "class moved"})
+		return
+	}
+	req := RequestFromWire(in)
+	s.actor.Enqueue(req, func(g scheduler.Grant, err error) bool {
+		out := &wire.AdmitReply{Owner: s.replica, Epoch: epoch}
+		if err != nil {
+			fillRejection(out, err)
+		} else {
+			out.OK = true
+			out.Worker, out.WorkerURL = g.Worker, g.WorkerURL
+			out.Booking = uint64(g.Booking)
+			out.CachedTokens, out.OverlapBlocks = g.CachedTokens, g.OverlapBlocks
+			out.QueueWaitNano = int64(g.QueueWait)
+		}
+		return s.reply(m, out)
+	})
+}
+
+func (s *Server) reply(m *nats.Msg, out *wire.AdmitReply) bool {
+	out.Owner = s.replica
+	b, err := wire.EncodeAdmission(out)
+	if err != nil {
+		s.log.Error("encode admit reply", zap.Error(err))
+		return false
+	}
+	if err := m.Respond(b); err != nil {
+		s.log.Warn("admit reply not delivered", zap.Error(err))
+		return false
+	}
+	return true
+}
+
+func (s *Server) onCancel(m *nats.Msg) {
+	in, err := wire.DecodeCancelRequest(m.Data)
+	if err != nil {
+		s.m.decodeErrors.WithLabelValues("cancel").Inc()
+		s.log.Warn("bad cancel", zap.Error(err))
+		return
+	}
+	s.actor.Cancel(in.ID)
+}
+
+func (s *Server) onLife(m *nats.Msg) {
+	in, err := wire.DecodeLifeMark(m.Data)
+	if err != nil {
+		s.m.decodeErrors.WithLabelValues("life").Inc()
+		s.log.Warn("bad life mark", zap.Error(err))
+		return
+	}
+	ids := make([]scheduler.BookingID, len(in.Bookings))
+	for i, b := range in.Bookings {
+		ids[i] = scheduler.BookingID(b)
+	}
+	switch in.Kind {
+	case wire.LifeDispatched:
+		for _, id := range ids {
+			s.actor.Ack(id)
+		}
+	case wire.LifeFirstToken:
+		for _, id := range ids {
+			s.actor.FirstToken(id)
+		}
+	case wire.LifeDone, wire.LifeAborted:
+		for _, id := range ids {
+			s.actor.Finish(id)
+		}
+	case wire.LifeRenew:
+		s.actor.Renew(ids)
+	}
+}
+
+func (s *Server) onAdopt(class string, m *nats.Msg) {
+	in, err := wire.DecodeAdoptRequest(m.Data)
+	out := &wire.AdoptReply{Owner: s.replica}
+	if err != nil {
+		s.m.decodeErrors.WithLabelValues("adopt").Inc()
+		out.Error = err.Error()
+	} else if epoch, ok := s.Owns(class); !ok {
+		out.Error = "not the owner of class " + class
+	} else {
+		out.Epoch = epoch
+		out.Bookings = make([]uint64, len(in.Bookings))
+		for i, b := range in.Bookings {
+			id, err := s.actor.Adopt(context.Background(), recordFromWire(class, &b))
+			if err != nil {
+				out.Error, out.Bookings = err.Error(), nil
+				break
+			}
+			out.Bookings[i] = uint64(id)
+		}
+		if out.Error == "" {
+			s.m.adopted.Add(float64(len(in.Bookings)))
+		}
+	}
+	b, _ := wire.EncodeAdmission(out)
+	_ = m.Respond(b)
+}
+
+// fillRejection copies a scheduler error into a reply.
+func fillRejection(out *wire.AdmitReply, err error) {
+	var rej *scheduler.RejectError
+	if errors.As(err, &rej) {
+		out.Reason, out.Limit, out.Detail = rej.Reason.String(), rej.Limit, rej.Detail
+		return
+	}
+	// Not a rejection (the actor stopped): the entry treats it like a moved class.
+	out.Reason, out.Detail = scheduler.ReasonOwnershipLost.String(), err.Error()
+}

@@ -1,0 +1,277 @@
+package cluster
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/testenv"
+)
+
+const (
+	testTTL    = 2 * time.Second
+	testSettle = 300 * time.Millisecond
+	// converge bounds how long placement may take to settle after a change
+	// that involves no lease expiry (settle period plus a few round trips on
+	// a loaded test machine).
+	converge = 10 * time.Second
+)
+
+func TestEveryClassHasExactlyOneOwnerAfterRandomJoinsLeavesAndRestarts(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, classNames(12))
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+
+	live := []*node{h.start("r0", nodeOpts{}), h.start("r1", nodeOpts{})}
+	h.requireAgreement(live, converge, "initial")
+	next := 2
+	killed := false
+	for step := 0; step < 7; step++ {
+		op := rng.IntN(4)
+		if len(live) == 1 {
+			op = 0 // keep at least one replica alive
+		}
+		switch op {
+		case 0: // join
+			id := "r" + string(rune('0'+next))
+			next++
+			t.Logf("step %d: %s joins", step, id)
+			live = append(live, h.start(id, nodeOpts{}))
+		case 1: // graceful leave
+			i := rng.IntN(len(live))
+			t.Logf("step %d: %s leaves", step, live[i].id)
+			live[i].leave()
+			live = append(live[:i], live[i+1:]...)
+		case 2: // graceful restart under the same id
+			i := rng.IntN(len(live))
+			id := live[i].id
+			t.Logf("step %d: %s restarts", step, id)
+			live[i].leave()
+			live[i] = h.start(id, nodeOpts{})
+		case 3: // crash: only once, it costs a lease TTL
+			i := rng.IntN(len(live))
+			if killed {
+				t.Logf("step %d: %s restarts", step, live[i].id)
+				id := live[i].id
+				live[i].leave()
+				live[i] = h.start(id, nodeOpts{})
+				break
+			}
+			killed = true
+			t.Logf("step %d: %s crashes", step, live[i].id)
+			live[i].kill()
+			live = append(live[:i], live[i+1:]...)
+		}
+		h.requireAgreement(live, converge+testTTL, "after step")
+		t.Logf("step %d: agreed, live %v", step, sortedIDs(live))
+	}
+	h.tl.requireNoOverlap(t)
+}
+
+func TestKilledOwnersClassesMoveWithinTTLPlusOneSecond(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, classNames(8))
+	a, b := h.start("a", nodeOpts{}), h.start("b", nodeOpts{})
+	h.requireAgreement([]*node{a, b}, converge, "initial")
+	victim := a.heldClasses()
+	require.NotEmpty(t, victim, "placement gives a some of 8 classes")
+
+	a.kill()
+	killedAt := time.Now()
+	testenv.Eventually(t, testTTL+time.Second, func() bool {
+		held := b.heldClasses()
+		for c := range victim {
+			if _, ok := held[c]; !ok {
+				return false
+			}
+		}
+		return true
+	}, "b did not take over the dead owner's classes")
+	t.Logf("classes of the killed owner moved after %v (ttl %v)", time.Since(killedAt), testTTL)
+	for c, old := range victim {
+		require.Greater(t, b.heldClasses()[c], old, "class %s: the new epoch must be newer", c)
+	}
+	h.requireAgreement([]*node{b}, converge, "after the crash")
+	h.tl.requireNoOverlap(t)
+}
+
+func TestGracefulHandoffNeverLetsTwoReplicasOwnAClassAtOnce(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, classNames(16))
+	a := h.start("a", nodeOpts{})
+	h.requireAgreement([]*node{a}, converge, "a alone")
+	require.Len(t, a.heldClasses(), 16)
+
+	b := h.start("b", nodeOpts{})
+	c := h.start("c", nodeOpts{})
+	h.requireAgreement([]*node{a, b, c}, converge, "after b and c joined")
+	h.tl.requireNoOverlap(t)
+	moved := 16 - len(a.heldClasses())
+	require.Positive(t, moved, "placement over three replicas moves some classes away from a")
+	require.Equal(t, float64(moved), testutil.ToFloat64(a.own.handoffs), "every class that left a was handed off once")
+
+	// Draining: a turns not ready and hands everything to b and c.
+	a.setReady(false)
+	h.requireAgreement([]*node{b, c}, converge, "after a turned not ready")
+	require.Empty(t, a.heldClasses())
+	h.tl.requireNoOverlap(t)
+}
+
+func TestFlappingReplicaIsHandedNothingUntilItStaysReadyForTheSettlePeriod(t *testing.T) {
+	const settle = 3 * time.Second // far longer than one flap below takes
+	h := newTestCluster(t, testTTL, settle, classNames(16))
+	a := h.start("a", nodeOpts{})
+	h.requireAgreement([]*node{a}, converge, "a alone")
+
+	b := h.start("b", nodeOpts{notReady: true})
+	for i := 0; i < 5; i++ {
+		ready := i%2 == 0
+		b.setReady(ready)
+		testenv.Eventually(t, 5*time.Second, func() bool {
+			r, ok := a.reps.Snapshot().Items["b"]
+			return ok && r.Info.Ready == ready
+		}, "a did not see b's ready=%v", ready)
+	}
+	// b is ready now (last flap) and stays so: classes move once it settled.
+	h.requireAgreement([]*node{a, b}, settle+converge, "after b settled")
+	h.tl.requireNoOverlap(t)
+	var toB, fromA int
+	for _, e := range h.tl.snapshot() {
+		switch {
+		case e.replica == "b" && e.acquire:
+			toB++
+		case e.replica == "b":
+			t.Errorf("b released %s (%v): nothing should move back", e.class, e.reason)
+		case e.replica == "a" && !e.acquire:
+			fromA++
+			require.Equal(t, ReleaseHandoff, e.reason)
+		}
+	}
+	require.Equal(t, len(b.heldClasses()), toB, "each class moved to b exactly once")
+	require.Equal(t, toB, fromA)
+}
+
+func TestReplicaCutOffFromEtcdFencesWithinHalfTTLAndSuccessorHasNewerEpoch(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, classNames(8))
+	a := h.start("a", nodeOpts{proxied: true})
+	b := h.start("b", nodeOpts{})
+	h.requireAgreement([]*node{a, b}, converge, "initial")
+	victim := a.heldClasses()
+	require.NotEmpty(t, victim)
+
+	before := len(h.tl.snapshot())
+	a.proxy.Cut()
+	cutAt := time.Now()
+	// The fence fires TTL/2 after the last renewal, which was before the cut;
+	// the extra 500ms is scheduling slack on a shared test machine.
+	testenv.Eventually(t, testTTL/2+500*time.Millisecond, func() bool { return len(a.heldClasses()) == 0 },
+		"the cut-off replica still admits its classes")
+	t.Logf("cut-off replica fenced after %v (ttl/2 = %v)", time.Since(cutAt), testTTL/2)
+	require.False(t, a.sess.Healthy())
+	require.NoError(t, testutil.GatherAndCompare(a.reg, strings.NewReader(`
+# HELP switchyard_cluster_session_healthy 1 while the etcd session lease was renewed within half its TTL, else 0 (fenced).
+# TYPE switchyard_cluster_session_healthy gauge
+switchyard_cluster_session_healthy 0
+`), "switchyard_cluster_session_healthy"))
+	for _, e := range h.tl.snapshot()[before:] {
+		if e.replica == "a" {
+			require.False(t, e.acquire, "the cut-off replica acquired %s", e.class)
+			require.Equal(t, ReleaseFenced, e.reason)
+		}
+	}
+
+	testenv.Eventually(t, testTTL+2*time.Second, func() bool {
+		held := b.heldClasses()
+		for c := range victim {
+			if _, ok := held[c]; !ok {
+				return false
+			}
+		}
+		return true
+	}, "b did not take over the cut-off replica's classes")
+	for c, old := range victim {
+		require.Greater(t, b.heldClasses()[c], old, "class %s: the successor's epoch must be newer", c)
+		require.Greater(t, b.own.NewestEpoch(c), old)
+	}
+	h.tl.requireNoOverlap(t)
+}
+
+func TestFencedOwnerReacquiresItsClassesWithTheSameEpochWhenTheLeaseSurvived(t *testing.T) {
+	// The session runs on a fake clock so the fence can be forced while the
+	// real lease (10 s) is nowhere near expiry.
+	clock := clockwork.NewFakeClock()
+	h := newTestCluster(t, 10*time.Second, 0, classNames(4))
+	a := h.start("a", nodeOpts{proxied: true, sessionDeps: Deps{Clock: clock}})
+	h.requireAgreement([]*node{a}, converge, "a alone")
+	before := a.heldClasses()
+
+	a.proxy.Cut()
+	clock.Advance(5 * time.Second) // TTL/2 without a successful renewal
+	testenv.Eventually(t, 5*time.Second, func() bool { return len(a.heldClasses()) == 0 }, "a did not fence")
+
+	a.proxy.Restore()
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		clock.Advance(time.Second) // lets the renewal ticker fire
+		return a.sess.Healthy()
+	}, "renewals did not resume after the proxy was restored")
+	h.requireAgreement([]*node{a}, converge, "after the fence ended")
+	require.Equal(t, before, a.heldClasses(), "same classes, same epochs: the keys never changed")
+	h.tl.requireNoOverlap(t)
+}
+
+func TestOwnershipFollowsThePolicyConfigClassSet(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, []string{"alpha", "beta"})
+	a, b := h.start("a", nodeOpts{}), h.start("b", nodeOpts{})
+	h.requireAgreement([]*node{a, b}, converge, "initial")
+
+	ctx := testenv.Context(t)
+	_, err := SeedConfig(ctx, h.admin, testCluster, []byte("classes: [unterminated"), true)
+	require.NoError(t, err)
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		return testutil.ToFloat64(a.own.configErrors) == 1 && testutil.ToFloat64(b.own.configErrors) == 1
+	}, "a config without a usable class list is counted")
+	require.Equal(t, []string{"alpha", "beta"}, a.own.Classes(), "a bad config keeps the previous classes")
+
+	_, err = SeedConfig(ctx, h.admin, testCluster, policyYAML("beta", "gamma", "bad.name"), true)
+	require.NoError(t, err)
+	h.classes = []string{"beta", "gamma"}
+	h.requireAgreement([]*node{a, b}, converge, "after the class set changed")
+	_, alphaOwned := h.etcdOwners()["alpha"]
+	require.False(t, alphaOwned, "a class removed from the config loses its owner key")
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		return testutil.ToFloat64(a.own.configErrors) == 2 && testutil.ToFloat64(b.own.configErrors) == 2
+	}, "the invalid class name is counted by each replica")
+	var removed int
+	for _, e := range h.tl.snapshot() {
+		if !e.acquire && e.class == "alpha" {
+			require.Equal(t, ReleaseRemoved, e.reason)
+			removed++
+		}
+	}
+	require.Equal(t, 1, removed)
+	h.tl.requireNoOverlap(t)
+}
+
+func TestOwnershipReturnsSessionExpiredWhenTheLeaseIsRevokedBehindItsBack(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, classNames(3))
+	a := h.start("a", nodeOpts{})
+	h.requireAgreement([]*node{a}, converge, "a alone")
+
+	_, err := h.admin.Revoke(testenv.Context(t), a.sess.Lease())
+	require.NoError(t, err)
+	var ownErr error
+	select {
+	case ownErr = <-a.ownDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("ownership did not stop after its lease was revoked")
+	}
+	require.ErrorIs(t, ownErr, ErrSessionExpired)
+	require.ErrorIs(t, <-a.sessErr, ErrSessionExpired)
+	require.Empty(t, a.heldClasses())
+	require.True(t, a.sess.Status().Done)
+	h.tl.requireNoOverlap(t)
+}

@@ -1,0 +1,312 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/wire"
+)
+
+// Session is this process's one etcd lease. Everything the process registers
+// (its replica or worker record, the classes it owns) is bound to it, so all of
+// it disappears together when the process dies or is cut off.
+//
+// Session renews the lease itself with one KeepAliveOnce at a time instead of
+// using concurrency.Session or the client's KeepAlive stream: those hide when
+// the last renewal succeeded (and the client's loop only wakes every 500 ms),
+// and the fence needs exactly that time. A renewal counts from the moment its
+// request was sent, which is never later than when the server extended the
+// lease, so "now - last renewal < TTL/2" proves the lease has at least TTL/2
+// to live and no other replica can have taken over anything bound to it.
+type Session struct {
+	cfg    SessionConfig
+	client *clientv3.Client
+	keys   wire.Keys
+	log    *zap.Logger
+	clock  clockwork.Clock
+
+	status      atomic.Pointer[SessionStatus]
+	lastRenewal atomic.Int64 // unix nanos of the newest successful renewal's send time
+	leaseReady  chan struct{}
+	started     atomic.Bool
+	publishMu   sync.Mutex // serialises status replacement (Run vs nothing else, but cheap insurance)
+
+	healthy  prometheus.Gauge
+	renewals *prometheus.CounterVec
+}
+
+// SessionStatus is an immutable view of the session's health. Changed is
+// closed when a newer status replaces this one, so any number of goroutines
+// can wait for the next change without the session ever blocking.
+type SessionStatus struct {
+	// Lease is 0 until Run has been granted a lease.
+	Lease clientv3.LeaseID
+	// Healthy is true while the last successful renewal is younger than TTL/2.
+	// When false, nothing bound to the lease may be acted on (fenced).
+	Healthy bool
+	// Done is true once the session is over for good: the lease expired, the
+	// client closed, or Run returned. Done implies !Healthy.
+	Done    bool
+	changed chan struct{}
+}
+
+// Changed is closed when the status changes.
+func (s *SessionStatus) Changed() <-chan struct{} { return s.changed }
+
+// NewSession builds a session; Run grants the lease and keeps it alive.
+func NewSession(client *clientv3.Client, cfg SessionConfig, deps Deps) (*Session, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	deps = deps.withDefaults()
+	f := promauto.With(deps.Registerer)
+	s := &Session{
+		cfg:        cfg,
+		client:     client,
+		keys:       wire.NewKeys(cfg.Cluster),
+		log:        deps.Logger.Named("session"),
+		clock:      deps.Clock,
+		leaseReady: make(chan struct{}),
+		healthy: f.NewGauge(prometheus.GaugeOpts{
+			Name: "switchyard_cluster_session_healthy",
+			Help: "1 while the etcd session lease was renewed within half its TTL, else 0 (fenced).",
+		}),
+		renewals: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_cluster_session_renewals_total",
+			Help: "Lease renewals by result (ok, failed).",
+		}, []string{"result"}),
+	}
+	s.status.Store(&SessionStatus{changed: make(chan struct{})})
+	return s, nil
+}
+
+// Status returns the current status.
+func (s *Session) Status() *SessionStatus { return s.status.Load() }
+
+// Healthy reports whether the lease is known to have at least TTL/2 to live.
+func (s *Session) Healthy() bool { return s.status.Load().Healthy }
+
+// Lease returns the lease id, or 0 before Run was granted one.
+func (s *Session) Lease() clientv3.LeaseID { return s.status.Load().Lease }
+
+// TTL is the lease TTL.
+func (s *Session) TTL() time.Duration { return s.cfg.TTL }
+
+// LastRenewal is the send time of the newest successful renewal (or grant).
+func (s *Session) LastRenewal() time.Time { return time.Unix(0, s.lastRenewal.Load()) }
+
+// WaitLease blocks until Run has been granted a lease, Run failed, or ctx ends.
+func (s *Session) WaitLease(ctx context.Context) (clientv3.LeaseID, error) {
+	select {
+	case <-s.leaseReady:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	st := s.status.Load()
+	if st.Lease == 0 || st.Done {
+		return 0, ErrSessionExpired
+	}
+	return st.Lease, nil
+}
+
+func (s *Session) publish(lease clientv3.LeaseID, healthy, done bool) {
+	s.publishMu.Lock()
+	defer s.publishMu.Unlock()
+	old := s.status.Load()
+	if old.Lease == lease && old.Healthy == healthy && old.Done == done {
+		return
+	}
+	s.status.Store(&SessionStatus{Lease: lease, Healthy: healthy, Done: done, changed: make(chan struct{})})
+	close(old.changed)
+	if healthy {
+		s.healthy.Set(1)
+	} else {
+		s.healthy.Set(0)
+	}
+}
+
+type renewResult struct {
+	sentAt time.Time
+	err    error
+}
+
+// Run grants the lease and renews it until ctx ends or the lease is lost. It
+// returns nil when ctx ends and ErrSessionExpired (wrapped) when the lease
+// expired or the client was closed. In every case the status is Done when Run
+// returns. Run does not revoke the lease: call Revoke once everything using
+// the session has stopped, so no owned class is deleted before its owner has
+// let go of it (otherwise the lease simply expires after TTL).
+func (s *Session) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("cluster: Session.Run called twice")
+	}
+	var lease clientv3.LeaseID
+	defer func() {
+		s.publish(lease, false, true)
+		select {
+		case <-s.leaseReady:
+		default:
+			close(s.leaseReady)
+		}
+	}()
+
+	sent := s.clock.Now()
+	gctx, cancel := context.WithTimeout(ctx, s.cfg.TTL)
+	resp, err := s.client.Grant(gctx, int64(s.cfg.TTL/time.Second))
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("grant session lease: %w", err)
+	}
+	lease = resp.ID
+	if granted := time.Duration(resp.TTL) * time.Second; granted != s.cfg.TTL {
+		// etcd raises TTLs below its minimum; fencing on the configured,
+		// shorter TTL stays on the safe side.
+		s.log.Warn("etcd granted a different lease ttl", zap.Duration("requested", s.cfg.TTL), zap.Duration("granted", granted))
+	}
+	s.lastRenewal.Store(sent.UnixNano())
+	s.publish(lease, true, false)
+	close(s.leaseReady)
+	s.log.Info("session started", zap.Int64("lease", int64(lease)), zap.Duration("ttl", s.cfg.TTL))
+
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+
+	results := make(chan renewResult, 1) // at most one renewal in flight
+	inflight := false
+	renew := func() {
+		inflight = true
+		wg.Add(1)
+		go func(sentAt time.Time) {
+			defer wg.Done()
+			rctx, cancel := context.WithTimeout(runCtx, s.cfg.TTL/3)
+			defer cancel()
+			_, err := s.client.KeepAliveOnce(rctx, lease)
+			results <- renewResult{sentAt: sentAt, err: err}
+		}(s.clock.Now())
+	}
+
+	half := s.cfg.TTL / 2
+	fence := s.clock.NewTimer(half - s.clock.Since(sent))
+	defer fence.Stop()
+	ticker := s.clock.NewTicker(s.cfg.renewInterval())
+	defer ticker.Stop()
+	healthy := true
+	for {
+		select {
+		case <-ctx.Done():
+			s.log.Info("session stopped", zap.Int64("lease", int64(lease)))
+			return nil
+		case <-ticker.Chan():
+			if !inflight {
+				renew()
+			}
+		case <-fence.Chan():
+			if left := half - s.clock.Since(s.LastRenewal()); left > 0 {
+				// A renewal landed after the timer was armed: re-arm for it.
+				fence.Reset(left)
+			} else if healthy {
+				healthy = false
+				s.publish(lease, false, false)
+				s.log.Warn("session fenced: lease not renewed within half its ttl",
+					zap.Int64("lease", int64(lease)), zap.Time("last_renewal", s.LastRenewal()))
+			}
+		case r := <-results:
+			inflight = false
+			switch {
+			case r.err == nil:
+				s.renewals.WithLabelValues("ok").Inc()
+				if r.sentAt.UnixNano() > s.lastRenewal.Load() {
+					s.lastRenewal.Store(r.sentAt.UnixNano())
+				}
+				left := half - s.clock.Since(s.LastRenewal())
+				fence.Reset(left)
+				if !healthy && left > 0 {
+					healthy = true
+					s.publish(lease, true, false)
+					s.log.Info("session healthy again", zap.Int64("lease", int64(lease)))
+				}
+			case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
+				s.renewals.WithLabelValues("failed").Inc()
+				s.log.Warn("session lease expired", zap.Int64("lease", int64(lease)))
+				return fmt.Errorf("lease %x: %w", int64(lease), ErrSessionExpired)
+			case s.client.Ctx().Err() != nil:
+				s.renewals.WithLabelValues("failed").Inc()
+				return fmt.Errorf("etcd client closed: %w", ErrSessionExpired)
+			default:
+				s.renewals.WithLabelValues("failed").Inc()
+				if ctx.Err() == nil {
+					s.log.Debug("lease renewal failed", zap.Error(r.err))
+				}
+			}
+		}
+	}
+}
+
+// Revoke deletes the lease and with it every key bound to it. Call it after
+// every user of the session (Ownership in particular) has stopped.
+func (s *Session) Revoke(ctx context.Context) error {
+	lease := s.Lease()
+	if lease == 0 {
+		return ErrNoLease
+	}
+	if _, err := s.client.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("revoke lease %x: %w", int64(lease), err)
+	}
+	return nil
+}
+
+// RegisterReplica puts the replica's record under its key, bound to the
+// session lease. Call it again to change the record (e.g. to set Ready).
+func (s *Session) RegisterReplica(ctx context.Context, info wire.ReplicaInfo) error {
+	b, err := wire.EncodeReplicaInfo(&info)
+	if err != nil {
+		return fmt.Errorf("encode replica %s: %w", info.ID, err)
+	}
+	if err := info.Validate(); err != nil {
+		return fmt.Errorf("register replica: %w", err)
+	}
+	return s.putLeased(ctx, s.keys.Replica(info.ID), b)
+}
+
+// RegisterWorker puts a worker's record under its key, bound to the session
+// lease; a worker process uses its own Session for this.
+func (s *Session) RegisterWorker(ctx context.Context, info wire.WorkerInfo) error {
+	b, err := wire.EncodeWorkerInfo(&info)
+	if err != nil {
+		return fmt.Errorf("encode worker %s: %w", info.ID, err)
+	}
+	if err := info.Validate(); err != nil {
+		return fmt.Errorf("register worker: %w", err)
+	}
+	return s.putLeased(ctx, s.keys.Worker(info.ID), b)
+}
+
+func (s *Session) putLeased(ctx context.Context, key string, val []byte) error {
+	st := s.status.Load()
+	if st.Done {
+		return ErrSessionExpired
+	}
+	if st.Lease == 0 {
+		return ErrNoLease
+	}
+	if _, err := s.client.Put(ctx, key, string(val), clientv3.WithLease(st.Lease)); err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,137 @@
+package engine
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// closedLoop keeps `concurrency` requests live in an engine driven in
+// virtual time: each finished request is replaced after the step. Prompts
+// are a shared 1024-token prefix (one of 8 groups) plus a unique 1024-token
+// suffix, so about half of each prompt can hit the cache; outputs are
+// 128–255 tokens.
+type closedLoop struct {
+	e        *Engine
+	clock    *virtualClock
+	prefixes [][]uint32
+	next     int
+	finished int
+}
+
+func newClosedLoop(b *testing.B, cfg Config, concurrency int) *closedLoop {
+	clock := &virtualClock{now: time.Unix(0, 0)}
+	e, err := New(cfg, clock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := &closedLoop{e: e, clock: clock}
+	for g := range 8 {
+		l.prefixes = append(l.prefixes, prompt(uint32(g), 1024))
+	}
+	for range concurrency {
+		l.submit(b)
+	}
+	return l
+}
+
+func (l *closedLoop) submit(b *testing.B) {
+	i := l.next
+	l.next++
+	p := make([]uint32, 0, 2048)
+	p = append(p, l.prefixes[i%len(l.prefixes)]...)
+	for k := range 1024 {
+		p = append(p, uint32(256+(i*1024+k)%49000))
+	}
+	_, err := l.e.Submit(&Request{
+		ID:        fmt.Sprint("r", i),
+		Prompt:    p,
+		MaxTokens: 128 + i%128,
+		OnDelta: func(d Delta) {
+			if d.Finish != 0 {
+				l.finished++
+			}
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// step runs one engine step and refills the loop.
+func (l *closedLoop) step(b *testing.B) {
+	next := l.e.Step(l.clock.now)
+	if next.IsZero() {
+		b.Fatal("closed loop went idle")
+	}
+	l.clock.now = next
+	for ; l.finished > 0; l.finished-- {
+		l.submit(b)
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkEngineStep measures one engine step (complete the batch in
+// flight, deliver tokens, schedule the next) under a steady load of 128
+// concurrent requests on the default 65,536-block pool.
+func BenchmarkEngineStep(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.Instance = 1
+	l := newClosedLoop(b, cfg, 128)
+	for range 2000 { // warm up into steady state
+		l.step(b)
+	}
+	st0 := l.e.Stats()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		l.step(b)
+	}
+	b.StopTimer()
+	st := l.e.Stats()
+	steps := float64(st.Steps - st0.Steps)
+	b.ReportMetric(float64(st.OutputTokens-st0.OutputTokens)/steps, "tokens/step")
+	b.ReportMetric(float64(st.Running), "running")
+}
+
+// BenchmarkSimulatedSecond measures the CPU one engine costs per second of
+// simulated time at --speedup 10 under a steady, busy load (128 concurrent
+// requests, 2k-token prompts half shared, 128–255 output tokens). Its
+// inverse is how many such engines one core can run in real time.
+func BenchmarkSimulatedSecond(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.Instance = 1
+	cfg.Speedup = 10
+	l := newClosedLoop(b, cfg, 128)
+	for range 2000 {
+		l.step(b)
+	}
+	start := l.clock.now
+	st0 := l.e.Stats()
+	cpu0 := cpuTime()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		end := l.clock.now.Add(time.Second)
+		for l.clock.now.Before(end) {
+			l.step(b)
+		}
+	}
+	b.StopTimer()
+	cpu := (cpuTime() - cpu0).Seconds()
+	sim := l.clock.now.Sub(start).Seconds()
+	st := l.e.Stats()
+	b.ReportMetric(cpu/sim, "cpu-s/sim-s")
+	b.ReportMetric(sim/cpu, "engines/core")
+	b.ReportMetric(float64(st.Steps-st0.Steps)/sim, "steps/sim-s")
+	b.ReportMetric(float64(st.OutputTokens-st0.OutputTokens)/sim, "out-tok/sim-s")
+	b.ReportMetric(st.PrefixHitRate, "prefix-hit-rate")
+}

@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"flag"
+	"fmt"
+)
+
+// Config configures one engine. Defaults live in DefaultConfig.
+type Config struct {
+	// WorkerID names the engine in its KV event batches and dumps.
+	WorkerID string
+	// BlockSize is the number of tokens per KV block.
+	BlockSize int
+	// NumBlocks is the size of the KV pool in blocks.
+	NumBlocks int
+	// MaxNumBatchedTokens is the per-step token budget shared by decodes and
+	// prefill chunks.
+	MaxNumBatchedTokens int
+	// MaxNumSeqs bounds the running set (prefilling plus decoding).
+	MaxNumSeqs int
+	// MaxModelLen bounds prompt plus output tokens of one request.
+	MaxModelLen int
+	// MaxWaiting bounds the waiting queue; Submit returns ErrQueueFull beyond
+	// it. Zero means unbounded.
+	MaxWaiting int
+	// WatermarkFraction of the pool is kept free when admitting a waiting
+	// request, so running requests can grow without immediate preemption.
+	WatermarkFraction float64
+	// Speedup divides every step time of the default timing model.
+	Speedup float64
+	// Seed makes synthetic output tokens deterministic: a token depends only
+	// on Seed, the request id and its position.
+	Seed uint64
+	// Instance identifies this engine start in its event stream. Zero picks a
+	// random non-zero value in New; a simulator sets it for determinism.
+	Instance uint64
+
+	// Timing computes step durations; nil means Polynomial{Speedup}.
+	Timing TimingModel `json:"-"`
+	// Events receives KV event batches; nil discards them (ids still
+	// advance, so a later dump stays consistent).
+	Events EventSink `json:"-"`
+}
+
+// DefaultConfig returns the defaults: 65,536 blocks of 16 tokens, a budget of
+// 8192 tokens and 256 sequences per step.
+func DefaultConfig() Config {
+	return Config{
+		WorkerID:            "engine",
+		BlockSize:           16,
+		NumBlocks:           65536,
+		MaxNumBatchedTokens: 8192,
+		MaxNumSeqs:          256,
+		MaxModelLen:         32768,
+		MaxWaiting:          0,
+		WatermarkFraction:   0.01,
+		Speedup:             1,
+	}
+}
+
+// Validate names the first bad field.
+func (c *Config) Validate() error {
+	switch {
+	case c.BlockSize <= 0:
+		return fmt.Errorf("engine config: BlockSize %d must be positive", c.BlockSize)
+	case c.NumBlocks <= 0:
+		return fmt.Errorf("engine config: NumBlocks %d must be positive", c.NumBlocks)
+	case c.NumBlocks > 1<<30:
+		return fmt.Errorf("engine config: NumBlocks %d exceeds %d", c.NumBlocks, 1<<30)
+	case c.MaxNumBatchedTokens <= 0:
+		return fmt.Errorf("engine config: MaxNumBatchedTokens %d must be positive", c.MaxNumBatchedTokens)
+	case c.MaxNumSeqs <= 0:
+		return fmt.Errorf("engine config: MaxNumSeqs %d must be positive", c.MaxNumSeqs)
+	case c.MaxModelLen <= 1:
+		return fmt.Errorf("engine config: MaxModelLen %d must exceed 1", c.MaxModelLen)
+	case c.MaxWaiting < 0:
+		return fmt.Errorf("engine config: MaxWaiting %d must not be negative", c.MaxWaiting)
+	case !(c.WatermarkFraction >= 0 && c.WatermarkFraction < 1):
+		return fmt.Errorf("engine config: WatermarkFraction %v must be in [0,1)", c.WatermarkFraction)
+	case !(c.Speedup > 0) || c.Speedup > 1e9:
+		return fmt.Errorf("engine config: Speedup %v must be positive", c.Speedup)
+	}
+	return nil
+}
+
+// RegisterFlags registers the engine's flags under prefix (e.g. "engine.").
+func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
+	fs.IntVar(&c.BlockSize, prefix+"block-size", c.BlockSize, "tokens per KV block")
+	fs.IntVar(&c.NumBlocks, prefix+"kv-blocks", c.NumBlocks, "KV pool size in blocks")
+	fs.IntVar(&c.MaxNumBatchedTokens, prefix+"max-batched-tokens", c.MaxNumBatchedTokens, "token budget per engine step")
+	fs.IntVar(&c.MaxNumSeqs, prefix+"max-num-seqs", c.MaxNumSeqs, "maximum running sequences")
+	fs.IntVar(&c.MaxModelLen, prefix+"max-model-len", c.MaxModelLen, "maximum prompt plus output tokens per request")
+	fs.IntVar(&c.MaxWaiting, prefix+"max-waiting", c.MaxWaiting, "maximum waiting requests (0: unbounded)")
+	fs.Float64Var(&c.WatermarkFraction, prefix+"watermark", c.WatermarkFraction, "fraction of KV blocks kept free when admitting")
+	fs.Float64Var(&c.Speedup, prefix+"speedup", c.Speedup, "divide every simulated step time by this factor")
+	fs.Uint64Var(&c.Seed, prefix+"seed", c.Seed, "seed of the synthetic output tokens")
+}

@@ -1,0 +1,23 @@
+// Package frontend is a router replica's OpenAI-compatible HTTP API: it
+// parses and validates requests, classifies them into policy classes,
+// tokenizes and hashes prompts, looks up prefix overlaps, asks an Admitter
+// for a worker, and proxies the response (SSE pass-through or a plain body)
+// from the granted worker, marking the booking's lifecycle on the way.
+//
+// It owns the policy file schema (ParsePolicy), the mapping from scheduler
+// rejections to OpenAI-shaped HTTP errors, and the request-path metrics. It
+// imports the scheduler and kvindex cores and leaf packages only; everything
+// cluster-shaped (worker registry, index, readiness, admission transport)
+// reaches it through the small interfaces in ports.go.
+//
+// Concurrency: every request runs on its own net/http goroutine, and all the
+// per-request work (parse, classify, tokenize, hash, lookup, proxy) happens on
+// it; the frontend keeps no per-request state elsewhere. Server fields are
+// read-only after New, except the in-flight stream counter (atomic) used by
+// graceful shutdown. Server.Run owns the listener goroutine and returns only
+// after the HTTP server has shut down and every handler has returned.
+//
+// Who completes a request: the handler that accepted it, exactly once. Every
+// admitted request's Ticket is finished exactly once (Finish(aborted)) on
+// every path: success, upstream failure, client disconnect, shutdown.
+package frontend

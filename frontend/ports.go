@@ -1,0 +1,66 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/switchyard/switchyard/scheduler"
+)
+
+// Admitter decides when and where a request runs. The local implementation
+// (LocalAdmitter) calls a scheduler.Actor in-process; a remote one sends the
+// request to the class owner over NATS. Admit blocks while the request is
+// queued; cancelling ctx withdraws it. Errors wrap the scheduler sentinels
+// (scheduler.ErrQueueFull, ErrDeadlineExceeded, ...).
+type Admitter interface {
+	Admit(ctx context.Context, r *scheduler.Request) (Ticket, error)
+}
+
+// Ticket is an admitted request's booking. The frontend calls Dispatched once
+// it has taken the grant, FirstToken when the worker's first byte of output
+// arrives, and Finish exactly once at the end (aborted when the stream did not
+// complete normally). Implementations must be safe to call from the request
+// goroutine and must not block on the network for long.
+type Ticket interface {
+	Grant() scheduler.Grant
+	Dispatched()
+	FirstToken()
+	Finish(aborted bool)
+}
+
+// WorkerView is the frontend's read-only view of the worker registry.
+type WorkerView interface {
+	// Workers returns the registered workers; the slice must not be mutated.
+	Workers() []WorkerEntry
+}
+
+// WorkerEntry is what the frontend needs to know about one worker.
+type WorkerEntry struct {
+	ID        string
+	URL       string
+	Model     string
+	BlockSize int
+}
+
+// PrefixIndex answers prefix-cache overlaps for a prompt's sequence hashes.
+type PrefixIndex interface {
+	// Overlaps appends to dst every worker's matched prefix depth, in blocks,
+	// for seqHashes and returns it. Workers with no match may be omitted.
+	Overlaps(dst []scheduler.Overlap, seqHashes []uint64) []scheduler.Overlap
+	// Predict records that worker is about to hold seqHashes (the routing
+	// decision), until the engine's own events confirm or expire it.
+	Predict(worker string, seqHashes []uint64)
+}
+
+// ReadyFunc reports whether the replica can serve (registries and index are
+// loaded). A nil error means ready; the error text explains what is missing.
+type ReadyFunc func() error
+
+// ClusterInfoFunc returns the JSON document served at /debug/cluster
+// (replicas, class owners, workers, projected loads).
+type ClusterInfoFunc func(ctx context.Context) (json.RawMessage, error)
+
+// Tokenizer turns prompt text into token ids, exactly as the workers do.
+type Tokenizer interface {
+	Encode(text string) []uint32
+}

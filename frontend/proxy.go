@@ -1,0 +1,266 @@
+package frontend
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/scheduler"
+)
+
+// exchange is one client request being proxied; it lives on the request
+// goroutine only.
+type exchange struct {
+	s       *Server
+	w       http.ResponseWriter
+	r       *http.Request
+	p       *parsedRequest
+	rid     string
+	class   string
+	ingress time.Time
+}
+
+// usageBody is the part of a response the router reads for metrics.
+type usageBody struct {
+	Usage *struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+// proxy sends the request to the granted worker and relays the answer. It
+// finishes t exactly once on every path except retry, where it finishes t as
+// aborted and reports retry = true: nothing has been written to the client
+// yet, so the caller may admit the request to another worker.
+func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
+	ctx := x.r.Context()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.WorkerURL+x.p.endpoint.path(), bytes.NewReader(x.p.forward))
+	if err != nil {
+		t.Finish(true)
+		return x.fail(http.StatusBadGateway, "bad worker url "+g.WorkerURL), false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderRequestID, x.rid)
+	if x.p.stream {
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	resp, err := x.s.client.Do(req)
+	if err != nil {
+		t.Finish(true)
+		if ctx.Err() != nil {
+			return statusClientClosed, false
+		}
+		x.s.log.Warn("worker unreachable", zap.String("request_id", x.rid), zap.String("worker", g.Worker), zap.Error(err))
+		if x.canRetry() {
+			return 0, true
+		}
+		return x.fail(http.StatusBadGateway, "the worker is unreachable: "+err.Error()), false
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode >= 500:
+		// The worker failed before producing output: another worker may
+		// succeed. Drain a little so the connection can be reused.
+		_, _ = io.CopyN(io.Discard, resp.Body, 4096)
+		t.Finish(true)
+		x.s.log.Warn("worker answered with a server error", zap.String("request_id", x.rid),
+			zap.String("worker", g.Worker), zap.Int("status", resp.StatusCode))
+		if x.canRetry() {
+			return 0, true
+		}
+		return x.fail(http.StatusBadGateway, "the worker failed: "+resp.Status), false
+	case resp.StatusCode != http.StatusOK:
+		// The worker refused the request itself (4xx): relay it as is.
+		t.Finish(true)
+		return x.relayPlain(resp), false
+	}
+	if x.p.stream {
+		return x.relayStream(t, g, resp)
+	}
+	return x.relayBody(t, g, resp)
+}
+
+// canRetry reports whether a pre-first-byte failure may move to another
+// worker: not when the client pinned this one.
+func (x *exchange) canRetry() bool { return x.p.hints.worker == "" && x.r.Context().Err() == nil }
+
+// fail writes a proxy error before anything else was written.
+func (x *exchange) fail(status int, msg string) int {
+	e := &APIError{Status: status, Type: typeServer, Code: "upstream_failed", Message: msg, err: ErrUpstream}
+	e.write(x.w)
+	return status
+}
+
+func (x *exchange) relayPlain(resp *http.Response) int {
+	h := x.w.Header()
+	h.Set("Content-Type", resp.Header.Get("Content-Type"))
+	x.w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(x.w, io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode
+}
+
+// relayBody relays a non-streaming response. The worker's whole answer is
+// the "first token" from the router's point of view.
+func (x *exchange) relayBody(t Ticket, g scheduler.Grant, resp *http.Response) (int, bool) {
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Finish(true)
+		if x.r.Context().Err() != nil {
+			return statusClientClosed, false
+		}
+		if x.canRetry() {
+			return 0, true
+		}
+		return x.fail(http.StatusBadGateway, "the worker's response broke off: "+err.Error()), false
+	}
+	t.FirstToken()
+	now := x.s.now()
+	h := x.w.Header()
+	h.Set("Content-Type", resp.Header.Get("Content-Type"))
+	h.Set(HeaderRoutedWorker, g.Worker)
+	x.w.WriteHeader(http.StatusOK)
+	_, werr := x.w.Write(body)
+	t.Finish(werr != nil)
+	labels := []string{x.p.model, x.class}
+	x.s.m.TTFT.WithLabelValues(labels...).Observe(now.Sub(x.ingress).Seconds())
+	x.s.m.E2E.WithLabelValues(labels...).Observe(now.Sub(x.ingress).Seconds())
+	x.recordUsage(body)
+	return http.StatusOK, false
+}
+
+var (
+	dataPrefix = []byte("data:")
+	doneData   = []byte("[DONE]")
+	usageKey   = []byte(`"usage"`)
+)
+
+// relayStream passes the worker's SSE stream through, flushing per event.
+// Response headers are held back until the worker's first event, so a worker
+// that dies before producing anything is retried invisibly.
+func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response) (int, bool) {
+	ctx := x.r.Context()
+	flusher, _ := x.w.(http.Flusher)
+	br := bufio.NewReaderSize(resp.Body, 16<<10)
+	labels := []string{x.p.model, x.class}
+	itl := x.s.m.ITL.WithLabelValues(labels...)
+	started := false
+	sawDone := false
+	var last time.Time
+	var usageLine []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// An event line longer than the buffer: assemble it.
+			full := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = br.ReadSlice('\n')
+				full = append(full, line...)
+			}
+			line = full
+		}
+		if len(line) > 0 {
+			payload, isData := bytes.CutPrefix(line, dataPrefix)
+			if isData {
+				payload = bytes.TrimSpace(payload)
+				now := x.s.now()
+				if !started {
+					started = true
+					t.FirstToken()
+					h := x.w.Header()
+					h.Set("Content-Type", "text/event-stream")
+					h.Set("Cache-Control", "no-cache")
+					h.Set(HeaderRoutedWorker, g.Worker)
+					x.w.WriteHeader(http.StatusOK)
+					x.s.m.TTFT.WithLabelValues(labels...).Observe(now.Sub(x.ingress).Seconds())
+				} else if !bytes.Equal(payload, doneData) {
+					itl.Observe(now.Sub(last).Seconds())
+				}
+				last = now
+				if bytes.Equal(payload, doneData) {
+					sawDone = true
+				} else if bytes.Contains(payload, usageKey) {
+					usageLine = append(usageLine[:0], payload...)
+				}
+			}
+			if started {
+				if _, werr := x.w.Write(line); werr != nil {
+					t.Finish(true)
+					return statusClientClosed, false
+				}
+				if len(bytes.TrimSpace(line)) == 0 && flusher != nil {
+					flusher.Flush() // end of one event
+				}
+			}
+		}
+		if err == nil {
+			continue
+		}
+		// End of the upstream body: clean or not.
+		if flusher != nil && started {
+			flusher.Flush()
+		}
+		switch {
+		case ctx.Err() != nil:
+			t.Finish(true)
+			return statusClientClosed, false
+		case err == io.EOF && sawDone:
+			t.Finish(false)
+			x.s.m.E2E.WithLabelValues(labels...).Observe(x.s.now().Sub(x.ingress).Seconds())
+			x.recordUsage(usageLine)
+			return http.StatusOK, false
+		case !started:
+			t.Finish(true)
+			x.s.log.Warn("worker stream ended before its first event", zap.String("request_id", x.rid),
+				zap.String("worker", g.Worker), zap.Error(err))
+			if x.canRetry() {
+				return 0, true
+			}
+			return x.fail(http.StatusBadGateway, "the worker's stream ended before its first event"), false
+		default:
+			t.Finish(true)
+			x.s.log.Warn("worker stream broke off", zap.String("request_id", x.rid),
+				zap.String("worker", g.Worker), zap.Error(err))
+			x.writeStreamError("the worker's stream broke off; the response is incomplete")
+			return http.StatusOK, false
+		}
+	}
+}
+
+// writeStreamError ends a stream that already started with an error event.
+func (x *exchange) writeStreamError(msg string) {
+	e := &APIError{Type: typeServer, Code: "upstream_failed", Message: msg}
+	var b bytes.Buffer
+	b.WriteString("data: ")
+	b.Write(e.body())
+	b.WriteString("\n\n")
+	_, _ = x.w.Write(b.Bytes())
+	if f, ok := x.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// recordUsage adds a response's usage to the token counters.
+func (x *exchange) recordUsage(doc []byte) {
+	if len(doc) == 0 {
+		return
+	}
+	var u usageBody
+	if json.Unmarshal(doc, &u) != nil || u.Usage == nil {
+		return
+	}
+	m, labels := x.s.m, []string{x.p.model, x.class}
+	m.PromptTokens.WithLabelValues(labels...).Add(float64(u.Usage.PromptTokens))
+	m.GeneratedTokens.WithLabelValues(labels...).Add(float64(u.Usage.CompletionTokens))
+	if d := u.Usage.PromptTokensDetails; d != nil {
+		m.CachedTokens.WithLabelValues(labels...).Add(float64(d.CachedTokens))
+	}
+}

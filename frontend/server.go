@@ -1,0 +1,514 @@
+package frontend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/tokenizer"
+)
+
+// Deps are the ports the frontend consumes. Admitter and Workers are
+// required; the rest have documented fallbacks.
+type Deps struct {
+	Admitter Admitter
+	Workers  WorkerView
+	// Index gives prefix overlaps; nil routes without cache knowledge.
+	Index PrefixIndex
+	// Tokenizer defaults to tokenizer.Default{}.
+	Tokenizer Tokenizer
+	// Policy is the initial policy; nil means DefaultPolicy(). SetPolicy
+	// replaces it at run time.
+	Policy *Policy
+	// Ready gates /readyz and the API; nil means always ready.
+	Ready ReadyFunc
+	// ClusterInfo serves /debug/cluster; nil answers 404.
+	ClusterInfo ClusterInfoFunc
+	// MetricsHandler serves /metrics; nil answers 404.
+	MetricsHandler http.Handler
+	// Metrics are the request-level metrics; nil builds them on the
+	// Registerer passed to New.
+	Metrics *metrics.Router
+	// Now is the clock (ingress times, deadlines, latencies); nil = time.Now.
+	Now func() time.Time
+}
+
+// Server is the OpenAI HTTP API of one router replica.
+type Server struct {
+	cfg     Config
+	deps    Deps
+	log     *zap.Logger
+	m       *metrics.Router
+	now     func() time.Time
+	policy  atomic.Pointer[Policy]
+	client  *http.Client
+	tr      *http.Transport
+	mux     *http.ServeMux
+	idBase  string
+	idSeq   atomic.Uint64
+	active  sync.WaitGroup // handlers in flight, so Run can wait for all of them
+	closing atomic.Bool
+}
+
+// New builds a Server. It starts nothing: Serve or Run do.
+func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Admitter == nil || deps.Workers == nil {
+		return nil, errors.New("frontend: Deps.Admitter and Deps.Workers are required")
+	}
+	if deps.Tokenizer == nil {
+		deps.Tokenizer = tokenizer.Default{}
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	m := deps.Metrics
+	if m == nil {
+		m = metrics.NewRouter(reg)
+	}
+	var seed [6]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("frontend: request id seed: %w", err)
+	}
+	tr := &http.Transport{
+		Proxy:                 nil, // workers are reached directly, never through an env proxy
+		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          0,
+		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerWorker,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true, // pass bytes through; SSE must not be buffered by gzip
+		ExpectContinueTimeout: 0,
+	}
+	s := &Server{
+		cfg: cfg, deps: deps, log: log.Named("frontend"), m: m, now: deps.Now,
+		tr: tr, client: &http.Client{Transport: tr},
+		idBase: hex.EncodeToString(seed[:]),
+	}
+	p := deps.Policy
+	if p == nil {
+		p = DefaultPolicy()
+	}
+	s.policy.Store(p)
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("POST /v1/chat/completions", s.instrument(routeChat, func(w http.ResponseWriter, r *http.Request) int {
+		return s.handleCompletion(w, r, endpointChat)
+	}))
+	s.mux.HandleFunc("POST /v1/completions", s.instrument(routeCompletions, func(w http.ResponseWriter, r *http.Request) int {
+		return s.handleCompletion(w, r, endpointCompletions)
+	}))
+	s.mux.HandleFunc("GET /v1/models", s.instrument(routeModels, s.handleModels))
+	s.mux.HandleFunc("GET /healthz", s.instrument(routeHealthz, s.handleHealthz))
+	s.mux.HandleFunc("GET /readyz", s.instrument(routeReadyz, s.handleReadyz))
+	s.mux.HandleFunc("GET /debug/cluster", s.instrument(routeDebug, s.handleDebugCluster))
+	if deps.MetricsHandler != nil {
+		s.mux.Handle("GET /metrics", deps.MetricsHandler)
+	}
+	return s, nil
+}
+
+// Route label values of switchyard_http_responses_total: a fixed set.
+const (
+	routeChat        = "chat_completions"
+	routeCompletions = "completions"
+	routeModels      = "models"
+	routeHealthz     = "healthz"
+	routeReadyz      = "readyz"
+	routeDebug       = "debug_cluster"
+)
+
+// SetPolicy replaces the policy used for classification; requests already
+// classified keep their class.
+func (s *Server) SetPolicy(p *Policy) { s.policy.Store(p) }
+
+// Policy returns the current policy.
+func (s *Server) Policy() *Policy { return s.policy.Load() }
+
+// Handler returns the HTTP handler of the API. Serve and Run use it; tests may
+// mount it on their own server, then call CloseIdleConnections when done.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// CloseIdleConnections closes the keep-alive connections to workers.
+func (s *Server) CloseIdleConnections() { s.tr.CloseIdleConnections() }
+
+// Run listens on Config.Addr and serves until ctx ends (see Serve).
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("frontend: listen %s: %w", s.cfg.Addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves the API on ln until ctx ends, then shuts down gracefully: it
+// stops accepting, lets in-flight requests and streams finish for up to
+// Config.ShutdownGrace, then cuts the rest (their clients see the stream end
+// and their tickets are finished as aborted). It returns only after every
+// handler has returned and the worker connections are closed.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
+	}
+	errc := make(chan error, 1) // size one: Serve's single result, read below
+	go func() { errc <- srv.Serve(ln) }()
+	var err error
+	select {
+	case err = <-errc:
+		// The listener failed on its own; nothing else to shut down.
+	case <-ctx.Done():
+		s.closing.Store(true)
+		graceCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownGrace)
+		if shutErr := srv.Shutdown(graceCtx); shutErr != nil {
+			s.log.Warn("grace period over, cutting in-flight streams", zap.Duration("grace", s.cfg.ShutdownGrace))
+			_ = srv.Close()
+		}
+		cancel()
+		err = <-errc
+	}
+	s.active.Wait()
+	s.tr.CloseIdleConnections()
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// instrument counts responses by route and code and tracks in-flight
+// handlers for Serve.
+func (s *Server) instrument(route string, h func(http.ResponseWriter, *http.Request) int) http.HandlerFunc {
+	codes := make(map[int]prometheus.Counter) // pre-resolved common codes
+	for _, c := range []int{200, 400, 404, 413, 429, 499, 500, 502, 503} {
+		codes[c] = s.m.HTTPResponses.WithLabelValues(route, strconv.Itoa(c))
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.active.Add(1)
+		defer s.active.Done()
+		code := h(w, r)
+		if c, ok := codes[code]; ok {
+			c.Inc()
+		} else {
+			s.m.HTTPResponses.WithLabelValues(route, strconv.Itoa(code)).Inc()
+		}
+	}
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) int {
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = io.WriteString(w, "ok\n")
+	return http.StatusOK
+}
+
+func (s *Server) ready() error {
+	if s.closing.Load() {
+		return ErrShuttingDown
+	}
+	if s.deps.Ready == nil {
+		return nil
+	}
+	return s.deps.Ready()
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request) int {
+	w.Header().Set("Content-Type", "text/plain")
+	if err := s.ready(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "not ready: "+err.Error()+"\n")
+		return http.StatusServiceUnavailable
+	}
+	_, _ = io.WriteString(w, "ok\n")
+	return http.StatusOK
+}
+
+func (s *Server) handleDebugCluster(w http.ResponseWriter, r *http.Request) int {
+	if s.deps.ClusterInfo == nil {
+		http.NotFound(w, r)
+		return http.StatusNotFound
+	}
+	doc, err := s.deps.ClusterInfo(r.Context())
+	if err != nil {
+		e := &APIError{Status: http.StatusInternalServerError, Type: typeServer, Code: "internal_error", Message: "cluster info: " + err.Error(), err: err}
+		e.write(w)
+		return e.Status
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(doc)
+	return http.StatusOK
+}
+
+type modelList struct {
+	Object string        `json:"object"`
+	Data   []modelObject `json:"data"`
+}
+
+type modelObject struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	// Workers is how many registered workers serve the model (an extension).
+	Workers int `json:"switchyard_workers"`
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) int {
+	counts := map[string]int{}
+	var ids []string
+	for _, wk := range s.deps.Workers.Workers() {
+		if counts[wk.Model] == 0 {
+			ids = append(ids, wk.Model)
+		}
+		counts[wk.Model]++
+	}
+	slices.Sort(ids)
+	out := modelList{Object: "list", Data: make([]modelObject, 0, len(ids))}
+	for _, id := range ids {
+		out.Data = append(out.Data, modelObject{ID: id, Object: "model", OwnedBy: "switchyard", Workers: counts[id]})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+	return http.StatusOK
+}
+
+// nextID returns a request id unique across replicas (random per-process
+// base) and cheap to make (a counter).
+func (s *Server) nextID() string {
+	return "sy-" + s.idBase + "-" + strconv.FormatUint(s.idSeq.Add(1), 36)
+}
+
+// routing is what the request path learns from the worker registry.
+type routing struct {
+	blockSize int
+	// eligible is the set of workers serving the model, when not every
+	// worker does; nil when every worker serves it.
+	eligible []string
+	all      []string
+}
+
+// route resolves the model against the registry. With no workers at all the
+// scheduler answers no_endpoints; a model nobody serves is a 404.
+func (s *Server) route(model string) (routing, *APIError) {
+	ws := s.deps.Workers.Workers()
+	rt := routing{blockSize: s.cfg.BlockSize}
+	if len(ws) == 0 {
+		return rt, nil
+	}
+	rt.all = make([]string, 0, len(ws))
+	found := false
+	mixed := false
+	for _, w := range ws {
+		rt.all = append(rt.all, w.ID)
+		if w.Model == model {
+			if !found && w.BlockSize > 0 {
+				rt.blockSize = w.BlockSize
+			}
+			found = true
+		} else {
+			mixed = true
+		}
+	}
+	if !found {
+		return rt, &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model", Code: "model_not_found",
+			Message: fmt.Sprintf("the model %q is not served by any registered worker (see GET /v1/models)", model), err: ErrUnknownModel}
+	}
+	if mixed {
+		for _, w := range ws {
+			if w.Model == model {
+				rt.eligible = append(rt.eligible, w.ID)
+			}
+		}
+	}
+	return rt, nil
+}
+
+// constrain intersects the client's allow-list with the model's workers and
+// removes failed ones. It returns nil for "any worker".
+func constrain(allowed []string, rt routing, failed []string) []string {
+	base := allowed
+	if rt.eligible != nil {
+		if len(base) == 0 {
+			base = rt.eligible
+		} else {
+			base = intersect(base, rt.eligible)
+			if len(base) == 0 {
+				return []string{} // nothing serves it: the scheduler rejects the constraint
+			}
+		}
+	}
+	if len(failed) == 0 {
+		return base
+	}
+	if len(base) == 0 {
+		base = rt.all
+	}
+	out := make([]string, 0, len(base))
+	for _, w := range base {
+		if !slices.Contains(failed, w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// readBody reads at most MaxBodyBytes.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *APIError) {
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		return nil, tooLarge(s.cfg.MaxBodyBytes)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge(s.cfg.MaxBodyBytes)
+		}
+		return nil, badRequest("", "invalid_body", "reading the body failed: "+err.Error())
+	}
+	return body, nil
+}
+
+func tooLarge(limit int64) *APIError {
+	return &APIError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large",
+		Message: fmt.Sprintf("the request body is larger than %d bytes", limit), err: ErrTooLarge}
+}
+
+// handleCompletion is the request path (design §4 steps 1-5) on the request
+// goroutine. It returns the HTTP status it sent (499 when the client left).
+func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep endpoint) int {
+	ingress := s.now()
+	rid := s.nextID()
+	w.Header().Set(HeaderRequestID, rid)
+	if err := s.ready(); err != nil {
+		e := &APIError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: "not_ready",
+			Message: "the router is not ready: " + err.Error(), RetryAfter: s.retryAfter(), err: ErrNotReady}
+		e.write(w)
+		return e.Status
+	}
+	body, apiErr := s.readBody(w, r)
+	if apiErr != nil {
+		apiErr.write(w)
+		return apiErr.Status
+	}
+	p, apiErr := parseRequest(ep, body, r.Header, s.deps.Tokenizer, s.cfg.MaxPromptTokens)
+	if apiErr != nil {
+		apiErr.write(w)
+		return apiErr.Status
+	}
+	rt, apiErr := s.route(p.model)
+	if apiErr != nil {
+		apiErr.write(w)
+		return apiErr.Status
+	}
+	pol := s.policy.Load()
+	class := p.hints.class
+	if class == "" {
+		class = pol.Classify(p.model, p.user, r.Header)
+	} else if !pol.HasClass(class) {
+		e := badRequest("x-switchyard-class", "unknown_class", fmt.Sprintf("unknown class %q (classes: %v)", class, pol.ClassNames()))
+		e.write(w)
+		return e.Status
+	}
+	def := pol.Defaults(class)
+	req := scheduler.Request{
+		ID:                   rid,
+		Class:                class,
+		StrictPriority:       def.Priority,
+		PriorityJump:         def.PriorityJump,
+		Ingress:              ingress,
+		PromptTokens:         len(p.tokens),
+		BlockHashes:          kvindex.SequenceHashes(p.tokens, rt.blockSize, kvindex.BaseSeed),
+		Pinned:               p.hints.worker,
+		ExpectedOutputTokens: p.maxTokens,
+	}
+	if req.ExpectedOutputTokens == 0 {
+		req.ExpectedOutputTokens = s.cfg.DefaultMaxTokens
+	}
+	if p.hints.priority != nil {
+		req.StrictPriority = *p.hints.priority
+	}
+	deadline := def.Deadline
+	if p.hints.deadline != nil {
+		deadline = *p.hints.deadline
+	}
+	if deadline > 0 {
+		req.Due = ingress.Add(deadline)
+	}
+	if s.deps.Index != nil && len(req.BlockHashes) > 0 {
+		req.Overlaps = s.deps.Index.Overlaps(nil, req.BlockHashes)
+	}
+	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress}
+	var failed []string
+	for attempt := 0; ; attempt++ {
+		req.Attempt = attempt
+		req.Allowed = constrain(p.hints.allowed, rt, failed)
+		if failed != nil && len(req.Allowed) == 0 {
+			e := &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_failed",
+				Message: "every eligible worker failed before responding", err: ErrUpstream}
+			e.write(w)
+			return e.Status
+		}
+		attemptReq := req // the admitter may keep the pointer; each attempt gets its own
+		t, err := s.deps.Admitter.Admit(r.Context(), &attemptReq)
+		if err != nil {
+			e := admissionError(err, s.retryAfter())
+			if e == nil || r.Context().Err() != nil {
+				return statusClientClosed
+			}
+			e.write(w)
+			return e.Status
+		}
+		t.Dispatched()
+		g := t.Grant()
+		if s.deps.Index != nil && len(req.BlockHashes) > 0 {
+			s.deps.Index.Predict(g.Worker, req.BlockHashes)
+		}
+		if g.CachedTokens > 0 {
+			s.m.PredictedCachedTokens.WithLabelValues(p.model, class).Add(float64(g.CachedTokens))
+		}
+		status, retry := x.proxy(t, g)
+		if !retry {
+			return status
+		}
+		failed = append(failed, g.Worker)
+		if attempt+1 >= s.cfg.MaxAttempts {
+			e := &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_failed",
+				Message: fmt.Sprintf("%d workers failed before responding", len(failed)), err: ErrUpstream}
+			e.write(w)
+			return e.Status
+		}
+		s.log.Info("worker failed before first byte, re-admitting",
+			zap.String("request_id", rid), zap.String("worker", g.Worker), zap.Int("attempt", attempt+1))
+	}
+}
+
+// statusClientClosed is recorded (never sent) when the client went away.
+const statusClientClosed = 499
+
+func (s *Server) retryAfter() int { return int(s.cfg.RetryAfter / time.Second) }

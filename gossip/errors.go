@@ -1,0 +1,21 @@
+package gossip
+
+import "errors"
+
+var (
+	// ErrMalformed is wrapped by every decoding error caused by bad bytes.
+	ErrMalformed = errors.New("gossip: malformed message")
+	// ErrVersion is wrapped when a message carries a codec version this build
+	// does not understand.
+	ErrVersion = errors.New("gossip: unsupported version")
+	// ErrForeign is wrapped when a message does not start with the gossip
+	// magic: it was not written by this package.
+	ErrForeign = errors.New("gossip: foreign message")
+	// ErrMetaTooLarge is returned when the encoded node meta exceeds
+	// MaxMetaBytes.
+	ErrMetaTooLarge = errors.New("gossip: node meta too large")
+	// ErrInvalidConfig is wrapped by every Config.Validate error.
+	ErrInvalidConfig = errors.New("gossip: invalid config")
+	// ErrAlreadyRunning is returned by a second call to Run.
+	ErrAlreadyRunning = errors.New("gossip: already running")
+)

@@ -1,0 +1,469 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/wire"
+)
+
+// WorkerConfig configures one simulated worker process: the engine, its
+// OpenAI HTTP API, and its links to NATS (KV events, load reports, dumps) and
+// etcd (lease-bound registration).
+type WorkerConfig struct {
+	// ID names the worker in etcd and in NATS subjects.
+	ID string
+	// Cluster scopes every etcd key and NATS subject.
+	Cluster string
+	// Model is the only model name the worker serves.
+	Model string
+	// Listen is the HTTP listen address; port 0 picks a free port.
+	Listen string
+	// AdvertiseURL is the base URL registered in etcd; empty derives it from
+	// the bound address.
+	AdvertiseURL string
+	// EtcdEndpoints, when set, make the worker register under a lease.
+	EtcdEndpoints []string
+	// NATSURL, when set, makes the worker publish KV events and load reports
+	// and answer dump requests.
+	NATSURL string
+	// LeaseTTL is the registration lease's time to live.
+	LeaseTTL time.Duration
+	// LoadInterval is the period of load reports; LoadMinInterval bounds how
+	// often a change triggers an extra one.
+	LoadInterval    time.Duration
+	LoadMinInterval time.Duration
+	// GracePeriod bounds the drain of in-flight requests at shutdown.
+	GracePeriod time.Duration
+	// DumpChunkBlocks is the default number of hashes per dump reply chunk.
+	DumpChunkBlocks int
+	// MaxBodyBytes bounds request bodies (413 beyond).
+	MaxBodyBytes int64
+	// DefaultMaxTokens applies when a request gives no max_tokens.
+	DefaultMaxTokens int
+	// Labels are copied into the registration record.
+	Labels map[string]string
+	// Engine configures the simulated engine (WorkerID is set from ID).
+	Engine engine.Config
+
+	// Ready, if set, is called once with the worker's base URL when it
+	// serves HTTP and is registered. It must not block.
+	Ready func(url string) `json:"-"`
+	// Clock drives the engine; nil is the wall clock.
+	Clock engine.Clock `json:"-"`
+}
+
+// DefaultWorkerConfig returns the defaults of a worker.
+func DefaultWorkerConfig() WorkerConfig {
+	return WorkerConfig{
+		ID:               "worker-1",
+		Cluster:          "default",
+		Model:            "switchyard-sim",
+		Listen:           "127.0.0.1:9001",
+		LeaseTTL:         5 * time.Second,
+		LoadInterval:     100 * time.Millisecond,
+		LoadMinInterval:  10 * time.Millisecond,
+		GracePeriod:      10 * time.Second,
+		DumpChunkBlocks:  4096,
+		MaxBodyBytes:     8 << 20,
+		DefaultMaxTokens: 256,
+		Engine:           engine.DefaultConfig(),
+	}
+}
+
+// Validate names the first bad field.
+func (c *WorkerConfig) Validate() error {
+	switch {
+	case !wire.ValidName(c.ID):
+		return fmt.Errorf("worker config: ID %q must be 1-128 of [A-Za-z0-9_-]", c.ID)
+	case !wire.ValidName(c.Cluster):
+		return fmt.Errorf("worker config: Cluster %q must be 1-128 of [A-Za-z0-9_-]", c.Cluster)
+	case c.Model == "":
+		return errors.New("worker config: Model must not be empty")
+	case c.Listen == "":
+		return errors.New("worker config: Listen must not be empty")
+	case c.LeaseTTL < time.Second:
+		return fmt.Errorf("worker config: LeaseTTL %v must be at least 1s", c.LeaseTTL)
+	case c.LoadInterval <= 0:
+		return fmt.Errorf("worker config: LoadInterval %v must be positive", c.LoadInterval)
+	case c.LoadMinInterval < 0 || c.LoadMinInterval > c.LoadInterval:
+		return fmt.Errorf("worker config: LoadMinInterval %v must be in [0, LoadInterval]", c.LoadMinInterval)
+	case c.GracePeriod < 0:
+		return fmt.Errorf("worker config: GracePeriod %v must not be negative", c.GracePeriod)
+	case c.DumpChunkBlocks <= 0 || c.DumpChunkBlocks > wire.MaxBlocksPerMessage:
+		return fmt.Errorf("worker config: DumpChunkBlocks %d must be in [1, %d]", c.DumpChunkBlocks, wire.MaxBlocksPerMessage)
+	case c.MaxBodyBytes <= 0:
+		return fmt.Errorf("worker config: MaxBodyBytes %d must be positive", c.MaxBodyBytes)
+	case c.DefaultMaxTokens <= 0:
+		return fmt.Errorf("worker config: DefaultMaxTokens %d must be positive", c.DefaultMaxTokens)
+	}
+	if err := c.Engine.Validate(); err != nil {
+		return fmt.Errorf("worker config: %w", err)
+	}
+	return nil
+}
+
+// RegisterFlags registers the worker's flags (and the engine's, unprefixed)
+// under prefix.
+func (c *WorkerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
+	fs.StringVar(&c.ID, prefix+"id", c.ID, "worker id (etcd key and NATS subject token)")
+	fs.StringVar(&c.Cluster, prefix+"cluster", c.Cluster, "cluster name")
+	fs.StringVar(&c.Model, prefix+"model", c.Model, "model name served")
+	fs.StringVar(&c.Listen, prefix+"listen", c.Listen, "HTTP listen address")
+	fs.StringVar(&c.AdvertiseURL, prefix+"advertise-url", c.AdvertiseURL, "base URL registered in etcd (default: from the bound address)")
+	fs.Func(prefix+"etcd-endpoints", "comma-separated etcd endpoints (empty: do not register)", func(s string) error {
+		c.EtcdEndpoints = splitList(s)
+		return nil
+	})
+	fs.StringVar(&c.NATSURL, prefix+"nats-url", c.NATSURL, "NATS URL (empty: publish no events or loads)")
+	fs.DurationVar(&c.LeaseTTL, prefix+"lease-ttl", c.LeaseTTL, "registration lease TTL")
+	fs.DurationVar(&c.LoadInterval, prefix+"load-interval", c.LoadInterval, "load report period")
+	fs.DurationVar(&c.LoadMinInterval, prefix+"load-min-interval", c.LoadMinInterval, "minimum gap between change-triggered load reports")
+	fs.DurationVar(&c.GracePeriod, prefix+"grace-period", c.GracePeriod, "drain time for in-flight requests at shutdown")
+	fs.IntVar(&c.DumpChunkBlocks, prefix+"dump-chunk-blocks", c.DumpChunkBlocks, "hashes per KV dump reply chunk")
+	fs.Int64Var(&c.MaxBodyBytes, prefix+"max-body-bytes", c.MaxBodyBytes, "maximum request body size")
+	fs.IntVar(&c.DefaultMaxTokens, prefix+"default-max-tokens", c.DefaultMaxTokens, "max_tokens when a request gives none")
+	c.Engine.RegisterFlags(fs, prefix)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// applyEnv sets every flag not given on the command line from
+// SWITCHYARD_<NAME> (upper case, '-' and '.' as '_'), so containers can be
+// configured by environment.
+func applyEnv(fs *flag.FlagSet, set map[string]bool) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || set[f.Name] {
+			return
+		}
+		key := "SWITCHYARD_" + strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(f.Name))
+		if v, ok := os.LookupEnv(key); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", key, v, e)
+			}
+		}
+	})
+	return err
+}
+
+// Worker is the `switchyard worker` subcommand.
+func Worker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := DefaultWorkerConfig()
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.RegisterFlags(fs, "")
+	level := zapcore.InfoLevel
+	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return ErrUsage
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := applyEnv(fs, set); err != nil {
+		_, _ = fmt.Fprintf(stderr, "worker: %v\n", err)
+		return ErrUsage
+	}
+	if err := cfg.Validate(); err != nil {
+		_, _ = fmt.Fprintf(stderr, "worker: %v\n", err)
+		return ErrUsage
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(stderr), level))
+	defer func() { _ = log.Sync() }()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Ready = func(url string) { _, _ = fmt.Fprintf(stdout, "worker %s serving %s at %s\n", cfg.ID, cfg.Model, url) }
+	return RunWorker(ctx, cfg, log, reg)
+}
+
+// flagLevel lets zap's level parse through the FlagSet we own (zap.LevelFlag
+// registers on the global CommandLine, which a subcommand must not use).
+type flagLevel struct{ l *zapcore.Level }
+
+func (f flagLevel) String() string {
+	if f.l == nil {
+		return "info"
+	}
+	return f.l.String()
+}
+func (f flagLevel) Set(s string) error { return f.l.Set(s) }
+
+// RunWorker runs one worker until ctx ends. Shutdown order: deregister from
+// etcd (revoke the lease) so routers stop sending, drain in-flight requests
+// for up to GracePeriod, stop the engine (aborting what is left), then close
+// NATS and etcd. It returns only after every goroutine it started exited.
+func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prometheus.Registerer) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log = log.Named("worker").With(zap.String("worker", cfg.ID))
+	w := &worker{cfg: cfg, log: log}
+	w.metrics = newWorkerMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"worker": cfg.ID}, reg))
+	if g, ok := reg.(prometheus.Gatherer); ok {
+		w.gatherer = g
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("worker %s: listen %s: %w", cfg.ID, cfg.Listen, err)
+	}
+	defer ln.Close() // no-op once the server owns and closed it
+	w.url = cfg.AdvertiseURL
+	if w.url == "" {
+		w.url = advertiseURL(ln.Addr().(*net.TCPAddr))
+	}
+
+	var sink engine.EventSink
+	if cfg.NATSURL != "" {
+		w.nc, err = nats.Connect(cfg.NATSURL,
+			nats.Name("switchyard-worker-"+cfg.ID),
+			nats.MaxReconnects(-1),
+			nats.ClosedHandler(func(*nats.Conn) {}))
+		if err != nil {
+			return fmt.Errorf("worker %s: connect nats %s: %w", cfg.ID, cfg.NATSURL, err)
+		}
+		defer w.nc.Close()
+		w.subjects = wire.NewSubjects(cfg.Cluster)
+		sink = &natsSink{w: w}
+	}
+	ecfg := cfg.Engine
+	ecfg.WorkerID = cfg.ID
+	ecfg.Events = sink
+	clock := cfg.Clock
+	if clock == nil {
+		clock = engine.RealClock{}
+	}
+	w.eng, err = engine.New(ecfg, clock)
+	if err != nil {
+		return fmt.Errorf("worker %s: %w", cfg.ID, err)
+	}
+	if err := reg.Register(prometheus.WrapCollectorWith(prometheus.Labels{"worker": cfg.ID}, &engineCollector{eng: w.eng})); err != nil {
+		return fmt.Errorf("worker %s: register engine metrics: %w", cfg.ID, err)
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEngine()
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = w.eng.Run(engCtx) }()
+
+	if w.nc != nil {
+		sub, err := w.nc.Subscribe(w.subjects.KVDump(cfg.ID), w.answerDump)
+		if err != nil {
+			return fmt.Errorf("worker %s: subscribe kv dump: %w", cfg.ID, err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		wg.Add(1)
+		go func() { defer wg.Done(); w.reportLoad(engCtx) }()
+	}
+
+	srv := &http.Server{Handler: w.routes(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: zap.NewStdLog(log.Named("http"))}
+	serveErr := make(chan error, 1) // size 1: the serve goroutine never blocks on exit
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- err
+		}
+	}()
+
+	var rec *registration
+	if len(cfg.EtcdEndpoints) > 0 {
+		rec, err = w.register(ctx)
+		if err != nil {
+			_ = srv.Close()
+			stopEngine()
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); rec.keepAlive() }()
+	}
+	w.ready.Store(true)
+	log.Info("worker ready", zap.String("url", w.url), zap.String("model", cfg.Model),
+		zap.Uint64("instance", w.eng.Instance()))
+	if cfg.Ready != nil {
+		cfg.Ready(w.url)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+		runErr = fmt.Errorf("worker %s: serve: %w", cfg.ID, runErr)
+	}
+	w.ready.Store(false)
+	if rec != nil {
+		rec.deregister()
+	}
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), cfg.GracePeriod)
+	if err := srv.Shutdown(drainCtx); err != nil {
+		log.Warn("grace period over, aborting in-flight requests", zap.Duration("grace_period", cfg.GracePeriod))
+		_ = srv.Close()
+	}
+	cancelDrain()
+	stopEngine() // aborts what is left, so every handler returns
+	w.handlers.Wait()
+	if rec != nil {
+		rec.close()
+	}
+	if w.nc != nil {
+		if err := w.nc.Flush(); err != nil {
+			log.Debug("nats flush at shutdown", zap.Error(err))
+		}
+	}
+	log.Info("worker stopped")
+	return runErr
+}
+
+func advertiseURL(a *net.TCPAddr) string {
+	host := a.IP.String()
+	if a.IP.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		} else {
+			host = "127.0.0.1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, fmt.Sprint(a.Port))
+}
+
+// registration is the worker's lease-bound record in etcd.
+type registration struct {
+	w       *worker
+	cli     *clientv3.Client
+	key     string
+	val     string
+	mu      sync.Mutex
+	lease   clientv3.LeaseID
+	ctx     context.Context // ends at deregistration
+	cancel  context.CancelFunc
+	stopped chan struct{}
+}
+
+func (w *worker) register(ctx context.Context) (*registration, error) {
+	info := &wire.WorkerInfo{
+		ID: w.cfg.ID, URL: w.url, Model: w.cfg.Model,
+		BlockSize: w.cfg.Engine.BlockSize, KVBlocks: w.cfg.Engine.NumBlocks,
+		MaxNumSeqs: w.cfg.Engine.MaxNumSeqs, MaxBatchedTokens: w.cfg.Engine.MaxNumBatchedTokens,
+		Labels: w.cfg.Labels, PublishesEvents: w.nc != nil,
+	}
+	val, err := wire.EncodeWorkerInfo(info)
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: encode registration: %w", w.cfg.ID, err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: w.cfg.EtcdEndpoints, DialTimeout: 5 * time.Second,
+		Logger: w.log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel))})
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: etcd client: %w", w.cfg.ID, err)
+	}
+	r := &registration{w: w, cli: cli, key: wire.NewKeys(w.cfg.Cluster).Worker(w.cfg.ID), val: string(val),
+		stopped: make(chan struct{})}
+	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if err := r.put(ctx); err != nil {
+		r.cancel()
+		_ = cli.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// put grants a fresh lease and writes the record under it.
+func (r *registration) put(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lease, err := r.cli.Grant(ctx, int64(r.w.cfg.LeaseTTL/time.Second))
+	if err != nil {
+		return fmt.Errorf("worker %s: grant lease: %w", r.w.cfg.ID, err)
+	}
+	if _, err := r.cli.Put(ctx, r.key, r.val, clientv3.WithLease(lease.ID)); err != nil {
+		return fmt.Errorf("worker %s: register %s: %w", r.w.cfg.ID, r.key, err)
+	}
+	r.mu.Lock()
+	r.lease = lease.ID
+	r.mu.Unlock()
+	r.w.log.Info("registered", zap.String("key", r.key), zap.Int64("lease", int64(lease.ID)))
+	return nil
+}
+
+// keepAlive keeps the lease alive until deregistration; a lost lease (etcd
+// partition longer than the TTL) is replaced by a fresh registration.
+func (r *registration) keepAlive() {
+	defer close(r.stopped)
+	for r.ctx.Err() == nil {
+		r.mu.Lock()
+		lease := r.lease
+		r.mu.Unlock()
+		ch, err := r.cli.KeepAlive(r.ctx, lease)
+		if err == nil {
+			for range ch {
+			}
+		}
+		if r.ctx.Err() != nil {
+			return
+		}
+		r.w.metrics.reregistrations.Inc()
+		r.w.log.Warn("registration lease lost, registering again", zap.Error(err))
+		for r.ctx.Err() == nil {
+			if err := r.put(r.ctx); err == nil {
+				break
+			} else {
+				r.w.log.Warn("re-registration failed", zap.Error(err))
+			}
+			select {
+			case <-r.ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// deregister stops the keep-alive and revokes the lease, deleting the record.
+func (r *registration) deregister() {
+	r.cancel()
+	<-r.stopped
+	r.mu.Lock()
+	lease := r.lease
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := r.cli.Revoke(ctx, lease); err != nil {
+		// The lease expires by itself within its TTL.
+		r.w.log.Warn("revoke registration lease", zap.Error(err))
+		return
+	}
+	r.w.log.Info("deregistered", zap.String("key", r.key))
+}
+
+func (r *registration) close() { _ = r.cli.Close() }

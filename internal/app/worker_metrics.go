@@ -1,0 +1,97 @@
+package app
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// workerMetrics are the worker process's own counters. Every series carries
+// a constant worker label (added by the wrapping registerer), so several
+// workers can share one registry in `switchyard up`.
+type workerMetrics struct {
+	requests        *prometheus.CounterVec // endpoint, outcome
+	publishErrors   *prometheus.CounterVec // stream: kv, kv_dump, load
+	malformed       *prometheus.CounterVec // kind
+	kvBatches       prometheus.Counter
+	loadReports     prometheus.Counter
+	dumps           prometheus.Counter
+	reregistrations prometheus.Counter
+}
+
+func newWorkerMetrics(reg prometheus.Registerer) *workerMetrics {
+	f := promauto.With(reg)
+	return &workerMetrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_worker_http_requests_total",
+			Help: "OpenAI API requests by endpoint and outcome."}, []string{"endpoint", "outcome"}),
+		publishErrors: f.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_worker_publish_errors_total",
+			Help: "NATS publishes that failed, by stream."}, []string{"stream"}),
+		malformed: f.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_worker_malformed_messages_total",
+			Help: "NATS messages rejected as malformed, by kind."}, []string{"kind"}),
+		kvBatches: f.NewCounter(prometheus.CounterOpts{Name: "switchyard_worker_kv_event_batches_total",
+			Help: "KV event batches published."}),
+		loadReports: f.NewCounter(prometheus.CounterOpts{Name: "switchyard_worker_load_reports_total",
+			Help: "Load reports published."}),
+		dumps: f.NewCounter(prometheus.CounterOpts{Name: "switchyard_worker_kv_dumps_total",
+			Help: "KV dump requests answered."}),
+		reregistrations: f.NewCounter(prometheus.CounterOpts{Name: "switchyard_worker_reregistrations_total",
+			Help: "Times the registration lease was lost and registered again."}),
+	}
+}
+
+// engineCollector exports the engine's state. It is a custom collector
+// rather than a set of GaugeFuncs so that one scrape reads one consistent
+// Stats snapshot (one lock acquisition) instead of one per series.
+type engineCollector struct{ eng *engine.Engine }
+
+var (
+	descRunning      = prometheus.NewDesc("switchyard_engine_running_requests", "Requests in the running set.", nil, nil)
+	descWaiting      = prometheus.NewDesc("switchyard_engine_waiting_requests", "Requests in the waiting queue.", nil, nil)
+	descKVUsage      = prometheus.NewDesc("switchyard_engine_kv_usage_ratio", "KV blocks in use over total.", nil, nil)
+	descKVUsed       = prometheus.NewDesc("switchyard_engine_kv_blocks_used", "KV blocks in use.", nil, nil)
+	descKVTotal      = prometheus.NewDesc("switchyard_engine_kv_blocks_total", "KV blocks in the pool.", nil, nil)
+	descCached       = prometheus.NewDesc("switchyard_engine_cached_blocks", "Blocks findable by prefix.", nil, nil)
+	descHitRate      = prometheus.NewDesc("switchyard_engine_prefix_cache_hit_ratio", "Cached prompt tokens over prompt tokens, cumulative.", nil, nil)
+	descPreemptions  = prometheus.NewDesc("switchyard_engine_preemptions_total", "Running requests preempted by recompute.", nil, nil)
+	descPromptTokens = prometheus.NewDesc("switchyard_engine_prompt_tokens_total", "Prompt tokens of scheduled requests.", nil, nil)
+	descCachedTokens = prometheus.NewDesc("switchyard_engine_cached_prompt_tokens_total", "Prompt tokens served from the prefix cache.", nil, nil)
+	descOutputTokens = prometheus.NewDesc("switchyard_engine_output_tokens_total", "Generated tokens.", nil, nil)
+	descSteps        = prometheus.NewDesc("switchyard_engine_steps_total", "Engine steps run.", nil, nil)
+	descBusy         = prometheus.NewDesc("switchyard_engine_busy_seconds_total", "Simulated time spent in steps.", nil, nil)
+	descEvents       = prometheus.NewDesc("switchyard_engine_kv_events_total", "KV events emitted.", nil, nil)
+	descEvicted      = prometheus.NewDesc("switchyard_engine_evicted_blocks_total", "Cached blocks evicted.", nil, nil)
+	descFinished     = prometheus.NewDesc("switchyard_engine_finished_requests_total", "Requests finished by length.", nil, nil)
+	descCancelled    = prometheus.NewDesc("switchyard_engine_cancelled_requests_total", "Requests cancelled.", nil, nil)
+)
+
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descKVUsed, descKVTotal, descCached,
+		descHitRate, descPreemptions, descPromptTokens, descCachedTokens, descOutputTokens, descSteps, descBusy,
+		descEvents, descEvicted, descFinished, descCancelled} {
+		ch <- d
+	}
+}
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.eng.Stats()
+	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	k := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v) }
+	g(descRunning, float64(s.Running))
+	g(descWaiting, float64(s.Waiting))
+	g(descKVUsage, s.KVUsage)
+	g(descKVUsed, float64(s.KVBlocksUsed))
+	g(descKVTotal, float64(s.KVBlocksTotal))
+	g(descCached, float64(s.CachedBlocks))
+	g(descHitRate, s.PrefixHitRate)
+	k(descPreemptions, float64(s.Preemptions))
+	k(descPromptTokens, float64(s.PromptTokens))
+	k(descCachedTokens, float64(s.CachedTokens))
+	k(descOutputTokens, float64(s.OutputTokens))
+	k(descSteps, float64(s.Steps))
+	k(descBusy, s.BusyTime.Seconds())
+	k(descEvents, float64(s.EventsEmitted))
+	k(descEvicted, float64(s.BlocksEvicted))
+	k(descFinished, float64(s.Finished))
+	k(descCancelled, float64(s.Cancelled))
+}

@@ -1,0 +1,354 @@
+package kvindex
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/wire"
+)
+
+// Outcome says what the index did with a batch or a dump.
+type Outcome uint8
+
+// Outcomes of ApplyBatch and ApplyDump.
+const (
+	// OutcomeApplied: the events are in the index.
+	OutcomeApplied Outcome = iota + 1
+	// OutcomeIgnored: nothing to do (stale replay, unknown dump, removed
+	// worker).
+	OutcomeIgnored
+	// OutcomeBuffered: the worker waits for a dump already requested; the
+	// batch is kept and replayed after it.
+	OutcomeBuffered
+	// OutcomeResync: the worker was reset and needs a dump; the batch is
+	// buffered. The Index has kicked ResyncNotify.
+	OutcomeResync
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeApplied:
+		return "applied"
+	case OutcomeIgnored:
+		return "ignored"
+	case OutcomeBuffered:
+		return "buffered"
+	case OutcomeResync:
+		return "resync"
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// ResetReason says why a worker's entries were dropped and a dump requested.
+type ResetReason uint8
+
+// Reasons for a reset, used as the reason label of the gaps counter.
+const (
+	ResetGap           ResetReason = iota + 1 // an event id was skipped
+	ResetUnknownParent                        // a stored chain's parent is not indexed
+	ResetInstance                             // the engine restarted mid-stream
+	ResetIDBack                               // ids went back within one instance
+	ResetOverCapacity                         // more blocks than the engine can hold
+	ResetFirstContact                         // first batch of a worker is not id 1
+	ResetBufferOverflow                       // too many batches buffered during a dump
+)
+
+func (r ResetReason) String() string {
+	switch r {
+	case ResetGap:
+		return "gap"
+	case ResetUnknownParent:
+		return "unknown_parent"
+	case ResetInstance:
+		return "instance"
+	case ResetIDBack:
+		return "id_back"
+	case ResetOverCapacity:
+		return "over_capacity"
+	case ResetFirstContact:
+		return "first_contact"
+	case ResetBufferOverflow:
+		return "buffer_overflow"
+	}
+	return fmt.Sprintf("reset_reason(%d)", uint8(r))
+}
+
+var resetReasons = []ResetReason{ResetGap, ResetUnknownParent, ResetInstance, ResetIDBack,
+	ResetOverCapacity, ResetFirstContact, ResetBufferOverflow}
+
+// workerState is one worker's event-application state. mu serialises every
+// write of the worker's entries; blocks is also read lock-free.
+type workerState struct {
+	id   uint16
+	name string
+
+	blocks atomic.Int64
+
+	mu        sync.Mutex
+	capacity  int
+	synced    bool   // instance and lastID describe the indexed entries
+	resyncing bool   // entries dropped; waiting for a dump
+	instance  uint64 // engine instance of the indexed entries
+	lastID    uint64 // id of the last applied event
+	buffer    []*wire.KVEventBatch
+	removed   bool
+}
+
+// Digest is one worker's index state, gossiped so a lagging replica sees it
+// is behind.
+type Digest struct {
+	Worker   string
+	Instance uint64
+	LastID   uint64
+	Blocks   int
+	// Synced is false while the worker waits for its dump.
+	Synced bool
+}
+
+// Digest returns worker's digest.
+func (ix *Index) Digest(name string) (Digest, bool) {
+	w := ix.lookupWorker(name)
+	if w == nil {
+		return Digest{}, false
+	}
+	return w.digest(), true
+}
+
+// Digests appends every worker's digest to dst.
+func (ix *Index) Digests(dst []Digest) []Digest {
+	ix.regMu.Lock()
+	ws := make([]*workerState, 0, len(ix.byName))
+	for _, w := range ix.byName {
+		ws = append(ws, w)
+	}
+	ix.regMu.Unlock()
+	for _, w := range ws {
+		dst = append(dst, w.digest())
+	}
+	return dst
+}
+
+func (w *workerState) digest() Digest {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return Digest{Worker: w.name, Instance: w.instance, LastID: w.lastID,
+		Blocks: int(w.blocks.Load()), Synced: w.synced}
+}
+
+// ResyncNotify is kicked whenever some worker starts waiting for a dump.
+// The Subscriber's repair loop waits on it, then asks NeedingDump.
+func (ix *Index) ResyncNotify() <-chan struct{} { return ix.resync }
+
+// NeedingDump appends the workers waiting for a dump to dst.
+func (ix *Index) NeedingDump(dst []string) []string {
+	ix.regMu.Lock()
+	ws := make([]*workerState, 0, len(ix.byName))
+	for _, w := range ix.byName {
+		ws = append(ws, w)
+	}
+	ix.regMu.Unlock()
+	for _, w := range ws {
+		w.mu.Lock()
+		if w.resyncing && !w.removed {
+			dst = append(dst, w.name)
+		}
+		w.mu.Unlock()
+	}
+	return dst
+}
+
+// NeedsDump reports whether worker waits for a dump.
+func (ix *Index) NeedsDump(name string) bool {
+	w := ix.lookupWorker(name)
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.resyncing && !w.removed
+}
+
+// ApplyBatch applies one engine batch. Batches of one worker must be passed
+// in arrival order by one goroutine at a time per worker (the Subscriber's
+// apply shards); batches of different workers may be applied concurrently.
+//
+// A batch that does not continue the applied stream (gap, unknown parent,
+// new instance not starting at id 1, id going back) resets the worker,
+// buffers the batch and returns OutcomeResync: the caller (the Subscriber)
+// fetches a dump and passes it to ApplyDump, which replays the buffer.
+func (ix *Index) ApplyBatch(b *wire.KVEventBatch) (Outcome, error) {
+	if b.FirstID == 0 {
+		return OutcomeIgnored, fmt.Errorf("%w: batch of %s has event id 0", wire.ErrMalformed, b.Worker)
+	}
+	w, err := ix.worker(b.Worker)
+	if err != nil {
+		return OutcomeIgnored, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.removed {
+		return OutcomeIgnored, nil
+	}
+	if w.resyncing {
+		return ix.bufferLocked(w, b), nil
+	}
+	return ix.applyLocked(w, b, false), nil
+}
+
+// bufferLocked keeps b for the replay after the pending dump.
+func (ix *Index) bufferLocked(w *workerState, b *wire.KVEventBatch) Outcome {
+	if len(w.buffer) >= ix.cfg.MaxBufferedBatches {
+		// The replay will see the hole and ask for another dump.
+		w.buffer = w.buffer[:0]
+		ix.m.bufferDrops.Inc()
+	}
+	w.buffer = append(w.buffer, b)
+	return OutcomeBuffered
+}
+
+// applyLocked applies b to a worker that is not waiting for a dump. replay
+// is true while draining the buffer after a dump, where batches at or before
+// the dump's AsOfID are expected and skipped.
+func (ix *Index) applyLocked(w *workerState, b *wire.KVEventBatch, replay bool) Outcome {
+	if replay && w.synced && b.Instance != w.instance && b.FirstID != 1 {
+		// Buffered before the dump, from the engine's previous life (or a
+		// later one whose start we missed: its next live batch resets the
+		// worker again). Skipping it cannot loop the way a reset could.
+		return OutcomeIgnored
+	}
+	if !w.synced || b.Instance != w.instance {
+		reason := ResetFirstContact
+		if w.synced {
+			reason = ResetInstance
+		}
+		if b.FirstID != 1 {
+			return ix.resetLocked(w, b, reason)
+		}
+		// The engine's first batch: the stream from id 1 is complete, so an
+		// empty index plus this batch is exact without a dump.
+		if w.synced {
+			ix.clearWorker(w)
+			ix.m.gaps[reason].Inc()
+			ix.log.Info("worker restarted", zap.String("worker", w.name),
+				zap.Uint64("old_instance", w.instance), zap.Uint64("instance", b.Instance))
+		}
+		w.synced, w.instance, w.lastID = true, b.Instance, 0
+	}
+	last := b.LastID() // FirstID-1 for an empty batch: a heartbeat
+	switch {
+	case last <= w.lastID && (replay || len(b.Events) == 0):
+		return OutcomeIgnored
+	case b.FirstID <= w.lastID && !replay:
+		return ix.resetLocked(w, b, ResetIDBack)
+	case b.FirstID > w.lastID+1:
+		return ix.resetLocked(w, b, ResetGap)
+	}
+	skip := int(w.lastID + 1 - b.FirstID) // > 0 only when replaying
+	limit := int64(w.capacity) + int64(w.capacity)*int64(ix.cfg.CapacitySlackPercent)/100
+	var stored, removed, cleared int
+	for i := skip; i < len(b.Events); i++ {
+		e := &b.Events[i]
+		switch e.Kind {
+		case wire.KVStored:
+			if e.HasParent && !ix.holds(e.Parent, w.id) {
+				ix.m.count(stored, removed, cleared)
+				return ix.resetLocked(w, b, ResetUnknownParent)
+			}
+			added := 0
+			for _, h := range e.Hashes {
+				if ix.add(h, w.id) {
+					added++
+				}
+			}
+			if w.blocks.Add(int64(added)) > limit {
+				ix.m.count(stored, removed, cleared)
+				return ix.resetLocked(w, b, ResetOverCapacity)
+			}
+			stored += len(e.Hashes)
+		case wire.KVRemoved:
+			gone := 0
+			for _, h := range e.Hashes {
+				if ix.remove(h, w.id) {
+					gone++
+				}
+			}
+			w.blocks.Add(int64(-gone))
+			removed += len(e.Hashes)
+		case wire.KVCleared:
+			ix.clearWorker(w)
+			cleared++
+		}
+		w.lastID = b.FirstID + uint64(i)
+	}
+	ix.m.count(stored, removed, cleared)
+	return OutcomeApplied
+}
+
+// resetLocked drops w's entries, buffers b and asks for a dump.
+func (ix *Index) resetLocked(w *workerState, b *wire.KVEventBatch, reason ResetReason) Outcome {
+	ix.clearWorker(w)
+	w.synced, w.resyncing = false, true
+	w.buffer = append(w.buffer[:0], b)
+	ix.m.gaps[reason].Inc()
+	ix.log.Info("worker reset, dump needed", zap.String("worker", w.name),
+		zap.Stringer("reason", reason), zap.Uint64("instance", b.Instance),
+		zap.Uint64("first_id", b.FirstID), zap.Uint64("last_applied_id", w.lastID))
+	select {
+	case ix.resync <- struct{}{}:
+	default: // a kick is already pending; the repair loop lists all workers
+	}
+	return OutcomeResync
+}
+
+// Dump is a worker's whole block set as of event AsOfID of Instance.
+type Dump struct {
+	Worker   string
+	Instance uint64
+	AsOfID   uint64
+	Hashes   []uint64
+}
+
+// ApplyDump replaces worker's entries with d and replays the batches
+// buffered since the reset (only events after d.AsOfID). It returns
+// OutcomeIgnored when the worker is not waiting for a dump, OutcomeResync
+// when the replay found another hole (a new dump is needed), and
+// OutcomeApplied otherwise.
+func (ix *Index) ApplyDump(d *Dump) Outcome {
+	w := ix.lookupWorker(d.Worker)
+	if w == nil {
+		return OutcomeIgnored
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.resyncing || w.removed {
+		return OutcomeIgnored
+	}
+	ix.clearWorker(w)
+	limit := w.capacity + w.capacity*ix.cfg.CapacitySlackPercent/100
+	added := 0
+	for _, h := range d.Hashes {
+		if added >= limit {
+			ix.m.dumpTruncated.Inc()
+			break
+		}
+		if ix.add(h, w.id) {
+			added++
+		}
+	}
+	w.blocks.Add(int64(added))
+	w.synced, w.resyncing = true, false
+	w.instance, w.lastID = d.Instance, d.AsOfID
+	buf := w.buffer
+	w.buffer = nil
+	for i, b := range buf {
+		if o := ix.applyLocked(w, b, true); o == OutcomeResync {
+			// resetLocked buffered b; keep the rest behind it.
+			w.buffer = append(w.buffer, buf[i+1:]...)
+			return OutcomeResync
+		}
+	}
+	return OutcomeApplied
+}

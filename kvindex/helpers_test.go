@@ -1,0 +1,155 @@
+package kvindex
+
+import (
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/wire"
+)
+
+// fakeClock is a manually advanced Clock.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []fakeWaiter
+}
+
+type fakeWaiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, fakeWaiter{at: c.now.Add(d), ch: ch})
+	return ch
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if !w.at.After(c.now) {
+			w.ch <- c.now
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	c.waiters = kept
+}
+
+func newTestIndex(t testing.TB, mutate ...func(*Config)) (*Index, *prometheus.Registry, *fakeClock) {
+	t.Helper()
+	cfg := DefaultConfig()
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	reg := prometheus.NewRegistry()
+	clk := newFakeClock()
+	ix, err := New(cfg, clk, nil, reg)
+	require.NoError(t, err)
+	return ix, reg, clk
+}
+
+// chain returns n distinct pseudo-random hashes derived from seed.
+func chain(seed uint64, n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		z := seed<<24 ^ uint64(i) // distinct inputs for seeds below 2^40 and chains below 2^24
+		z += 0x9E3779B97F4A7C15
+		z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+		z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+		out[i] = z ^ (z >> 31)
+	}
+	return out
+}
+
+func stored(parent *uint64, hs ...uint64) wire.KVEvent {
+	e := wire.KVEvent{Kind: wire.KVStored, Hashes: hs}
+	if parent != nil {
+		e.Parent, e.HasParent = *parent, true
+	}
+	return e
+}
+
+func removed(hs ...uint64) wire.KVEvent { return wire.KVEvent{Kind: wire.KVRemoved, Hashes: hs} }
+
+func batch(worker string, instance, firstID uint64, events ...wire.KVEvent) *wire.KVEventBatch {
+	return &wire.KVEventBatch{Worker: worker, Instance: instance, FirstID: firstID, Events: events}
+}
+
+func sortedMatches(ms []Match) []Match {
+	out := append([]Match(nil), ms...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Worker < out[j].Worker })
+	return out
+}
+
+func sortedHashes(hs []uint64) []uint64 {
+	out := append([]uint64(nil), hs...)
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// metricValue returns the value of the counter, gauge or histogram count
+// named name whose labels include want, or 0 if there is none.
+func metricValue(t testing.TB, reg prometheus.Gatherer, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if !labelsMatch(m, want) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+func labelsMatch(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}

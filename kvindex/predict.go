@@ -1,0 +1,187 @@
+package kvindex
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Predicted entries record where a request was just routed, before the
+// engine's stored event arrives (or for engines that publish none). They sit
+// beside the exact index and expire: lazily (lookups ignore expired entries)
+// and by SweepPredictions, which the Subscriber calls periodically.
+const predShards = 64
+
+type pred struct {
+	id  uint16
+	exp int64 // unix nanos by the index clock
+}
+
+type predShard struct {
+	mu sync.Mutex
+	m  map[uint64][]pred
+	_  [64]byte
+}
+
+type predictions struct {
+	shards  [predShards]predShard
+	count   atomic.Int64 // live (hash, worker) entries, expired included until swept
+	dropped atomic.Int64
+}
+
+func (p *predictions) init() {
+	for i := range p.shards {
+		p.shards[i].m = make(map[uint64][]pred)
+	}
+}
+
+func (p *predictions) shardOf(h uint64) *predShard {
+	// Use other bits than the exact index so both spread independently.
+	return &p.shards[(h>>8)&(predShards-1)]
+}
+
+// Predict records that worker will hold seqHashes (a prefix chain from the
+// prompt's start) for ttl.
+func (ix *Index) Predict(worker string, seqHashes []uint64, ttl time.Duration) error {
+	return ix.PredictUntil(worker, seqHashes, ix.clock.Now().Add(ttl))
+}
+
+// PredictUntil is Predict with an absolute expiry, for predictions received
+// by gossip. An existing entry's expiry only moves later.
+func (ix *Index) PredictUntil(worker string, seqHashes []uint64, expires time.Time) error {
+	w, err := ix.worker(worker)
+	if err != nil {
+		return err
+	}
+	exp := expires.UnixNano()
+	if exp <= ix.clock.Now().UnixNano() {
+		return nil
+	}
+	p := &ix.pred
+	limit := int64(ix.cfg.MaxPredictedEntries)
+	for _, h := range seqHashes {
+		s := p.shardOf(h)
+		s.mu.Lock()
+		list := s.m[h]
+		found := false
+		for i := range list {
+			if list[i].id == w.id {
+				list[i].exp = max(list[i].exp, exp)
+				found = true
+				break
+			}
+		}
+		if !found {
+			if p.count.Load() >= limit {
+				s.mu.Unlock()
+				p.dropped.Add(1)
+				ix.m.predDrops.Inc()
+				continue
+			}
+			s.m[h] = append(list, pred{id: w.id, exp: exp})
+			p.count.Add(1)
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// SweepPredictions removes expired predicted entries and returns how many.
+func (ix *Index) SweepPredictions() int {
+	now := ix.clock.Now().UnixNano()
+	return ix.pred.filter(func(e pred) bool { return e.exp > now })
+}
+
+// PredictedEntries returns the number of predicted (hash, worker) entries not
+// yet swept.
+func (ix *Index) PredictedEntries() int { return int(ix.pred.count.Load()) }
+
+func (p *predictions) removeWorker(id uint16) {
+	p.filter(func(e pred) bool { return e.id != id })
+}
+
+// filter keeps the entries for which keep is true and returns how many it
+// dropped.
+func (p *predictions) filter(keep func(pred) bool) int {
+	dropped := 0
+	for i := range p.shards {
+		s := &p.shards[i]
+		s.mu.Lock()
+		for h, list := range s.m {
+			kept := list[:0]
+			for _, e := range list {
+				if keep(e) {
+					kept = append(kept, e)
+				}
+			}
+			dropped += len(list) - len(kept)
+			if len(kept) == 0 {
+				delete(s.m, h)
+			} else {
+				s.m[h] = kept
+			}
+		}
+		s.mu.Unlock()
+	}
+	p.count.Add(int64(-dropped))
+	return dropped
+}
+
+// has reports whether h has an unexpired prediction for id.
+func (s *predShard) has(h uint64, id uint16, now int64) bool {
+	for _, e := range s.m[h] {
+		if e.id == id && e.exp > now {
+			return true
+		}
+	}
+	return false
+}
+
+// lookup walks the predicted entries like Lookup walks the exact ones and
+// merges each worker's predicted depth into dst[start:], keeping the larger.
+func (p *predictions) lookup(seqHashes []uint64, now int64, names []string, dst []Match, start int) []Match {
+	var stack [16]uint16
+	active := stack[:0]
+	s := p.shardOf(seqHashes[0])
+	s.mu.Lock()
+	for _, e := range s.m[seqHashes[0]] {
+		if e.exp > now {
+			active = append(active, e.id)
+		}
+	}
+	s.mu.Unlock()
+	depth := 1
+	for ; depth < len(seqHashes) && len(active) > 0; depth++ {
+		h := seqHashes[depth]
+		s := p.shardOf(h)
+		kept := active[:0]
+		s.mu.Lock()
+		for _, id := range active {
+			if s.has(h, id, now) {
+				kept = append(kept, id)
+			} else {
+				dst = mergeMatch(dst, start, names, id, depth)
+			}
+		}
+		s.mu.Unlock()
+		active = kept
+	}
+	for _, id := range active {
+		dst = mergeMatch(dst, start, names, id, depth)
+	}
+	return dst
+}
+
+func mergeMatch(dst []Match, start int, names []string, id uint16, depth int) []Match {
+	if int(id) >= len(names) || names[id] == "" {
+		return dst
+	}
+	name := names[id]
+	for i := start; i < len(dst); i++ {
+		if dst[i].Worker == name {
+			dst[i].Blocks = max(dst[i].Blocks, depth)
+			return dst
+		}
+	}
+	return append(dst, Match{Worker: name, Blocks: depth})
+}

@@ -1,0 +1,149 @@
+package metrics
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+)
+
+func TestAdmissionCountersExportEveryReasonAtZeroForANewClass(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	adm := NewAdmission(reg)
+	exp, err := NewExporter(DefaultExporterConfig(), adm, reg, nil)
+	require.NoError(t, err)
+
+	exp.Observe(AdmissionSnapshot{Instance: 1, Seq: 1, Model: "llama", WorkerType: "decode", Classes: map[string]AdmissionCounts{
+		"interactive": {Received: 5, Retried: 1, Admitted: 3, Cancelled: 0, Rejected: map[string]uint64{
+			ReasonDueTimePassed: 1, ReasonQueueFull: 1,
+		}},
+	}})
+
+	requireGolden(t, reg, "admission.golden",
+		NameAdmissionReceived, NameAdmissionRejected, NameAdmissionAdmitted, NameAdmissionRetried, NameAdmissionCancelled)
+}
+
+func TestAdmissionQueueMetricsExposition(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	adm := NewAdmission(reg)
+	adm.QueueDepth.WithLabelValues("llama", "decode", "batch").Set(7)
+	adm.QueuePendingTokens.WithLabelValues("llama", "decode", "batch").Set(9000)
+	adm.QueueWait.WithLabelValues("llama", "decode", "batch").Observe(0.2)
+	adm.Decision.WithLabelValues("llama", "decode", "batch").Observe(4e-6)
+	adm.DegradedAdmissions.WithLabelValues("batch").Inc()
+
+	requireGolden(t, reg, "admission_queue.golden",
+		NameQueueDepth, NameQueuePendingTokens, NameQueueWait, NameDecision, NameDegradedAdmissions)
+}
+
+func TestRouterMetricsExposition(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := NewRouter(reg)
+	r.TTFT.WithLabelValues("llama", "interactive").Observe(0.3)
+	r.ITL.WithLabelValues("llama", "interactive").Observe(0.015)
+	r.E2E.WithLabelValues("llama", "interactive").Observe(3)
+	r.PromptTokens.WithLabelValues("llama", "interactive").Add(1000)
+	r.GeneratedTokens.WithLabelValues("llama", "interactive").Add(200)
+	r.CachedTokens.WithLabelValues("llama", "interactive").Add(640)
+	r.PredictedCachedTokens.WithLabelValues("llama", "interactive").Add(512)
+	r.WorkerActiveRequests.WithLabelValues("worker-1").Set(4)
+	r.WorkerPrefillTokens.WithLabelValues("worker-1").Set(2048)
+	r.WorkerDecodeBlocks.WithLabelValues("worker-1").Set(130)
+	r.DegradedMode.Set(1)
+	r.HTTPResponses.WithLabelValues(Route("chat_completions"), "200").Inc()
+	r.HTTPResponses.WithLabelValues(Route("/wp-admin.php"), "404").Inc()
+
+	requireGolden(t, reg, "router.golden",
+		NameTTFT, NameITL, NameE2E, NamePromptTokens, NameGeneratedTokens, NameCachedTokens,
+		NamePredictedCachedTokens, NameWorkerActiveRequests, NameWorkerPrefillTokens,
+		NameWorkerDecodeBlocks, NameDegradedMode, NameHTTPResponses)
+}
+
+func TestIndexClusterAndGossipMetricsExposition(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	ix := NewIndex(reg)
+	ix.Blocks.Set(1 << 20)
+	ix.Bytes.Set(32 << 20)
+	ix.PredictedEntries.Set(12)
+	ix.EventsApplied.Add(500)
+	ix.DecodeErrors.WithLabelValues("event").Inc()
+	ix.Gaps.Inc()
+	ix.Dumps.WithLabelValues("ok").Inc()
+	ix.EventLag.Observe(0.004)
+	cl := NewCluster(reg)
+	cl.ClassesOwned.Set(2)
+	cl.ClassOwned.WithLabelValues("interactive").Set(1)
+	cl.ClassOwned.WithLabelValues("batch").Set(0)
+	cl.Handoffs.Inc()
+	cl.OwnershipAcquired.Add(3)
+	cl.OwnershipLost.WithLabelValues("session_lost").Inc()
+	cl.SessionHealthy.Set(1)
+	cl.Replicas.Set(3)
+	cl.Workers.Set(8)
+	cl.DecodeErrors.WithLabelValues("worker").Inc()
+	g := NewGossip(reg)
+	g.Members.Set(3)
+	g.HealthScore.Set(0)
+	g.PropagationLag.Observe(0.06)
+	g.MessagesDropped.WithLabelValues("load").Inc()
+	g.DecodeErrors.Inc()
+	g.StateBytes.Set(4096)
+	g.BroadcastBytes.Add(123456)
+
+	requireGolden(t, reg, "index_cluster_gossip.golden",
+		NameIndexBlocks, NameIndexBytes, NameIndexPredictedEntries, NameIndexEventsApplied,
+		NameIndexDecodeErrors, NameIndexGaps, NameIndexDumps, NameIndexEventLag,
+		NameClusterClassesOwned, NameClusterClassOwned, NameClusterHandoffs,
+		NameClusterOwnershipAcquired, NameClusterOwnershipLost, NameClusterSessionHealthy,
+		NameClusterReplicas, NameClusterWorkers, NameClusterDecodeErrors,
+		NameGossipMembers, NameGossipHealthScore, NameGossipPropagationLag,
+		NameGossipMessagesDropped, NameGossipDecodeErrors, NameGossipStateBytes, NameGossipBroadcastBytes)
+}
+
+func TestUnknownLabelValuesFoldIntoOther(t *testing.T) {
+	require.Equal(t, ReasonQueueFull, Reason("queue_full"))
+	require.Equal(t, ReasonOther, Reason("req-7f3a9"), "a request id must never become a reason label")
+	require.Equal(t, RouteModels, Route("models"))
+	require.Equal(t, RouteOther, Route("/v1/models?x=1"), "raw paths must never become route labels")
+	require.Equal(t, ReasonOther, RejectReasons()[len(RejectReasons())-1], "other must be the last reason")
+	require.Contains(t, RejectReasons(), ReasonPredictedMiss)
+}
+
+func TestEachReplicaGetsItsOwnRegistry(t *testing.T) {
+	// Two replicas in one process (switchyard up) register the same metrics
+	// without colliding, because nothing is registered globally.
+	for range 2 {
+		reg := NewRegistry()
+		NewAdmission(reg)
+		NewRouter(reg)
+		NewIndex(reg)
+		NewCluster(reg)
+		NewGossip(reg)
+		_, err := reg.Gather()
+		require.NoError(t, err)
+	}
+}
+
+func TestHandlerServesTheRegistryOverHTTP(t *testing.T) {
+	reg := NewRegistry()
+	adm := NewAdmission(reg)
+	adm.InitClass("llama", "decode", "interactive")
+	srv := httptest.NewServer(Handler(reg))
+	defer srv.Close()
+
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	text := string(body)
+	require.True(t, strings.Contains(text, "go_goroutines "), "Go runtime collector missing")
+	require.True(t, strings.Contains(text, "process_"), "process collector missing")
+	require.Contains(t, text,
+		`switchyard_router_admission_rejected_total{class="interactive",model="llama",reason="predicted_miss",worker_type="decode"} 0`)
+}

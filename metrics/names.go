@@ -1,0 +1,168 @@
+package metrics
+
+// Namespace prefixes every metric Switchyard exports.
+const Namespace = "switchyard"
+
+// Label names, in one place so dashboards, rules and code agree.
+const (
+	LabelModel      = "model"
+	LabelWorkerType = "worker_type"
+	LabelClass      = "class"
+	LabelReason     = "reason"
+	LabelWorker     = "worker"
+	LabelRoute      = "route"
+	LabelCode       = "code"
+	LabelKind       = "kind"
+	LabelResult     = "result"
+)
+
+// Full metric names. Rules (deploy/prometheus/rules.yml) and the Grafana
+// dashboard use these strings; metrics_deploy_test.go checks that they only
+// name metrics this package registers.
+const (
+	NameAdmissionReceived  = "switchyard_router_admission_received_total"
+	NameAdmissionRejected  = "switchyard_router_admission_rejected_total"
+	NameAdmissionAdmitted  = "switchyard_router_admission_admitted_total"
+	NameAdmissionRetried   = "switchyard_router_admission_retried_total"
+	NameAdmissionCancelled = "switchyard_router_admission_cancelled_total"
+	NameQueueDepth         = "switchyard_router_queue_depth"
+	NameQueuePendingTokens = "switchyard_router_queue_pending_tokens"
+	NameQueueWait          = "switchyard_router_queue_wait_seconds"
+	NameDecision           = "switchyard_router_admission_decision_seconds"
+	NameDegradedAdmissions = "switchyard_router_degraded_admissions_total"
+
+	NameTTFT                  = "switchyard_router_ttft_seconds"
+	NameITL                   = "switchyard_router_itl_seconds"
+	NameE2E                   = "switchyard_router_e2e_seconds"
+	NamePromptTokens          = "switchyard_router_prompt_tokens_total"
+	NameGeneratedTokens       = "switchyard_router_generated_tokens_total"
+	NameCachedTokens          = "switchyard_router_cached_tokens_total"
+	NamePredictedCachedTokens = "switchyard_router_predicted_cached_tokens_total"
+	NameWorkerActiveRequests  = "switchyard_router_worker_projected_active_requests"
+	NameWorkerPrefillTokens   = "switchyard_router_worker_projected_prefill_tokens"
+	NameWorkerDecodeBlocks    = "switchyard_router_worker_projected_decode_blocks"
+	NameDegradedMode          = "switchyard_router_degraded_mode"
+	NameHTTPResponses         = "switchyard_http_responses_total"
+
+	NameIndexBlocks           = "switchyard_index_blocks"
+	NameIndexBytes            = "switchyard_index_bytes"
+	NameIndexPredictedEntries = "switchyard_index_predicted_entries"
+	NameIndexEventsApplied    = "switchyard_index_events_applied_total"
+	NameIndexDecodeErrors     = "switchyard_index_decode_errors_total"
+	NameIndexGaps             = "switchyard_index_event_gaps_total"
+	NameIndexDumps            = "switchyard_index_dumps_total"
+	NameIndexEventLag         = "switchyard_index_event_lag_seconds"
+
+	NameClusterClassesOwned       = "switchyard_cluster_classes_owned"
+	NameClusterClassOwned         = "switchyard_cluster_class_owned"
+	NameClusterHandoffs           = "switchyard_cluster_handoffs_total"
+	NameClusterOwnershipAcquired  = "switchyard_cluster_ownership_acquired_total"
+	NameClusterOwnershipLost      = "switchyard_cluster_ownership_lost_total"
+	NameClusterSessionHealthy     = "switchyard_cluster_session_healthy"
+	NameClusterReplicas           = "switchyard_cluster_replicas"
+	NameClusterWorkers            = "switchyard_cluster_workers"
+	NameClusterDecodeErrors       = "switchyard_cluster_decode_errors_total"
+	NameGossipMembers             = "switchyard_gossip_members"
+	NameGossipHealthScore         = "switchyard_gossip_health_score"
+	NameGossipPropagationLag      = "switchyard_gossip_propagation_lag_seconds"
+	NameGossipMessagesDropped     = "switchyard_gossip_messages_dropped_total"
+	NameGossipDecodeErrors        = "switchyard_gossip_decode_errors_total"
+	NameGossipStateBytes          = "switchyard_gossip_state_bytes"
+	NameGossipBroadcastBytes      = "switchyard_gossip_broadcast_bytes_total"
+	NameExporterSnapshots         = "switchyard_metrics_admission_snapshots_total"
+	NameExporterInstances         = "switchyard_metrics_admission_instances"
+	NameExporterCounterRegression = "switchyard_metrics_admission_counter_regressions_total"
+)
+
+// Rejection reasons, matching the scheduler's Reason.String() values. Every
+// reason series is created at zero when a class is first seen, so rates and
+// ratios exist before the first rejection (predicted_miss stays zero until a
+// predictor exists).
+const (
+	ReasonDueTimePassed     = "due_time_passed"
+	ReasonPredictedMiss     = "predicted_miss"
+	ReasonQueueFull         = "queue_full"
+	ReasonNoEndpoints       = "no_endpoints"
+	ReasonOverloaded        = "overloaded"
+	ReasonOwnershipLost     = "ownership_lost"
+	ReasonInvalidConstraint = "invalid_constraint"
+	ReasonUnknownClass      = "unknown_class"
+	// ReasonOther absorbs reason strings this package does not know, so a
+	// producer bug cannot create unbounded series.
+	ReasonOther = "other"
+)
+
+// rejectReasons lists every reason label value in export order. ReasonOther
+// must stay last (reasonIndex relies on it). An array, so its length is a
+// constant that sizes the exporter's per-class mark arrays.
+var rejectReasons = [...]string{
+	ReasonDueTimePassed, ReasonPredictedMiss, ReasonQueueFull, ReasonNoEndpoints,
+	ReasonOverloaded, ReasonOwnershipLost, ReasonInvalidConstraint, ReasonUnknownClass,
+	ReasonOther,
+}
+
+const numReasons = len(rejectReasons)
+
+// RejectReasons returns every reason label value, in export order.
+func RejectReasons() []string { return append([]string(nil), rejectReasons[:]...) }
+
+// Reason returns r if it is a known rejection reason, else ReasonOther.
+func Reason(r string) string { return rejectReasons[reasonIndex(r)] }
+
+func reasonIndex(r string) int {
+	for i, k := range rejectReasons {
+		if r == k {
+			return i
+		}
+	}
+	return numReasons - 1
+}
+
+// HTTP route label values: the API's fixed surface (design §10).
+const (
+	RouteChatCompletions = "chat_completions"
+	RouteCompletions     = "completions"
+	RouteModels          = "models"
+	RouteHealth          = "health"
+	RouteMetrics         = "metrics"
+	RouteDebug           = "debug"
+	RouteOther           = "other"
+)
+
+var routes = []string{
+	RouteChatCompletions, RouteCompletions, RouteModels, RouteHealth, RouteMetrics,
+	RouteDebug, RouteOther,
+}
+
+// Route returns r if it is a known route label, else RouteOther. Raw URL paths
+// must never become labels (a scanner hitting random paths would explode the
+// series count), so the frontend maps its handlers to these names.
+func Route(r string) string {
+	for _, k := range routes {
+		if r == k {
+			return r
+		}
+	}
+	return RouteOther
+}
+
+// Histogram buckets, in seconds. Each set spans the range its quantity
+// realistically takes, with roughly 2-2.5x steps so p50/p99 interpolation
+// stays within one step of the true value.
+var (
+	// BucketsQueueWait covers an uncontended same-turn admit (sub-millisecond)
+	// up to a request that waited out a long deadline.
+	BucketsQueueWait = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+	// BucketsDecision covers one actor decision: microseconds when healthy.
+	BucketsDecision = []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3}
+	// BucketsTTFT covers a cached short prompt (milliseconds) to a long
+	// prefill behind a queue (a minute).
+	BucketsTTFT = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	// BucketsITL covers one decode step: milliseconds to about a second.
+	BucketsITL = []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28}
+	// BucketsE2E covers a whole request: tens of milliseconds to minutes.
+	BucketsE2E = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320}
+	// BucketsLag covers propagation delays (KV events, gossip): a millisecond
+	// on loopback to tens of seconds when a link is struggling.
+	BucketsLag = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+)

@@ -1,0 +1,87 @@
+package scheduler
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Config holds the scheduler's knobs (design §5). Classes and workers are
+// not configuration here: they change at run time (SetClasses, SetWorkers).
+type Config struct {
+	// OverlapCredit is how many prefill blocks one cached block is worth.
+	OverlapCredit float64
+	// PrefillScale weighs prefill against decode load in the selector cost.
+	PrefillScale float64
+	// Temperature 0 picks the cheapest worker (ties at random); > 0 samples
+	// with p ∝ exp(−(c − c_min) / ((c_max − c_min)·T)).
+	Temperature float64
+	// AckTimeout rolls back a grant nobody acknowledged (design §4 step 4).
+	AckTimeout time.Duration
+	// BookingExpiry frees an acknowledged booking not renewed for this long
+	// (a lost done/aborted mark heals, design §4 step 5).
+	BookingExpiry time.Duration
+	// SnapshotInterval is the least time between two snapshots the Actor
+	// publishes; building one is O(classes + workers), too much per admission.
+	SnapshotInterval time.Duration
+}
+
+// DefaultConfig returns the defaults: credit 1, scale 1, temperature 0,
+// ack timeout 2 s, booking expiry 30 s, snapshots every 100 ms.
+func DefaultConfig() Config {
+	return Config{
+		OverlapCredit:    1,
+		PrefillScale:     1,
+		Temperature:      0,
+		AckTimeout:       2 * time.Second,
+		BookingExpiry:    30 * time.Second,
+		SnapshotInterval: 100 * time.Millisecond,
+	}
+}
+
+// Validate reports the first bad field.
+func (c Config) Validate() error {
+	bad := func(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) || f < 0 }
+	switch {
+	case bad(c.OverlapCredit):
+		return fmt.Errorf("%w: OverlapCredit must be a finite number >= 0, got %v", ErrInvalidConfig, c.OverlapCredit)
+	case bad(c.PrefillScale):
+		return fmt.Errorf("%w: PrefillScale must be a finite number >= 0, got %v", ErrInvalidConfig, c.PrefillScale)
+	case bad(c.Temperature):
+		return fmt.Errorf("%w: Temperature must be a finite number >= 0, got %v", ErrInvalidConfig, c.Temperature)
+	case c.AckTimeout <= 0:
+		return fmt.Errorf("%w: AckTimeout must be > 0, got %v", ErrInvalidConfig, c.AckTimeout)
+	case c.BookingExpiry <= 0:
+		return fmt.Errorf("%w: BookingExpiry must be > 0, got %v", ErrInvalidConfig, c.BookingExpiry)
+	case c.SnapshotInterval <= 0:
+		return fmt.Errorf("%w: SnapshotInterval must be > 0, got %v", ErrInvalidConfig, c.SnapshotInterval)
+	}
+	return nil
+}
+
+// RegisterFlags registers the fields as flags named prefix+"overlap-credit"
+// and so on, with the receiver's current values as defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
+	fs.Float64Var(&c.OverlapCredit, prefix+"overlap-credit", c.OverlapCredit, "prefill blocks one cached block is worth in worker selection")
+	fs.Float64Var(&c.PrefillScale, prefix+"prefill-scale", c.PrefillScale, "weight of prefill load against decode load in worker selection")
+	fs.Float64Var(&c.Temperature, prefix+"temperature", c.Temperature, "worker selection temperature (0 = cheapest worker)")
+	fs.DurationVar(&c.AckTimeout, prefix+"ack-timeout", c.AckTimeout, "roll back grants not acknowledged within this time")
+	fs.DurationVar(&c.BookingExpiry, prefix+"booking-expiry", c.BookingExpiry, "free bookings not renewed within this time")
+	fs.DurationVar(&c.SnapshotInterval, prefix+"snapshot-interval", c.SnapshotInterval, "least time between published scheduler snapshots")
+}
+
+// Validate reports the first bad field of a worker registration.
+func (w Worker) Validate() error {
+	switch {
+	case w.ID == "":
+		return fmt.Errorf("%w: worker ID is empty", ErrInvalidConfig)
+	case w.BlockSize <= 0:
+		return fmt.Errorf("%w: worker %s: BlockSize must be > 0, got %d", ErrInvalidConfig, w.ID, w.BlockSize)
+	case w.KVBlocks < 0:
+		return fmt.Errorf("%w: worker %s: KVBlocks must be >= 0, got %d", ErrInvalidConfig, w.ID, w.KVBlocks)
+	case w.MaxRunning < 0:
+		return fmt.Errorf("%w: worker %s: MaxRunning must be >= 0, got %d", ErrInvalidConfig, w.ID, w.MaxRunning)
+	}
+	return nil
+}

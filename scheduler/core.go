@@ -1,0 +1,877 @@
+package scheduler
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+)
+
+// Responder completes one request. The Core calls it exactly once per
+// Enqueue: with a Grant and nil error when admitted, or with a zero Grant and
+// a *RejectError (or an error wrapping ErrCancelled) otherwise. It runs on
+// the Core's turn, so it must not block and must not call back into the Core.
+// For a grant it returns false when the requester is gone; the Core then rolls
+// the booking back and counts the request cancelled instead of admitted. The
+// return value is ignored for errors.
+type Responder func(Grant, error) bool
+
+// class is one policy class: its queue, DRR state and counters. A class stays
+// known after it is removed so its cumulative counters never go backwards.
+type class struct {
+	cfg     ClassConfig
+	active  bool
+	q       entryHeap
+	deficit int64
+
+	pendingISL    int64
+	pendingCached int64
+	counters      Counters
+
+	// head selection cached for one popNext call (selGen == Core.gen)
+	selGen uint64
+	selIdx int
+	selOK  bool
+}
+
+// workerSlot is one registered worker with its ledger.
+type workerSlot struct {
+	Worker
+	ledger *workerLedger
+}
+
+// instanceSeq makes Snapshot.Instance unique per Core within a process; the
+// start time makes it unique across restarts.
+var instanceSeq atomic.Uint64
+
+func init() { instanceSeq.Store(uint64(time.Now().UnixNano()) << 8) }
+
+// Core is the synchronous scheduler: policy queues, DRR across classes, the
+// worker selector and the booking ledger. It starts nothing and is not safe
+// for concurrent use: one owner (the Actor's goroutine, or the simulator)
+// calls it. Every method runs one complete turn: it settles everything it
+// can and returns; time passes only through the injected Clock.
+type Core struct {
+	cfg   Config
+	clock Clock
+	load  LoadView
+	rng   *rand.Rand
+
+	epoch    time.Time // arrival offsets are measured from here
+	instance uint64
+	snapSeq  uint64
+
+	classes map[string]*class
+	ring    []*class // active classes in configuration order, for DRR
+	cursor  int
+	turn    bool // the cursor class has received its quantum this turn
+	gen     uint64
+
+	entries map[string]*entry // queued, by request ID
+	due     dueHeap
+	queued  int
+	seq     uint64
+
+	workers   []workerSlot
+	workerIdx map[string]int
+	ledgers   map[string]*workerLedger // includes unregistered workers with bookings
+
+	bookings    map[BookingID]*booking
+	nextBooking BookingID
+	expiry      expiryHeap
+
+	unknownClass   uint64
+	invalidConfigs uint64
+
+	// scratch for the selector, sized to the worker count
+	ovl      []int32  // effective overlap per worker index
+	allow    []uint64 // allow-list stamp per worker index
+	stamp    uint64
+	touched  []int
+	ties     []int
+	costs    []float64
+	freeEnt  []*entry
+	freeBook []*booking
+}
+
+// NewCore returns an empty Core: no classes, no workers. load may be nil (no
+// other replicas); rng may be nil (seeded from the clock). An invalid cfg is
+// replaced field by field with defaults; call cfg.Validate first to reject it.
+func NewCore(cfg Config, clock Clock, load LoadView, rng *rand.Rand) *Core {
+	cfg = sanitize(cfg)
+	if clock == nil {
+		clock = RealClock{}
+	}
+	now := clock.Now()
+	if rng == nil {
+		rng = rand.New(rand.NewPCG(uint64(now.UnixNano()), 0x5157))
+	}
+	return &Core{
+		cfg:       cfg,
+		clock:     clock,
+		load:      load,
+		rng:       rng,
+		epoch:     now,
+		instance:  instanceSeq.Add(1),
+		classes:   make(map[string]*class),
+		entries:   make(map[string]*entry),
+		workerIdx: make(map[string]int),
+		ledgers:   make(map[string]*workerLedger),
+		bookings:  make(map[BookingID]*booking),
+	}
+}
+
+func sanitize(cfg Config) Config {
+	d := DefaultConfig()
+	bad := func(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) || f < 0 }
+	if bad(cfg.OverlapCredit) {
+		cfg.OverlapCredit = d.OverlapCredit
+	}
+	if bad(cfg.PrefillScale) {
+		cfg.PrefillScale = d.PrefillScale
+	}
+	if bad(cfg.Temperature) {
+		cfg.Temperature = d.Temperature
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = d.AckTimeout
+	}
+	if cfg.BookingExpiry <= 0 {
+		cfg.BookingExpiry = d.BookingExpiry
+	}
+	if cfg.SnapshotInterval <= 0 {
+		cfg.SnapshotInterval = d.SnapshotInterval
+	}
+	return cfg
+}
+
+// Config returns the configuration in use.
+func (c *Core) Config() Config { return c.cfg }
+
+// ---------------------------------------------------------------- enqueue
+
+// Enqueue validates r, queues it and drains whatever is dispatchable in the
+// same turn, r included if it is at the head. respond is called exactly once,
+// possibly before Enqueue returns (see Responder). The checks, in order:
+// unknown class; counted received (or retried); malformed request or
+// duplicate queued ID (invalid_constraint); zero registered workers
+// (no_endpoints); pinned/allowed validation; already past due
+// (due_time_passed); the zero-limit carve-out (admit now or reject, never
+// queue); queue limits (queue_full naming the limit).
+func (c *Core) Enqueue(r *Request, respond Responder) {
+	if respond == nil {
+		respond = func(Grant, error) bool { return false }
+	}
+	if r == nil {
+		c.unknownClass++
+		respond(Grant{}, &RejectError{Reason: ReasonUnknownClass, Detail: "nil request"})
+		return
+	}
+	cls := c.classes[r.Class]
+	if cls == nil || !cls.active {
+		if !r.Probe {
+			c.unknownClass++
+		}
+		respond(Grant{}, &RejectError{Reason: ReasonUnknownClass, Detail: fmt.Sprintf("class %q is not served here", r.Class)})
+		return
+	}
+	if !r.Probe {
+		if r.Attempt > 0 {
+			cls.counters.Retried++
+		} else {
+			cls.counters.Received++
+		}
+	}
+	now := c.clock.Now()
+	if reason, detail := c.validate(r); reason != 0 {
+		c.reject(cls, r, respond, reason, "", detail)
+		return
+	}
+	if !r.Due.IsZero() && !now.Before(r.Due) {
+		c.reject(cls, r, respond, ReasonDueTimePassed, "", "due time passed before admission")
+		return
+	}
+	e := c.newEntry(r, respond, cls, now)
+	if lim := cls.cfg.Limits.zero(); lim != "" {
+		// Zero-limit carve-out: such a class can never hold a queued entry.
+		idx, ok := c.selectWorker(r, &cls.cfg)
+		if !ok {
+			c.release(e)
+			c.reject(cls, r, respond, ReasonQueueFull, lim, "zero-limit class and no worker is free")
+			return
+		}
+		c.admit(e, idx, now)
+		return
+	}
+	if lim := c.overLimit(cls, e); lim != "" {
+		c.release(e)
+		c.reject(cls, r, respond, ReasonQueueFull, lim, fmt.Sprintf("class %s queue limit %s reached", cls.cfg.Name, lim))
+		return
+	}
+	c.push(e)
+	c.drain()
+}
+
+// validate checks the request's shape and its worker constraints against the
+// registered workers. It returns 0 when the request may be queued.
+func (c *Core) validate(r *Request) (Reason, string) {
+	switch {
+	case r.ID == "":
+		return ReasonInvalidConstraint, "request ID is empty"
+	case r.PromptTokens < 0 || r.ExpectedOutputTokens < 0:
+		return ReasonInvalidConstraint, "negative token count"
+	case math.IsNaN(r.PriorityJump) || math.IsInf(r.PriorityJump, 0):
+		return ReasonInvalidConstraint, "priority jump is not finite"
+	case c.entries[r.ID] != nil:
+		return ReasonInvalidConstraint, fmt.Sprintf("request %s is already queued", r.ID)
+	case len(c.workers) == 0:
+		return ReasonNoEndpoints, "no workers are registered"
+	}
+	if r.Pinned != "" {
+		if _, ok := c.workerIdx[r.Pinned]; !ok {
+			return ReasonInvalidConstraint, fmt.Sprintf("pinned worker %s is not registered", r.Pinned)
+		}
+		if len(r.Allowed) > 0 && !contains(r.Allowed, r.Pinned) {
+			return ReasonInvalidConstraint, fmt.Sprintf("pinned worker %s is not in the allowed list", r.Pinned)
+		}
+		return 0, ""
+	}
+	if len(r.Allowed) > 0 && !c.anyAllowed(r) {
+		return ReasonInvalidConstraint, "none of the allowed workers is registered"
+	}
+	return 0, ""
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Core) anyAllowed(r *Request) bool {
+	if r.Pinned != "" {
+		_, ok := c.workerIdx[r.Pinned]
+		return ok
+	}
+	if len(r.Allowed) == 0 {
+		return len(c.workers) > 0
+	}
+	for _, a := range r.Allowed {
+		if _, ok := c.workerIdx[a]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Core) newEntry(r *Request, respond Responder, cls *class, now time.Time) *entry {
+	var e *entry
+	if n := len(c.freeEnt); n > 0 {
+		e = c.freeEnt[n-1]
+		c.freeEnt = c.freeEnt[:n-1]
+	} else {
+		e = new(entry)
+	}
+	c.seq++
+	cached := c.bestCached(r)
+	cost := int64(max(1, r.PromptTokens-cached))
+	ingress := r.Ingress
+	if ingress.IsZero() {
+		ingress = now
+	}
+	*e = entry{
+		req: r, respond: respond, cls: cls,
+		seq: c.seq, strict: r.StrictPriority,
+		score:  policyScore(cls.cfg.Policy, r.PriorityJump, ingress.Sub(c.epoch).Seconds(), cost),
+		cost:   cost,
+		cached: cached, enqueuedAt: now, qi: -1, di: -1,
+	}
+	if !r.Due.IsZero() {
+		e.hasDue, e.due = true, r.Due.UnixNano()
+	}
+	return e
+}
+
+// bestCached is Request.BestCachedTokens over the registered workers.
+func (c *Core) bestCached(r *Request) int {
+	best := 0
+	for _, o := range r.Overlaps {
+		i, ok := c.workerIdx[o.Worker]
+		if !ok || !r.Allows(o.Worker) {
+			continue
+		}
+		best = max(best, r.cachedFromOverlap(r.effectiveOverlap(o.Blocks), c.workers[i].BlockSize))
+	}
+	return best
+}
+
+// overLimit checks the class limits, scaled by the worker count, as if e were
+// added. It returns the name of the first limit e would exceed.
+func (c *Core) overLimit(cls *class, e *entry) string {
+	n := int64(len(c.workers))
+	l := cls.cfg.Limits
+	if l.Requests != Unlimited && int64(cls.q.len()+1) > int64(l.Requests)*n {
+		return LimitRequests
+	}
+	if l.ISLTokens != Unlimited && cls.pendingISL+int64(e.req.PromptTokens) > int64(l.ISLTokens)*n {
+		return LimitISLTokens
+	}
+	if l.CachedTokens != Unlimited && cls.pendingCached+int64(e.cached) > int64(l.CachedTokens)*n {
+		return LimitCachedTokens
+	}
+	return ""
+}
+
+func (h entryHeap) len() int { return len(h) }
+
+func (c *Core) push(e *entry) {
+	cls := e.cls
+	cls.q.push(e)
+	if e.hasDue {
+		c.due.push(e)
+	}
+	c.entries[e.req.ID] = e
+	cls.pendingISL += int64(e.req.PromptTokens)
+	cls.pendingCached += int64(e.cached)
+	c.queued++
+}
+
+// unqueue removes e from every index and releases its queue accounting.
+func (c *Core) unqueue(e *entry) {
+	cls := e.cls
+	if e.qi >= 0 {
+		cls.q.remove(e.qi)
+	}
+	if e.di >= 0 {
+		c.due.remove(e.di)
+	}
+	delete(c.entries, e.req.ID)
+	cls.pendingISL -= int64(e.req.PromptTokens)
+	cls.pendingCached -= int64(e.cached)
+	c.queued--
+	if len(cls.q) == 0 {
+		// An idle class must not bank credit for later (standard DRR).
+		cls.deficit = 0
+	}
+}
+
+func (c *Core) release(e *entry) {
+	*e = entry{}
+	c.freeEnt = append(c.freeEnt, e)
+}
+
+func (c *Core) reject(cls *class, r *Request, respond Responder, reason Reason, limit, detail string) {
+	if cls != nil && !r.Probe {
+		if cls.counters.Rejected == nil {
+			cls.counters.Rejected = make(map[Reason]uint64, len(Reasons))
+		}
+		cls.counters.Rejected[reason]++
+	}
+	respond(Grant{}, &RejectError{Reason: reason, Limit: limit, Detail: detail})
+}
+
+// rejectEntry completes a queued (already unqueued) entry with a rejection.
+func (c *Core) rejectEntry(e *entry, reason Reason, detail string) {
+	cls, r, respond := e.cls, e.req, e.respond
+	c.release(e)
+	c.reject(cls, r, respond, reason, "", detail)
+}
+
+// ---------------------------------------------------------------- drain
+
+// drain admits queued requests until nothing is dispatchable.
+func (c *Core) drain() {
+	for c.queued > 0 {
+		e, idx := c.popNext()
+		if e == nil {
+			return
+		}
+		now := c.clock.Now()
+		if e.hasDue && now.UnixNano() >= e.due {
+			// Expiry right before booking. The DRR charge is not refunded:
+			// the class had its turn.
+			c.rejectEntry(e, ReasonDueTimePassed, "due time passed before booking")
+			continue
+		}
+		c.admit(e, idx, now)
+	}
+}
+
+// Drain re-evaluates the queues. Call it when capacity may have changed
+// outside the Core's knowledge (other replicas' load through the LoadView).
+func (c *Core) Drain() { c.drain() }
+
+// popNext picks the next entry by deficit round robin across classes and
+// removes it from the queue. Only classes whose head has a worker right now
+// (dispatchable) take part: the others keep their deficit but do not grow it.
+// When a whole cycle passes without service, the bulk-credit step skips the
+// rounds in which nobody could afford their head. It returns nil when no
+// class is dispatchable.
+func (c *Core) popNext() (*entry, int) {
+	n := len(c.ring)
+	if n == 0 {
+		return nil, -1
+	}
+	c.gen++
+	if c.cursor >= n {
+		c.cursor, c.turn = 0, false
+	}
+	// A scan that finds nothing dispatchable must leave the rotation as it
+	// was: passing over blocked classes is not a turn.
+	cursor, turn := c.cursor, c.turn
+	idle := 0
+	for {
+		cls := c.ring[c.cursor]
+		if idx, ok := c.headSelection(cls); ok {
+			head := cls.q[0]
+			if !c.turn {
+				cls.deficit += cls.cfg.Quantum
+				c.turn = true
+			}
+			if cls.deficit >= head.cost {
+				cls.deficit -= head.cost
+				c.unqueue(head)
+				return head, idx
+			}
+		}
+		c.cursor = (c.cursor + 1) % n
+		c.turn = false
+		if idle++; idle < n {
+			continue
+		}
+		// A full cycle without service: every dispatchable class got one
+		// quantum and still cannot afford its head. Skip ahead k-1 rounds,
+		// where k is the fewest rounds any of them still needs; the next cycle
+		// serves that class.
+		k := int64(-1)
+		for _, x := range c.ring {
+			if _, ok := c.headSelection(x); !ok {
+				continue
+			}
+			need := (x.q[0].cost - x.deficit + x.cfg.Quantum - 1) / x.cfg.Quantum
+			if k < 0 || need < k {
+				k = need
+			}
+		}
+		if k < 0 {
+			c.cursor, c.turn = cursor, turn
+			return nil, -1
+		}
+		if k > 1 {
+			for _, x := range c.ring {
+				if _, ok := c.headSelection(x); ok {
+					x.deficit += (k - 1) * x.cfg.Quantum
+				}
+			}
+		}
+		idle = 0
+	}
+}
+
+// headSelection selects a worker for the class head, once per popNext.
+func (c *Core) headSelection(cls *class) (int, bool) {
+	if cls.selGen == c.gen {
+		return cls.selIdx, cls.selOK
+	}
+	cls.selGen = c.gen
+	cls.selIdx, cls.selOK = -1, false
+	if len(cls.q) > 0 {
+		cls.selIdx, cls.selOK = c.selectWorker(cls.q[0].req, &cls.cfg)
+	}
+	return cls.selIdx, cls.selOK
+}
+
+// admit is the canonical admission path after selection: book, respond, and
+// roll back when the requester is gone. e is released.
+func (c *Core) admit(e *entry, idx int, now time.Time) {
+	r, cls, respond := e.req, e.cls, e.respond
+	w := &c.workers[idx]
+	ovl := r.OverlapBlocks(w.ID)
+	cached := r.cachedFromOverlap(ovl, w.BlockSize)
+	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.BlockHashes, r.PromptTokens, cached, r.ExpectedOutputTokens, false, now)
+	g := Grant{
+		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id,
+		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(e.enqueuedAt),
+	}
+	c.release(e)
+	if !respond(g, nil) {
+		c.free(b)
+		if !r.Probe {
+			cls.counters.Cancelled++
+		}
+		return
+	}
+	if !r.Probe {
+		cls.counters.Admitted++
+	}
+}
+
+// ---------------------------------------------------------------- cancel, expiry
+
+// Cancel withdraws a queued request: it is counted cancelled and its
+// responder gets ErrCancelled. It reports whether the request was queued.
+func (c *Core) Cancel(requestID string) bool {
+	e := c.entries[requestID]
+	if e == nil {
+		return false
+	}
+	c.unqueue(e)
+	cls, r, respond := e.cls, e.req, e.respond
+	c.release(e)
+	if !r.Probe {
+		cls.counters.Cancelled++
+	}
+	respond(Grant{}, fmt.Errorf("request %s: %w", requestID, ErrCancelled))
+	// The withdrawn entry may have been a blocked head.
+	c.drain()
+	return true
+}
+
+// Tick rejects queued requests whose due time has passed, rolls back grants
+// not acknowledged within AckTimeout, frees bookings not renewed within
+// BookingExpiry, then drains.
+func (c *Core) Tick() {
+	now := c.clock.Now().UnixNano()
+	for len(c.due) > 0 && c.due[0].due <= now {
+		e := c.due[0]
+		c.unqueue(e)
+		c.rejectEntry(e, ReasonDueTimePassed, "due time passed while queued")
+	}
+	for len(c.expiry) > 0 && c.expiry[0].deadline <= now {
+		c.free(c.expiry[0])
+	}
+	c.drain()
+}
+
+// NextWake returns when Tick next has work: the earliest due time or booking
+// deadline.
+func (c *Core) NextWake() (time.Time, bool) {
+	var at int64
+	ok := false
+	if len(c.due) > 0 {
+		at, ok = c.due[0].due, true
+	}
+	if len(c.expiry) > 0 && (!ok || c.expiry[0].deadline < at) {
+		at, ok = c.expiry[0].deadline, true
+	}
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.Unix(0, at), true
+}
+
+// ---------------------------------------------------------------- ledger
+
+func (c *Core) ledgerFor(worker string) *workerLedger {
+	l := c.ledgers[worker]
+	if l == nil {
+		l = &workerLedger{}
+		c.ledgers[worker] = l
+	}
+	return l
+}
+
+func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, prompt, cached, output int, firstToken bool, now time.Time) *booking {
+	var b *booking
+	if n := len(c.freeBook); n > 0 {
+		b = c.freeBook[n-1]
+		c.freeBook = c.freeBook[:n-1]
+	} else {
+		b = new(booking)
+	}
+	c.nextBooking++
+	*b = booking{
+		id: c.nextBooking, requestID: reqID, class: cls, worker: worker,
+		ledger: c.ledgerFor(worker), hashes: hashes,
+		prompt: prompt, cached: cached, output: output,
+		private:  privateBlocks(len(hashes), prompt, output, blockSize),
+		deadline: now.Add(c.cfg.AckTimeout).UnixNano(),
+	}
+	if !firstToken {
+		b.prefill = max(0, prompt-cached)
+	}
+	b.ledger.add(b)
+	c.bookings[b.id] = b
+	c.expiry.push(b)
+	return b
+}
+
+func (c *Core) free(b *booking) {
+	b.ledger.remove(b)
+	c.expiry.remove(b.ei)
+	delete(c.bookings, b.id)
+	if b.ledger.empty() {
+		if _, registered := c.workerIdx[b.worker]; !registered {
+			delete(c.ledgers, b.worker)
+		}
+	}
+	*b = booking{}
+	c.freeBook = append(c.freeBook, b)
+}
+
+// acknowledge makes a booking final and restarts its renewal window.
+func (c *Core) acknowledge(b *booking) {
+	b.acked = true
+	b.deadline = c.clock.Now().Add(c.cfg.BookingExpiry).UnixNano()
+	c.expiry.fix(b.ei)
+}
+
+// Ack makes a grant final (the entry replica took it). Unknown IDs (already
+// finished, rolled back or expired) are ignored.
+func (c *Core) Ack(id BookingID) {
+	if b := c.bookings[id]; b != nil {
+		c.acknowledge(b)
+	}
+}
+
+// FirstToken removes the booking's prefill load (and acknowledges it: marks
+// may arrive out of order). Freed prefill capacity drains the queues.
+func (c *Core) FirstToken(id BookingID) {
+	b := c.bookings[id]
+	if b == nil {
+		return
+	}
+	c.acknowledge(b)
+	b.ledger.prefill -= b.prefill
+	b.prefill = 0
+	c.drain()
+}
+
+// Finish frees a booking (done or aborted) and drains.
+func (c *Core) Finish(id BookingID) {
+	if b := c.bookings[id]; b != nil {
+		c.free(b)
+		c.drain()
+	}
+}
+
+// Rollback frees a booking whose hand-off failed. Counters are unchanged: the
+// request was admitted; its booking just ends early.
+func (c *Core) Rollback(id BookingID) { c.Finish(id) }
+
+// Renew restarts the renewal window of in-flight bookings (and acknowledges
+// them). Unknown IDs are ignored.
+func (c *Core) Renew(ids []BookingID) {
+	for _, id := range ids {
+		if b := c.bookings[id]; b != nil {
+			c.acknowledge(b)
+		}
+	}
+}
+
+// Adopt books an in-flight request granted by another owner, so this
+// ledger carries its load (ownership moved, design §4 step 7). The booking
+// counts as acknowledged; it expires unless renewed. No counter changes: the
+// request was counted by the owner that admitted it.
+func (c *Core) Adopt(rec BookingRecord) BookingID {
+	blockSize := 0
+	if i, ok := c.workerIdx[rec.Worker]; ok {
+		blockSize = c.workers[i].BlockSize
+	}
+	b := c.book(rec.RequestID, rec.Class, rec.Worker, blockSize, rec.BlockHashes,
+		max(0, rec.PromptTokens), max(0, rec.CachedTokens), max(0, rec.ExpectedOutputTokens), rec.FirstTokenSeen, c.clock.Now())
+	c.acknowledge(b)
+	return b.id
+}
+
+// Booking returns the record of an in-flight booking.
+func (c *Core) Booking(id BookingID) (BookingRecord, bool) {
+	b := c.bookings[id]
+	if b == nil {
+		return BookingRecord{}, false
+	}
+	return BookingRecord{
+		RequestID: b.requestID, Class: b.class, Worker: b.worker, BlockHashes: b.hashes,
+		PromptTokens: b.prompt, CachedTokens: b.cached, ExpectedOutputTokens: b.output,
+		FirstTokenSeen: b.prefill == 0,
+	}, true
+}
+
+// Load returns the local ledger's load on worker.
+func (c *Core) Load(worker string) WorkerLoad {
+	if l := c.ledgers[worker]; l != nil {
+		return l.load()
+	}
+	return WorkerLoad{}
+}
+
+// Queued returns how many requests are queued across all classes.
+func (c *Core) Queued() int { return c.queued }
+
+// Bookings returns how many bookings are in flight.
+func (c *Core) Bookings() int { return len(c.bookings) }
+
+// ---------------------------------------------------------------- membership
+
+// SetWorkers replaces the registered workers. Invalid registrations are
+// skipped (counted in Snapshot.InvalidConfigs). Bookings on departed workers
+// stay until they finish or expire. Queued requests that can no longer run
+// anywhere (zero workers, pinned worker gone, allow-list all gone) are
+// rejected with no_endpoints; the rest are drained against the new set.
+func (c *Core) SetWorkers(ws []Worker) {
+	c.workers = c.workers[:0]
+	clear(c.workerIdx)
+	for _, w := range ws {
+		if w.Validate() != nil {
+			c.invalidConfigs++
+			continue
+		}
+		if i, dup := c.workerIdx[w.ID]; dup {
+			c.workers[i].Worker = w // last registration wins
+			continue
+		}
+		c.workerIdx[w.ID] = len(c.workers)
+		c.workers = append(c.workers, workerSlot{Worker: w, ledger: c.ledgerFor(w.ID)})
+	}
+	for id, l := range c.ledgers {
+		if _, ok := c.workerIdx[id]; !ok && l.empty() {
+			delete(c.ledgers, id)
+		}
+	}
+	n := len(c.workers)
+	if cap(c.ovl) < n {
+		c.ovl = make([]int32, n)
+		c.allow = make([]uint64, n)
+	}
+	c.ovl, c.allow = c.ovl[:n], c.allow[:n]
+	clear(c.ovl)
+	clear(c.allow)
+	c.stamp = 0
+
+	var stranded []*entry
+	for _, e := range c.entries {
+		if !c.anyAllowed(e.req) {
+			stranded = append(stranded, e)
+		}
+	}
+	sortBySeq(stranded)
+	for _, e := range stranded {
+		c.unqueue(e)
+		c.rejectEntry(e, ReasonNoEndpoints, "no registered worker may serve the request")
+	}
+	c.drain()
+}
+
+// Workers returns a copy of the registered workers.
+func (c *Core) Workers() []Worker {
+	out := make([]Worker, len(c.workers))
+	for i := range c.workers {
+		out[i] = c.workers[i].Worker
+	}
+	return out
+}
+
+func sortBySeq(es []*entry) {
+	// insertion sort: stranded sets are small and this keeps rejection order
+	// deterministic for the simulator
+	for i := 1; i < len(es); i++ {
+		for j := i; j > 0 && es[j].seq < es[j-1].seq; j-- {
+			es[j], es[j-1] = es[j-1], es[j]
+		}
+	}
+}
+
+// SetClasses replaces the class configurations. Queued entries of classes
+// still present stay queued with the order keys they were given at enqueue;
+// classes absent from cfgs are removed as by RemoveClass(name,
+// ReasonUnknownClass). Invalid configs are skipped (counted in
+// Snapshot.InvalidConfigs); the last of duplicate names wins.
+func (c *Core) SetClasses(cfgs []ClassConfig) {
+	keep := make(map[string]bool, len(cfgs))
+	c.ring = c.ring[:0]
+	for _, cfg := range cfgs {
+		if cfg.Validate() != nil {
+			c.invalidConfigs++
+			continue
+		}
+		cls := c.classes[cfg.Name]
+		if cls == nil {
+			cls = &class{}
+			c.classes[cfg.Name] = cls
+		}
+		cls.cfg = cfg
+		if !keep[cfg.Name] {
+			keep[cfg.Name] = true
+			cls.active = true
+			c.ring = append(c.ring, cls)
+		}
+	}
+	for name, cls := range c.classes {
+		if cls.active && !keep[name] {
+			c.removeClass(cls, ReasonUnknownClass, "class was removed from the configuration")
+		}
+	}
+	c.cursor, c.turn = 0, false
+	c.drain()
+}
+
+// RemoveClass stops serving a class: its queued entries are rejected with
+// reason (ReasonOwnershipLost when ownership moves) in queue order, and later
+// arrivals get unknown_class. Its counters are kept.
+func (c *Core) RemoveClass(name string, reason Reason) {
+	cls := c.classes[name]
+	if cls == nil || !cls.active {
+		return
+	}
+	c.removeClass(cls, reason, fmt.Sprintf("class %s is no longer served here", name))
+	for i, x := range c.ring {
+		if x == cls {
+			c.ring = append(c.ring[:i], c.ring[i+1:]...)
+			break
+		}
+	}
+	c.cursor, c.turn = 0, false
+	c.drain()
+}
+
+func (c *Core) removeClass(cls *class, reason Reason, detail string) {
+	cls.active = false
+	for len(cls.q) > 0 {
+		e := cls.q[0]
+		c.unqueue(e)
+		c.rejectEntry(e, reason, detail)
+	}
+	cls.deficit = 0
+}
+
+// Shutdown rejects every queued request with reason, leaving classes
+// configured. The Actor calls it when it stops.
+func (c *Core) Shutdown(reason Reason) {
+	for _, cls := range c.ring {
+		for len(cls.q) > 0 {
+			e := cls.q[0]
+			c.unqueue(e)
+			c.rejectEntry(e, reason, "scheduler stopped")
+		}
+	}
+}
+
+// ---------------------------------------------------------------- snapshot
+
+// Snapshot returns an immutable copy of the counters, queue depths and local
+// ledger. O(classes + workers): not for every turn.
+func (c *Core) Snapshot() *Snapshot {
+	c.snapSeq++
+	s := &Snapshot{
+		Instance: c.instance, Seq: c.snapSeq, At: c.clock.Now(),
+		Classes:  make(map[string]ClassSnapshot, len(c.classes)),
+		Workers:  make(map[string]WorkerLoad, len(c.ledgers)),
+		Bookings: len(c.bookings), UnknownClass: c.unknownClass, InvalidConfigs: c.invalidConfigs,
+	}
+	for name, cls := range c.classes {
+		cs := ClassSnapshot{QueueDepth: len(cls.q), PendingTokens: cls.pendingISL, Counters: cls.counters}
+		cs.Counters.Rejected = make(map[Reason]uint64, len(Reasons))
+		for _, r := range Reasons {
+			cs.Counters.Rejected[r] = cls.counters.Rejected[r]
+		}
+		s.Classes[name] = cs
+	}
+	for id, l := range c.ledgers {
+		s.Workers[id] = l.load()
+	}
+	return s
+}

@@ -1,0 +1,26 @@
+// Package scheduler is Switchyard's admission core (design §5): per-class
+// policy queues, deficit round robin across classes, the worker selector and
+// the booking ledger. It decides when a request may start and on which
+// worker. It does no I/O and imports nothing of ours.
+//
+// It owns:
+//   - Core: the whole algorithm, synchronous. It starts nothing, reads time
+//     only from the injected Clock and is not safe for concurrent use. The
+//     simulator drives it directly in virtual time.
+//   - Actor: one goroutine (Run) that owns one Core. All mutation arrives on
+//     its unbuffered input channels, so admission is serialized without
+//     locks; readers outside get immutable *Snapshot values through an
+//     atomic pointer. Admit blocks a request goroutine until the outcome.
+//   - RealClock and FakeClock, for production and for tests/simulation.
+//
+// It declares what it consumes in ports.go: Clock and LoadView (other
+// replicas' booked load, fed by gossip).
+//
+// The one admission path (seed 000): every request is queued and the same
+// turn drains what is dispatchable (an arrival never bypasses a backlog);
+// popping picks a class by DRR and its head by (strict priority, due time,
+// policy score, arrival); then project load, select a worker, book, respond;
+// a refused response rolls the booking back. Every Enqueue is completed
+// exactly once through its Responder; counters settle exactly once per
+// request, whichever path (grant, rejection, expiry, cancel) ends it.
+package scheduler

@@ -1,0 +1,155 @@
+package scheduler
+
+// workerLedger is the load this Core has booked on one worker.
+type workerLedger struct {
+	active  int
+	prefill int
+	refs    map[uint64]int32 // prompt block hash → bookings holding it
+	private int              // unshared blocks: partial tails and expected output
+}
+
+func (l *workerLedger) load() WorkerLoad {
+	return WorkerLoad{ActiveRequests: l.active, PrefillTokens: l.prefill, DecodeBlocks: len(l.refs) + l.private}
+}
+
+func (l *workerLedger) empty() bool { return l.active == 0 }
+
+// activeDepth is how many leading blocks of hashes are already held by
+// active bookings. Sequence hashes are prefix-closed (a booking holding block
+// i holds blocks 0..i-1 too), so a binary search over the prefix suffices.
+func (l *workerLedger) activeDepth(hashes []uint64) int {
+	if len(l.refs) == 0 || len(hashes) == 0 {
+		return 0
+	}
+	if _, ok := l.refs[hashes[0]]; !ok {
+		return 0
+	}
+	lo, hi := 1, len(hashes) // hashes[:lo] held; answer in [lo, hi]
+	for lo < hi {
+		mid := int(uint(lo+hi+1) >> 1)
+		if _, ok := l.refs[hashes[mid-1]]; ok {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// booking is one admitted request's load on one worker.
+type booking struct {
+	id        BookingID
+	requestID string
+	class     string
+	worker    string
+	ledger    *workerLedger
+	hashes    []uint64
+	prompt    int
+	cached    int
+	output    int
+	private   int
+	prefill   int // uncached prompt tokens until the first token
+	acked     bool
+	deadline  int64 // Unix ns: ack deadline until acked, then renewal expiry
+	ei        int   // position in the expiry heap
+}
+
+func (l *workerLedger) add(b *booking) {
+	l.active++
+	l.prefill += b.prefill
+	l.private += b.private
+	if len(b.hashes) > 0 && l.refs == nil {
+		l.refs = make(map[uint64]int32, len(b.hashes))
+	}
+	for _, h := range b.hashes {
+		l.refs[h]++
+	}
+}
+
+func (l *workerLedger) remove(b *booking) {
+	l.active--
+	l.prefill -= b.prefill
+	l.private -= b.private
+	for _, h := range b.hashes {
+		if n := l.refs[h]; n > 1 {
+			l.refs[h] = n - 1
+		} else {
+			delete(l.refs, h)
+		}
+	}
+}
+
+// expiryHeap orders bookings by deadline (indexed, so acknowledging or
+// renewing a booking moves it in place and NextWake is exact).
+type expiryHeap []*booking
+
+func (h expiryHeap) less(i, j int) bool {
+	if h[i].deadline != h[j].deadline {
+		return h[i].deadline < h[j].deadline
+	}
+	return h[i].id < h[j].id
+}
+
+func (h expiryHeap) swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].ei, h[j].ei = i, j
+}
+
+func (h *expiryHeap) push(b *booking) {
+	b.ei = len(*h)
+	*h = append(*h, b)
+	h.up(b.ei)
+}
+
+func (h *expiryHeap) remove(i int) {
+	s := *h
+	last := len(s) - 1
+	b := s[i]
+	if i != last {
+		s.swap(i, last)
+	}
+	s[last] = nil
+	*h = s[:last]
+	if i != last {
+		h.fix(i)
+	}
+	b.ei = -1
+}
+
+func (h expiryHeap) fix(i int) {
+	if !h.down(i) {
+		h.up(i)
+	}
+}
+
+func (h expiryHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h expiryHeap) down(i int) bool {
+	start := i
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			break
+		}
+		h.swap(i, m)
+		i = m
+	}
+	return i > start
+}

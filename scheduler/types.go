@@ -1,0 +1,449 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Policy orders the requests of one class that tie on strict priority and due
+// time. Values start at one so the zero value is recognisably unset.
+type Policy int
+
+// Policies (design §5).
+const (
+	// PolicyFCFS serves earlier arrivals first: score max(pj,0) − arrival_offset_s.
+	PolicyFCFS Policy = iota + 1
+	// PolicyLCFS serves later arrivals first: score max(pj,0) + arrival_offset_s.
+	PolicyLCFS
+	// PolicyWSPT serves the shortest uncached prefill first:
+	// score (1+max(pj,0)) / max(1, isl − cached).
+	PolicyWSPT
+)
+
+// String returns the policy's lower-case name, as accepted by ParsePolicy.
+func (p Policy) String() string {
+	switch p {
+	case PolicyFCFS:
+		return "fcfs"
+	case PolicyLCFS:
+		return "lcfs"
+	case PolicyWSPT:
+		return "wspt"
+	}
+	return fmt.Sprintf("policy(%d)", int(p))
+}
+
+// ParsePolicy parses "fcfs", "lcfs" or "wspt" (case-insensitive).
+func ParsePolicy(s string) (Policy, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "fcfs":
+		return PolicyFCFS, nil
+	case "lcfs":
+		return PolicyLCFS, nil
+	case "wspt":
+		return PolicyWSPT, nil
+	}
+	return 0, fmt.Errorf("%w: unknown policy %q (want fcfs, lcfs or wspt)", ErrInvalidConfig, s)
+}
+
+// Unlimited disables one queue limit.
+const Unlimited = -1
+
+// Limits bound one class's queue. Each value is per registered worker and is
+// multiplied by the current worker count when checked. Unlimited (-1) turns a
+// limit off; any limit of exactly 0 makes the class a zero-limit class, which
+// never queues: it admits when a worker is free and rejects otherwise.
+type Limits struct {
+	Requests     int // queued requests
+	ISLTokens    int // sum of queued raw prompt tokens
+	CachedTokens int // sum of queued requests' best cached tokens
+}
+
+// zero reports which limit is 0 ("" when none is): such a class never queues.
+func (l Limits) zero() string {
+	switch {
+	case l.Requests == 0:
+		return LimitRequests
+	case l.ISLTokens == 0:
+		return LimitISLTokens
+	case l.CachedTokens == 0:
+		return LimitCachedTokens
+	}
+	return ""
+}
+
+// Names of the queue limits, as carried in RejectError.Limit.
+const (
+	LimitRequests     = "requests"
+	LimitISLTokens    = "isl_tokens"
+	LimitCachedTokens = "cached_tokens"
+)
+
+// ClassConfig configures one policy class.
+type ClassConfig struct {
+	Name    string
+	Quantum int64 // DRR quantum in tokens of uncached prefill per round
+	Policy  Policy
+	Limits  Limits
+	// BusyPrefillTokens marks a worker busy for this class when its projected
+	// prefill tokens (active + this request's uncached prefill) exceed it.
+	// 0 turns the check off.
+	BusyPrefillTokens int
+	// BusyDecodeFraction marks a worker busy for this class when its projected
+	// decode blocks divided by its KV blocks exceed it. 0 turns the check off.
+	BusyDecodeFraction float64
+}
+
+// Validate reports the first bad field.
+func (c ClassConfig) Validate() error {
+	switch {
+	case c.Name == "":
+		return fmt.Errorf("%w: class name is empty", ErrInvalidConfig)
+	case c.Quantum <= 0:
+		return fmt.Errorf("%w: class %s: Quantum must be > 0, got %d", ErrInvalidConfig, c.Name, c.Quantum)
+	case c.Policy < PolicyFCFS || c.Policy > PolicyWSPT:
+		return fmt.Errorf("%w: class %s: Policy %d is not fcfs, lcfs or wspt", ErrInvalidConfig, c.Name, int(c.Policy))
+	case c.Limits.Requests < Unlimited:
+		return fmt.Errorf("%w: class %s: Limits.Requests must be -1 or >= 0, got %d", ErrInvalidConfig, c.Name, c.Limits.Requests)
+	case c.Limits.ISLTokens < Unlimited:
+		return fmt.Errorf("%w: class %s: Limits.ISLTokens must be -1 or >= 0, got %d", ErrInvalidConfig, c.Name, c.Limits.ISLTokens)
+	case c.Limits.CachedTokens < Unlimited:
+		return fmt.Errorf("%w: class %s: Limits.CachedTokens must be -1 or >= 0, got %d", ErrInvalidConfig, c.Name, c.Limits.CachedTokens)
+	case c.BusyPrefillTokens < 0:
+		return fmt.Errorf("%w: class %s: BusyPrefillTokens must be >= 0, got %d", ErrInvalidConfig, c.Name, c.BusyPrefillTokens)
+	case c.BusyDecodeFraction < 0 || c.BusyDecodeFraction != c.BusyDecodeFraction:
+		return fmt.Errorf("%w: class %s: BusyDecodeFraction must be >= 0, got %v", ErrInvalidConfig, c.Name, c.BusyDecodeFraction)
+	}
+	return nil
+}
+
+// Worker is one registered inference worker as the scheduler sees it.
+type Worker struct {
+	ID, URL    string
+	BlockSize  int // tokens per KV block; must be > 0
+	KVBlocks   int // KV cache capacity in blocks (0 = unknown: the decode busy check is off)
+	MaxRunning int // concurrent requests (local + remote bookings); 0 = unlimited
+}
+
+// Overlap is one worker's matched prefix depth for a request, in blocks.
+type Overlap struct {
+	Worker string
+	Blocks int
+}
+
+// Request is one admission attempt. The caller must not mutate it (nor the
+// slices it holds) after handing it to Enqueue or Admit.
+type Request struct {
+	ID             string
+	Class          string
+	StrictPriority int32   // higher is served first, before anything else
+	PriorityJump   float64 // raises the policy score; negative values count as 0
+	Ingress        time.Time
+	Due            time.Time // zero: no deadline
+
+	PromptTokens int
+	BlockHashes  []uint64 // sequence hashes of the prompt's full blocks, in order
+	Overlaps     []Overlap
+	Pinned       string   // "" = not pinned
+	Allowed      []string // empty = any registered worker
+
+	ExpectedOutputTokens int
+
+	Attempt int  // 0 = first attempt; > 0 = retry: counted in Retried, not Received
+	Probe   bool // advisory probe: excluded from every counter
+}
+
+// The Request methods below are the single source of the request-side
+// arithmetic (seed 000): policies, the selector, the ledger and the queue all
+// call them, or the unexported helpers they are built on, and never redo it.
+
+// effectiveOverlap caps a reported overlap to the blocks the prompt has.
+func (r *Request) effectiveOverlap(raw int) int {
+	if raw <= 0 {
+		return 0
+	}
+	return min(raw, len(r.BlockHashes))
+}
+
+// cachedFromOverlap converts an effective overlap into cached prompt tokens.
+func (r *Request) cachedFromOverlap(blocks, blockSize int) int {
+	return min(r.PromptTokens, blocks*blockSize)
+}
+
+// OverlapBlocks is the effective prefix overlap on worker, in blocks: the
+// reported depth capped to the prompt's full blocks.
+func (r *Request) OverlapBlocks(worker string) int {
+	for _, o := range r.Overlaps {
+		if o.Worker == worker {
+			return r.effectiveOverlap(o.Blocks)
+		}
+	}
+	return 0
+}
+
+// CachedTokens is the prompt tokens already cached on worker.
+func (r *Request) CachedTokens(worker string, blockSize int) int {
+	return r.cachedFromOverlap(r.OverlapBlocks(worker), blockSize)
+}
+
+// PrefillTokens is the prefill work the request adds to worker: the prompt
+// minus what the worker has cached (the ledger's prefill hint).
+func (r *Request) PrefillTokens(worker string, blockSize int) int {
+	return r.PromptTokens - r.CachedTokens(worker, blockSize)
+}
+
+// Allows reports whether the request may run on worker: the pinned worker
+// only when pinned, else any worker in Allowed (any at all when empty).
+func (r *Request) Allows(worker string) bool {
+	if r.Pinned != "" {
+		return worker == r.Pinned
+	}
+	if len(r.Allowed) == 0 {
+		return true
+	}
+	for _, a := range r.Allowed {
+		if a == worker {
+			return true
+		}
+	}
+	return false
+}
+
+// BlockCount is the number of KV blocks the prompt occupies on a worker with
+// blockSize tokens per block (full blocks plus a partial tail).
+func (r *Request) BlockCount(blockSize int) int {
+	if blockSize <= 0 {
+		return len(r.BlockHashes)
+	}
+	return max(len(r.BlockHashes), (r.PromptTokens+blockSize-1)/blockSize)
+}
+
+// privateBlocks is what the request occupies beyond its hashed prompt blocks:
+// the partial tail and the expected output. They are never shared.
+func (r *Request) privateBlocks(blockSize int) int {
+	return privateBlocks(len(r.BlockHashes), r.PromptTokens, r.ExpectedOutputTokens, blockSize)
+}
+
+func privateBlocks(hashed, prompt, output, blockSize int) int {
+	if blockSize <= 0 {
+		return 0
+	}
+	total := (max(prompt, 0) + max(output, 0) + blockSize - 1) / blockSize
+	return max(0, total-hashed)
+}
+
+// BestCachedTokens is the cached-token figure WSPT and DRR use: the pinned
+// worker's cached tokens when pinned, else the best over the allowed workers
+// among workers.
+func (r *Request) BestCachedTokens(workers []Worker) int {
+	best := 0
+	for _, w := range workers {
+		if !r.Allows(w.ID) {
+			continue
+		}
+		best = max(best, r.CachedTokens(w.ID, w.BlockSize))
+	}
+	return best
+}
+
+// BookingID names one booking in one Core's ledger.
+type BookingID uint64
+
+// Grant is an admitted request's placement. The booking is provisional until
+// acknowledged (Ack, FirstToken or Renew).
+type Grant struct {
+	RequestID     string
+	Worker        string
+	WorkerURL     string
+	Booking       BookingID
+	CachedTokens  int // prompt tokens cached on Worker when selected
+	OverlapBlocks int
+	QueueWait     time.Duration // time from Enqueue to the grant
+}
+
+// BookingRecord describes an in-flight request to re-home on a new owner
+// (Adopt), as the entry replica knows it.
+type BookingRecord struct {
+	RequestID            string
+	Class                string
+	Worker               string
+	BlockHashes          []uint64
+	PromptTokens         int
+	CachedTokens         int // from the original grant
+	ExpectedOutputTokens int
+	FirstTokenSeen       bool // prefill already done: no prefill load remains
+}
+
+// Reason is why a request was rejected. Values start at one.
+type Reason int
+
+// Rejection reasons. String gives the metric label.
+const (
+	ReasonDueTimePassed Reason = iota + 1
+	// ReasonPredictedMiss is reserved for a deadline-miss predictor; the
+	// scheduler never produces it, but its metric series exists at zero.
+	ReasonPredictedMiss
+	ReasonQueueFull
+	ReasonNoEndpoints
+	ReasonOverloaded
+	ReasonOwnershipLost
+	ReasonInvalidConstraint
+	ReasonUnknownClass
+)
+
+// Reasons lists every reason, in label export order.
+var Reasons = []Reason{
+	ReasonDueTimePassed, ReasonPredictedMiss, ReasonQueueFull, ReasonNoEndpoints,
+	ReasonOverloaded, ReasonOwnershipLost, ReasonInvalidConstraint, ReasonUnknownClass,
+}
+
+// String returns the snake_case metric label.
+func (r Reason) String() string {
+	switch r {
+	case ReasonDueTimePassed:
+		return "due_time_passed"
+	case ReasonPredictedMiss:
+		return "predicted_miss"
+	case ReasonQueueFull:
+		return "queue_full"
+	case ReasonNoEndpoints:
+		return "no_endpoints"
+	case ReasonOverloaded:
+		return "overloaded"
+	case ReasonOwnershipLost:
+		return "ownership_lost"
+	case ReasonInvalidConstraint:
+		return "invalid_constraint"
+	case ReasonUnknownClass:
+		return "unknown_class"
+	}
+	return fmt.Sprintf("reason(%d)", int(r))
+}
+
+// ParseReason is the inverse of Reason.String (for rejections that crossed
+// the wire).
+func ParseReason(s string) (Reason, error) {
+	for _, r := range Reasons {
+		if r.String() == s {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown rejection reason %q", ErrInvalidConfig, s)
+}
+
+// sentinel maps a reason to the package error errors.Is matches.
+func (r Reason) sentinel() error {
+	switch r {
+	case ReasonDueTimePassed:
+		return ErrDeadlineExceeded
+	case ReasonPredictedMiss:
+		return ErrPredictedMiss
+	case ReasonQueueFull:
+		return ErrQueueFull
+	case ReasonNoEndpoints:
+		return ErrNoEndpoints
+	case ReasonOverloaded:
+		return ErrOverloaded
+	case ReasonOwnershipLost:
+		return ErrOwnershipMoved
+	case ReasonInvalidConstraint:
+		return ErrInvalidConstraint
+	case ReasonUnknownClass:
+		return ErrUnknownClass
+	}
+	return errUnknownReason
+}
+
+// RejectError is every rejection the scheduler produces. errors.Is matches it
+// against the sentinel of its Reason (ErrQueueFull, ErrDeadlineExceeded, ...).
+type RejectError struct {
+	Reason Reason
+	Limit  string // for ReasonQueueFull: LimitRequests, LimitISLTokens or LimitCachedTokens
+	Detail string
+}
+
+func (e *RejectError) Error() string {
+	var b strings.Builder
+	b.WriteString("rejected: ")
+	b.WriteString(e.Reason.String())
+	if e.Limit != "" {
+		b.WriteString(" (limit ")
+		b.WriteString(e.Limit)
+		b.WriteString(")")
+	}
+	if e.Detail != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Detail)
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.Is match the reason's sentinel.
+func (e *RejectError) Unwrap() error { return e.Reason.sentinel() }
+
+// Reject builds a RejectError; a convenience for adapters that rebuild a
+// rejection received over the wire.
+func Reject(reason Reason, limit, detail string) error {
+	return &RejectError{Reason: reason, Limit: limit, Detail: detail}
+}
+
+// ReasonOf returns the Reason of a rejection error, or 0 when err is not one.
+func ReasonOf(err error) Reason {
+	var rej *RejectError
+	if errors.As(err, &rej) {
+		return rej.Reason
+	}
+	return 0
+}
+
+// WorkerLoad is the booked load on one worker.
+type WorkerLoad struct {
+	ActiveRequests int // bookings not yet finished
+	PrefillTokens  int // uncached prompt tokens of bookings before their first token
+	DecodeBlocks   int // unique prompt blocks plus private (tail and output) blocks
+}
+
+// Add returns the element-wise sum.
+func (l WorkerLoad) Add(o WorkerLoad) WorkerLoad {
+	return WorkerLoad{
+		ActiveRequests: l.ActiveRequests + o.ActiveRequests,
+		PrefillTokens:  l.PrefillTokens + o.PrefillTokens,
+		DecodeBlocks:   l.DecodeBlocks + o.DecodeBlocks,
+	}
+}
+
+// Counters are one class's cumulative admission counters. Probes are never
+// counted. Once a request has left the queue,
+// Received + Retried = Admitted + Cancelled + sum(Rejected).
+type Counters struct {
+	Received  uint64 // first attempts
+	Retried   uint64 // attempts with Attempt > 0
+	Admitted  uint64
+	Cancelled uint64
+	Rejected  map[Reason]uint64
+}
+
+// ClassSnapshot is one class's state at snapshot time.
+type ClassSnapshot struct {
+	QueueDepth    int
+	PendingTokens int64 // sum of queued requests' raw prompt tokens
+	Counters      Counters
+}
+
+// Snapshot is an immutable view of a Core. Readers must not mutate it.
+type Snapshot struct {
+	Instance uint64 // unique per Core: counters restart when it changes
+	Seq      uint64 // increases with every snapshot of one Core
+	At       time.Time
+	Classes  map[string]ClassSnapshot
+	Workers  map[string]WorkerLoad // local ledger only (what this replica booked)
+	Bookings int
+	// UnknownClass counts requests naming a class this Core does not
+	// have (they have no class to be counted in).
+	UnknownClass uint64
+	// InvalidConfigs counts worker registrations and class configs that
+	// failed validation and were skipped.
+	InvalidConfigs uint64
+}

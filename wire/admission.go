@@ -1,0 +1,244 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Admission protocol messages (design §4), JSON with a version field. They
+// travel between an entry replica E and the owner O of a request's class:
+//
+//	E → O  admit.<class>   AdmitRequest   (request-reply; the reply is AdmitReply)
+//	E → O  cancel.<class>  CancelRequest  (the client went away while queued)
+//	E → O  life.<owner>    LifeMark       (dispatched = ack, first_token, done, aborted, renew)
+//	E → O  adopt.<class>   AdoptRequest   (request-reply: re-home in-flight bookings)
+const admissionVersion = 1
+
+// AdmitOverlap is one worker's matched prefix depth, in blocks.
+type AdmitOverlap struct {
+	Worker string `json:"w"`
+	Blocks int    `json:"b"`
+}
+
+// AdmitRequest asks the owner of Class to admit one request.
+type AdmitRequest struct {
+	Version         int            `json:"v"`
+	ID              string         `json:"id"`
+	Class           string         `json:"class"`
+	Entry           string         `json:"entry"` // entry replica id: where lifecycle marks come from
+	Attempt         int            `json:"attempt,omitempty"`
+	StrictPriority  int32          `json:"prio,omitempty"`
+	PriorityJump    float64        `json:"pj,omitempty"`
+	IngressUnixNano int64          `json:"ingress"`
+	DueUnixNano     int64          `json:"due,omitempty"` // 0: no deadline
+	PromptTokens    int            `json:"isl"`
+	BlockHashes     []uint64       `json:"blocks,omitempty"`
+	Overlaps        []AdmitOverlap `json:"overlaps,omitempty"`
+	Pinned          string         `json:"pinned,omitempty"`
+	Allowed         []string       `json:"allowed,omitempty"`
+	ExpectedOutput  int            `json:"osl,omitempty"`
+}
+
+// AdmitReply is the owner's answer: a grant (OK) or a typed rejection.
+type AdmitReply struct {
+	Version       int    `json:"v"`
+	OK            bool   `json:"ok"`
+	Owner         string `json:"owner"`
+	Epoch         int64  `json:"epoch"`
+	Worker        string `json:"worker,omitempty"`
+	WorkerURL     string `json:"url,omitempty"`
+	Booking       uint64 `json:"booking,omitempty"`
+	CachedTokens  int    `json:"cached,omitempty"`
+	OverlapBlocks int    `json:"overlap,omitempty"`
+	QueueWaitNano int64  `json:"wait,omitempty"`
+	// Reason is the scheduler's rejection reason label (e.g. "queue_full").
+	Reason string `json:"reason,omitempty"`
+	Limit  string `json:"limit,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// CancelRequest withdraws a queued request.
+type CancelRequest struct {
+	Version int    `json:"v"`
+	ID      string `json:"id"`
+	Entry   string `json:"entry"`
+}
+
+// LifeKind is the kind of a lifecycle mark.
+type LifeKind string
+
+// Lifecycle marks an entry replica sends to an owner.
+const (
+	LifeDispatched LifeKind = "dispatched" // the grant reached the entry: the booking is final
+	LifeFirstToken LifeKind = "first_token"
+	LifeDone       LifeKind = "done"
+	LifeAborted    LifeKind = "aborted"
+	LifeRenew      LifeKind = "renew" // the bookings are still in flight
+)
+
+// LifeMark reports lifecycle events for one or more bookings of one owner.
+type LifeMark struct {
+	Version  int      `json:"v"`
+	Entry    string   `json:"entry"`
+	Kind     LifeKind `json:"kind"`
+	Epoch    int64    `json:"epoch,omitempty"`
+	Bookings []uint64 `json:"bookings"`
+}
+
+// AdoptedBooking describes one in-flight request whose booking moves to a new
+// owner, so its load stays on the ledger.
+type AdoptedBooking struct {
+	RequestID      string   `json:"id"`
+	Worker         string   `json:"worker"`
+	BlockHashes    []uint64 `json:"blocks,omitempty"`
+	PromptTokens   int      `json:"isl,omitempty"`
+	CachedTokens   int      `json:"cached,omitempty"`
+	ExpectedOutput int      `json:"osl,omitempty"`
+	FirstTokenSeen bool     `json:"first_token,omitempty"` // no prefill load remains
+}
+
+// AdoptRequest re-homes bookings to the owner of Class.
+type AdoptRequest struct {
+	Version  int              `json:"v"`
+	Entry    string           `json:"entry"`
+	Class    string           `json:"class"`
+	Bookings []AdoptedBooking `json:"bookings"`
+}
+
+// AdoptReply returns the new booking ids, in request order.
+type AdoptReply struct {
+	Version  int      `json:"v"`
+	Owner    string   `json:"owner"`
+	Epoch    int64    `json:"epoch"`
+	Bookings []uint64 `json:"bookings"`
+	Error    string   `json:"error,omitempty"`
+}
+
+// EncodeAdmission marshals any admission message, stamping its version.
+func EncodeAdmission(m any) ([]byte, error) {
+	switch v := m.(type) {
+	case *AdmitRequest:
+		v.Version = admissionVersion
+	case *AdmitReply:
+		v.Version = admissionVersion
+	case *CancelRequest:
+		v.Version = admissionVersion
+	case *LifeMark:
+		v.Version = admissionVersion
+	case *AdoptRequest:
+		v.Version = admissionVersion
+	case *AdoptReply:
+		v.Version = admissionVersion
+	default:
+		return nil, fmt.Errorf("wire: %T is not an admission message", m)
+	}
+	return json.Marshal(m)
+}
+
+// DecodeAdmitRequest parses and validates an AdmitRequest.
+func DecodeAdmitRequest(p []byte) (*AdmitRequest, error) {
+	var m AdmitRequest
+	if err := decodeVersioned(p, &m, &m.Version, "admit request"); err != nil {
+		return nil, err
+	}
+	switch {
+	case m.ID == "" || len(m.ID) > 256:
+		return nil, fmt.Errorf("%w: admit request id %q", ErrMalformed, m.ID)
+	case !ValidName(m.Class):
+		return nil, fmt.Errorf("%w: admit request class %q", ErrMalformed, m.Class)
+	case !ValidName(m.Entry):
+		return nil, fmt.Errorf("%w: admit request entry %q", ErrMalformed, m.Entry)
+	case m.PromptTokens < 0 || m.ExpectedOutput < 0 || m.Attempt < 0:
+		return nil, fmt.Errorf("%w: admit request %s has negative counts", ErrMalformed, m.ID)
+	case m.DueUnixNano < 0:
+		return nil, fmt.Errorf("%w: admit request %s has a negative due time", ErrMalformed, m.ID)
+	case len(m.BlockHashes) > MaxBlocksPerMessage:
+		return nil, fmt.Errorf("%w: admit request %s has too many blocks", ErrMalformed, m.ID)
+	}
+	for _, o := range m.Overlaps {
+		if o.Blocks < 0 || o.Worker == "" {
+			return nil, fmt.Errorf("%w: admit request %s has a bad overlap", ErrMalformed, m.ID)
+		}
+	}
+	return &m, nil
+}
+
+// DecodeAdmitReply parses an AdmitReply.
+func DecodeAdmitReply(p []byte) (*AdmitReply, error) {
+	var m AdmitReply
+	if err := decodeVersioned(p, &m, &m.Version, "admit reply"); err != nil {
+		return nil, err
+	}
+	if m.OK && (m.Worker == "" || m.Booking == 0) {
+		return nil, fmt.Errorf("%w: admit reply grants no worker or booking", ErrMalformed)
+	}
+	if !m.OK && m.Reason == "" {
+		return nil, fmt.Errorf("%w: admit reply rejects without a reason", ErrMalformed)
+	}
+	return &m, nil
+}
+
+// DecodeCancelRequest parses a CancelRequest.
+func DecodeCancelRequest(p []byte) (*CancelRequest, error) {
+	var m CancelRequest
+	if err := decodeVersioned(p, &m, &m.Version, "cancel"); err != nil {
+		return nil, err
+	}
+	if m.ID == "" {
+		return nil, fmt.Errorf("%w: cancel without id", ErrMalformed)
+	}
+	return &m, nil
+}
+
+// DecodeLifeMark parses and validates a LifeMark.
+func DecodeLifeMark(p []byte) (*LifeMark, error) {
+	var m LifeMark
+	if err := decodeVersioned(p, &m, &m.Version, "life mark"); err != nil {
+		return nil, err
+	}
+	switch m.Kind {
+	case LifeDispatched, LifeFirstToken, LifeDone, LifeAborted, LifeRenew:
+	default:
+		return nil, fmt.Errorf("%w: life mark kind %q", ErrMalformed, m.Kind)
+	}
+	if len(m.Bookings) > MaxBlocksPerMessage {
+		return nil, fmt.Errorf("%w: life mark has too many bookings", ErrMalformed)
+	}
+	return &m, nil
+}
+
+// DecodeAdoptRequest parses and validates an AdoptRequest.
+func DecodeAdoptRequest(p []byte) (*AdoptRequest, error) {
+	var m AdoptRequest
+	if err := decodeVersioned(p, &m, &m.Version, "adopt request"); err != nil {
+		return nil, err
+	}
+	if !ValidName(m.Class) || !ValidName(m.Entry) {
+		return nil, fmt.Errorf("%w: adopt request class %q entry %q", ErrMalformed, m.Class, m.Entry)
+	}
+	for _, b := range m.Bookings {
+		if b.Worker == "" || b.PromptTokens < 0 || b.CachedTokens < 0 || b.ExpectedOutput < 0 {
+			return nil, fmt.Errorf("%w: adopt request has a bad booking", ErrMalformed)
+		}
+	}
+	return &m, nil
+}
+
+// DecodeAdoptReply parses an AdoptReply.
+func DecodeAdoptReply(p []byte) (*AdoptReply, error) {
+	var m AdoptReply
+	if err := decodeVersioned(p, &m, &m.Version, "adopt reply"); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+func decodeVersioned(p []byte, dst any, version *int, what string) error {
+	if err := json.Unmarshal(p, dst); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrMalformed, what, err)
+	}
+	if *version != admissionVersion {
+		return fmt.Errorf("%w: %s version %d", ErrVersion, what, *version)
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+package wire
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func TestAdmitRequestRoundTrips(t *testing.T) {
+	in := &AdmitRequest{ID: "r1", Class: "gold", Entry: "replica-1", Attempt: 2, StrictPriority: 1,
+		PriorityJump: 0.5, IngressUnixNano: 10, DueUnixNano: 20, PromptTokens: 100,
+		BlockHashes: []uint64{1, 1 << 63}, Overlaps: []AdmitOverlap{{Worker: "w1", Blocks: 2}},
+		Pinned: "w1", Allowed: []string{"w1", "w2"}, ExpectedOutput: 5}
+	b, err := EncodeAdmission(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := DecodeAdmitRequest(b)
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("round trip changed the message:\n in=%+v\nout=%+v", in, out)
+	}
+}
+
+func TestAdmissionDecodersRejectBadInputWithTypedErrors(t *testing.T) {
+	cases := map[string]struct {
+		decode func([]byte) error
+		input  string
+		want   error
+	}{
+		"admit: not json":          {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{`, ErrMalformed},
+		"admit: future version":    {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":9,"id":"a","class":"c","entry":"e"}`, ErrVersion},
+		"admit: bad class":         {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"a.b","entry":"e"}`, ErrMalformed},
+		"admit: negative due":      {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"c","entry":"e","due":-1}`, ErrMalformed},
+		"reply: grant w/o booking": {func(b []byte) error { _, err := DecodeAdmitReply(b); return err }, `{"v":1,"ok":true,"worker":"w"}`, ErrMalformed},
+		"reply: reject w/o reason": {func(b []byte) error { _, err := DecodeAdmitReply(b); return err }, `{"v":1,"ok":false}`, ErrMalformed},
+		"life: unknown kind":       {func(b []byte) error { _, err := DecodeLifeMark(b); return err }, `{"v":1,"kind":"exploded"}`, ErrMalformed},
+		"cancel: no id":            {func(b []byte) error { _, err := DecodeCancelRequest(b); return err }, `{"v":1}`, ErrMalformed},
+		"adopt: bad booking":       {func(b []byte) error { _, err := DecodeAdoptRequest(b); return err }, `{"v":1,"class":"c","entry":"e","bookings":[{"worker":""}]}`, ErrMalformed},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			if err := c.decode([]byte(c.input)); !errors.Is(err, c.want) {
+				t.Fatalf("err = %v; want %v", err, c.want)
+			}
+		})
+	}
+}
+
+func FuzzDecodeAdmitRequest(f *testing.F) {
+	good, _ := EncodeAdmission(&AdmitRequest{ID: "r", Class: "c", Entry: "e", PromptTokens: 3, BlockHashes: []uint64{7}})
+	f.Add(good)
+	f.Add([]byte(`{"v":1}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeAdmitRequest(b)
+		if err != nil {
+			return
+		}
+		again, err := EncodeAdmission(m)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		if _, err := DecodeAdmitRequest(again); err != nil {
+			t.Fatalf("a decoded message does not decode again: %v", err)
+		}
+	})
+}
+
+func FuzzDecodeAdmitReply(f *testing.F) {
+	good, _ := EncodeAdmission(&AdmitReply{OK: true, Worker: "w", Booking: 1, Owner: "o", Epoch: 3})
+	f.Add(good)
+	f.Add([]byte(`{"v":1,"ok":false,"reason":"queue_full"}`))
+	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeAdmitReply(b) })
+}
+
+func FuzzDecodeLifeMark(f *testing.F) {
+	good, _ := EncodeAdmission(&LifeMark{Entry: "e", Kind: LifeDone, Bookings: []uint64{1, 2}})
+	f.Add(good)
+	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeLifeMark(b) })
+}
+
+func FuzzDecodeCancelRequest(f *testing.F) {
+	good, _ := EncodeAdmission(&CancelRequest{ID: "r", Entry: "e"})
+	f.Add(good)
+	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeCancelRequest(b) })
+}
+
+func FuzzDecodeAdoptRequest(f *testing.F) {
+	good, _ := EncodeAdmission(&AdoptRequest{Entry: "e", Class: "c", Bookings: []AdoptedBooking{{RequestID: "r", Worker: "w", PromptTokens: 3}}})
+	f.Add(good)
+	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeAdoptRequest(b) })
+}
+
+func FuzzDecodeAdoptReply(f *testing.F) {
+	good, _ := EncodeAdmission(&AdoptReply{Owner: "o", Epoch: 1, Bookings: []uint64{4}})
+	f.Add(good)
+	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeAdoptReply(b) })
+}
