@@ -10,6 +10,16 @@
 // seeds mean equal tokens (and therefore equal KV blocks at the engine) while
 // a 12k-request trace never holds its ~150M tokens in memory at once.
 //
+// Typical use (the coordinator wires Main as `switchyard bench`):
+//
+//	switchyard bench --trace mooncake --file ../shared/traces/conversation_trace.jsonl \
+//	    --target http://127.0.0.1:8080,http://127.0.0.1:8081 --speedup 10 --out out/kv
+//	switchyard bench --trace synthetic --synthetic-turns 4 --synthetic-classes chat:3:1:2s,batch:1 ...
+//
+// Every request ends in exactly one Result with one Outcome; results stream to
+// results.jsonl as they complete, so an interrupted run keeps what it
+// measured.
+//
 // Concurrency: readers, generators and summaries are single-goroutine values
 // (not safe for concurrent use). Runner.Run owns every goroutine it starts
 // (one dispatcher loop on the caller's goroutine, one goroutine per request in

@@ -287,7 +287,7 @@ func runLive(ctx context.Context, opts Options, trace *TraceSource, stdout, stde
 		if err := rw.Flush(); err != nil {
 			return err
 		}
-		if err := writeReports(opts.Out, sum, []RunResults{{Label: opts.Label, Results: results}}, log); err != nil {
+		if err := WriteReports(opts.Out, []Summary{sum}, []RunResults{{Label: opts.Label, Results: results}}, log); err != nil {
 			return err
 		}
 	}
@@ -297,13 +297,18 @@ func runLive(ctx context.Context, opts Options, trace *TraceSource, stdout, stde
 	return nil
 }
 
-// writeReports writes summary.md, summary.json and the plots into dir. An
-// empty plot (no successful request) is skipped with a warning.
-func writeReports(dir string, sum Summary, runs []RunResults, log *zap.Logger) error {
-	if err := writeFile(filepath.Join(dir, FileSummaryMD), func(w io.Writer) error { return WriteMarkdown(w, sum) }); err != nil {
+// WriteReports writes summary.md and summary.json (one entry per summary)
+// and the TTFT CDF, throughput and per-worker load plots (all runs) into
+// dir, which must exist. A plot with no data (no successful request) is
+// skipped with a warning. The simulator mode reuses it.
+func WriteReports(dir string, sums []Summary, runs []RunResults, log *zap.Logger) error {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if err := writeFile(filepath.Join(dir, FileSummaryMD), func(w io.Writer) error { return WriteMarkdown(w, sums...) }); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(dir, FileSummaryJSON), func(w io.Writer) error { return WriteJSON(w, sum) }); err != nil {
+	if err := writeFile(filepath.Join(dir, FileSummaryJSON), func(w io.Writer) error { return WriteJSON(w, sums...) }); err != nil {
 		return err
 	}
 	var all []Result

@@ -121,15 +121,15 @@ func TestMooncakeSkipPolicyRecordsEveryBadLineAndKeepsTheGoodOnes(t *testing.T) 
 
 func TestDecodeMooncakeLineRejectsEachKindOfBadRecord(t *testing.T) {
 	cases := map[string]string{
-		`{"input_length": 1, "output_length": 1, "hash_ids": [1]}`:                     "missing timestamp",
-		`{"timestamp": 0, "output_length": 1, "hash_ids": [1]}`:                        "missing input_length",
-		`{"timestamp": 0, "input_length": 1, "output_length": 1}`:                      "missing hash_ids",
-		`{"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": [1]}`:    "timestamp -1",
-		`{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}`:      "input_length 0",
-		`{"timestamp": 0, "input_length": 1, "output_length": 0, "hash_ids": [1]}`:     "output_length 0",
-		`{"timestamp": 0, "input_length": 1.5, "output_length": 1, "hash_ids": [1]}`:   "not a JSON object",
-		`{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [-1]}`:    "not a JSON object",
-		`{"timestamp": 0, "input_length": 513, "output_length": 1, "hash_ids": [1]}`:   "want ceil(513/512) = 2",
+		`{"input_length": 1, "output_length": 1, "hash_ids": [1]}`:                   "missing timestamp",
+		`{"timestamp": 0, "output_length": 1, "hash_ids": [1]}`:                      "missing input_length",
+		`{"timestamp": 0, "input_length": 1, "output_length": 1}`:                    "missing hash_ids",
+		`{"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": [1]}`:  "timestamp -1",
+		`{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}`:    "input_length 0",
+		`{"timestamp": 0, "input_length": 1, "output_length": 0, "hash_ids": [1]}`:   "output_length 0",
+		`{"timestamp": 0, "input_length": 1.5, "output_length": 1, "hash_ids": [1]}`: "not a JSON object",
+		`{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [-1]}`:  "not a JSON object",
+		`{"timestamp": 0, "input_length": 513, "output_length": 1, "hash_ids": [1]}`: "want ceil(513/512) = 2",
 		`[1, 2, 3]`: "not a JSON object",
 		`{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1]} {}`: "not a JSON object",
 	}
@@ -187,6 +187,9 @@ func FuzzDecodeMooncakeLine(f *testing.F) {
 		}
 		if len(rec.HashIDs) != (rec.InputLength+MooncakeBlockSize-1)/MooncakeBlockSize {
 			t.Fatalf("accepted %d ids for %d tokens", len(rec.HashIDs), rec.InputLength)
+		}
+		if strings.ContainsRune(string(line), '\n') {
+			return // JSON may span lines; the reader is line-based
 		}
 		// A valid record always reads back as a request with exactly
 		// input_length tokens.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -43,6 +44,11 @@ type RunnerConfig struct {
 	// WorkerHeader is the response header that names the serving worker
 	// (for per-worker load); empty disables.
 	WorkerHeader string
+	// RequestIDPrefix starts each request's x-request-id
+	// (<prefix>-<trace index>). Engines may adopt the id (Switchyard's
+	// simulated worker does, to make output reproducible), so ids must be
+	// unique among requests in flight: empty means a random prefix per run.
+	RequestIDPrefix string
 	// IgnoreEOS sends "ignore_eos": true (a vLLM extension) so real engines
 	// generate exactly max_tokens; off by default because strict OpenAI
 	// servers reject unknown fields.
@@ -60,7 +66,7 @@ func DefaultRunnerConfig() RunnerConfig {
 		Speedup:          1,
 		Timeout:          10 * time.Minute,
 		Vocab:            DefaultVocab(),
-		WorkerHeader:     "x-switchyard-worker",
+		WorkerHeader:     "x-switchyard-routed-worker",
 		ProgressInterval: time.Second,
 	}
 }
@@ -119,6 +125,7 @@ func (c *RunnerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.IntVar(&c.Concurrency, prefix+"concurrency", c.Concurrency, "maximum requests in flight (0: unlimited, pure open loop)")
 	fs.DurationVar(&c.Timeout, prefix+"timeout", c.Timeout, "per-request timeout (0: none)")
 	fs.StringVar(&c.WorkerHeader, prefix+"worker-header", c.WorkerHeader, "response header naming the serving worker")
+	fs.StringVar(&c.RequestIDPrefix, prefix+"request-id-prefix", c.RequestIDPrefix, "x-request-id prefix (empty: random per run)")
 	fs.BoolVar(&c.IgnoreEOS, prefix+"ignore-eos", c.IgnoreEOS, `send "ignore_eos": true (vLLM) so engines generate max_tokens`)
 	fs.Func(prefix+"vocab", fmt.Sprintf("token id range first:limit for synthesized prompts (default %d:%d)", c.Vocab.First, c.Vocab.Limit), func(s string) error {
 		a, b, ok := strings.Cut(s, ":")
@@ -221,6 +228,10 @@ func (r *Runner) Run(ctx context.Context, src Source, sink func(Result)) (RunSta
 	r.failed.Store(0)
 	defer r.transport.CloseIdleConnections()
 
+	idPrefix := r.cfg.RequestIDPrefix
+	if idPrefix == "" {
+		idPrefix = "bench-" + strconv.FormatUint(rand.Uint64()&0xffffffff, 16)
+	}
 	start := r.clock.Now()
 	stats := RunStats{Started: start}
 
@@ -284,7 +295,7 @@ func (r *Runner) Run(ctx context.Context, src Source, sink func(Result)) (RunSta
 			if slots != nil {
 				defer func() { <-slots }()
 			}
-			emit(r.do(ctx, &req, body, endpoint, target, start, scheduled))
+			emit(r.do(ctx, &req, body, idPrefix, endpoint, target, start, scheduled))
 		})
 	}
 	reqWG.Wait()
@@ -325,7 +336,7 @@ func (r *Runner) body(req *TraceRequest) []byte {
 // do sends one request and measures it.
 // The result is a named return so the deferred E2E and deadline accounting
 // applies on every path.
-func (r *Runner) do(ctx context.Context, req *TraceRequest, body []byte, endpoint, target string, start time.Time, scheduled time.Duration) (res Result) {
+func (r *Runner) do(ctx context.Context, req *TraceRequest, body []byte, idPrefix, endpoint, target string, start time.Time, scheduled time.Duration) (res Result) {
 	res = Result{
 		Index: req.Index, Session: req.Session, Class: req.Class, Priority: req.Priority,
 		Deadline: req.Deadline, Target: target, Scheduled: scheduled,
@@ -344,7 +355,7 @@ func (r *Runner) do(ctx context.Context, req *TraceRequest, body []byte, endpoin
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("Accept", "text/event-stream")
-	hr.Header.Set("X-Request-Id", "bench-"+strconv.Itoa(req.Index))
+	hr.Header.Set("X-Request-Id", idPrefix+"-"+strconv.Itoa(req.Index))
 	if req.Class != "" {
 		hr.Header.Set("x-switchyard-class", req.Class)
 	}

@@ -53,8 +53,13 @@ func TestRunnerCapturesTTFTUsageAndOutcomeFromAStreamingEndpoint(t *testing.T) {
 
 	seen := up.requests()
 	require.Len(t, seen, 2)
-	slices.SortFunc(seen, func(a, b seenRequest) int { return strings.Compare(a.Header.Get("X-Request-Id"), b.Header.Get("X-Request-Id")) })
+	slices.SortFunc(seen, func(a, b seenRequest) int {
+		return strings.Compare(a.Header.Get("X-Request-Id"), b.Header.Get("X-Request-Id"))
+	})
 	first := seen[0]
+	id0, id1 := first.Header.Get("X-Request-Id"), seen[1].Header.Get("X-Request-Id")
+	require.True(t, strings.HasSuffix(id0, "-0") && strings.HasSuffix(id1, "-1"), "ids %q %q", id0, id1)
+	assert.Equal(t, strings.TrimSuffix(id0, "-0"), strings.TrimSuffix(id1, "-1"), "one random prefix per run")
 	assert.Equal(t, "/v1/completions", first.Path)
 	assert.Equal(t, "test-model", first.Body.Model)
 	assert.Equal(t, reqs[0].Tokens(DefaultVocab()), first.Body.Prompt, "the prompt is the synthesized token array")
@@ -256,6 +261,7 @@ func TestRunnerRoundRobinsOverTargetsAndStopsAtMaxRequests(t *testing.T) {
 	a.Worker, b.Worker = "wa", "wb"
 	cfg := testRunnerConfig(a.URL, b.URL+"/v1/")
 	cfg.MaxRequests = 5
+	cfg.RequestIDPrefix = "run7"
 	var c collect
 	stats, err := newTestRunner(t, cfg, RunnerDeps{}).Run(testenv.Context(t), NewSliceSource(smallRequests(9, 0)), c.sink)
 	require.NoError(t, err)
@@ -268,6 +274,11 @@ func TestRunnerRoundRobinsOverTargetsAndStopsAtMaxRequests(t *testing.T) {
 	assert.Equal(t, 3, a.count())
 	assert.Equal(t, 2, b.count())
 	assert.Equal(t, "/v1/completions", b.requests()[0].Path, "a base URL ending in /v1 is not doubled")
+	var ids []string
+	for _, s := range b.requests() {
+		ids = append(ids, s.Header.Get("X-Request-Id"))
+	}
+	assert.ElementsMatch(t, []string{"run7-1", "run7-3"}, ids, "a fixed prefix makes ids reproducible")
 }
 
 func TestRunnerReportsATraceErrorAfterTheRequestsItSent(t *testing.T) {

@@ -74,7 +74,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 func (u *upstream) streamOK(w http.ResponseWriter, body completionBody) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	if u.Worker != "" {
-		w.Header().Set("x-switchyard-worker", u.Worker)
+		w.Header().Set("X-Switchyard-Routed-Worker", u.Worker)
 	}
 	fl := w.(http.Flusher)
 	for i := 0; i < body.MaxTokens; i++ {

@@ -294,6 +294,10 @@ func (o *Ownership) loop(ctx context.Context, errs <-chan error) error {
 		st := o.session.Status()
 		ownersSnap := o.owners.snapshot()
 		repSnap := o.replicas.Snapshot()
+		if ctx.Err() != nil {
+			o.shutdown() // the session may have ended with the same context
+			return nil
+		}
 		if st.Done {
 			o.releaseAll(ReleaseSessionLost)
 			return fmt.Errorf("ownership: %w", ErrSessionExpired)
@@ -356,8 +360,8 @@ func (o *Ownership) releaseAll(reason ReleaseReason) {
 func (o *Ownership) shutdown() {
 	held := maps.Clone(o.held)
 	o.releaseAll(ReleaseShutdown)
-	if !o.session.Healthy() {
-		return // the keys may not be ours any more; the lease will take them
+	if !o.session.Healthy() || o.client.Ctx().Err() != nil {
+		return // the keys may not be ours any more, or etcd is unreachable: the lease will take them
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.cfg.OpTimeout)
 	defer cancel()

@@ -47,13 +47,13 @@ type ResetReason uint8
 
 // Reasons for a reset, used as the reason label of the gaps counter.
 const (
-	ResetGap           ResetReason = iota + 1 // an event id was skipped
-	ResetUnknownParent                        // a stored chain's parent is not indexed
-	ResetInstance                             // the engine restarted mid-stream
-	ResetIDBack                               // ids went back within one instance
-	ResetOverCapacity                         // more blocks than the engine can hold
-	ResetFirstContact                         // first batch of a worker is not id 1
-	ResetBufferOverflow                       // too many batches buffered during a dump
+	ResetGap            ResetReason = iota + 1 // an event id was skipped
+	ResetUnknownParent                         // a stored chain's parent is not indexed
+	ResetInstance                              // the engine restarted mid-stream
+	ResetIDBack                                // ids went back within one instance
+	ResetOverCapacity                          // more blocks than the engine can hold
+	ResetFirstContact                          // first batch of a worker is not id 1
+	ResetBufferOverflow                        // too many batches buffered during a dump
 )
 
 func (r ResetReason) String() string {

@@ -122,18 +122,15 @@ func TestTwoReplicasConvergeOnTheWorkersTrueBlocksDespiteLostBatchesAndARestart(
 
 func TestADumpWithoutResponderIsRetriedUntilTheWorkerAnswers(t *testing.T) {
 	n := testenv.StartNATS(t)
-	r := startReplica(t, n)
 	w := newFakeWorker(t, n.Conn(t), testCluster, "w2", 2)
-	// Published before the replica subscribed or while it was subscribed:
-	// either way the replica meets the worker mid-stream and needs a dump
-	// that nobody answers yet.
+	// Published before the replica exists: it meets the worker mid-stream
+	// and needs a dump that nobody answers yet.
 	for i := 0; i < 20; i++ {
 		w.step()
 	}
+	r := startReplica(t, n)
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		w.heartbeat()
-		d, ok := r.ix.Digest("w2")
-		println("DEBUG", ok, d.LastID, r.ix.NeedsDump("w2"), metricValue(t, r.reg, "switchyard_index_dumps_total", map[string]string{"result": "error"}))
 		return metricValue(t, r.reg, "switchyard_index_dumps_total", map[string]string{"result": "no_responders"}) > 0
 	}, "no dump attempt failed for lack of responders")
 	require.True(t, r.ix.NeedsDump("w2"))
@@ -195,6 +192,7 @@ func TestFetchDumpRejectsChunksOutOfOrder(t *testing.T) {
 		}
 	})
 	require.NoError(t, err)
+	require.NoError(t, nc.Flush(), "the responder is registered before the request")
 	defer func() { _ = s.Unsubscribe() }()
 	ix, err := New(DefaultConfig(), nil, nil, nil)
 	require.NoError(t, err)

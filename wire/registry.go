@@ -40,6 +40,8 @@ func (w *WorkerInfo) Validate() error {
 		return fmt.Errorf("%w: worker %s block_size %d", ErrMalformed, w.ID, w.BlockSize)
 	case w.KVBlocks <= 0:
 		return fmt.Errorf("%w: worker %s kv_blocks %d", ErrMalformed, w.ID, w.KVBlocks)
+	case w.MaxNumSeqs < 0 || w.MaxBatchedTokens < 0:
+		return fmt.Errorf("%w: worker %s has negative batch limits", ErrMalformed, w.ID)
 	}
 	return nil
 }
@@ -58,6 +60,9 @@ func DecodeWorkerInfo(b []byte) (*WorkerInfo, error) {
 	}
 	if err := w.Validate(); err != nil {
 		return nil, err
+	}
+	if len(w.Labels) == 0 {
+		w.Labels = nil // `{}` and absent mean the same; keep one form
 	}
 	return &w, nil
 }

@@ -79,7 +79,7 @@ func (w *runningWorker) client() openai.Client {
 	return openai.NewClient(option.WithBaseURL(w.url+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 }
 
-// metric reads one worker metric from the registry.
+// metric reads a worker metric from the registry, summed over its series.
 func (w *runningWorker) metric(t *testing.T, name string) float64 {
 	t.Helper()
 	mfs, err := w.reg.Gather()
@@ -88,13 +88,11 @@ func (w *runningWorker) metric(t *testing.T, name string) float64 {
 		if mf.GetName() != name {
 			continue
 		}
-		m := mf.GetMetric()[0]
-		switch {
-		case m.GetGauge() != nil:
-			return m.GetGauge().GetValue()
-		case m.GetCounter() != nil:
-			return m.GetCounter().GetValue()
+		var sum float64
+		for _, m := range mf.GetMetric() {
+			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
+		return sum
 	}
 	t.Fatalf("metric %s not found", name)
 	return 0

@@ -29,7 +29,7 @@ func StartEtcd(t testing.TB) *Etcd {
 	cfg := embed.NewConfig()
 	cfg.Dir = filepath.Join(t.TempDir(), "etcd")
 	cfg.Logger = "zap"
-	cfg.LogLevel = "error"
+	cfg.LogLevel = "fatal" // etcd logs expected shutdown noise at error level
 	cfg.LogOutputs = []string{"stderr"}
 	clientURL := mustURL(t, "http://127.0.0.1:"+strconv.Itoa(FreePort(t)))
 	peerURL := mustURL(t, "http://127.0.0.1:"+strconv.Itoa(FreePort(t)))

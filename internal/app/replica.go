@@ -1,0 +1,583 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/admission"
+	"github.com/switchyard/switchyard/cluster"
+	"github.com/switchyard/switchyard/frontend"
+	"github.com/switchyard/switchyard/gossip"
+	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
+)
+
+// ReplicaConfig is everything one router replica needs.
+type ReplicaConfig struct {
+	ID            string
+	Cluster       string
+	HTTPAddr      string // listen address of the OpenAI API, e.g. 127.0.0.1:8080 (port 0: any)
+	AdvertiseHTTP string // what other replicas and /debug/cluster show; default the bound address
+	EtcdEndpoints []string
+	NATSURL       string
+	// PolicyYAML seeds the cluster's policy config in etcd when it has none
+	// (empty: the default policy).
+	PolicyYAML []byte
+	// Model and WorkerType label the admission counters.
+	Model, WorkerType string
+	// PredictTTL is how long a routing decision's predicted prefix lives.
+	PredictTTL time.Duration
+
+	Session   cluster.SessionConfig
+	Ownership cluster.OwnershipConfig
+	Gossip    gossip.Config
+	Scheduler scheduler.Config
+	Index     kvindex.Config
+	Ingest    kvindex.SubscriberConfig
+	Frontend  frontend.Config
+	Admission admission.ClientConfig
+	Exporter  metrics.ExporterConfig
+}
+
+// DefaultReplicaConfig returns the defaults of every part.
+func DefaultReplicaConfig() ReplicaConfig {
+	return ReplicaConfig{
+		ID:            "router-1",
+		Cluster:       "default",
+		HTTPAddr:      "127.0.0.1:8080",
+		EtcdEndpoints: []string{"http://127.0.0.1:2379"},
+		NATSURL:       nats.DefaultURL,
+		Model:         "any",
+		WorkerType:    "simulated",
+		PredictTTL:    5 * time.Second,
+		Session:       cluster.DefaultSessionConfig(),
+		Ownership:     cluster.DefaultOwnershipConfig(),
+		Gossip:        gossip.DefaultConfig(),
+		Scheduler:     scheduler.DefaultConfig(),
+		Index:         kvindex.DefaultConfig(),
+		Ingest:        kvindex.DefaultSubscriberConfig(),
+		Frontend:      frontend.DefaultConfig(),
+		Admission:     admission.DefaultClientConfig(),
+		Exporter:      metrics.DefaultExporterConfig(),
+	}
+}
+
+// normalize copies the shared fields (id, cluster) into every part.
+func (c *ReplicaConfig) normalize() {
+	c.Session.Cluster = c.Cluster
+	c.Ownership.Cluster, c.Ownership.ReplicaID = c.Cluster, c.ID
+	c.Ingest.Cluster = c.Cluster
+	c.Gossip.NodeName = c.ID
+	if c.Gossip.ClusterLabel == "" {
+		c.Gossip.ClusterLabel = "switchyard-" + c.Cluster
+	}
+}
+
+// Validate names the first bad field.
+func (c ReplicaConfig) Validate() error {
+	switch {
+	case !wire.ValidName(c.ID):
+		return fmt.Errorf("replica id %q: use 1-128 of [A-Za-z0-9_-]", c.ID)
+	case !wire.ValidName(c.Cluster):
+		return fmt.Errorf("cluster name %q: use 1-128 of [A-Za-z0-9_-]", c.Cluster)
+	case len(c.EtcdEndpoints) == 0:
+		return errors.New("no etcd endpoints")
+	case c.NATSURL == "":
+		return errors.New("no NATS URL")
+	case c.PredictTTL <= 0:
+		return errors.New("PredictTTL must be > 0")
+	}
+	for _, v := range []interface{ Validate() error }{c.Session, c.Ownership, c.Gossip, c.Scheduler, c.Index, c.Ingest, c.Frontend, c.Admission, c.Exporter} {
+		if err := v.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReplicaStatus is what a running replica reports to `switchyard up` and
+// tests: its addresses and live counters.
+type ReplicaStatus struct {
+	ID         string
+	HTTPAddr   string
+	GossipAddr string
+	actor      *scheduler.Actor
+	client     *admission.Client
+	own        *cluster.Ownership
+	ix         *kvindex.Index
+}
+
+// Snapshot is the admission actor's latest snapshot (at most the
+// scheduler's SnapshotInterval old).
+func (s *ReplicaStatus) Snapshot() *scheduler.Snapshot { return s.actor.Snapshot() }
+
+// Flush returns a fresh snapshot of the admission actor.
+func (s *ReplicaStatus) Flush(ctx context.Context) (*scheduler.Snapshot, error) { return s.actor.Flush(ctx) }
+
+// Owned lists the classes this replica owns now.
+func (s *ReplicaStatus) Owned() []string {
+	var out []string
+	for class, o := range s.own.Owners() {
+		if o.Replica == s.ID {
+			out = append(out, class)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Owners is the cluster's class ownership as this replica sees it.
+func (s *ReplicaStatus) Owners() map[string]cluster.Owner { return s.own.Owners() }
+
+// Degraded reports whether the replica admits locally because NATS is down.
+func (s *ReplicaStatus) Degraded() bool { return s.client.Degraded() }
+
+// IndexedBlocks is the number of (block, worker) entries in the KV index.
+func (s *ReplicaStatus) IndexedBlocks() int { return s.ix.TotalBlocks() }
+
+// RunReplica runs one router replica until ctx ends. ready, if non-nil, is
+// called once the replica serves (registries loaded, HTTP listening).
+func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *prometheus.Registry, ready func(*ReplicaStatus)) error {
+	cfg.normalize()
+	if len(cfg.PolicyYAML) == 0 {
+		cfg.PolicyYAML = defaultPolicyYAML
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("replica config: %w", err)
+	}
+	log = log.With(zap.String("replica", cfg.ID))
+
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel))})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer etcd.Close()
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name(cfg.ID), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	defer nc.Close()
+
+	deps := cluster.Deps{Logger: log, Registerer: reg}
+	session, err := cluster.NewSession(etcd, cfg.Session, deps)
+	if err != nil {
+		return err
+	}
+	rcfg := cluster.RegistryConfig{Cluster: cfg.Cluster, RetryInterval: cfg.Ownership.RetryInterval}
+	workersReg, err := cluster.NewWorkers(etcd, rcfg, deps)
+	if err != nil {
+		return err
+	}
+	replicasReg, err := cluster.NewReplicas(etcd, rcfg, deps)
+	if err != nil {
+		return err
+	}
+
+	// Policy: seed etcd with ours if the cluster has none; the watched
+	// version is authoritative for every replica.
+	policy, err := frontend.ParsePolicy(cfg.PolicyYAML)
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	var classes atomic.Pointer[[]scheduler.ClassConfig]
+	classes.Store(&policy.Classes)
+
+	g, err := gossip.New(cfg.Gossip, log, reg)
+	if err != nil {
+		return fmt.Errorf("gossip: %w", err)
+	}
+	core := scheduler.NewCore(cfg.Scheduler, scheduler.RealClock{}, gossipLoad{g}, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
+	core.SetClasses(policy.Classes)
+	actor := scheduler.NewActor(core, scheduler.RealClock{}, log)
+
+	ix, err := kvindex.New(cfg.Index, kvindex.RealClock{}, log, reg)
+	if err != nil {
+		return fmt.Errorf("kv index: %w", err)
+	}
+	ingest, err := kvindex.NewSubscriber(cfg.Ingest, nc, ix, log, reg)
+	if err != nil {
+		return fmt.Errorf("kv ingest: %w", err)
+	}
+	g.SetPredictionSink(func(worker string, hashes []uint64, expires time.Time) {
+		_ = ix.PredictUntil(worker, hashes, expires)
+	})
+
+	am := admission.NewMetrics(reg)
+	port := admission.LocalActor(actor, func() []scheduler.ClassConfig { return *classes.Load() })
+	server := admission.NewServer(cfg.ID, cfg.Cluster, nc, port, log, am)
+	client := admission.NewClient(cfg.Admission, cfg.ID, cfg.Cluster, nc, port, server, log, am)
+
+	own, err := cluster.NewOwnership(etcd, session, replicasReg, cfg.Ownership, cluster.Callbacks{
+		OnAcquire: func(class string, epoch int64) {
+			if err := server.Own(class, epoch); err != nil {
+				log.Error("own class", zap.String("class", class), zap.Error(err))
+			}
+		},
+		OnRelease: func(class string, reason cluster.ReleaseReason) {
+			server.Disown(class)
+			log.Info("released class", zap.String("class", class), zap.Stringer("reason", reason))
+		},
+	}, func(raw []byte) ([]string, error) {
+		p, err := frontend.ParsePolicy(raw)
+		if err != nil {
+			return nil, err
+		}
+		return p.ClassNames(), nil
+	}, deps)
+	if err != nil {
+		return err
+	}
+
+	admissionMetrics := metrics.NewAdmission(reg)
+	exporter, err := metrics.NewExporter(cfg.Exporter, admissionMetrics, reg, nil)
+	if err != nil {
+		return err
+	}
+	routerMetrics := metrics.NewRouter(reg)
+
+	var serving atomic.Bool
+	fe, err := frontend.New(cfg.Frontend, frontend.Deps{
+		Admitter: admitter{client},
+		Workers:  workerView{workersReg},
+		Index:    prefixIndex{ix: ix, g: g, ttl: cfg.PredictTTL},
+		Policy:   policy,
+		Ready: func() error {
+			switch {
+			case !serving.Load():
+				return errors.New("starting: registries and index not loaded yet")
+			case !session.Healthy():
+				return errors.New("etcd session unhealthy: not admitting")
+			case len(workersReg.Snapshot().Items) == 0:
+				return errors.New("no workers registered")
+			}
+			return nil
+		},
+		ClusterInfo:    clusterInfo(cfg.ID, replicasReg, workersReg, own, actor, g, client),
+		MetricsHandler: metrics.Handler(reg),
+		Metrics:        routerMetrics,
+	}, log, reg)
+	if err != nil {
+		return fmt.Errorf("frontend: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	}
+	httpAddr := ln.Addr().String()
+	if cfg.AdvertiseHTTP != "" {
+		httpAddr = cfg.AdvertiseHTTP
+	}
+
+	grp := newGroup(ctx)
+	grp.go_("session", session.Run)
+	grp.go_("workers", workersReg.Run)
+	grp.go_("replicas", replicasReg.Run)
+	grp.go_("scheduler", actor.Run)
+	grp.go_("gossip", g.Run)
+	grp.go_("kv_ingest", ingest.Run)
+	grp.go_("admission_server", server.Run)
+	grp.go_("admission_client", client.Run)
+	grp.go_("exporter", exporter.Run)
+	grp.go_("http", func(ctx context.Context) error { return fe.Serve(ctx, ln) })
+	grp.go_("wiring", func(ctx context.Context) error {
+		return runWiring(ctx, wiring{
+			cfg: cfg, log: log, etcd: etcd, session: session, workers: workersReg, replicas: replicasReg,
+			own: own, actor: actor, ix: ix, g: g, client: client, fe: fe, classes: &classes,
+			exporter: exporter, adm: admissionMetrics, router: routerMetrics, httpAddr: httpAddr,
+			serving: &serving, ready: ready, grp: grp,
+		})
+	})
+	return grp.wait()
+}
+
+type wiring struct {
+	cfg      ReplicaConfig
+	log      *zap.Logger
+	etcd     *clientv3.Client
+	session  *cluster.Session
+	workers  *cluster.Workers
+	replicas *cluster.Replicas
+	own      *cluster.Ownership
+	actor    *scheduler.Actor
+	ix       *kvindex.Index
+	g        *gossip.Gossip
+	client   *admission.Client
+	fe       *frontend.Server
+	classes  *atomic.Pointer[[]scheduler.ClassConfig]
+	exporter *metrics.Exporter
+	adm      *metrics.Admission
+	router   *metrics.Router
+	httpAddr string
+	serving  *atomic.Bool
+	ready    func(*ReplicaStatus)
+	grp      *group
+}
+
+// runWiring connects the components once the session and registries are up:
+// it registers the replica, starts ownership, and then keeps workers,
+// policy, ownership views, gossip loads, digests and metrics flowing.
+func runWiring(ctx context.Context, w wiring) error {
+	if _, err := w.session.WaitLease(ctx); err != nil {
+		return err
+	}
+	if err := w.workers.WaitSynced(ctx); err != nil {
+		return err
+	}
+	if err := w.replicas.WaitSynced(ctx); err != nil {
+		return err
+	}
+	if _, err := cluster.SeedConfig(ctx, w.etcd, w.cfg.Cluster, w.cfg.PolicyYAML, false); err != nil {
+		return err
+	}
+	select {
+	case <-w.g.Ready():
+	case <-ctx.Done():
+		return nil
+	}
+	info := wire.ReplicaInfo{ID: w.cfg.ID, HTTPAddr: w.httpAddr, GossipAddr: w.g.Addr(), Build: Version(), Ready: true}
+	if err := w.session.RegisterReplica(ctx, info); err != nil {
+		return err
+	}
+	cw, err := cluster.NewConfigWatcher(w.etcd, cluster.RegistryConfig{Cluster: w.cfg.Cluster, RetryInterval: w.cfg.Ownership.RetryInterval},
+		func(v cluster.ConfigVersion) { w.applyPolicy(v) }, cluster.Deps{Logger: w.log})
+	if err != nil {
+		return err
+	}
+	w.grp.go_("policy_watch", cw.Run)
+	w.grp.go_("ownership", w.own.Run)
+	w.syncWorkers()
+	w.serving.Store(true)
+	if w.ready != nil {
+		w.ready(&ReplicaStatus{ID: w.cfg.ID, HTTPAddr: w.httpAddr, GossipAddr: w.g.Addr(), actor: w.actor, client: w.client, own: w.own, ix: w.ix})
+	}
+
+	tick := time.NewTicker(w.cfg.Gossip.Interval)
+	defer tick.Stop()
+	for {
+		workersChanged := w.workers.Snapshot().Changed()
+		ownersChanged := w.own.OwnersChanged()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-workersChanged:
+			w.syncWorkers()
+		case <-ownersChanged:
+			w.syncOwners()
+		case <-tick.C:
+			w.publishLoads()
+		}
+	}
+}
+
+func (w *wiring) applyPolicy(v cluster.ConfigVersion) {
+	p, err := frontend.ParsePolicy(v.Raw)
+	if err != nil {
+		w.log.Error("policy in etcd is invalid; keeping the previous one", zap.Int64("revision", v.Revision), zap.Error(err))
+		return
+	}
+	w.classes.Store(&p.Classes)
+	w.actor.SetClasses(p.Classes)
+	w.fe.SetPolicy(p)
+	for _, c := range p.Classes {
+		w.adm.InitClass(w.cfg.Model, w.cfg.WorkerType, c.Name)
+	}
+	w.log.Info("policy applied", zap.Int64("revision", v.Revision), zap.Strings("classes", p.ClassNames()))
+}
+
+// syncWorkers hands the registry to the scheduler and drops departed
+// workers from the index.
+func (w *wiring) syncWorkers() {
+	snap := w.workers.Snapshot()
+	ws := make([]scheduler.Worker, 0, len(snap.Items))
+	for _, it := range snap.Items {
+		wi := it.Info
+		ws = append(ws, scheduler.Worker{ID: wi.ID, URL: wi.URL, BlockSize: wi.BlockSize, KVBlocks: wi.KVBlocks, MaxRunning: wi.MaxNumSeqs})
+		_ = w.ix.SetCapacity(wi.ID, wi.KVBlocks)
+	}
+	sort.Slice(ws, func(i, j int) bool { return ws[i].ID < ws[j].ID })
+	w.actor.SetWorkers(ws)
+	for _, d := range w.ix.Digests(nil) {
+		if _, ok := snap.Items[d.Worker]; !ok {
+			w.ix.RemoveWorker(d.Worker)
+		}
+	}
+}
+
+func (w *wiring) syncOwners() {
+	owners := w.own.Owners()
+	out := make(map[string]admission.Owner, len(owners))
+	for class, o := range owners {
+		out[class] = admission.Owner{Replica: o.Replica, Epoch: o.Epoch}
+	}
+	w.client.OwnersChanged(out)
+}
+
+// publishLoads shares this replica's booked load and index digests over
+// gossip, lets the scheduler re-evaluate its queues against the others'
+// load, and exports the admission counters.
+func (w *wiring) publishLoads() {
+	snap := w.actor.Snapshot()
+	loads := make(map[string]gossip.WorkerLoad, len(snap.Workers))
+	for id, l := range snap.Workers {
+		loads[id] = gossip.WorkerLoad{ActiveRequests: l.ActiveRequests, PrefillTokens: l.PrefillTokens, DecodeBlocks: l.DecodeBlocks}
+		w.router.WorkerActiveRequests.WithLabelValues(id).Set(float64(l.ActiveRequests))
+	}
+	w.g.SetLocalLoads(loads)
+	digests := map[string]gossip.Digest{}
+	for _, d := range w.ix.Digests(nil) {
+		digests[d.Worker] = gossip.Digest{LastEventID: d.LastID, Blocks: d.Blocks}
+	}
+	w.g.SetDigests(digests)
+	w.actor.Drain()
+	w.exporter.Observe(admissionSnapshot(snap, w.cfg.Model, w.cfg.WorkerType))
+	for class, c := range snap.Classes {
+		w.adm.QueueDepth.WithLabelValues(w.cfg.Model, w.cfg.WorkerType, class).Set(float64(c.QueueDepth))
+		w.adm.QueuePendingTokens.WithLabelValues(w.cfg.Model, w.cfg.WorkerType, class).Set(float64(c.PendingTokens))
+	}
+}
+
+func admissionSnapshot(s *scheduler.Snapshot, model, workerType string) metrics.AdmissionSnapshot {
+	out := metrics.AdmissionSnapshot{Instance: s.Instance, Seq: s.Seq, Model: model, WorkerType: workerType,
+		Classes: make(map[string]metrics.AdmissionCounts, len(s.Classes))}
+	for class, c := range s.Classes {
+		rej := make(map[string]uint64, len(c.Counters.Rejected))
+		for r, n := range c.Counters.Rejected {
+			rej[r.String()] = n
+		}
+		out.Classes[class] = metrics.AdmissionCounts{Received: c.Counters.Received, Retried: c.Counters.Retried,
+			Admitted: c.Counters.Admitted, Cancelled: c.Counters.Cancelled, Rejected: rej}
+	}
+	return out
+}
+
+// gossipLoad is the scheduler's view of other replicas' bookings.
+type gossipLoad struct{ g *gossip.Gossip }
+
+func (l gossipLoad) RemoteLoad(worker string) scheduler.WorkerLoad {
+	r := l.g.RemoteLoad(worker)
+	return scheduler.WorkerLoad{ActiveRequests: r.ActiveRequests, PrefillTokens: r.PrefillTokens, DecodeBlocks: r.DecodeBlocks}
+}
+
+// admitter adapts the admission client to the frontend's port.
+type admitter struct{ c *admission.Client }
+
+func (a admitter) Admit(ctx context.Context, r *scheduler.Request) (frontend.Ticket, error) {
+	t, err := a.c.Admit(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// workerView adapts the worker registry to the frontend's port.
+type workerView struct{ w *cluster.Workers }
+
+func (v workerView) Workers() []frontend.WorkerEntry {
+	snap := v.w.Snapshot()
+	out := make([]frontend.WorkerEntry, 0, len(snap.Items))
+	for _, it := range snap.Items {
+		out = append(out, frontend.WorkerEntry{ID: it.Info.ID, URL: it.Info.URL, Model: it.Info.Model, BlockSize: it.Info.BlockSize})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// prefixIndex adapts the KV index (exact and predicted entries) to the
+// frontend's port, and shares predictions with the other replicas.
+type prefixIndex struct {
+	ix  *kvindex.Index
+	g   *gossip.Gossip
+	ttl time.Duration
+}
+
+var matchPool = sync.Pool{New: func() any { s := make([]kvindex.Match, 0, 64); return &s }}
+
+func (p prefixIndex) Overlaps(dst []scheduler.Overlap, seqHashes []uint64) []scheduler.Overlap {
+	buf := matchPool.Get().(*[]kvindex.Match)
+	ms := p.ix.Lookup(seqHashes, (*buf)[:0])
+	for _, m := range ms {
+		dst = append(dst, scheduler.Overlap{Worker: m.Worker, Blocks: m.Blocks})
+	}
+	*buf = ms
+	matchPool.Put(buf)
+	return dst
+}
+
+func (p prefixIndex) Predict(worker string, seqHashes []uint64) {
+	_ = p.ix.Predict(worker, seqHashes, p.ttl)
+	p.g.Predict(worker, seqHashes, p.ttl)
+}
+
+// clusterInfo serves /debug/cluster.
+func clusterInfo(id string, reps *cluster.Replicas, ws *cluster.Workers, own *cluster.Ownership, actor *scheduler.Actor, g *gossip.Gossip, client *admission.Client) frontend.ClusterInfoFunc {
+	return func(context.Context) (json.RawMessage, error) {
+		type replica struct {
+			ID, HTTPAddr, GossipAddr string
+			Ready                    bool
+		}
+		type worker struct {
+			ID, URL, Model      string
+			BlockSize, KVBlocks int
+			LocalLoad           scheduler.WorkerLoad
+			RemoteLoad          gossip.WorkerLoad
+		}
+		type owner struct {
+			Replica string `json:"replica"`
+			Epoch   int64  `json:"epoch"`
+		}
+		doc := struct {
+			Self     string                             `json:"self"`
+			Degraded bool                               `json:"degraded"`
+			Replicas []replica                          `json:"replicas"`
+			Owners   map[string]owner                   `json:"owners"`
+			Workers  []worker                           `json:"workers"`
+			Members  []gossip.Member                    `json:"gossip_members"`
+			Classes  map[string]scheduler.ClassSnapshot `json:"classes"`
+		}{Self: id, Degraded: client.Degraded(), Owners: map[string]owner{}}
+		for _, r := range reps.Snapshot().Items {
+			doc.Replicas = append(doc.Replicas, replica{r.Info.ID, r.Info.HTTPAddr, r.Info.GossipAddr, r.Info.Ready})
+		}
+		sort.Slice(doc.Replicas, func(i, j int) bool { return doc.Replicas[i].ID < doc.Replicas[j].ID })
+		for class, o := range own.Owners() {
+			doc.Owners[class] = owner{o.Replica, o.Epoch}
+		}
+		snap := actor.Snapshot()
+		for _, it := range ws.Snapshot().Items {
+			doc.Workers = append(doc.Workers, worker{it.Info.ID, it.Info.URL, it.Info.Model, it.Info.BlockSize, it.Info.KVBlocks,
+				snap.Workers[it.Info.ID], g.RemoteLoad(it.Info.ID)})
+		}
+		slices.SortFunc(doc.Workers, func(a, b worker) int {
+			if a.ID < b.ID {
+				return -1
+			}
+			if a.ID > b.ID {
+				return 1
+			}
+			return 0
+		})
+		doc.Members = g.Members()
+		doc.Classes = snap.Classes
+		b, err := json.Marshal(doc)
+		return b, err
+	}
+}
+
+var _ http.Handler = http.NotFoundHandler()

@@ -1,0 +1,46 @@
+package app
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// FuzzDecodeGenRequest checks that no body makes the request decoder panic,
+// that every rejection is a 4xx OpenAI error, and that every accepted request
+// is servable (a prompt, and output that fits the context).
+func FuzzDecodeGenRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","prompt":"hello","max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"model":"m","prompt":[1,2,3]}`,
+		`{"model":"m","prompt":["one"]}`,
+		`{"model":"m","prompt":["a","b"]}`,
+		`{"model":"m","prompt":[4294967296]}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":3}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"assistant","content":null}]}`,
+		`{"model":"m","prompt":"x","n":2}`,
+		`{"model":"m","prompt":"x","priority":99999999999}`,
+		`{"model":"m","prompt":"x","max_tokens":-1}`,
+		`{"model":1}`,
+		`{} {}`,
+		``,
+	} {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
+		req, apiErr := parseGenRequest(body, chat, 16, 1000)
+		if apiErr != nil {
+			require.Nil(t, req)
+			require.GreaterOrEqual(t, apiErr.Status, 400)
+			require.Less(t, apiErr.Status, 500)
+			require.NotEmpty(t, apiErr.Message)
+			require.NotEmpty(t, apiErr.Code)
+			return
+		}
+		require.NotEmpty(t, req.Model)
+		require.NotEmpty(t, req.Prompt)
+		require.GreaterOrEqual(t, req.MaxTokens, 1)
+		require.LessOrEqual(t, len(req.Prompt)+req.MaxTokens, 1000)
+	})
+}

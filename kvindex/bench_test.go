@@ -1,0 +1,227 @@
+package kvindex
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/wire"
+)
+
+// The fleet benchmarks share one index of 1000 workers × 16384 blocks
+// (16.4 M entries) shaped like prefix-cached chat traffic:
+//
+//   - 64 system prompts of 64 blocks; each worker holds 8 of them, so each
+//     system-prompt block is held by ~125 workers (bitset entries);
+//   - 62 conversations of 256 blocks per worker extending its system
+//     prompts; 6 of them are copies of another worker's conversation (a
+//     session that moved), the rest are the worker's own.
+//
+// A 4k-token prompt at block size 16 is 256 sequence hashes.
+const (
+	fleetWorkers      = 1000
+	fleetSystems      = 64
+	fleetSystemBlocks = 64
+	fleetHeldSystems  = 8
+	fleetConvs        = 62
+	fleetSharedConvs  = 6
+	fleetConvBlocks   = 256
+	promptBlocks      = 256
+)
+
+type fleet struct {
+	ix           *Index
+	entries      int
+	bytesPerEnt  float64
+	queries      [][]uint64
+	workerConvs  [][]uint64 // one conversation per worker, for queries
+	systemChains [][]uint64
+}
+
+var (
+	fleetOnce sync.Once
+	theFleet  *fleet
+)
+
+func convSeed(w, c int) uint64 { return uint64(1_000_000 + w*fleetConvs + c) }
+
+func buildFleet(b *testing.B) *fleet {
+	fleetOnce.Do(func() {
+		rng := rand.New(rand.NewPCG(7, 7))
+		f := &fleet{}
+		for s := 0; s < fleetSystems; s++ {
+			f.systemChains = append(f.systemChains, chain(uint64(10+s), fleetSystemBlocks))
+		}
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+
+		ix, err := New(DefaultConfig(), RealClock{}, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for w := 0; w < fleetWorkers; w++ {
+			name := fmt.Sprintf("worker-%04d", w)
+			events := make([]wire.KVEvent, 0, fleetHeldSystems+fleetConvs)
+			for _, s := range rng.Perm(fleetSystems)[:fleetHeldSystems] {
+				events = append(events, wire.KVEvent{Kind: wire.KVStored, Hashes: f.systemChains[s]})
+			}
+			for c := 0; c < fleetConvs; c++ {
+				seed := convSeed(w, c)
+				if c < fleetSharedConvs && w > 0 {
+					seed = convSeed(rng.IntN(w), fleetSharedConvs+rng.IntN(fleetConvs-fleetSharedConvs))
+				}
+				events = append(events, wire.KVEvent{Kind: wire.KVStored, Hashes: chain(seed, fleetConvBlocks)})
+			}
+			if _, err := ix.ApplyBatch(&wire.KVEventBatch{Worker: name, Instance: 1, FirstID: 1, Events: events}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		f.ix = ix
+		f.entries = ix.TotalBlocks()
+		f.bytesPerEnt = float64(after.HeapAlloc-before.HeapAlloc) / float64(f.entries)
+
+		// Queries: half continue a known conversation (one worker matches
+		// 256 blocks, ~125 match the 64-block system prompt), 30% are new
+		// conversations on a known system prompt, 20% match nothing.
+		for q := 0; q < 4096; q++ {
+			sys := f.systemChains[rng.IntN(fleetSystems)]
+			var p []uint64
+			switch r := rng.IntN(10); {
+			case r < 5:
+				w := rng.IntN(fleetWorkers)
+				conv := chain(convSeed(w, fleetSharedConvs+rng.IntN(fleetConvs-fleetSharedConvs)), fleetConvBlocks)
+				// The worker's conversation is stored after one of its own
+				// system prompts; the prompt's conversation part is what
+				// makes the worker win.
+				p = append(slices.Clone(sys[:0]), conv...)
+			case r < 8:
+				p = append(slices.Clone(sys), chain(uint64(5_000_000+q), promptBlocks-fleetSystemBlocks)...)
+			default:
+				p = chain(uint64(9_000_000+q), promptBlocks)
+			}
+			f.queries = append(f.queries, p[:promptBlocks])
+		}
+		theFleet = f
+	})
+	return theFleet
+}
+
+// BenchmarkLookup measures one routing lookup of a 256-block prompt against
+// the fleet index, with concurrent readers only. It reports the p50 and p99
+// latency of single lookups and the index's real heap bytes per (block,
+// worker) entry (measured with runtime.MemStats around the build).
+func BenchmarkLookup(b *testing.B) {
+	b.Run(fmt.Sprintf("workers=%d/blocks=%d", fleetWorkers, promptBlocks), func(b *testing.B) {
+		f := buildFleet(b)
+		dst := make([]Match, 0, fleetWorkers)
+		lat := make([]time.Duration, 0, b.N)
+		matched := 0
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			q := f.queries[i%len(f.queries)]
+			t0 := time.Now()
+			dst = f.ix.Lookup(q, dst[:0])
+			lat = append(lat, time.Since(t0))
+			matched += len(dst)
+		}
+		b.StopTimer()
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+		b.ReportMetric(float64(matched)/float64(b.N), "workers/lookup")
+		b.ReportMetric(f.bytesPerEnt, "B/entry")
+		b.ReportMetric(float64(f.ix.Memory())/float64(f.entries), "est-B/entry")
+		b.ReportMetric(float64(f.entries)/1e6, "M-entries")
+	})
+}
+
+// BenchmarkApplyStored measures stored-block application on one goroutine:
+// batches of 16 chained stored events of 16 blocks each (every event's
+// parent is checked). It reports blocks per second.
+func BenchmarkApplyStored(b *testing.B) {
+	for _, workers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("sharing_workers=%d", workers), func(b *testing.B) {
+			ix, err := New(DefaultConfig(), RealClock{}, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			const cycle = 1 << 18 // blocks stored before the worker is cleared
+			hashes := chain(42, cycle)
+			next := make([]uint64, workers)
+			names := make([]string, workers)
+			for w := range names {
+				names[w] = fmt.Sprintf("w%d", w)
+				if err := ix.SetCapacity(names[w], 1<<30); err != nil {
+					b.Fatal(err)
+				}
+				next[w] = 1
+			}
+			const perEvent, perBatch = 16, 16
+			events := make([]wire.KVEvent, perBatch)
+			bt := &wire.KVEventBatch{Instance: 1}
+			b.ReportAllocs()
+			b.ResetTimer()
+			pos := 0
+			for done := 0; done < b.N; {
+				if pos+perEvent*perBatch > cycle {
+					b.StopTimer()
+					for w, name := range names {
+						bt.Worker, bt.FirstID, bt.Events = name, next[w], []wire.KVEvent{{Kind: wire.KVCleared}}
+						_, _ = ix.ApplyBatch(bt)
+						next[w]++
+					}
+					pos = 0
+					b.StartTimer()
+				}
+				for e := range events {
+					start := pos + e*perEvent
+					events[e] = wire.KVEvent{Kind: wire.KVStored, Hashes: hashes[start : start+perEvent]}
+					if start > 0 {
+						events[e].Parent, events[e].HasParent = hashes[start-1], true
+					}
+				}
+				for w, name := range names {
+					bt.Worker, bt.FirstID, bt.Events = name, next[w], events
+					if o, err := ix.ApplyBatch(bt); o != OutcomeApplied || err != nil {
+						b.Fatalf("batch not applied: %v %v", o, err)
+					}
+					next[w] += perBatch
+					done += perEvent * perBatch
+				}
+				pos += perEvent * perBatch
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "blocks/s")
+		})
+	}
+}
+
+// BenchmarkRemoveWorker measures dropping one worker's 16k blocks from the
+// fleet index (a full scan; also the cost of a reset after a gap). The
+// worker's blocks are restored between iterations, untimed.
+func BenchmarkRemoveWorker(b *testing.B) {
+	f := buildFleet(b)
+	w := f.ix.lookupWorker("worker-0000")
+	held := f.ix.WorkerHashes("worker-0000", nil)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		w.mu.Lock()
+		f.ix.clearWorker(w)
+		w.mu.Unlock()
+		b.StopTimer()
+		for _, h := range held {
+			f.ix.add(h, w.id)
+		}
+		w.blocks.Store(int64(len(held)))
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(len(held)), "blocks")
+}
