@@ -40,7 +40,7 @@ type Session struct {
 	lastRenewal atomic.Int64 // unix nanos of the newest successful renewal's send time
 	leaseReady  chan struct{}
 	started     atomic.Bool
-	publishMu   sync.Mutex // serialises status replacement (Run vs nothing else, but cheap insurance)
+	publishMu   sync.Mutex // makes load-compare-store-close of status one step
 
 	healthy  prometheus.Gauge
 	renewals *prometheus.CounterVec

@@ -26,7 +26,7 @@ import (
 
 // WorkerConfig configures one simulated worker process: the engine, its
 // OpenAI HTTP API, and its links to NATS (KV events, load reports, dumps) and
-// etcd (lease-bound registration).
+// etcd (lease-bound workerRegistration).
 type WorkerConfig struct {
 	// ID names the worker in etcd and in NATS subjects.
 	ID string
@@ -44,7 +44,7 @@ type WorkerConfig struct {
 	// NATSURL, when set, makes the worker publish KV events and load reports
 	// and answer dump requests.
 	NATSURL string
-	// LeaseTTL is the registration lease's time to live.
+	// LeaseTTL is the workerRegistration lease's time to live.
 	LeaseTTL time.Duration
 	// LoadInterval is the period of load reports; LoadMinInterval bounds how
 	// often a change triggers an extra one.
@@ -58,7 +58,7 @@ type WorkerConfig struct {
 	MaxBodyBytes int64
 	// DefaultMaxTokens applies when a request gives no max_tokens.
 	DefaultMaxTokens int
-	// Labels are copied into the registration record.
+	// Labels are copied into the workerRegistration record.
 	Labels map[string]string
 	// Engine configures the simulated engine (WorkerID is set from ID).
 	Engine engine.Config
@@ -133,7 +133,7 @@ func (c *WorkerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 		return nil
 	})
 	fs.StringVar(&c.NATSURL, prefix+"nats-url", c.NATSURL, "NATS URL (empty: publish no events or loads)")
-	fs.DurationVar(&c.LeaseTTL, prefix+"lease-ttl", c.LeaseTTL, "registration lease TTL")
+	fs.DurationVar(&c.LeaseTTL, prefix+"lease-ttl", c.LeaseTTL, "workerRegistration lease TTL")
 	fs.DurationVar(&c.LoadInterval, prefix+"load-interval", c.LoadInterval, "load report period")
 	fs.DurationVar(&c.LoadMinInterval, prefix+"load-min-interval", c.LoadMinInterval, "minimum gap between change-triggered load reports")
 	fs.DurationVar(&c.GracePeriod, prefix+"grace-period", c.GracePeriod, "drain time for in-flight requests at shutdown")
@@ -143,6 +143,7 @@ func (c *WorkerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	c.Engine.RegisterFlags(fs, prefix)
 }
 
+// splitList splits a comma-separated flag value (also used by router.go).
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
@@ -155,7 +156,7 @@ func splitList(s string) []string {
 
 // applyEnv sets every flag not given on the command line from
 // SWITCHYARD_<NAME> (upper case, '-' and '.' as '_'), so containers can be
-// configured by environment.
+// configured by environment. router.go uses it too.
 func applyEnv(fs *flag.FlagSet, set map[string]bool) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -208,6 +209,7 @@ func Worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // flagLevel lets zap's level parse through the FlagSet we own (zap.LevelFlag
 // registers on the global CommandLine, which a subcommand must not use).
+// router.go uses it too.
 type flagLevel struct{ l *zapcore.Level }
 
 func (f flagLevel) String() string {
@@ -240,7 +242,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	defer ln.Close() // no-op once the server owns and closed it
 	w.url = cfg.AdvertiseURL
 	if w.url == "" {
-		w.url = advertiseURL(ln.Addr().(*net.TCPAddr))
+		w.url = workerAdvertiseURL(ln.Addr().(*net.TCPAddr))
 	}
 
 	var sink engine.EventSink
@@ -254,7 +256,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 		}
 		defer w.nc.Close()
 		w.subjects = wire.NewSubjects(cfg.Cluster)
-		sink = &natsSink{w: w}
+		sink = &kvEventPublisher{w: w}
 	}
 	ecfg := cfg.Engine
 	ecfg.WorkerID = cfg.ID
@@ -299,7 +301,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 		}
 	}()
 
-	var rec *registration
+	var rec *workerRegistration
 	if len(cfg.EtcdEndpoints) > 0 {
 		rec, err = w.register(ctx)
 		if err != nil {
@@ -347,7 +349,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	return runErr
 }
 
-func advertiseURL(a *net.TCPAddr) string {
+func workerAdvertiseURL(a *net.TCPAddr) string {
 	host := a.IP.String()
 	if a.IP.IsUnspecified() {
 		if h, err := os.Hostname(); err == nil {
@@ -359,8 +361,8 @@ func advertiseURL(a *net.TCPAddr) string {
 	return "http://" + net.JoinHostPort(host, fmt.Sprint(a.Port))
 }
 
-// registration is the worker's lease-bound record in etcd.
-type registration struct {
+// workerRegistration is the worker's lease-bound record in etcd.
+type workerRegistration struct {
 	w       *worker
 	cli     *clientv3.Client
 	key     string
@@ -372,7 +374,7 @@ type registration struct {
 	stopped chan struct{}
 }
 
-func (w *worker) register(ctx context.Context) (*registration, error) {
+func (w *worker) register(ctx context.Context) (*workerRegistration, error) {
 	info := &wire.WorkerInfo{
 		ID: w.cfg.ID, URL: w.url, Model: w.cfg.Model,
 		BlockSize: w.cfg.Engine.BlockSize, KVBlocks: w.cfg.Engine.NumBlocks,
@@ -381,14 +383,14 @@ func (w *worker) register(ctx context.Context) (*registration, error) {
 	}
 	val, err := wire.EncodeWorkerInfo(info)
 	if err != nil {
-		return nil, fmt.Errorf("worker %s: encode registration: %w", w.cfg.ID, err)
+		return nil, fmt.Errorf("worker %s: encode workerRegistration: %w", w.cfg.ID, err)
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: w.cfg.EtcdEndpoints, DialTimeout: 5 * time.Second,
 		Logger: w.log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel))})
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: etcd client: %w", w.cfg.ID, err)
 	}
-	r := &registration{w: w, cli: cli, key: wire.NewKeys(w.cfg.Cluster).Worker(w.cfg.ID), val: string(val),
+	r := &workerRegistration{w: w, cli: cli, key: wire.NewKeys(w.cfg.Cluster).Worker(w.cfg.ID), val: string(val),
 		stopped: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := r.put(ctx); err != nil {
@@ -400,7 +402,7 @@ func (w *worker) register(ctx context.Context) (*registration, error) {
 }
 
 // put grants a fresh lease and writes the record under it.
-func (r *registration) put(ctx context.Context) error {
+func (r *workerRegistration) put(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	lease, err := r.cli.Grant(ctx, int64(r.w.cfg.LeaseTTL/time.Second))
@@ -418,8 +420,8 @@ func (r *registration) put(ctx context.Context) error {
 }
 
 // keepAlive keeps the lease alive until deregistration; a lost lease (etcd
-// partition longer than the TTL) is replaced by a fresh registration.
-func (r *registration) keepAlive() {
+// partition longer than the TTL) is replaced by a fresh workerRegistration.
+func (r *workerRegistration) keepAlive() {
 	defer close(r.stopped)
 	for r.ctx.Err() == nil {
 		r.mu.Lock()
@@ -434,12 +436,12 @@ func (r *registration) keepAlive() {
 			return
 		}
 		r.w.metrics.reregistrations.Inc()
-		r.w.log.Warn("registration lease lost, registering again", zap.Error(err))
+		r.w.log.Warn("workerRegistration lease lost, registering again", zap.Error(err))
 		for r.ctx.Err() == nil {
 			if err := r.put(r.ctx); err == nil {
 				break
 			} else {
-				r.w.log.Warn("re-registration failed", zap.Error(err))
+				r.w.log.Warn("re-workerRegistration failed", zap.Error(err))
 			}
 			select {
 			case <-r.ctx.Done():
@@ -450,7 +452,7 @@ func (r *registration) keepAlive() {
 }
 
 // deregister stops the keep-alive and revokes the lease, deleting the record.
-func (r *registration) deregister() {
+func (r *workerRegistration) deregister() {
 	r.cancel()
 	<-r.stopped
 	r.mu.Lock()
@@ -460,10 +462,10 @@ func (r *registration) deregister() {
 	defer cancel()
 	if _, err := r.cli.Revoke(ctx, lease); err != nil {
 		// The lease expires by itself within its TTL.
-		r.w.log.Warn("revoke registration lease", zap.Error(err))
+		r.w.log.Warn("revoke workerRegistration lease", zap.Error(err))
 		return
 	}
 	r.w.log.Info("deregistered", zap.String("key", r.key))
 }
 
-func (r *registration) close() { _ = r.cli.Close() }
+func (r *workerRegistration) close() { _ = r.cli.Close() }

@@ -16,19 +16,19 @@ import (
 	"github.com/switchyard/switchyard/internal/testenv"
 )
 
-// syncBuffer is an io.Writer safe for the worker's and the test's goroutines.
-type syncBuffer struct {
+// lockedBuffer is an io.Writer safe for the worker's and the test's goroutines.
+type lockedBuffer struct {
 	mu sync.Mutex
 	b  strings.Builder
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *lockedBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *lockedBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -37,7 +37,7 @@ func (s *syncBuffer) String() string {
 func TestWorkerCommandTakesFlagsWithEnvironmentFallbacks(t *testing.T) {
 	t.Setenv("SWITCHYARD_MODEL", "env-model")
 	t.Setenv("SWITCHYARD_ID", "from-env") // overridden by the flag below
-	var stdout, stderr syncBuffer
+	var stdout, stderr lockedBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

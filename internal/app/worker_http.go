@@ -36,20 +36,20 @@ type worker struct {
 	metrics  *workerMetrics
 	gatherer prometheus.Gatherer
 	ready    atomic.Bool
-	handlers tracker
+	handlers handlerTracker
 	nextID   atomic.Uint64
 }
 
-// tracker counts in-flight API handlers so shutdown can wait for them (the
+// handlerTracker counts in-flight API handlers so shutdown can wait for them (the
 // http.Server does not wait for handlers after Close).
-type tracker struct {
+type handlerTracker struct {
 	mu     sync.Mutex
 	n      int
 	closed bool
 	zero   chan struct{}
 }
 
-func (t *tracker) enter() bool {
+func (t *handlerTracker) enter() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -59,7 +59,7 @@ func (t *tracker) enter() bool {
 	return true
 }
 
-func (t *tracker) leave() {
+func (t *handlerTracker) leave() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.n--
@@ -70,7 +70,7 @@ func (t *tracker) leave() {
 }
 
 // Wait refuses new handlers and returns once the running ones returned.
-func (t *tracker) Wait() {
+func (t *handlerTracker) Wait() {
 	t.mu.Lock()
 	t.closed = true
 	if t.n == 0 {
@@ -100,20 +100,20 @@ func (w *worker) routes() http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(w.gatherer, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
-		writeAPIError(rw, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+		writeWorkerError(rw, &workerAPIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 	})
 	return mux
 }
 
 func (w *worker) handleModels(rw http.ResponseWriter, _ *http.Request) {
-	writeJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{
+	writeWorkerJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{
 		{"id": w.cfg.Model, "object": "model", "created": 0, "owned_by": "switchyard"},
 	}})
 }
 
-// apiError is an OpenAI-shaped error response.
-type apiError struct {
+// workerAPIError is an OpenAI-shaped error response.
+type workerAPIError struct {
 	Status  int    `json:"-"`
 	Message string `json:"message"`
 	Type    string `json:"type"`
@@ -121,19 +121,19 @@ type apiError struct {
 	Code    string `json:"code"`
 }
 
-func badRequest(param, code, msg string) *apiError {
-	e := &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: code, Message: msg}
+func workerBadRequest(param, code, msg string) *workerAPIError {
+	e := &workerAPIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: code, Message: msg}
 	if param != "" {
 		e.Param = param
 	}
 	return e
 }
 
-func writeAPIError(rw http.ResponseWriter, e *apiError) {
-	writeJSON(rw, e.Status, map[string]*apiError{"error": e})
+func writeWorkerError(rw http.ResponseWriter, e *workerAPIError) {
+	writeWorkerJSON(rw, e.Status, map[string]*workerAPIError{"error": e})
 }
 
-func writeJSON(rw http.ResponseWriter, status int, v any) {
+func writeWorkerJSON(rw http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil { // only our own types are written: a bug, not bad input
 		http.Error(rw, "encode response", http.StatusInternalServerError)
@@ -171,24 +171,24 @@ type rawGenRequest struct {
 // parseGenRequest decodes and validates a request body. maxLen bounds
 // prompt plus output; defaultMax applies when no max_tokens is given (capped
 // to what fits).
-func parseGenRequest(body []byte, chat bool, defaultMax, maxLen int) (*genRequest, *apiError) {
+func parseGenRequest(body []byte, chat bool, defaultMax, maxLen int) (*genRequest, *workerAPIError) {
 	var raw rawGenRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&raw); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return nil, badRequest(te.Field, "invalid_type", fmt.Sprintf("%s has the wrong type (%s)", te.Field, te.Value))
+			return nil, workerBadRequest(te.Field, "invalid_type", fmt.Sprintf("%s has the wrong type (%s)", te.Field, te.Value))
 		}
-		return nil, badRequest("", "invalid_json", "the body is not valid JSON: "+err.Error())
+		return nil, workerBadRequest("", "invalid_json", "the body is not valid JSON: "+err.Error())
 	}
 	if dec.More() {
-		return nil, badRequest("", "invalid_json", "the body has data after the JSON object")
+		return nil, workerBadRequest("", "invalid_json", "the body has data after the JSON object")
 	}
 	if raw.Model == "" {
-		return nil, badRequest("model", "missing_required_parameter", "you must provide a model")
+		return nil, workerBadRequest("model", "missing_required_parameter", "you must provide a model")
 	}
 	req := &genRequest{Model: raw.Model}
-	var apiErr *apiError
+	var apiErr *workerAPIError
 	if chat {
 		req.Prompt, apiErr = chatPromptTokens(raw.Messages)
 	} else {
@@ -198,10 +198,10 @@ func parseGenRequest(body []byte, chat bool, defaultMax, maxLen int) (*genReques
 		return nil, apiErr
 	}
 	if len(req.Prompt) == 0 {
-		return nil, badRequest(map[bool]string{true: "messages", false: "prompt"}[chat], "invalid_value", "the prompt has no tokens")
+		return nil, workerBadRequest(map[bool]string{true: "messages", false: "prompt"}[chat], "invalid_value", "the prompt has no tokens")
 	}
 	if raw.N != nil && *raw.N != 1 {
-		return nil, badRequest("n", "invalid_value", "only n=1 is supported")
+		return nil, workerBadRequest("n", "invalid_value", "only n=1 is supported")
 	}
 	mt := raw.MaxTokens
 	param := "max_tokens"
@@ -213,14 +213,14 @@ func parseGenRequest(body []byte, chat bool, defaultMax, maxLen int) (*genReques
 	case mt == nil:
 		req.MaxTokens = min(defaultMax, room)
 	case *mt < 1:
-		return nil, badRequest(param, "invalid_value", fmt.Sprintf("%s must be at least 1, got %d", param, *mt))
+		return nil, workerBadRequest(param, "invalid_value", fmt.Sprintf("%s must be at least 1, got %d", param, *mt))
 	case *mt > int64(room):
 		req.MaxTokens = math.MaxInt32 // reported below as too long
 	default:
 		req.MaxTokens = int(*mt)
 	}
 	if room < 1 || req.MaxTokens > room {
-		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param,
+		return nil, &workerAPIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param,
 			Code: "context_length_exceeded", Message: fmt.Sprintf(
 				"this model's maximum context length is %d tokens; the prompt has %d tokens and leaves no room for the requested output",
 				maxLen, len(req.Prompt))}
@@ -233,7 +233,7 @@ func parseGenRequest(body []byte, chat bool, defaultMax, maxLen int) (*genReques
 	}
 	if raw.Priority != nil {
 		if *raw.Priority < math.MinInt32 || *raw.Priority > math.MaxInt32 {
-			return nil, badRequest("priority", "invalid_value", "priority is out of range")
+			return nil, workerBadRequest("priority", "invalid_value", "priority is out of range")
 		}
 		req.Priority = int(*raw.Priority)
 	}
@@ -243,29 +243,29 @@ func parseGenRequest(body []byte, chat bool, defaultMax, maxLen int) (*genReques
 // promptTokenIDs accepts a string, an array of one string, or an array of
 // token ids. Strings go through the default tokenizer, exactly like the
 // router, so both compute the same block hashes.
-func promptTokenIDs(raw json.RawMessage) ([]uint32, *apiError) {
+func promptTokenIDs(raw json.RawMessage) ([]uint32, *workerAPIError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, badRequest("prompt", "missing_required_parameter", "you must provide a prompt")
+		return nil, workerBadRequest("prompt", "missing_required_parameter", "you must provide a prompt")
 	}
 	switch raw[0] {
 	case '"':
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, badRequest("prompt", "invalid_type", "prompt is not a valid string")
+			return nil, workerBadRequest("prompt", "invalid_type", "prompt is not a valid string")
 		}
 		return tokenizer.Encode(s), nil
 	case '[':
 		var items []json.RawMessage
 		if err := json.Unmarshal(raw, &items); err != nil {
-			return nil, badRequest("prompt", "invalid_type", "prompt must be a string, an array of strings or an array of token ids")
+			return nil, workerBadRequest("prompt", "invalid_type", "prompt must be a string, an array of strings or an array of token ids")
 		}
 		if len(items) == 0 {
-			return nil, badRequest("prompt", "invalid_value", "prompt must not be an empty array")
+			return nil, workerBadRequest("prompt", "invalid_value", "prompt must not be an empty array")
 		}
 		if first := bytes.TrimSpace(items[0]); len(first) > 0 && first[0] == '"' {
 			if len(items) != 1 {
-				return nil, badRequest("prompt", "invalid_value", "batched prompts are not supported: send one prompt per request")
+				return nil, workerBadRequest("prompt", "invalid_value", "batched prompts are not supported: send one prompt per request")
 			}
 			return promptTokenIDs(first)
 		}
@@ -273,13 +273,13 @@ func promptTokenIDs(raw json.RawMessage) ([]uint32, *apiError) {
 		for i, it := range items {
 			v, err := strconv.ParseUint(string(bytes.TrimSpace(it)), 10, 32)
 			if err != nil {
-				return nil, badRequest("prompt", "invalid_value", fmt.Sprintf("prompt[%d] is not a token id (an integer in [0, 2^32))", i))
+				return nil, workerBadRequest("prompt", "invalid_value", fmt.Sprintf("prompt[%d] is not a token id (an integer in [0, 2^32))", i))
 			}
 			ids[i] = uint32(v)
 		}
 		return ids, nil
 	}
-	return nil, badRequest("prompt", "invalid_type", "prompt must be a string, an array of strings or an array of token ids")
+	return nil, workerBadRequest("prompt", "invalid_type", "prompt must be a string, an array of strings or an array of token ids")
 }
 
 type chatMessageIn struct {
@@ -290,22 +290,22 @@ type chatMessageIn struct {
 // chatPromptTokens renders messages with the shared chat template. Content
 // is a string or an array of text parts, concatenated without separators
 // (the router flattens the same way), and null for content-less turns.
-func chatPromptTokens(raw json.RawMessage) ([]uint32, *apiError) {
+func chatPromptTokens(raw json.RawMessage) ([]uint32, *workerAPIError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, badRequest("messages", "missing_required_parameter", "you must provide messages")
+		return nil, workerBadRequest("messages", "missing_required_parameter", "you must provide messages")
 	}
 	var msgs []chatMessageIn
 	if err := json.Unmarshal(raw, &msgs); err != nil {
-		return nil, badRequest("messages", "invalid_type", "messages must be an array of {role, content} objects")
+		return nil, workerBadRequest("messages", "invalid_type", "messages must be an array of {role, content} objects")
 	}
 	if len(msgs) == 0 {
-		return nil, badRequest("messages", "invalid_value", "messages must not be empty")
+		return nil, workerBadRequest("messages", "invalid_value", "messages must not be empty")
 	}
 	flat := make([]tokenizer.Message, len(msgs))
 	for i, m := range msgs {
 		if m.Role == "" {
-			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "missing_required_parameter", "every message needs a role")
+			return nil, workerBadRequest(fmt.Sprintf("messages[%d].role", i), "missing_required_parameter", "every message needs a role")
 		}
 		param := fmt.Sprintf("messages[%d].content", i)
 		c := bytes.TrimSpace(m.Content)
@@ -314,7 +314,7 @@ func chatPromptTokens(raw json.RawMessage) ([]uint32, *apiError) {
 		case len(c) == 0 || bytes.Equal(c, []byte("null")):
 		case c[0] == '"':
 			if err := json.Unmarshal(c, &text); err != nil {
-				return nil, badRequest(param, "invalid_type", "content is not a valid string")
+				return nil, workerBadRequest(param, "invalid_type", "content is not a valid string")
 			}
 		case c[0] == '[':
 			var parts []struct {
@@ -322,19 +322,19 @@ func chatPromptTokens(raw json.RawMessage) ([]uint32, *apiError) {
 				Text string `json:"text"`
 			}
 			if err := json.Unmarshal(c, &parts); err != nil {
-				return nil, badRequest(param, "invalid_type", "content must be a string or an array of text parts")
+				return nil, workerBadRequest(param, "invalid_type", "content must be a string or an array of text parts")
 			}
 			var b strings.Builder
 			for j, p := range parts {
 				if p.Type != "text" {
-					return nil, badRequest(fmt.Sprintf("%s[%d].type", param, j), "invalid_value",
+					return nil, workerBadRequest(fmt.Sprintf("%s[%d].type", param, j), "invalid_value",
 						fmt.Sprintf("content part type %q is not supported (only text)", p.Type))
 				}
 				b.WriteString(p.Text)
 			}
 			text = b.String()
 		default:
-			return nil, badRequest(param, "invalid_type", "content must be a string or an array of text parts")
+			return nil, workerBadRequest(param, "invalid_type", "content must be a string or an array of text parts")
 		}
 		flat[i] = tokenizer.Message{Role: m.Role, Content: text}
 	}
@@ -383,7 +383,7 @@ func (w *worker) handleGenerate(chat bool) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
 		if !w.handlers.enter() {
 			count("unavailable")
-			writeAPIError(rw, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error",
+			writeWorkerError(rw, &workerAPIError{Status: http.StatusServiceUnavailable, Type: "server_error",
 				Code: "shutting_down", Message: "the worker is shutting down"})
 			return
 		}
@@ -393,7 +393,7 @@ func (w *worker) handleGenerate(chat bool) http.HandlerFunc {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
 				count("bad_request")
-				writeAPIError(rw, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+				writeWorkerError(rw, &workerAPIError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 					Code: "body_too_large", Message: fmt.Sprintf("the body exceeds %d bytes", tooBig.Limit)})
 				return
 			}
@@ -402,21 +402,21 @@ func (w *worker) handleGenerate(chat bool) http.HandlerFunc {
 		}
 		req, apiErr := parseGenRequest(body, chat, w.cfg.DefaultMaxTokens, w.cfg.Engine.MaxModelLen)
 		if apiErr == nil && req.Model != w.cfg.Model {
-			apiErr = &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model",
+			apiErr = &workerAPIError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model",
 				Code: "model_not_found", Message: fmt.Sprintf("the model %q does not exist; this worker serves %q", req.Model, w.cfg.Model)}
 		}
 		if apiErr == nil {
 			if v := r.Header.Get("x-switchyard-priority"); v != "" {
 				p, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
 				if err != nil {
-					apiErr = badRequest("x-switchyard-priority", "invalid_value", "the priority header must be an integer")
+					apiErr = workerBadRequest("x-switchyard-priority", "invalid_value", "the priority header must be an integer")
 				}
 				req.Priority = int(p)
 			}
 		}
 		if apiErr != nil {
 			count("bad_request")
-			writeAPIError(rw, apiErr)
+			writeWorkerError(rw, apiErr)
 			return
 		}
 		id := fmt.Sprintf("%s-%d", w.cfg.ID, w.nextID.Add(1))
@@ -426,7 +426,7 @@ func (w *worker) handleGenerate(chat bool) http.HandlerFunc {
 		stream, err := w.eng.Submit(&engine.Request{ID: id, Prompt: req.Prompt, MaxTokens: req.MaxTokens, Priority: req.Priority})
 		if err != nil {
 			count("rejected")
-			writeAPIError(rw, submitError(err))
+			writeWorkerError(rw, submitAPIError(err))
 			return
 		}
 		resp := &responder{w: w, rw: rw, chat: chat, req: req, id: id, created: time.Now().Unix()}
@@ -438,18 +438,18 @@ func (w *worker) handleGenerate(chat bool) http.HandlerFunc {
 	}
 }
 
-func submitError(err error) *apiError {
+func submitAPIError(err error) *workerAPIError {
 	switch {
 	case errors.Is(err, engine.ErrTooLong):
-		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "context_length_exceeded", Message: err.Error()}
+		return &workerAPIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "context_length_exceeded", Message: err.Error()}
 	case errors.Is(err, engine.ErrDuplicateID):
-		return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "duplicate_request_id", Message: err.Error()}
+		return &workerAPIError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "duplicate_request_id", Message: err.Error()}
 	case errors.Is(err, engine.ErrQueueFull):
-		return &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "queue_full", Message: err.Error()}
+		return &workerAPIError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "queue_full", Message: err.Error()}
 	case errors.Is(err, engine.ErrStopped):
-		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down", Message: err.Error()}
+		return &workerAPIError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down", Message: err.Error()}
 	}
-	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_value", Message: err.Error()}
+	return &workerAPIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_value", Message: err.Error()}
 }
 
 // responder relays one request's deliveries to its HTTP response.
@@ -519,11 +519,11 @@ func (p *responder) complete(r *http.Request, s *engine.Stream) string {
 					c.Text = &t
 				}
 				u := p.usage
-				writeJSON(p.rw, http.StatusOK, responseOut{ID: p.respID(), Object: p.object(false), Created: p.created,
+				writeWorkerJSON(p.rw, http.StatusOK, responseOut{ID: p.respID(), Object: p.object(false), Created: p.created,
 					Model: p.req.Model, Choices: []choiceOut{c}, Usage: &u})
 				return "ok"
 			default:
-				writeAPIError(p.rw, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error",
+				writeWorkerError(p.rw, &workerAPIError{Status: http.StatusServiceUnavailable, Type: "server_error",
 					Code: "aborted", Message: "the worker stopped before the request finished"})
 				return "aborted"
 			}
@@ -575,7 +575,7 @@ func (p *responder) stream(r *http.Request, s *engine.Stream) string {
 			}
 			out.WriteString("data: [DONE]\n\n")
 		case engine.FinishAborted, engine.FinishCancelled:
-			p.data(&out, map[string]*apiError{"error": {Status: http.StatusServiceUnavailable, Type: "server_error",
+			p.data(&out, map[string]*workerAPIError{"error": {Status: http.StatusServiceUnavailable, Type: "server_error",
 				Code: "aborted", Message: "the worker stopped before the request finished"}})
 		}
 		if _, err := p.rw.Write(out.Bytes()); err != nil {

@@ -36,7 +36,7 @@ func newWorkerMetrics(reg prometheus.Registerer) *workerMetrics {
 		dumps: f.NewCounter(prometheus.CounterOpts{Name: "switchyard_worker_kv_dumps_total",
 			Help: "KV dump requests answered."}),
 		reregistrations: f.NewCounter(prometheus.CounterOpts{Name: "switchyard_worker_reregistrations_total",
-			Help: "Times the registration lease was lost and registered again."}),
+			Help: "Times the workerRegistration lease was lost and registered again."}),
 	}
 }
 
@@ -46,29 +46,29 @@ func newWorkerMetrics(reg prometheus.Registerer) *workerMetrics {
 type engineCollector struct{ eng *engine.Engine }
 
 var (
-	descRunning      = prometheus.NewDesc("switchyard_engine_running_requests", "Requests in the running set.", nil, nil)
-	descWaiting      = prometheus.NewDesc("switchyard_engine_waiting_requests", "Requests in the waiting queue.", nil, nil)
-	descKVUsage      = prometheus.NewDesc("switchyard_engine_kv_usage_ratio", "KV blocks in use over total.", nil, nil)
-	descKVUsed       = prometheus.NewDesc("switchyard_engine_kv_blocks_used", "KV blocks in use.", nil, nil)
-	descKVTotal      = prometheus.NewDesc("switchyard_engine_kv_blocks_total", "KV blocks in the pool.", nil, nil)
-	descCached       = prometheus.NewDesc("switchyard_engine_cached_blocks", "Blocks findable by prefix.", nil, nil)
-	descHitRate      = prometheus.NewDesc("switchyard_engine_prefix_cache_hit_ratio", "Cached prompt tokens over prompt tokens, cumulative.", nil, nil)
-	descPreemptions  = prometheus.NewDesc("switchyard_engine_preemptions_total", "Running requests preempted by recompute.", nil, nil)
-	descPromptTokens = prometheus.NewDesc("switchyard_engine_prompt_tokens_total", "Prompt tokens of scheduled requests.", nil, nil)
-	descCachedTokens = prometheus.NewDesc("switchyard_engine_cached_prompt_tokens_total", "Prompt tokens served from the prefix cache.", nil, nil)
-	descOutputTokens = prometheus.NewDesc("switchyard_engine_output_tokens_total", "Generated tokens.", nil, nil)
-	descSteps        = prometheus.NewDesc("switchyard_engine_steps_total", "Engine steps run.", nil, nil)
-	descBusy         = prometheus.NewDesc("switchyard_engine_busy_seconds_total", "Simulated time spent in steps.", nil, nil)
-	descEvents       = prometheus.NewDesc("switchyard_engine_kv_events_total", "KV events emitted.", nil, nil)
-	descEvicted      = prometheus.NewDesc("switchyard_engine_evicted_blocks_total", "Cached blocks evicted.", nil, nil)
-	descFinished     = prometheus.NewDesc("switchyard_engine_finished_requests_total", "Requests finished by length.", nil, nil)
-	descCancelled    = prometheus.NewDesc("switchyard_engine_cancelled_requests_total", "Requests cancelled.", nil, nil)
+	engDescRunning      = prometheus.NewDesc("switchyard_engine_running_requests", "Requests in the running set.", nil, nil)
+	engDescWaiting      = prometheus.NewDesc("switchyard_engine_waiting_requests", "Requests in the waiting queue.", nil, nil)
+	engDescKVUsage      = prometheus.NewDesc("switchyard_engine_kv_usage_ratio", "KV blocks in use over total.", nil, nil)
+	engDescKVUsed       = prometheus.NewDesc("switchyard_engine_kv_blocks_used", "KV blocks in use.", nil, nil)
+	engDescKVTotal      = prometheus.NewDesc("switchyard_engine_kv_blocks_total", "KV blocks in the pool.", nil, nil)
+	engDescCached       = prometheus.NewDesc("switchyard_engine_cached_blocks", "Blocks findable by prefix.", nil, nil)
+	engDescHitRate      = prometheus.NewDesc("switchyard_engine_prefix_cache_hit_ratio", "Cached prompt tokens over prompt tokens, cumulative.", nil, nil)
+	engDescPreemptions  = prometheus.NewDesc("switchyard_engine_preemptions_total", "Running requests preempted by recompute.", nil, nil)
+	engDescPromptTokens = prometheus.NewDesc("switchyard_engine_prompt_tokens_total", "Prompt tokens of scheduled requests.", nil, nil)
+	engDescCachedTokens = prometheus.NewDesc("switchyard_engine_cached_prompt_tokens_total", "Prompt tokens served from the prefix cache.", nil, nil)
+	engDescOutputTokens = prometheus.NewDesc("switchyard_engine_output_tokens_total", "Generated tokens.", nil, nil)
+	engDescSteps        = prometheus.NewDesc("switchyard_engine_steps_total", "Engine steps run.", nil, nil)
+	engDescBusy         = prometheus.NewDesc("switchyard_engine_busy_seconds_total", "Simulated time spent in steps.", nil, nil)
+	engDescEvents       = prometheus.NewDesc("switchyard_engine_kv_events_total", "KV events emitted.", nil, nil)
+	engDescEvicted      = prometheus.NewDesc("switchyard_engine_evicted_blocks_total", "Cached blocks evicted.", nil, nil)
+	engDescFinished     = prometheus.NewDesc("switchyard_engine_finished_requests_total", "Requests finished by length.", nil, nil)
+	engDescCancelled    = prometheus.NewDesc("switchyard_engine_cancelled_requests_total", "Requests cancelled.", nil, nil)
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descKVUsed, descKVTotal, descCached,
-		descHitRate, descPreemptions, descPromptTokens, descCachedTokens, descOutputTokens, descSteps, descBusy,
-		descEvents, descEvicted, descFinished, descCancelled} {
+	for _, d := range []*prometheus.Desc{engDescRunning, engDescWaiting, engDescKVUsage, engDescKVUsed, engDescKVTotal, engDescCached,
+		engDescHitRate, engDescPreemptions, engDescPromptTokens, engDescCachedTokens, engDescOutputTokens, engDescSteps, engDescBusy,
+		engDescEvents, engDescEvicted, engDescFinished, engDescCancelled} {
 		ch <- d
 	}
 }
@@ -76,22 +76,24 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.eng.Stats()
 	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	k := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v) }
-	g(descRunning, float64(s.Running))
-	g(descWaiting, float64(s.Waiting))
-	g(descKVUsage, s.KVUsage)
-	g(descKVUsed, float64(s.KVBlocksUsed))
-	g(descKVTotal, float64(s.KVBlocksTotal))
-	g(descCached, float64(s.CachedBlocks))
-	g(descHitRate, s.PrefixHitRate)
-	k(descPreemptions, float64(s.Preemptions))
-	k(descPromptTokens, float64(s.PromptTokens))
-	k(descCachedTokens, float64(s.CachedTokens))
-	k(descOutputTokens, float64(s.OutputTokens))
-	k(descSteps, float64(s.Steps))
-	k(descBusy, s.BusyTime.Seconds())
-	k(descEvents, float64(s.EventsEmitted))
-	k(descEvicted, float64(s.BlocksEvicted))
-	k(descFinished, float64(s.Finished))
-	k(descCancelled, float64(s.Cancelled))
+	k := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	g(engDescRunning, float64(s.Running))
+	g(engDescWaiting, float64(s.Waiting))
+	g(engDescKVUsage, s.KVUsage)
+	g(engDescKVUsed, float64(s.KVBlocksUsed))
+	g(engDescKVTotal, float64(s.KVBlocksTotal))
+	g(engDescCached, float64(s.CachedBlocks))
+	g(engDescHitRate, s.PrefixHitRate)
+	k(engDescPreemptions, float64(s.Preemptions))
+	k(engDescPromptTokens, float64(s.PromptTokens))
+	k(engDescCachedTokens, float64(s.CachedTokens))
+	k(engDescOutputTokens, float64(s.OutputTokens))
+	k(engDescSteps, float64(s.Steps))
+	k(engDescBusy, s.BusyTime.Seconds())
+	k(engDescEvents, float64(s.EventsEmitted))
+	k(engDescEvicted, float64(s.BlocksEvicted))
+	k(engDescFinished, float64(s.Finished))
+	k(engDescCancelled, float64(s.Cancelled))
 }

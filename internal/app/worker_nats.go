@@ -10,17 +10,17 @@ import (
 	"github.com/switchyard/switchyard/wire"
 )
 
-// natsSink publishes the engine's KV event batches. The engine calls it with
+// kvEventPublisher publishes the engine's KV event batches. The engine calls it with
 // its lock held; nats.go's Publish only appends to the connection's buffer
 // (its own goroutine writes to the socket), so the step is not held up by
 // the network. A failed publish is counted: consumers see the id gap and
 // repair from a dump.
-type natsSink struct {
+type kvEventPublisher struct {
 	w   *worker
 	buf []byte // reused: Publish copies the payload into the connection buffer
 }
 
-func (s *natsSink) PublishKVEvents(b *wire.KVEventBatch) {
+func (s *kvEventPublisher) PublishKVEvents(b *wire.KVEventBatch) {
 	s.buf = wire.AppendKVEventBatch(s.buf[:0], b)
 	if err := s.w.nc.Publish(s.w.subjects.KV(s.w.cfg.ID), s.buf); err != nil {
 		s.w.metrics.publishErrors.WithLabelValues("kv").Inc()

@@ -27,7 +27,8 @@ import (
 
 const testModel = "sim-model"
 
-// runningWorker is a worker started in-process by a test.
+// runningWorker is a worker started in-process by a test. The cluster tests
+// (cluster_test.go) start their workers with the same helpers.
 type runningWorker struct {
 	url    string
 	reg    *prometheus.Registry
@@ -98,8 +99,8 @@ func (w *runningWorker) metric(t *testing.T, name string) float64 {
 	return 0
 }
 
-// longPrompt is about 700 tokens of text.
-func longPrompt(topic string) string {
+// workerLongPrompt is about 700 tokens of text.
+func workerLongPrompt(topic string) string {
 	var b strings.Builder
 	for i := range 120 {
 		fmt.Fprintf(&b, "%s paragraph %d explains routing, caching and batching. ", topic, i)
@@ -187,7 +188,7 @@ func TestWorkerServesTheOfficialOpenAIClient(t *testing.T) {
 	})
 
 	t.Run("a repeated long prompt reports cached tokens", func(t *testing.T) {
-		p := longPrompt("cache")
+		p := workerLongPrompt("cache")
 		params := openai.CompletionNewParams{Model: testModel, MaxTokens: openai.Int(2),
 			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(p)}}
 		first, err := client.Completions.New(ctx, params)
@@ -230,9 +231,9 @@ func TestWorkerRegistersInEtcdPublishesOnNATSAndDeregistersOnStop(t *testing.T) 
 	assert.Equal(t, 16, info.BlockSize)
 	assert.Equal(t, 4096, info.KVBlocks)
 	assert.True(t, info.PublishesEvents)
-	assert.NotZero(t, resp.Kvs[0].Lease, "the registration is lease-bound")
+	assert.NotZero(t, resp.Kvs[0].Lease, "the workerRegistration is lease-bound")
 
-	p := longPrompt("events")
+	p := workerLongPrompt("events")
 	client := w.client()
 	_, err = client.Completions.New(ctx, openai.CompletionNewParams{Model: testModel, MaxTokens: openai.Int(3),
 		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(p)}})
@@ -243,7 +244,7 @@ func TestWorkerRegistersInEtcdPublishesOnNATSAndDeregistersOnStop(t *testing.T) 
 	stored := map[uint64]bool{}
 	var lastID uint64
 	var instance uint64
-	for !containsAll(stored, want) {
+	for !hasAllHashes(stored, want) {
 		msg, err := kvSub.NextMsg(5 * time.Second)
 		require.NoError(t, err, "kv events did not arrive")
 		b, err := wire.DecodeKVEventBatch(msg.Data)
@@ -281,7 +282,7 @@ func TestWorkerRegistersInEtcdPublishesOnNATSAndDeregistersOnStop(t *testing.T) 
 			break
 		}
 	}
-	assert.True(t, containsAll(dumped, want), "the dump holds the prompt's blocks")
+	assert.True(t, hasAllHashes(dumped, want), "the dump holds the prompt's blocks")
 
 	msg, err := loadSub.NextMsg(5 * time.Second)
 	require.NoError(t, err, "no load report")
@@ -293,10 +294,10 @@ func TestWorkerRegistersInEtcdPublishesOnNATSAndDeregistersOnStop(t *testing.T) 
 	require.NoError(t, w.stop())
 	resp, err = cli.Get(ctx, key)
 	require.NoError(t, err)
-	assert.Empty(t, resp.Kvs, "the registration is gone once the worker stopped")
+	assert.Empty(t, resp.Kvs, "the workerRegistration is gone once the worker stopped")
 }
 
-func containsAll(set map[uint64]bool, hs []uint64) bool {
+func hasAllHashes(set map[uint64]bool, hs []uint64) bool {
 	for _, h := range hs {
 		if !set[h] {
 			return false
@@ -320,7 +321,7 @@ func TestShutdownDeregistersFirstAndDrainsInFlightStreams(t *testing.T) {
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	sc := bufio.NewScanner(resp.Body)
-	require.True(t, nextData(sc) != "", "first chunk")
+	require.True(t, nextSSEData(sc) != "", "first chunk")
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.stop() }()
@@ -331,7 +332,7 @@ func TestShutdownDeregistersFirstAndDrainsInFlightStreams(t *testing.T) {
 
 	tokens := 1
 	for {
-		d := nextData(sc)
+		d := nextSSEData(sc)
 		require.NotEmpty(t, d, "the stream ended without [DONE]")
 		if d == "[DONE]" {
 			break
@@ -342,8 +343,8 @@ func TestShutdownDeregistersFirstAndDrainsInFlightStreams(t *testing.T) {
 	assert.NoError(t, <-stopped)
 }
 
-// nextData returns the next SSE data payload, or "" at the end.
-func nextData(sc *bufio.Scanner) string {
+// nextSSEData returns the next SSE data payload, or "" at the end.
+func nextSSEData(sc *bufio.Scanner) string {
 	for sc.Scan() {
 		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
 			return d
@@ -358,13 +359,13 @@ func TestClientDisconnectCancelsTheRequestAndFreesItsBlocks(t *testing.T) {
 	w := startWorker(t, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	body := `{"model":"sim-model","prompt":"` + longPrompt("gone") + `","max_tokens":2000,"stream":true}`
+	body := `{"model":"sim-model","prompt":"` + workerLongPrompt("gone") + `","max_tokens":2000,"stream":true}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url+"/v1/completions", strings.NewReader(body))
 	require.NoError(t, err)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	require.NotEmpty(t, nextData(bufio.NewScanner(resp.Body)))
+	require.NotEmpty(t, nextSSEData(bufio.NewScanner(resp.Body)))
 	require.Positive(t, w.metric(t, "switchyard_engine_kv_blocks_used"))
 
 	cancel()

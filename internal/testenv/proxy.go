@@ -60,14 +60,6 @@ func (p *Proxy) Restore() {
 	p.cut = false
 }
 
-// Connections is the number of connections (both sides counted) currently
-// open through the proxy.
-func (p *Proxy) Connections() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.conns)
-}
-
 func (p *Proxy) close() {
 	_ = p.ln.Close()
 	p.Cut()

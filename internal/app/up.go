@@ -1,0 +1,277 @@
+package app
+
+import (
+	"context"
+	cryptorand "crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/switchyard/switchyard/metrics"
+)
+
+// UpConfig is a whole local cluster in one process.
+type UpConfig struct {
+	Replicas   int
+	Workers    int
+	HTTPBase   int // first replica's port; the others follow
+	WorkerPort int // first worker's port
+	EtcdPort   int // client port; the peer port is the next one
+	NATSPort   int
+	Host       string
+	Speedup    float64
+	DataDir    string // embedded etcd data; empty: a temporary directory removed on exit
+	Replica    ReplicaConfig
+	Worker     WorkerConfig
+	Status     time.Duration // live status refresh; 0 disables it
+}
+
+// DefaultUpConfig is the embedded default of `make up`.
+func DefaultUpConfig() UpConfig {
+	return UpConfig{
+		Replicas: 3, Workers: 8, HTTPBase: 8080, WorkerPort: 9001, EtcdPort: 12379, NATSPort: 14222,
+		Host: "127.0.0.1", Speedup: 1, Replica: DefaultReplicaConfig(), Worker: DefaultWorkerConfig(),
+		Status: time.Second,
+	}
+}
+
+// Up is the `switchyard up` subcommand: embedded etcd and NATS, router
+// replicas and simulated workers on localhost, until Ctrl-C.
+func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := DefaultUpConfig()
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "router replicas")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated workers")
+	fs.IntVar(&cfg.HTTPBase, "port", cfg.HTTPBase, "OpenAI API port of the first replica; the others use the next ports")
+	fs.IntVar(&cfg.WorkerPort, "worker-port", cfg.WorkerPort, "port of the first worker; the others use the next ports")
+	fs.IntVar(&cfg.EtcdPort, "etcd-port", cfg.EtcdPort, "embedded etcd client port (the peer port is the next one)")
+	fs.IntVar(&cfg.NATSPort, "nats-port", cfg.NATSPort, "embedded NATS port")
+	fs.StringVar(&cfg.Host, "host", cfg.Host, "address every component listens on")
+	fs.Float64Var(&cfg.Speedup, "speedup", cfg.Speedup, "simulated engines run this many times faster than the timing model")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "embedded etcd data directory (default: a temporary one)")
+	fs.DurationVar(&cfg.Status, "status-interval", cfg.Status, "live status refresh (0: off)")
+	var policyFile string
+	fs.StringVar(&policyFile, "policy", "", "policy classes YAML (default: deploy/policy.yaml, built in)")
+	level := zapcore.WarnLevel
+	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if cfg.Replicas < 1 || cfg.Workers < 1 {
+		_, _ = fmt.Fprintln(stderr, "up: need at least one replica and one worker")
+		return ErrUsage
+	}
+	if policyFile != "" {
+		raw, err := os.ReadFile(policyFile)
+		if err != nil {
+			return fmt.Errorf("policy: %w", err)
+		}
+		cfg.Replica.PolicyYAML = raw
+	}
+	log := newLogger(stderr, level)
+	defer func() { _ = log.Sync() }()
+	return RunUp(ctx, cfg, log, stdout)
+}
+
+// RunUp runs the local cluster until ctx ends.
+func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer) error {
+	dir := cfg.DataDir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "switchyard-up-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	etcdURL, stopEtcd, err := startEmbeddedEtcd(filepath.Join(dir, "etcd"), cfg.Host, cfg.EtcdPort)
+	if err != nil {
+		return err
+	}
+	defer stopEtcd()
+	natsURL, stopNATS, err := startEmbeddedNATS(cfg.Host, cfg.NATSPort)
+	if err != nil {
+		return err
+	}
+	defer stopNATS()
+
+	// One random gossip key per run: the local cluster's gossip is
+	// encrypted like a production one, and nothing else can join it.
+	key := make([]byte, 32)
+	if _, err := cryptorand.Read(key); err != nil {
+		return err
+	}
+	cfg.Replica.Gossip.SecretKey = key
+
+	grp := newGroup(ctx)
+	for i := 0; i < cfg.Workers; i++ {
+		wc := cfg.Worker
+		wc.ID = fmt.Sprintf("worker-%d", i+1)
+		wc.Cluster = cfg.Replica.Cluster
+		wc.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.WorkerPort+i))
+		wc.EtcdEndpoints = []string{etcdURL}
+		wc.NATSURL = natsURL
+		wc.Engine.Speedup = cfg.Speedup
+		grp.go_(wc.ID, func(ctx context.Context) error {
+			return RunWorker(ctx, wc, log.Named(wc.ID), metrics.NewRegistry())
+		})
+	}
+	var mu sync.Mutex
+	statuses := make([]*ReplicaStatus, cfg.Replicas)
+	readyCh := make(chan struct{}, cfg.Replicas)
+	var gossipSeed string
+	for i := 0; i < cfg.Replicas; i++ {
+		rc := cfg.Replica
+		rc.ID = fmt.Sprintf("router-%d", i+1)
+		rc.HTTPAddr = net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.HTTPBase+i))
+		rc.EtcdEndpoints = []string{etcdURL}
+		rc.NATSURL = natsURL
+		rc.Gossip.BindAddr, rc.Gossip.BindPort = cfg.Host, 0
+		if gossipSeed != "" {
+			rc.Gossip.Join = []string{gossipSeed}
+		}
+		i := i
+		started := make(chan string, 1)
+		grp.go_(rc.ID, func(ctx context.Context) error {
+			return RunReplica(ctx, rc, log.Named(rc.ID), metrics.NewRegistry(), func(s *ReplicaStatus) {
+				mu.Lock()
+				statuses[i] = s
+				mu.Unlock()
+				started <- s.GossipAddr
+				readyCh <- struct{}{}
+			})
+		})
+		// Replicas join gossip through the first one, so start it first.
+		if i == 0 {
+			select {
+			case gossipSeed = <-started:
+			case <-grp.ctx.Done():
+				return grp.wait()
+			}
+		}
+	}
+	for i := 0; i < cfg.Replicas; i++ {
+		select {
+		case <-readyCh:
+		case <-grp.ctx.Done():
+			return grp.wait()
+		}
+	}
+	_, _ = fmt.Fprintf(stdout, "Switchyard is up: %d router replicas, %d simulated workers (embedded etcd %s, NATS %s)\n", cfg.Replicas, cfg.Workers, etcdURL, natsURL)
+	for _, s := range statuses {
+		_, _ = fmt.Fprintf(stdout, "  OpenAI API  http://%s/v1   (readiness /readyz, metrics /metrics, cluster /debug/cluster)\n", s.HTTPAddr)
+	}
+	_, _ = fmt.Fprintf(stdout, "Try: curl -s http://%s/v1/completions -H 'content-type: application/json' -d '{\"model\":\"%s\",\"prompt\":\"hello\",\"max_tokens\":8}'\n", statuses[0].HTTPAddr, cfg.Worker.Model)
+	_, _ = fmt.Fprintln(stdout, "Ctrl-C stops the cluster.")
+	if cfg.Status > 0 {
+		// On a terminal the status line is rewritten in place; elsewhere
+		// (logs, CI) a full line is printed ten times less often.
+		every, eol := cfg.Status, "\n"
+		if f, ok := stdout.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				eol = "\r"
+			}
+		}
+		if eol == "\n" {
+			every *= 10
+		}
+		grp.go_("status", func(ctx context.Context) error { return printStatus(ctx, stdout, statuses, every, eol) })
+	}
+	err = grp.wait()
+	_, _ = fmt.Fprintln(stdout, "\nSwitchyard stopped.")
+	return err
+}
+
+// printStatus rewrites one status line: admissions, queue and owners.
+func printStatus(ctx context.Context, w io.Writer, rs []*ReplicaStatus, every time.Duration, eol string) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		var recv, adm, rej, queued, bookings int
+		degraded := 0
+		for _, r := range rs {
+			s := r.Snapshot()
+			for _, c := range s.Classes {
+				recv += int(c.Counters.Received)
+				adm += int(c.Counters.Admitted)
+				queued += c.QueueDepth
+				for _, n := range c.Counters.Rejected {
+					rej += int(n)
+				}
+			}
+			bookings += s.Bookings
+			if r.Degraded() {
+				degraded++
+			}
+		}
+		line := fmt.Sprintf("requests %d  admitted %d  rejected %d  queued %d  in flight %d  indexed blocks %d",
+			recv, adm, rej, queued, bookings, rs[0].IndexedBlocks())
+		if degraded > 0 {
+			line += fmt.Sprintf("  DEGRADED %d", degraded)
+		}
+		if eol == "\r" {
+			_, _ = fmt.Fprintf(w, "\r%-110s", line)
+		} else {
+			_, _ = fmt.Fprintln(w, line)
+		}
+	}
+}
+
+func startEmbeddedEtcd(dir, host string, port int) (string, func(), error) {
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.Name = "switchyard-up"
+	cfg.Logger = "zap"
+	cfg.LogLevel = "fatal"
+	client, _ := url.Parse("http://" + net.JoinHostPort(host, strconv.Itoa(port)))
+	peer, _ := url.Parse("http://" + net.JoinHostPort(host, strconv.Itoa(port+1)))
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.InitialCluster = cfg.Name + "=" + peer.String()
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return "", nil, fmt.Errorf("embedded etcd on %s: %w", client.Host, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return "", nil, errors.New("embedded etcd not ready within 30s")
+	}
+	return client.String(), e.Close, nil
+}
+
+func startEmbeddedNATS(host string, port int) (string, func(), error) {
+	s, err := natsserver.NewServer(&natsserver.Options{Host: host, Port: port, NoLog: true, NoSigs: true, MaxPayload: 8 << 20})
+	if err != nil {
+		return "", nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return "", nil, fmt.Errorf("embedded NATS on %s:%d not ready within 10s", host, port)
+	}
+	return s.ClientURL(), func() { s.Shutdown(); s.WaitForShutdown() }, nil
+}
