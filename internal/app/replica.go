@@ -129,7 +129,9 @@ type ReplicaStatus struct {
 func (s *ReplicaStatus) Snapshot() *scheduler.Snapshot { return s.actor.Snapshot() }
 
 // Flush returns a fresh snapshot of the admission actor.
-func (s *ReplicaStatus) Flush(ctx context.Context) (*scheduler.Snapshot, error) { return s.actor.Flush(ctx) }
+func (s *ReplicaStatus) Flush(ctx context.Context) (*scheduler.Snapshot, error) {
+	return s.actor.Flush(ctx)
+}
 
 // Owned lists the classes this replica owns now.
 func (s *ReplicaStatus) Owned() []string {
