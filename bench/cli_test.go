@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"testing"
@@ -109,7 +108,11 @@ func TestMainRejectsBadFlagsWithClearErrors(t *testing.T) {
 	assert.ErrorContains(t, run("--progress", "sometimes"), "--progress")
 	assert.ErrorContains(t, run("extra"), "unexpected arguments")
 	assert.ErrorContains(t, run("--no-such-flag"), "no-such-flag")
-	assert.ErrorIs(t, run("-h"), flag.ErrHelp)
+	assert.ErrorIs(t, run("--no-such-flag"), ErrInvalidConfig)
+	var help bytes.Buffer
+	assert.NoError(t, Main(testenv.Context(t), []string{"-h"}, &help, &help), "help is not an error")
+	assert.Contains(t, help.String(), "-synthetic-classes")
+	assert.Contains(t, help.String(), "-sim")
 	assert.ErrorContains(t, run("--trace", "azure", "--file", "testdata/missing.csv"), "open trace")
 }
 
@@ -120,4 +123,29 @@ func TestSimModeFailsClearlyUntilTheSimulatorIsBuiltIn(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := Main(testenv.Context(t), []string{"--sim"}, &stdout, &stderr)
 	assert.ErrorIs(t, err, ErrSimUnavailable)
+}
+
+func TestMainComparesEarlierRunsSideBySide(t *testing.T) {
+	up := newUpstream(t)
+	root := t.TempDir()
+	for _, name := range []string{"kv-aware", "round-robin"} {
+		var stdout, stderr bytes.Buffer
+		require.NoError(t, Main(testenv.Context(t), []string{
+			"--synthetic-requests", "5", "--synthetic-rate", "1000", "--synthetic-prefix-tokens", "32",
+			"--synthetic-input-tokens", "8", "--synthetic-output-tokens", "2",
+			"--target", up.URL, "--speedup", "100", "--out", filepath.Join(root, name),
+		}, &stdout, &stderr))
+	}
+	var stdout, stderr bytes.Buffer
+	cmp := filepath.Join(root, "cmp")
+	require.NoError(t, Main(testenv.Context(t), []string{
+		"--compare", filepath.Join(root, "kv-aware") + "," + filepath.Join(root, "round-robin"), "--out", cmp,
+	}, &stdout, &stderr))
+	assert.Equal(t, 10, up.count(), "comparing sends nothing")
+	assert.Contains(t, stdout.String(), "| kv-aware | 5 | 5 |")
+	assert.Contains(t, stdout.String(), "| round-robin | 5 | 5 |")
+	requirePNG(t, filepath.Join(cmp, FileTTFTCDF))
+
+	err := Main(testenv.Context(t), []string{"--compare", filepath.Join(root, "nope")}, &stdout, &stderr)
+	assert.ErrorContains(t, err, "compare")
 }

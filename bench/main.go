@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -47,6 +48,10 @@ type Options struct {
 	SkipBadLines bool
 	// Sim selects the simulator mode (see SimMode).
 	Sim bool
+	// Compare lists earlier --out directories whose results.jsonl are
+	// combined into one report (no requests are sent); each run is
+	// labelled by its directory's base name.
+	Compare []string
 	// LogLevel is the zap level of diagnostics on stderr.
 	LogLevel string
 
@@ -78,6 +83,15 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Progress, "progress", o.Progress, "progress line on stderr: auto (when a terminal), on, off")
 	fs.BoolVar(&o.SkipBadLines, "skip-bad-lines", o.SkipBadLines, "skip malformed trace lines instead of failing")
 	fs.BoolVar(&o.Sim, "sim", o.Sim, "run the deterministic in-process simulator instead of a live endpoint")
+	fs.Func("compare", "comma-separated earlier --out directories: report them side by side instead of running", func(v string) error {
+		o.Compare = nil
+		for _, d := range strings.Split(v, ",") {
+			if d = strings.TrimSpace(d); d != "" {
+				o.Compare = append(o.Compare, d)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "diagnostics level: debug, info, warn, error")
 	fs.IntVar(&o.MooncakeBlockSize, "mooncake-block-size", o.MooncakeBlockSize, "tokens per Mooncake hash id")
 	fs.IntVar(&o.Azure.PrefixGroups, "azure-prefix-groups", o.Azure.PrefixGroups, "azure: number of synthetic shared prefixes (0: none)")
@@ -213,7 +227,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		sim.RegisterFlags(fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // -h printed the usage; asking for help is not a failure
+		}
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", ErrInvalidConfig, fs.Args())
@@ -229,6 +246,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := newLogger(stderr, opts.LogLevel)
 	defer func() { _ = log.Sync() }()
+	if len(opts.Compare) > 0 {
+		return compareRuns(opts, stdout, log)
+	}
 
 	trace, err := opts.OpenTrace()
 	if err != nil {
@@ -295,6 +315,36 @@ func runLive(ctx context.Context, opts Options, trace *TraceSource, stdout, stde
 		return fmt.Errorf("replay stopped after %d requests: %w", len(results), runErr)
 	}
 	return nil
+}
+
+// compareRuns reports earlier runs side by side.
+func compareRuns(opts Options, stdout io.Writer, log *zap.Logger) error {
+	var sums []Summary
+	var runs []RunResults
+	for _, dir := range opts.Compare {
+		f, err := os.Open(filepath.Join(dir, FileResults))
+		if err != nil {
+			return fmt.Errorf("compare: %w", err)
+		}
+		res, err := ReadResults(f, filepath.Join(dir, FileResults))
+		_ = f.Close()
+		if err != nil {
+			return fmt.Errorf("compare: %w", err)
+		}
+		label := filepath.Base(filepath.Clean(dir))
+		sums = append(sums, Summarize(label, res))
+		runs = append(runs, RunResults{Label: label, Results: res})
+	}
+	if err := WriteMarkdown(stdout, sums...); err != nil {
+		return err
+	}
+	if opts.Out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return fmt.Errorf("create --out: %w", err)
+	}
+	return WriteReports(opts.Out, sums, runs, log)
 }
 
 // WriteReports writes summary.md and summary.json (one entry per summary)

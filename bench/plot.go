@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -135,20 +136,10 @@ func PlotThroughput(path string, runs []RunResults, bucket time.Duration) error 
 	return savePNG(p, path)
 }
 
-// PlotWorkerLoad writes a bar chart of requests per worker to a PNG. A
-// request without a worker name counts under its target.
+// PlotWorkerLoad writes a bar chart of requests per worker to a PNG (see
+// workerLoad for what is counted).
 func PlotWorkerLoad(path string, results []Result) error {
-	counts := map[string]int{}
-	for _, r := range results {
-		name := r.Worker
-		if name == "" {
-			name = r.Target
-		}
-		if name == "" {
-			name = "(unknown)"
-		}
-		counts[name]++
-	}
+	counts, title := workerLoad(results)
 	if len(counts) == 0 {
 		return fmt.Errorf("worker load: %w", ErrNoPlotData)
 	}
@@ -161,7 +152,7 @@ func PlotWorkerLoad(path string, results []Result) error {
 	for i, n := range names {
 		vals[i] = float64(counts[n])
 	}
-	p := newPlot("Requests per worker", "", "requests")
+	p := newPlot(title, "", "requests")
 	// About 60% of each bar's share of the drawing width, within [2, 60] pt.
 	width := vg.Length(math.Max(2, math.Min(60, 0.6*float64(plotWidth-vg.Inch)/float64(len(names)))))
 	bars, err := plotter.NewBarChart(vals, width)
@@ -257,4 +248,34 @@ func savePNG(p *plot.Plot, path string) (err error) {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// workerLoad counts requests per worker, named by the response's worker
+// header. Requests without one (rejected before routing, or failed) are left
+// out and counted in the title. When no request names a worker (the targets
+// are workers themselves), it counts per target instead.
+func workerLoad(results []Result) (map[string]int, string) {
+	counts := map[string]int{}
+	unnamed := 0
+	for _, r := range results {
+		if r.Worker != "" {
+			counts[r.Worker]++
+		} else {
+			unnamed++
+		}
+	}
+	switch {
+	case len(counts) > 0 && unnamed > 0:
+		return counts, fmt.Sprintf("Requests per worker (%d more without a worker)", unnamed)
+	case len(counts) > 0:
+		return counts, "Requests per worker"
+	}
+	for _, r := range results {
+		name := strings.TrimPrefix(strings.TrimPrefix(r.Target, "http://"), "https://")
+		if name == "" {
+			name = "(unknown)"
+		}
+		counts[name]++
+	}
+	return counts, "Requests per target"
 }

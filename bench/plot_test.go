@@ -59,3 +59,16 @@ func TestPlotsWithoutDataSayNothingToPlot(t *testing.T) {
 	_, err := os.Stat(filepath.Join(dir, "a.png"))
 	assert.True(t, os.IsNotExist(err), "no empty file is left behind")
 }
+
+func TestWorkerLoadCountsNamedWorkersOrElseTargets(t *testing.T) {
+	named := []Result{{Worker: "w1", Target: "http://r1"}, {Worker: "w1", Target: "http://r2"},
+		{Worker: "w2", Target: "http://r2"}, {Target: "http://r1", Outcome: OutcomeHTTPError}}
+	counts, title := workerLoad(named)
+	assert.Equal(t, map[string]int{"w1": 2, "w2": 1}, counts)
+	assert.Equal(t, "Requests per worker (1 more without a worker)", title)
+
+	direct := []Result{{Target: "http://127.0.0.1:9001"}, {Target: "http://127.0.0.1:9002"}, {Target: "http://127.0.0.1:9001"}}
+	counts, title = workerLoad(direct)
+	assert.Equal(t, map[string]int{"127.0.0.1:9001": 2, "127.0.0.1:9002": 1}, counts)
+	assert.Equal(t, "Requests per target", title)
+}

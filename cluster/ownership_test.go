@@ -123,6 +123,9 @@ func TestGracefulHandoffNeverLetsTwoReplicasOwnAClassAtOnce(t *testing.T) {
 	moved := 16 - len(a.heldClasses())
 	require.Positive(t, moved, "placement over three replicas moves some classes away from a")
 	require.Equal(t, float64(moved), testutil.ToFloat64(a.own.handoffs), "every class that left a was handed off once")
+	require.Equal(t, float64(16-moved), testutil.ToFloat64(a.own.ownedGauge))
+	require.Equal(t, float64(moved), testutil.ToFloat64(a.own.losses.WithLabelValues("handoff")))
+	require.Equal(t, float64(len(b.heldClasses())), testutil.ToFloat64(b.own.acquisitions))
 
 	// Draining: a turns not ready and hands everything to b and c.
 	a.setReady(false)

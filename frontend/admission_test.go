@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,8 +26,6 @@ func startActor(t *testing.T, pol *Policy, workers []scheduler.Worker) *schedule
 	cfg.SnapshotInterval = time.Millisecond
 	core := scheduler.NewCore(cfg, scheduler.RealClock{}, nil, rand.New(rand.NewPCG(1, 2)))
 	a := scheduler.NewActor(core, nil, zaptest.NewLogger(t))
-	a.SetClasses(pol.Classes)
-	a.SetWorkers(workers)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -34,6 +33,8 @@ func startActor(t *testing.T, pol *Policy, workers []scheduler.Worker) *schedule
 		cancel()
 		require.NoError(t, <-done)
 	})
+	a.SetClasses(pol.Classes) // synchronous with the running actor
+	a.SetWorkers(workers)
 	return a
 }
 
@@ -76,9 +77,12 @@ func (h *actorHarness) occupy(t *testing.T) (release func()) {
 		done <- resp.StatusCode
 	}()
 	testenv.Eventually(t, 5*time.Second, func() bool { return h.up.requests.Load() == 1 }, "the first request reached the worker")
+	var once sync.Once
 	return func() {
-		close(h.up.gate)
-		assert.Equal(t, 200, <-done, "the occupying request completed")
+		once.Do(func() {
+			close(h.up.gate)
+			assert.Equal(t, 200, <-done, "the occupying request completed")
+		})
 	}
 }
 
@@ -158,7 +162,6 @@ func TestAFullQueueIsRejectedWith429QueueFullAndRetryAfter(t *testing.T) {
 	assert.Equal(t, "1", hdr.Get("Retry-After"))
 
 	release()
-	release = func() {}
 	assert.Equal(t, 200, <-queued, "the queued request runs once the worker is free")
 }
 

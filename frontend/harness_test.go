@@ -91,7 +91,7 @@ type upstream struct {
 	lastBody  atomic.Value // string
 }
 
-func newUpstream(t *testing.T, tokens int) *upstream {
+func newUpstream(t testing.TB, tokens int) *upstream {
 	u := &upstream{tokens: tokens}
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(u.srv.Close)

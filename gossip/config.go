@@ -53,7 +53,8 @@ type Config struct {
 	SuspicionMult    int
 	// MaxMessageBytes bounds one gossip message; larger shards and
 	// predictions are split. It must fit memberlist's UDP packet (1400 bytes)
-	// with its headers, encryption and label.
+	// with its headers, encryption and label, and hold the largest header
+	// plus one entry (names are at most 128 bytes), hence [512, 1200].
 	MaxMessageBytes int
 	// InboxSize is how many decoded messages may wait for the owner
 	// goroutine. memberlist delivers a whole packet's messages in a burst and
@@ -115,8 +116,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.NodeName == "":
 		return bad("NodeName", "must not be empty")
-	case len(c.NodeName) > maxStringLen:
-		return bad("NodeName", "longer than %d bytes", maxStringLen)
+	case len(c.NodeName) > maxNameLen:
+		return bad("NodeName", "longer than %d bytes", maxNameLen)
 	case c.BindAddr == "":
 		return bad("BindAddr", "must not be empty")
 	case c.BindPort < 0 || c.BindPort > 65535:
@@ -149,8 +150,8 @@ func (c Config) Validate() error {
 		return bad("ProbeTimeout", "must be positive and at most ProbeInterval")
 	case c.SuspicionMult <= 0:
 		return bad("SuspicionMult", "must be positive")
-	case c.MaxMessageBytes < 256 || c.MaxMessageBytes > 1200:
-		return bad("MaxMessageBytes", "%d not in [256, 1200]", c.MaxMessageBytes)
+	case c.MaxMessageBytes < 512 || c.MaxMessageBytes > 1200:
+		return bad("MaxMessageBytes", "%d not in [512, 1200]", c.MaxMessageBytes)
 	case c.InboxSize <= 0:
 		return bad("InboxSize", "must be positive")
 	case c.PredictionQueueSize <= 0:

@@ -20,7 +20,7 @@
 //
 // Every Interval (50 ms) the owner compares the newest SetLocalLoads and
 // SetDigests values with what it last announced. Changed workers get the
-// next version and their shards (workers hashed into about 16 per shard) are
+// next version and their shards (workers hashed into shards of about 4) are
 // queued as named broadcasts "l/<origin>/<bits>/<shard>/<part>": each carries
 // the shard's full entries, so a newer one may replace a queued older one
 // without losing anything. A receiver that learns something new from a
@@ -30,6 +30,11 @@
 // State as anti-entropy and on join. A departed origin (no longer a live
 // member) keeps its entries for GracePeriod; then its floor is raised to its
 // newest version.
+//
+// Bandwidth is bounded by memberlist, not by load: broadcasts ride at most
+// GossipNodes packets (UDP, ≤1400 bytes) per GossipInterval, plus push-pull.
+// When changes outpace that, named broadcasts coalesce in the queue (newest
+// shard value wins) and propagation lag grows instead of bytes.
 //
 // # Concurrency
 //

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
@@ -263,23 +264,34 @@ func TestMemberlistLogsGoToZap(t *testing.T) {
 
 func newIdle(t *testing.T, mutate func(*Config)) *Gossip {
 	t.Helper()
+	g, _ := newIdleWithRegistry(t, mutate)
+	return g
+}
+
+func newIdleWithRegistry(t *testing.T, mutate func(*Config)) (*Gossip, *prometheus.Registry) {
+	t.Helper()
 	cfg := testConfig("idle")
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	g, err := New(cfg, zap.NewNop(), prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	g, err := New(cfg, zap.NewNop(), reg)
 	require.NoError(t, err)
-	return g
+	return g, reg
 }
 
 func TestMalformedInputIsCountedAndNeverReachesTheOwner(t *testing.T) {
-	g := newIdle(t, nil)
+	g, reg := newIdleWithRegistry(t, nil)
 	g.delegate.NotifyMsg([]byte("definitely not gossip"))
 	g.delegate.NotifyMsg(appendState(nil, 0, sampleState())) // full state outside push-pull
 	g.delegate.MergeRemoteState([]byte{'S', 'G', 1, byte(kindState), 0xff}, false)
 	g.delegate.MergeRemoteState(appendLoads(nil, sampleLoads()), true) // loads where state belongs
-	require.Equal(t, 2.0, counter(t, g.m.decodeErrors.WithLabelValues("message")))
-	require.Equal(t, 2.0, counter(t, g.m.decodeErrors.WithLabelValues("state")))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP switchyard_gossip_decode_errors_total Gossip payloads rejected by a decoder, by payload (message, state, meta).
+# TYPE switchyard_gossip_decode_errors_total counter
+switchyard_gossip_decode_errors_total{payload="message"} 2
+switchyard_gossip_decode_errors_total{payload="state"} 2
+`), "switchyard_gossip_decode_errors_total"))
 	require.Empty(t, g.inbox)
 }
 
@@ -355,4 +367,46 @@ func TestInjectedPacketsWithoutLabelOrKeyAreDiscarded(t *testing.T) {
 			a.logs.FilterMessageSnippet("Decrypt packet failed").Len() >= 1
 	}, "a discards the unlabelled packet and fails to decrypt the labelled one")
 	require.Equal(t, WorkerLoad{}, a.RemoteLoad("w1"), "neither packet injected state")
+}
+
+func TestOverlongOrEmptyWorkerIDsAreDroppedAndCounted(t *testing.T) {
+	g := newIdle(t, nil)
+	long := strings.Repeat("w", maxNameLen+1)
+	g.SetLocalLoads(map[string]WorkerLoad{long: {ActiveRequests: 1}, "ok": {ActiveRequests: 1}})
+	g.SetDigests(map[string]Digest{"": {LastEventID: 1}})
+	g.Predict(long, []uint64{1}, time.Second)
+	require.Equal(t, map[string]WorkerLoad{"ok": {ActiveRequests: 1}}, *g.loads.Load())
+	require.Empty(t, *g.digests.Load())
+	require.Empty(t, g.preds)
+	require.Equal(t, 3.0, counter(t, g.m.dropped.WithLabelValues(dropInvalidWorker)))
+}
+
+func TestEveryShardPartFitsAMessageAndTogetherTheyCarryAllEntries(t *testing.T) {
+	for _, maxBytes := range []int{512, 1024} {
+		t.Run(fmt.Sprint(maxBytes), func(t *testing.T) {
+			g := newIdle(t, func(c *Config) { c.MaxMessageBytes = maxBytes; c.NodeName = strings.Repeat("n", maxNameLen) })
+			o := &owner{g: g, self: g.cfg.NodeName, version: 1}
+			values := make(map[string]Entry, 1000)
+			for i := range 1000 {
+				// Worst case: the longest names, large values.
+				w := fmt.Sprintf("%0*d", maxNameLen, i)
+				values[w] = Entry{Load: WorkerLoad{1 << 30, 1 << 30, 1 << 30}, Digest: Digest{LastEventID: 1 << 62, Blocks: 1 << 30}}
+			}
+			o.stamp(values)
+			got := map[string]Entry{}
+			for _, b := range g.queue.GetBroadcasts(0, 1<<30) {
+				require.LessOrEqual(t, len(b), maxBytes)
+				_, m, _, _, err := decodeMessage(b)
+				require.NoError(t, err)
+				for _, e := range m.Entries {
+					got[e.Worker] = e.Entry
+				}
+			}
+			require.Len(t, got, len(values))
+			for w, e := range got {
+				require.True(t, e.sameValue(values[w]), "worker %s", w)
+				require.Equal(t, o.version, e.Version)
+			}
+		})
+	}
 }

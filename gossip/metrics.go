@@ -11,6 +11,7 @@ const (
 	dropPredictionFull = "prediction_queue_full"
 	dropStopped        = "stopped"
 	dropExpired        = "expired"
+	dropInvalidWorker  = "invalid_worker"
 )
 
 type metrics struct {

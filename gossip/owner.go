@@ -116,7 +116,7 @@ func (o *owner) coalesce(now time.Time) {
 	own := o.state.Origins[o.self]
 	changed := make(map[string]Entry)
 	consider := func(w string) {
-		if _, done := changed[w]; done || w == "" || len(w) > maxWorkerLen {
+		if _, done := changed[w]; done {
 			return
 		}
 		want := Entry{Load: loads[w], Digest: o.digests[w]}
@@ -252,10 +252,11 @@ func (o *owner) handleState(s State) {
 		delete(s.Origins, o.self)
 		o.reassert(claims, floor)
 	}
-	o.state.join(s, func(string, string, Entry, bool) { o.dirty, o.stateDirty = true, true })
-	if _, ok := s.Floors[o.self]; ok {
-		o.stateDirty = true
-	}
+	o.state.join(s, func(string, string, Entry, bool) { o.dirty = true })
+	// A raised floor changes the state without changing an entry; the
+	// encoding is rate-limited, so refreshing it after every push-pull is
+	// cheap.
+	o.stateDirty = true
 }
 
 // reassert answers what others claim about this origin: a claim this origin
@@ -321,7 +322,9 @@ func (o *owner) predict(req predictRequest) {
 	m := predictionMsg{Origin: o.self, Timestamp: now.UnixNano(), Worker: req.worker, Expires: now.Add(req.ttl).UnixNano()}
 	// Header with the largest id and count varints.
 	m.ID = ^uint64(0)
-	per := (o.g.cfg.MaxMessageBytes - len(appendPrediction(nil, &m)) - 3) / 8
+	// Validate and maxNameLen guarantee room for dozens of hashes; max keeps
+	// the loop finite regardless.
+	per := max(1, (o.g.cfg.MaxMessageBytes-len(appendPrediction(nil, &m))-3)/8)
 	for start := 0; start < len(req.hashes); start += per {
 		o.predID++
 		m.ID = o.predID

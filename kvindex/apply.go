@@ -85,7 +85,10 @@ type workerState struct {
 	id   uint16
 	name string
 
+	// blocks counts the worker's entries in the tables, hidden ones
+	// included; stale is set while they are hidden awaiting ClearStale.
 	blocks atomic.Int64
+	stale  atomic.Bool
 
 	mu        sync.Mutex
 	capacity  int
@@ -135,7 +138,15 @@ func (w *workerState) digest() Digest {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return Digest{Worker: w.name, Instance: w.instance, LastID: w.lastID,
-		Blocks: int(w.blocks.Load()), Synced: w.synced}
+		Blocks: w.visibleBlocks(), Synced: w.synced}
+}
+
+// visibleBlocks is the number of entries lookups can see.
+func (w *workerState) visibleBlocks() int {
+	if w.stale.Load() {
+		return 0
+	}
+	return int(w.blocks.Load())
 }
 
 // ResyncNotify is kicked whenever some worker starts waiting for a dump.
@@ -287,9 +298,9 @@ func (ix *Index) applyLocked(w *workerState, b *wire.KVEventBatch, replay bool) 
 	return OutcomeApplied
 }
 
-// resetLocked drops w's entries, buffers b and asks for a dump.
+// resetLocked hides w's entries, buffers b and asks for a dump.
 func (ix *Index) resetLocked(w *workerState, b *wire.KVEventBatch, reason ResetReason) Outcome {
-	ix.clearWorker(w)
+	ix.hideWorker(w)
 	w.synced, w.resyncing = false, true
 	w.buffer = append(w.buffer[:0], b)
 	ix.m.gaps[reason].Inc()

@@ -31,7 +31,7 @@ type Config struct {
 // DefaultConfig returns the defaults of every Index setting.
 func DefaultConfig() Config {
 	return Config{
-		MaxWorkers:           4096,
+		MaxWorkers:           1024,
 		DefaultWorkerBlocks:  1 << 16,
 		CapacitySlackPercent: 5,
 		MaxBufferedBatches:   4096,

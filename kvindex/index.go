@@ -14,38 +14,25 @@ import (
 //
 // Worker names are interned to ids 1..maxWorkerID (uint16) so that a
 // (block, worker) entry costs bits, not a string. The index is numShards
-// maps from sequence hash to a worker set; the shard is picked by the hash's
-// low bits (xxh3 output is uniform). A set of up to four workers lives inline
-// in the map value (8 bytes, no pointer, so the GC never scans the big maps);
-// a hash held by more workers is promoted to a bitset in the shard's side map
-// and its inline value is the bigMark sentinel. Prefix sharing is what makes
-// the memory work: a system prompt cached on 500 workers costs one key and a
-// 64-byte bitset per block, not 500 entries.
+// open-addressing tables (table.go) from sequence hash to a worker set; the
+// shard is picked by the hash's low bits (xxh3 output is uniform). A set of
+// up to four workers lives inline in the slot; a hash held by more workers
+// points to a bitset. Prefix sharing is what makes the memory work: a system
+// prompt cached on 500 workers costs one slot and one bitset per block, not
+// 500 entries.
 //
 // There is deliberately no per-worker list of hashes: it would double the
 // memory. Dropping a worker (removal, gap, restart) scans the shards instead;
-// that is rare and O(index size), and every scan step holds one shard's lock
-// only.
+// that is rare and O(index size), and every scan step holds one shard's
+// writer lock only (readers never wait for it).
 const (
 	numShards   = 256
-	smallCap    = 4
-	bigMark     = 0xFFFF
 	maxWorkerID = 0xFFFE
 	// demoteAt is the population at which a bitset goes back inline. Lower
-	// than smallCap so a hash hovering at the boundary does not flap.
+	// than the four inline lanes so a hash hovering at the boundary does not
+	// flap.
 	demoteAt = 2
 )
-
-type smallSet [smallCap]uint16
-
-type shard struct {
-	mu    sync.RWMutex
-	small map[uint64]smallSet
-	big   map[uint64][]uint64
-	// bigWords counts the words held by big's bitsets, for the memory gauge.
-	bigWords int
-	_        [64]byte // keep neighbouring shards' locks off one cache line
-}
 
 // Match is one worker's matched prefix depth, in blocks.
 type Match struct {
@@ -78,6 +65,16 @@ type Index struct {
 
 	pred predictions
 
+	// A reset worker's entries are hidden at once by masked (a bitset of
+	// worker ids, copy-on-write) and removed later by one scan for all
+	// workers reset meanwhile (ClearStale), so a gap costs the apply path
+	// nothing and a gap storm costs one scan, not one per worker. clearMu
+	// serialises scans, so an id is never reused while a scan may still
+	// remove it. Lock order: workerState.mu, then clearMu, then maskMu.
+	clearMu sync.Mutex
+	maskMu  sync.Mutex
+	masked  atomic.Pointer[[]uint64]
+
 	// resync is kicked (non-blocking, size one) whenever a worker starts
 	// waiting for a dump, so a Subscriber fetches it.
 	resync chan struct{}
@@ -103,10 +100,11 @@ func New(cfg Config, clock Clock, log *zap.Logger, reg prometheus.Registerer) (*
 		resync: make(chan struct{}, 1),
 	}
 	for i := range ix.shards {
-		ix.shards[i].small = make(map[uint64]smallSet)
-		ix.shards[i].big = make(map[uint64][]uint64)
+		ix.shards[i].init((cfg.MaxWorkers + 1 + 63) / 64)
 	}
 	ix.pred.init()
+	noMask := make([]uint64, (cfg.MaxWorkers+1+63)/64)
+	ix.masked.Store(&noMask)
 	empty := make([]string, 1)
 	ix.names.Store(&empty)
 	ix.m = newIndexMetrics(reg, ix)
@@ -200,56 +198,7 @@ func (ix *Index) add(h uint64, id uint16) bool {
 	s := ix.shardOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.small[h]
-	if !ok {
-		s.small[h] = smallSet{id}
-		return true
-	}
-	if v[0] == bigMark {
-		bs := s.big[h]
-		wi := int(id) / 64
-		if wi >= len(bs) {
-			grown := make([]uint64, wi+1)
-			copy(grown, bs)
-			s.bigWords += len(grown) - len(bs)
-			bs = grown
-			s.big[h] = bs
-		}
-		bit := uint64(1) << (id % 64)
-		if bs[wi]&bit != 0 {
-			return false
-		}
-		bs[wi] |= bit
-		return true
-	}
-	free := -1
-	for i, x := range v {
-		if x == id {
-			return false
-		}
-		if x == 0 && free < 0 {
-			free = i
-		}
-	}
-	if free >= 0 {
-		v[free] = id
-		s.small[h] = v
-		return true
-	}
-	// Promote: the set outgrew its inline slots.
-	maxID := id
-	for _, x := range v {
-		maxID = max(maxID, x)
-	}
-	bs := make([]uint64, int(maxID)/64+1)
-	for _, x := range v {
-		bs[x/64] |= 1 << (x % 64)
-	}
-	bs[id/64] |= 1 << (id % 64)
-	s.big[h] = bs
-	s.bigWords += len(bs)
-	s.small[h] = smallSet{bigMark}
-	return true
+	return s.addLocked(h, id)
 }
 
 // remove drops worker id from h's set; it reports whether it was there.
@@ -260,121 +209,98 @@ func (ix *Index) remove(h uint64, id uint16) bool {
 	return s.removeLocked(h, id)
 }
 
-func (s *shard) removeLocked(h uint64, id uint16) bool {
-	v, ok := s.small[h]
-	if !ok {
-		return false
-	}
-	if v[0] != bigMark {
-		found, left := false, 0
-		for i, x := range v {
-			if x == id {
-				v[i] = 0
-				found = true
-			} else if x != 0 {
-				left++
-			}
-		}
-		if !found {
-			return false
-		}
-		if left == 0 {
-			delete(s.small, h)
-		} else {
-			s.small[h] = v
-		}
-		return true
-	}
-	bs := s.big[h]
-	wi := int(id) / 64
-	bit := uint64(1) << (id % 64)
-	if wi >= len(bs) || bs[wi]&bit == 0 {
-		return false
-	}
-	bs[wi] &^= bit
-	s.demoteIfSmall(h, bs)
-	return true
-}
-
-// demoteIfSmall moves a bitset of at most demoteAt workers back inline.
-func (s *shard) demoteIfSmall(h uint64, bs []uint64) {
-	pop := 0
-	for _, w := range bs {
-		pop += bits.OnesCount64(w)
-		if pop > demoteAt {
-			return
-		}
-	}
-	var v smallSet
-	n := 0
-	for wi, w := range bs {
-		for w != 0 {
-			b := bits.TrailingZeros64(w)
-			w &= w - 1
-			v[n] = uint16(wi*64 + b)
-			n++
-		}
-	}
-	delete(s.big, h)
-	s.bigWords -= len(bs)
-	if n == 0 {
-		delete(s.small, h)
-	} else {
-		s.small[h] = v
-	}
-}
-
 // holds reports whether worker id holds h.
 func (ix *Index) holds(h uint64, id uint16) bool {
 	s := ix.shardOf(h)
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	v, ok := s.small[h]
-	if !ok {
-		return false
-	}
-	if v[0] != bigMark {
-		for _, x := range v {
-			if x == id {
-				return true
-			}
-		}
-		return false
-	}
-	bs := s.big[h]
-	wi := int(id) / 64
-	return wi < len(bs) && bs[wi]&(1<<(id%64)) != 0
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holdsLocked(h, id)
 }
 
-// clearWorker removes every exact entry of w by scanning all shards. The
-// caller holds w.mu.
+// clearWorker removes every exact entry of w now, by scanning all shards.
+// The caller holds w.mu.
 func (ix *Index) clearWorker(w *workerState) {
+	ix.clearMu.Lock()
+	defer ix.clearMu.Unlock()
 	if w.blocks.Load() == 0 {
+		ix.setMask(w.id, false)
+		w.stale.Store(false)
 		return
 	}
-	id := w.id
 	removed := 0
 	for i := range ix.shards {
 		s := &ix.shards[i]
 		s.mu.Lock()
-		for h, v := range s.small {
-			if v[0] == bigMark {
-				if s.removeLocked(h, id) {
-					removed++
-				}
-				continue
-			}
-			for _, x := range v {
-				if x == id {
-					s.removeLocked(h, id)
-					removed++
-					break
-				}
-			}
-		}
+		removed += s.clearLocked(w.id)
 		s.mu.Unlock()
 	}
 	w.blocks.Add(int64(-removed))
+	ix.setMask(w.id, false)
+	w.stale.Store(false)
+}
+
+// hideWorker makes w's entries invisible to lookups at once and leaves
+// their removal to ClearStale (or to the next clearWorker of w). The caller
+// holds w.mu.
+func (ix *Index) hideWorker(w *workerState) {
+	if w.blocks.Load() == 0 || w.stale.Load() {
+		return
+	}
+	w.stale.Store(true)
+	ix.setMask(w.id, true)
+}
+
+func (ix *Index) setMask(id uint16, on bool) {
+	ix.maskMu.Lock()
+	defer ix.maskMu.Unlock()
+	old := *ix.masked.Load()
+	bit := uint64(1) << (id % 64)
+	if (old[id/64]&bit != 0) == on {
+		return
+	}
+	m := make([]uint64, len(old))
+	copy(m, old)
+	m[id/64] ^= bit
+	ix.masked.Store(&m)
+}
+
+// ClearStale removes the hidden entries of every worker reset since the
+// last call, in one scan of the index, and returns how many entries it
+// removed. The Subscriber's repair loop calls it before fetching dumps.
+func (ix *Index) ClearStale() int {
+	ix.clearMu.Lock()
+	defer ix.clearMu.Unlock()
+	mask := *ix.masked.Load()
+	any := false
+	for _, word := range mask {
+		any = any || word != 0
+	}
+	if !any {
+		return 0
+	}
+	counts := make([]int64, len(mask)*64)
+	for i := range ix.shards {
+		s := &ix.shards[i]
+		s.mu.Lock()
+		s.clearSetLocked(mask, counts)
+		s.mu.Unlock()
+	}
+	ix.regMu.Lock()
+	ws := make([]*workerState, 0, 8)
+	for id := range counts {
+		if mask[id/64]&(1<<(id%64)) != 0 && id < len(ix.byID) && ix.byID[id] != nil {
+			ws = append(ws, ix.byID[id])
+		}
+	}
+	ix.regMu.Unlock()
+	total := 0
+	for _, w := range ws {
+		w.blocks.Add(-counts[w.id])
+		total += int(counts[w.id])
+		w.stale.Store(false)
+		ix.setMask(w.id, false)
+	}
+	return total
 }
 
 // Lookup appends to dst, in no particular order, every worker whose cache
@@ -397,11 +323,19 @@ func (ix *Index) Lookup(seqHashes []uint64, dst []Match) []Match {
 		active, next = make([]uint64, nw), make([]uint64, nw)
 	}
 	lo, hi := 0, -1 // range of possibly non-zero words of active
+	ix.touch(seqHashes[:min(touchAhead, len(seqHashes))])
 	if ix.readInto(seqHashes[0], active, nil, 0, nw-1) {
+		masked := *ix.masked.Load()
+		for wi := range active {
+			active[wi] &^= masked[wi]
+		}
 		lo, hi = trim(active, 0, nw-1)
 	}
 	depth := 1
 	for ; depth < len(seqHashes) && lo <= hi; depth++ {
+		if depth%touchAhead == 0 {
+			ix.touch(seqHashes[depth:min(depth+touchAhead, len(seqHashes))])
+		}
 		ix.readInto(seqHashes[depth], next, active, lo, hi)
 		for wi := lo; wi <= hi; wi++ {
 			gone := active[wi] &^ next[wi]
@@ -435,43 +369,23 @@ func appendMatch(dst []Match, names []string, id, depth int) []Match {
 	return append(dst, Match{Worker: names[id], Blocks: depth})
 }
 
+// touchAhead is how many hashes Lookup touches before walking them.
+const touchAhead = 32
+
+// touch loads the home slot of each hash, so that their cache and TLB
+// misses overlap instead of being paid one after the other by the walk: the
+// index is far larger than the caches and a lookup is bound by those misses.
+func (ix *Index) touch(hs []uint64) {
+	for _, h := range hs {
+		t := ix.shardOf(h).tab.Load()
+		_ = t.slots[home(h, len(t.slots))].val.Load()
+	}
+}
+
 // readInto sets out[lo..hi] to the set of h, intersected with mask when mask
 // is non-nil. It reports whether h is present at all.
 func (ix *Index) readInto(h uint64, out, mask []uint64, lo, hi int) bool {
-	for i := lo; i <= hi; i++ {
-		out[i] = 0
-	}
-	s := ix.shardOf(h)
-	s.mu.RLock()
-	v, ok := s.small[h]
-	if ok && v[0] == bigMark {
-		bs := s.big[h]
-		top := min(hi, len(bs)-1)
-		for i := lo; i <= top; i++ {
-			out[i] = bs[i]
-			if mask != nil {
-				out[i] &= mask[i]
-			}
-		}
-	}
-	s.mu.RUnlock()
-	if !ok || v[0] == bigMark {
-		return ok
-	}
-	for _, x := range v {
-		if x == 0 {
-			continue
-		}
-		wi := int(x) / 64
-		if wi < lo || wi > hi {
-			continue
-		}
-		bit := uint64(1) << (x % 64)
-		if mask == nil || mask[wi]&bit != 0 {
-			out[wi] |= bit
-		}
-	}
-	return true
+	return ix.shardOf(h).readInto(h, out, mask, lo, hi)
 }
 
 // trim narrows [lo, hi] to the non-zero words of a (hi < lo when none).
@@ -491,7 +405,7 @@ func (ix *Index) Blocks(name string) int {
 	if w == nil {
 		return 0
 	}
-	return int(w.blocks.Load())
+	return w.visibleBlocks()
 }
 
 // TotalBlocks returns the number of exact (block, worker) entries.
@@ -500,7 +414,7 @@ func (ix *Index) TotalBlocks() int {
 	defer ix.regMu.Unlock()
 	n := 0
 	for _, w := range ix.byName {
-		n += int(w.blocks.Load())
+		n += w.visibleBlocks()
 	}
 	return n
 }
@@ -509,55 +423,38 @@ func (ix *Index) TotalBlocks() int {
 // tests and diagnostics; routing uses Lookup.
 func (ix *Index) Held(name string, h uint64) bool {
 	w := ix.lookupWorker(name)
-	return w != nil && ix.holds(h, w.id)
+	return w != nil && !w.stale.Load() && ix.holds(h, w.id)
 }
 
 // WorkerHashes appends every exact hash worker holds to dst, by scanning the
 // whole index. It is for tests and diagnostics, not the request path.
 func (ix *Index) WorkerHashes(name string, dst []uint64) []uint64 {
 	w := ix.lookupWorker(name)
-	if w == nil {
+	if w == nil || w.stale.Load() {
 		return dst
 	}
 	for i := range ix.shards {
 		s := &ix.shards[i]
-		s.mu.RLock()
-		for h := range s.small {
-			if ix.holdsLocked(s, h, w.id) {
-				dst = append(dst, h)
+		s.mu.Lock()
+		t := s.tab.Load()
+		for j := range t.slots {
+			if v := t.slots[j].val.Load(); v != 0 && s.valHolds(v, w.id) {
+				dst = append(dst, t.slots[j].key.Load())
 			}
 		}
-		s.mu.RUnlock()
+		s.mu.Unlock()
 	}
 	return dst
 }
 
-func (ix *Index) holdsLocked(s *shard, h uint64, id uint16) bool {
-	v := s.small[h]
-	if v[0] != bigMark {
-		for _, x := range v {
-			if x == id {
-				return true
-			}
-		}
-		return false
-	}
-	bs := s.big[h]
-	wi := int(id) / 64
-	return wi < len(bs) && bs[wi]&(1<<(id%64)) != 0
-}
-
-// Memory estimates the bytes held by the exact index: map slots (16-byte
-// key+value, one control byte, Go's swiss tables at ~70% average load) plus
-// the bitsets of shared hashes. BenchmarkIndexMemory measures the real figure.
+// Memory returns the bytes held by the exact index's tables and bitsets.
 func (ix *Index) Memory() int64 {
-	const slotBytes = (16 + 1) * 10 / 7
 	var n int64
 	for i := range ix.shards {
 		s := &ix.shards[i]
-		s.mu.RLock()
-		n += int64(len(s.small))*slotBytes + int64(len(s.big))*(24+slotBytes) + int64(s.bigWords)*8
-		s.mu.RUnlock()
+		s.mu.Lock()
+		n += s.bytes()
+		s.mu.Unlock()
 	}
 	return n
 }

@@ -152,7 +152,10 @@ func TestActorStoppingRejectsQueuedRequestsAndLaterArrivalsWithOwnershipLost(t *
 
 func TestActorRunsOnlyOnce(t *testing.T) {
 	a := startActor(t, workers(1, 0), classCfg("c", PolicyFCFS))
-	require.ErrorIs(t, a.Run(context.Background()), ErrAlreadyRunning)
+	a.snapshot(t) // served by the first Run
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.ErrorIs(t, a.Run(ctx), ErrAlreadyRunning)
 }
 
 func TestActorEnqueueCompletesThroughTheResponderOnTheActor(t *testing.T) {
@@ -210,8 +213,10 @@ func TestActorSettlesRacingCancellationsExactlyOnce(t *testing.T) {
 
 	s := a.snapshot(t)
 	c := s.Classes["c"].Counters
-	require.Equal(t, uint64(n), c.Received)
-	require.Equal(t, uint64(n), c.Admitted+c.Cancelled, "every request is admitted or cancelled, once")
+	// A context that ended before the actor took the request never reached
+	// the core and is not counted; everything the core received settled once.
+	require.LessOrEqual(t, c.Received, uint64(n))
+	require.Equal(t, c.Received, c.Admitted+c.Cancelled, "every received request is admitted or cancelled, once")
 	require.GreaterOrEqual(t, c.Admitted, uint64(granted), "grants that raced with cancellation stay counted admitted")
 	require.Zero(t, s.Classes["c"].QueueDepth)
 	require.Zero(t, s.Bookings, "every booking was finished or rolled back")

@@ -35,10 +35,13 @@ type class struct {
 	selOK  bool
 }
 
-// workerSlot is one registered worker with its ledger.
+// workerSlot is one registered worker with its ledger and what the selector
+// precomputes for it.
 type workerSlot struct {
 	Worker
 	ledger *workerLedger
+	invB   float64    // 1 / BlockSize
+	remote WorkerLoad // cached RemoteLoad, valid while remoteVer matches
 }
 
 // instanceSeq makes Snapshot.Instance unique per Core within a process; the
@@ -56,7 +59,11 @@ type Core struct {
 	cfg   Config
 	clock Clock
 	load  LoadView
+	vload VersionedLoadView // load, when it is versioned
 	rng   *rand.Rand
+
+	remoteVer   uint64 // LoadVersion the cached remote loads reflect
+	remoteValid bool
 
 	epoch    time.Time // arrival offsets are measured from here
 	instance uint64
@@ -107,7 +114,9 @@ func NewCore(cfg Config, clock Clock, load LoadView, rng *rand.Rand) *Core {
 	if rng == nil {
 		rng = rand.New(rand.NewPCG(uint64(now.UnixNano()), 0x5157))
 	}
+	vload, _ := load.(VersionedLoadView)
 	return &Core{
+		vload:     vload,
 		cfg:       cfg,
 		clock:     clock,
 		load:      load,
@@ -722,16 +731,18 @@ func (c *Core) SetWorkers(ws []Worker) {
 		}
 		if i, dup := c.workerIdx[w.ID]; dup {
 			c.workers[i].Worker = w // last registration wins
+			c.workers[i].invB = 1 / float64(w.BlockSize)
 			continue
 		}
 		c.workerIdx[w.ID] = len(c.workers)
-		c.workers = append(c.workers, workerSlot{Worker: w, ledger: c.ledgerFor(w.ID)})
+		c.workers = append(c.workers, workerSlot{Worker: w, ledger: c.ledgerFor(w.ID), invB: 1 / float64(w.BlockSize)})
 	}
 	for id, l := range c.ledgers {
 		if _, ok := c.workerIdx[id]; !ok && l.empty() {
 			delete(c.ledgers, id)
 		}
 	}
+	c.remoteValid = false
 	n := len(c.workers)
 	if cap(c.ovl) < n {
 		c.ovl = make([]int32, n)

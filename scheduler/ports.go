@@ -28,3 +28,14 @@ type Timer interface {
 type LoadView interface {
 	RemoteLoad(worker string) WorkerLoad
 }
+
+// VersionedLoadView is a LoadView whose content changes in discrete updates
+// (gossip rounds). When the LoadView also implements it, the Core caches every
+// worker's remote load and calls RemoteLoad again only after LoadVersion
+// changes, so a selection over 1000 workers costs no interface calls.
+type VersionedLoadView interface {
+	LoadView
+	// LoadVersion changes (e.g. increments) whenever any RemoteLoad answer may
+	// have changed.
+	LoadVersion() uint64
+}

@@ -2,20 +2,36 @@ package scheduler
 
 import "math"
 
-// projectLoad is the one place load is projected: this Core's ledger plus
-// what other replicas booked (LoadView).
-func (c *Core) projectLoad(i int) WorkerLoad {
-	w := &c.workers[i]
-	l := w.ledger.load()
-	if c.load != nil {
-		l = l.Add(c.load.RemoteLoad(w.ID))
+// refreshRemote brings the cached remote loads up to date. With a
+// VersionedLoadView that is a no-op until the version changes; with a plain
+// LoadView every selection asks it afresh.
+func (c *Core) refreshRemote() {
+	switch {
+	case c.load == nil:
+		return
+	case c.vload != nil:
+		v := c.vload.LoadVersion()
+		if c.remoteValid && v == c.remoteVer {
+			return
+		}
+		c.remoteVer, c.remoteValid = v, true
 	}
-	return l
+	for i := range c.workers {
+		s := &c.workers[i]
+		s.remote = c.load.RemoteLoad(s.ID)
+	}
+}
+
+// projectLoad is the one place load is projected: this Core's ledger plus
+// what other replicas booked (LoadView, refreshed by refreshRemote).
+func (s *workerSlot) projectLoad() WorkerLoad {
+	return s.ledger.load().Add(s.remote)
 }
 
 // selectWorker picks a worker for r under class cfg, or reports that none is
 // eligible right now (the request waits). It is side-effect free apart from
-// its scratch space and the random source: no booking, no queue change.
+// its scratch space, the remote-load cache and the random source: no booking,
+// no queue change.
 //
 // Eligible: allowed by r's constraints, below MaxRunning (local + remote
 // active), and not busy by the class thresholds. A worker with nothing active
@@ -30,6 +46,7 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	if n == 0 {
 		return -1, false
 	}
+	c.refreshRemote()
 	c.touched = c.touched[:0]
 	for _, o := range r.Overlaps {
 		if i, ok := c.workerIdx[o.Worker]; ok {
@@ -37,11 +54,6 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 			c.touched = append(c.touched, i)
 		}
 	}
-	defer func() {
-		for _, i := range c.touched {
-			c.ovl[i] = 0
-		}
-	}()
 
 	lo, hi := 0, n
 	restricted := false
@@ -65,11 +77,18 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	best := math.Inf(1)
 	c.ties = c.ties[:0]
 	c.costs = c.costs[:0]
+	// Private blocks depend only on the block size, which is nearly always
+	// uniform across a fleet: compute once per distinct size in a row.
+	lastB, priv := -1, 0
 	for i := lo; i < hi; i++ {
 		if restricted && c.allow[i] != c.stamp {
 			continue
 		}
-		cost, ok := c.workerCost(r, cfg, i)
+		s := &c.workers[i]
+		if s.BlockSize != lastB {
+			lastB, priv = s.BlockSize, r.privateBlocks(s.BlockSize)
+		}
+		cost, ok := c.workerCost(r, cfg, s, int(c.ovl[i]), priv)
 		if !ok {
 			continue
 		}
@@ -86,6 +105,7 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 			c.ties = append(c.ties, i)
 		}
 	}
+	c.resetOverlaps()
 	switch {
 	case len(c.ties) == 0:
 		return -1, false
@@ -97,30 +117,35 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	return c.sample(), true
 }
 
-// workerCost is the selector cost of r on worker i, or false when i is full or
-// busy for this class.
-func (c *Core) workerCost(r *Request, cfg *ClassConfig, i int) (float64, bool) {
-	w := &c.workers[i]
-	load := c.projectLoad(i)
-	if w.MaxRunning > 0 && load.ActiveRequests >= w.MaxRunning {
+func (c *Core) resetOverlaps() {
+	for _, i := range c.touched {
+		c.ovl[i] = 0
+	}
+}
+
+// workerCost is the selector cost of r on worker s given its effective
+// overlap and r's private block count there, or false when s is full or busy
+// for this class.
+func (c *Core) workerCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv int) (float64, bool) {
+	load := s.projectLoad()
+	if s.MaxRunning > 0 && load.ActiveRequests >= s.MaxRunning {
 		return 0, false
 	}
-	ovl := int(c.ovl[i])
-	B := w.BlockSize
-	newBlocks := len(r.BlockHashes) - w.ledger.activeDepth(r.BlockHashes) + r.privateBlocks(B)
-	decode := load.DecodeBlocks + newBlocks
+	decode := load.DecodeBlocks + len(r.BlockHashes) + priv
+	if len(s.ledger.refs) > 0 { // most workers hold none of anyone's blocks: skip the call
+		decode -= s.ledger.activeDepth(r.BlockHashes)
+	}
 	if load.ActiveRequests > 0 {
 		if cfg.BusyPrefillTokens > 0 &&
-			load.PrefillTokens+r.PromptTokens-r.cachedFromOverlap(ovl, B) > cfg.BusyPrefillTokens {
+			load.PrefillTokens+r.PromptTokens-r.cachedFromOverlap(ovl, s.BlockSize) > cfg.BusyPrefillTokens {
 			return 0, false
 		}
-		if cfg.BusyDecodeFraction > 0 && w.KVBlocks > 0 &&
-			float64(decode)/float64(w.KVBlocks) > cfg.BusyDecodeFraction {
+		if cfg.BusyDecodeFraction > 0 && s.KVBlocks > 0 &&
+			float64(decode)/float64(s.KVBlocks) > cfg.BusyDecodeFraction {
 			return 0, false
 		}
 	}
-	prefillBlocks := float64(load.PrefillTokens+r.PromptTokens) / float64(B)
-	adjusted := max(0, prefillBlocks-c.cfg.OverlapCredit*float64(ovl))
+	adjusted := max(0, float64(load.PrefillTokens+r.PromptTokens)*s.invB-c.cfg.OverlapCredit*float64(ovl))
 	return c.cfg.PrefillScale*adjusted + float64(decode), true
 }
 

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/switchyard/switchyard/cluster"
 	"github.com/switchyard/switchyard/internal/testenv"
 )
 
@@ -51,14 +52,18 @@ func newTestCluster(t *testing.T, workers int) *testCluster {
 }
 
 func (c *testCluster) startReplica(id string) *runningReplica {
+	return c.startReplicaAt(id, "127.0.0.1:0")
+}
+
+func (c *testCluster) startReplicaAt(id, httpAddr string) *runningReplica {
 	t := c.t
 	t.Helper()
 	cfg := DefaultReplicaConfig()
 	cfg.ID, cfg.Cluster = id, "test"
-	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.HTTPAddr = httpAddr
 	cfg.EtcdEndpoints = c.etcd.Endpoints
 	cfg.NATSURL = c.nats.URL
-	cfg.Session.TTL = 2 * time.Second
+	cfg.Session.TTL = 5 * time.Second
 	cfg.Ownership.SettlePeriod = 200 * time.Millisecond
 	cfg.Gossip.BindAddr, cfg.Gossip.BindPort = "127.0.0.1", 0
 	c.mu.Lock()
@@ -119,6 +124,25 @@ func (c *testCluster) waitOwned(classes []string, ids ...string) {
 	}, "every class owned by one of %v in every replica's view", ids)
 }
 
+// waitPlaced waits until every class is owned by the replica rendezvous
+// hashing places it on among ids, in every running replica's view.
+func (c *testCluster) waitPlaced(classes []string, ids ...string) {
+	c.t.Helper()
+	testenv.Eventually(c.t, 20*time.Second, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, r := range c.replicas {
+			owners := r.status.Owners()
+			for _, class := range classes {
+				if owners[class].Replica != cluster.Place(class, ids) {
+					return false
+				}
+			}
+		}
+		return true
+	}, "every class owned by its rendezvous placement among %v", ids)
+}
+
 func contains(xs []string, x string) bool {
 	for _, y := range xs {
 		if y == x {
@@ -133,7 +157,7 @@ var defaultClasses = []string{"interactive", "batch", "realtime"}
 func TestAThreeReplicaClusterServesEveryReplicaWithOneOwnerPerClass(t *testing.T) {
 	c := newTestCluster(t, 3)
 	a, b, d := c.startReplica("r1"), c.startReplica("r2"), c.startReplica("r3")
-	c.waitOwned(defaultClasses, "r1", "r2", "r3")
+	c.waitPlaced(defaultClasses, "r1", "r2", "r3")
 
 	owners := map[string]int{}
 	for _, r := range []*runningReplica{a, b, d} {

@@ -224,6 +224,13 @@ func (f flagLevel) Set(s string) error { return f.l.Set(s) }
 // etcd (revoke the lease) so routers stop sending, drain in-flight requests
 // for up to GracePeriod, stop the engine (aborting what is left), then close
 // NATS and etcd. It returns only after every goroutine it started exited.
+//
+// Goroutines it owns: the engine's Run loop, the HTTP server (plus one per
+// connection, which net/http owns), the load reporter and the lease
+// keep-alive. Dump requests are answered on nats.go's subscription
+// goroutine. The engine serialises its own state; handlers only Submit,
+// relay a Stream and Cancel. Ready is called once, before serving traffic
+// is announced anywhere else, with the registered base URL.
 func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prometheus.Registerer) error {
 	if err := cfg.Validate(); err != nil {
 		return err

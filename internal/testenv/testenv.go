@@ -156,6 +156,11 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 			return
 		}
 		if time.Now().After(deadline) {
+			for i, a := range args { // pointers are read at failure time, so messages show final values
+				if p, ok := a.(*float64); ok {
+					args[i] = *p
+				}
+			}
 			t.Fatalf("condition not met within %v: "+msg, append([]any{timeout}, args...)...)
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -1,0 +1,158 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/scheduler"
+)
+
+// benchConcurrency is the number of concurrent streams of the benchmark.
+const benchConcurrency = 200
+
+// BenchmarkRouterOverhead measures what the router adds to a streaming
+// request at 200 concurrent streams: the TTFT through the router (parse,
+// classify, tokenize, hash, real admission actor, proxy) minus the TTFT
+// straight to the same worker, and the router's CPU per request (process
+// CPU per request through the router minus process CPU per request straight
+// to the worker: the client and the worker are in the process both times).
+// The worker is a minimal in-process streaming server, so the difference is
+// the router's alone. Run with e.g. -benchtime=4000x.
+func BenchmarkRouterOverhead(b *testing.B) {
+	up := newUpstream(b, 4)
+	const nWorkers = 8
+	var ws staticWorkers
+	var sw []scheduler.Worker
+	for i := 0; i < nWorkers; i++ {
+		id := "w" + string(rune('a'+i))
+		ws = append(ws, WorkerEntry{ID: id, URL: up.URL(), Model: "m", BlockSize: 16})
+		sw = append(sw, scheduler.Worker{ID: id, URL: up.URL(), BlockSize: 16, KVBlocks: 65536})
+	}
+	pol := DefaultPolicy()
+	core := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.RealClock{}, nil, nil)
+	actor := scheduler.NewActor(core, nil, zap.NewNop())
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = actor.Run(ctx) })
+	actor.SetClasses(pol.Classes)
+	actor.SetWorkers(sw)
+	s, err := New(DefaultConfig(), Deps{Admitter: NewLocalAdmitter(actor), Workers: ws, Policy: pol}, zap.NewNop(), prometheus.NewRegistry())
+	require.NoError(b, err)
+	srv := newBenchServer(b, s)
+	defer func() {
+		srv.stop()
+		cancel()
+		wg.Wait()
+	}()
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * benchConcurrency, DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	prompt := `{"model":"m","stream":true,"max_tokens":4,"prompt":"` + strings.Repeat("the quick brown fox jumps over the lazy dog ", 24) + `"}`
+
+	// Warm both paths (connections, pools) outside the measurement.
+	runStreams(b, client, up.URL()+"/v1/completions", prompt, 2*benchConcurrency)
+	runStreams(b, client, srv.url+"/v1/completions", prompt, 2*benchConcurrency)
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	direct := runStreams(b, client, up.URL()+"/v1/completions", prompt, b.N)
+	cpu1 := cpuTime()
+	routed := runStreams(b, client, srv.url+"/v1/completions", prompt, b.N)
+	cpu2 := cpuTime()
+	b.StopTimer()
+
+	p50d, p50r := percentile(direct, 0.5), percentile(routed, 0.5)
+	p99d, p99r := percentile(direct, 0.99), percentile(routed, 0.99)
+	b.ReportMetric(float64(p50d.Microseconds())/1000, "direct-ttft-p50-ms")
+	b.ReportMetric(float64(p50r.Microseconds())/1000, "routed-ttft-p50-ms")
+	b.ReportMetric(float64((p50r-p50d).Microseconds())/1000, "added-ttft-p50-ms")
+	b.ReportMetric(float64((p99r-p99d).Microseconds())/1000, "added-ttft-p99-ms")
+	perReq := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+	b.ReportMetric(perReq(cpu2-cpu1)-perReq(cpu1-cpu0), "router-cpu-ms/req")
+	b.ReportMetric(0, "ns/op") // wall time per op mixes both phases; the metrics above are the result
+}
+
+// runStreams sends n streaming requests from benchConcurrency goroutines and
+// returns each request's time to its first data event.
+func runStreams(b *testing.B, client *http.Client, url, body string, n int) []time.Duration {
+	out := make([]time.Duration, n)
+	var next sync.WaitGroup
+	jobs := make(chan int)
+	for g := 0; g < benchConcurrency; g++ {
+		next.Go(func() {
+			for i := range jobs {
+				start := time.Now()
+				resp, err := client.Post(url, "application/json", strings.NewReader(body))
+				if err != nil {
+					b.Error(err)
+					continue
+				}
+				br := bufio.NewReader(resp.Body)
+				for {
+					line, err := br.ReadString('\n')
+					if strings.HasPrefix(line, "data:") {
+						out[i] = time.Since(start)
+						break
+					}
+					if err != nil {
+						b.Errorf("no data event: %v", err)
+						break
+					}
+				}
+				_, _ = io.Copy(io.Discard, br)
+				resp.Body.Close()
+			}
+		})
+	}
+	for i := 0; i < n; i++ {
+		jobs <- i
+	}
+	close(jobs)
+	next.Wait()
+	return out
+}
+
+func percentile(ds []time.Duration, q float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
+}
+
+// cpuTime is the process's user + system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchServer serves a Server on loopback for a benchmark.
+type benchServer struct {
+	url  string
+	stop func()
+}
+
+func newBenchServer(b *testing.B, s *Server) *benchServer {
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	return &benchServer{url: "http://" + ln.Addr().String(), stop: func() { cancel(); <-done }}
+}

@@ -1,0 +1,109 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// benchCore builds a Core with n workers, a little booked load spread over
+// them, and (for backlog > 0) a blocked backlog in a second class: its
+// entries may run only on w0, which is full, so every drain sees the backlog
+// and skips it.
+func benchCore(b *testing.B, n, backlog int) *Core {
+	b.Helper()
+	clock := NewFakeClock(t0)
+	c := NewCore(DefaultConfig(), clock, nil, rand.New(rand.NewPCG(1, 1)))
+	ws := make([]Worker, n)
+	for i := range ws {
+		ws[i] = Worker{ID: fmt.Sprintf("worker-%04d", i), URL: "http://w", BlockSize: 16, KVBlocks: 8192}
+	}
+	ws[0].MaxRunning = 1
+	c.SetWorkers(ws)
+	c.SetClasses([]ClassConfig{classCfg("interactive", PolicyWSPT), classCfg("batch", PolicyFCFS)})
+	// background load: every 10th worker runs a request with a shared prefix
+	for i := 0; i < n; i += 10 {
+		c.Adopt(BookingRecord{RequestID: "bg", Class: "batch", Worker: ws[i].ID,
+			BlockHashes: seqHashes(uint64(i%7), 64), PromptTokens: 1024, ExpectedOutputTokens: 256})
+	}
+	for i := range backlog {
+		r := &Request{ID: fmt.Sprintf("backlog-%d", i), Class: "batch", PromptTokens: 512, Ingress: t0, Pinned: ws[0].ID}
+		c.Enqueue(r, func(Grant, error) bool { return true })
+	}
+	if c.Queued() != backlog {
+		b.Fatalf("backlog: %d queued, want %d", c.Queued(), backlog)
+	}
+	return c
+}
+
+// benchRequest is a typical chat request: 2k prompt tokens, 128 full blocks,
+// cached to different depths on four workers.
+func benchRequest(n int) *Request {
+	r := &Request{ID: "bench", Class: "interactive", PromptTokens: 2048, Ingress: t0,
+		BlockHashes: seqHashes(3, 128), ExpectedOutputTokens: 256}
+	for i := range 4 {
+		r.Overlaps = append(r.Overlaps, Overlap{Worker: fmt.Sprintf("worker-%04d", (i*37+5)%n), Blocks: 16 * (i + 1)})
+	}
+	return r
+}
+
+func BenchmarkAdmission(b *testing.B) {
+	for _, tc := range []struct{ workers, backlog int }{{100, 0}, {1000, 0}, {1000, 10000}} {
+		b.Run(fmt.Sprintf("workers=%d/backlog=%d", tc.workers, tc.backlog), func(b *testing.B) {
+			c := benchCore(b, tc.workers, tc.backlog)
+			r := benchRequest(tc.workers)
+			var g Grant
+			var gerr error
+			respond := func(x Grant, err error) bool { g, gerr = x, err; return true }
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			for b.Loop() {
+				c.Enqueue(r, respond) // enqueue → drain → select → book → respond
+				if gerr != nil {
+					b.Fatal(gerr)
+				}
+				c.Finish(g.Booking)
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "admissions/s")
+		})
+	}
+	b.Run("actor/workers=1000/backlog=0", func(b *testing.B) {
+		c := benchCore(b, 1000, 0)
+		a := NewActor(c, c.clock, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		r := benchRequest(1000)
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		for b.Loop() {
+			g, err := a.Admit(ctx, r) // two channel hand-offs around the Core's turn
+			if err != nil {
+				b.Fatal(err)
+			}
+			a.Finish(g.Booking)
+		}
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "admissions/s")
+	})
+}
+
+func BenchmarkSelect(b *testing.B) {
+	b.Run("workers=1000", func(b *testing.B) {
+		c := benchCore(b, 1000, 0)
+		r := benchRequest(1000)
+		cfg := &c.classes["interactive"].cfg
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			if _, ok := c.selectWorker(r, cfg); !ok {
+				b.Fatal("no worker selected")
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "ns/worker")
+	})
+}
