@@ -99,3 +99,29 @@ func BenchmarkRequestBody(b *testing.B) {
 	b.SetBytes(int64(n))
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "bodies/s")
 }
+
+// BenchmarkReadStream measures the runner's SSE parsing cost per content
+// chunk (a completions stream of 256 chunks plus usage), which bounds how
+// many concurrent streams one core of the load generator can follow.
+func BenchmarkReadStream(b *testing.B) {
+	var body bytes.Buffer
+	for i := range 256 {
+		body.WriteString(`data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"switchyard-sim","choices":[{"index":0,"text":"t`)
+		body.WriteString(string(rune('a' + i%26)))
+		body.WriteString(` ","finish_reason":null}]}` + "\n\n")
+	}
+	body.WriteString(`data: {"id":"cmpl-1","choices":[],"usage":{"prompt_tokens":9000,"completion_tokens":256,"prompt_tokens_details":{"cached_tokens":4096}}}` + "\n\ndata: [DONE]\n\n")
+	data := body.Bytes()
+	clock := WallClock{}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(data)))
+	chunks := 0
+	for b.Loop() {
+		var res Result
+		if err := readStream(bytes.NewReader(data), clock.Now, clock.Now(), &res); err != nil || res.Chunks != 256 {
+			b.Fatalf("chunks %d err %v", res.Chunks, err)
+		}
+		chunks += res.Chunks
+	}
+	b.ReportMetric(float64(chunks)/b.Elapsed().Seconds(), "chunks/s")
+}

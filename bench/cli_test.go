@@ -128,24 +128,38 @@ func TestSimModeFailsClearlyUntilTheSimulatorIsBuiltIn(t *testing.T) {
 func TestMainComparesEarlierRunsSideBySide(t *testing.T) {
 	up := newUpstream(t)
 	root := t.TempDir()
-	for _, name := range []string{"kv-aware", "round-robin"} {
+	for _, dir := range []string{"run-a", "run-b"} {
 		var stdout, stderr bytes.Buffer
 		require.NoError(t, Main(testenv.Context(t), []string{
 			"--synthetic-requests", "5", "--synthetic-rate", "1000", "--synthetic-prefix-tokens", "32",
 			"--synthetic-input-tokens", "8", "--synthetic-output-tokens", "2",
-			"--target", up.URL, "--speedup", "100", "--out", filepath.Join(root, name),
+			"--target", up.URL, "--speedup", "100", "--out", filepath.Join(root, dir), "--label", "label-of-" + dir,
 		}, &stdout, &stderr))
 	}
+	require.NoError(t, os.Remove(filepath.Join(root, "run-b", FileSummaryJSON)))
+
 	var stdout, stderr bytes.Buffer
 	cmp := filepath.Join(root, "cmp")
 	require.NoError(t, Main(testenv.Context(t), []string{
-		"--compare", filepath.Join(root, "kv-aware") + "," + filepath.Join(root, "round-robin"), "--out", cmp,
+		"--compare", filepath.Join(root, "run-a") + "," + filepath.Join(root, "run-b"), "--out", cmp,
 	}, &stdout, &stderr))
 	assert.Equal(t, 10, up.count(), "comparing sends nothing")
-	assert.Contains(t, stdout.String(), "| kv-aware | 5 | 5 |")
-	assert.Contains(t, stdout.String(), "| round-robin | 5 | 5 |")
+	assert.Contains(t, stdout.String(), "| label-of-run-a | 5 | 5 |", "the label recorded in summary.json")
+	assert.Contains(t, stdout.String(), "| run-b | 5 | 5 |", "the directory name when summary.json is gone")
 	requirePNG(t, filepath.Join(cmp, FileTTFTCDF))
 
 	err := Main(testenv.Context(t), []string{"--compare", filepath.Join(root, "nope")}, &stdout, &stderr)
 	assert.ErrorContains(t, err, "compare")
+}
+
+func TestMainDropsRequestsLongerThanMaxModelLen(t *testing.T) {
+	up := newUpstream(t)
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, Main(testenv.Context(t), []string{
+		"--trace", "mooncake", "--file", "testdata/mooncake_small.jsonl", "--target", up.URL,
+		"--speedup", "1000", "--max-model-len", "1030",
+	}, &stdout, &stderr))
+	// 1100+10 and 1024+20 exceed 1030; 600+5, 1+1 and 513+7 fit.
+	assert.Equal(t, 3, up.count())
+	assert.Contains(t, stderr.String(), "dropped 2 trace requests longer than --max-model-len 1030")
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -49,11 +50,15 @@ type Options struct {
 	// Sim selects the simulator mode (see SimMode).
 	Sim bool
 	// Compare lists earlier --out directories whose results.jsonl are
-	// combined into one report (no requests are sent); each run is
-	// labelled by its directory's base name.
+	// combined into one report (no requests are sent); each run keeps the
+	// label in its summary.json, else its directory's name.
 	Compare []string
 	// LogLevel is the zap level of diagnostics on stderr.
 	LogLevel string
+	// MaxModelLen > 0 drops trace requests whose prompt plus output exceed
+	// it (the engines' context limit), instead of sending them to be
+	// rejected.
+	MaxModelLen int
 
 	MooncakeBlockSize int
 	Azure             AzureOptions
@@ -93,6 +98,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "diagnostics level: debug, info, warn, error")
+	fs.IntVar(&o.MaxModelLen, "max-model-len", o.MaxModelLen, "drop trace requests longer than this many prompt+output tokens (0: keep all)")
 	fs.IntVar(&o.MooncakeBlockSize, "mooncake-block-size", o.MooncakeBlockSize, "tokens per Mooncake hash id")
 	fs.IntVar(&o.Azure.PrefixGroups, "azure-prefix-groups", o.Azure.PrefixGroups, "azure: number of synthetic shared prefixes (0: none)")
 	fs.IntVar(&o.Azure.PrefixTokens, "azure-prefix-tokens", o.Azure.PrefixTokens, "azure: shared prefix length in tokens")
@@ -115,6 +121,9 @@ func (o Options) Validate() error {
 	default:
 		return fmt.Errorf("%w: --trace %q: want mooncake, azure or synthetic", ErrInvalidConfig, o.Trace)
 	}
+	if o.MaxModelLen < 0 {
+		return fmt.Errorf("%w: --max-model-len %d must not be negative", ErrInvalidConfig, o.MaxModelLen)
+	}
 	switch o.Progress {
 	case "auto", "on", "off":
 	default:
@@ -134,18 +143,28 @@ func (o Options) badLines() BadLinePolicy {
 	return BadLineFail
 }
 
-// TraceSource is an opened trace.
+// TraceSource is an opened trace, after the --max-model-len filter.
 type TraceSource struct {
 	Source
+	reader Source // the file reader or generator under the filter
+	filter *LengthFilter
 	closer io.Closer
 }
 
 // Skipped reports skipped bad lines of file traces (nil, 0 otherwise).
 func (t *TraceSource) Skipped() ([]*LineError, int) {
-	if s, ok := t.Source.(interface{ Skipped() ([]*LineError, int) }); ok {
+	if s, ok := t.reader.(interface{ Skipped() ([]*LineError, int) }); ok {
 		return s.Skipped()
 	}
 	return nil, 0
+}
+
+// TooLong is the number of requests dropped by --max-model-len so far.
+func (t *TraceSource) TooLong() int { return t.filter.Dropped }
+
+func newTraceSource(src Source, maxModelLen int, closer io.Closer) *TraceSource {
+	f := &LengthFilter{Src: src, MaxTotal: maxModelLen}
+	return &TraceSource{Source: f, reader: src, filter: f, closer: closer}
 }
 
 // Close closes the trace file, if any.
@@ -163,7 +182,7 @@ func (o Options) OpenTrace() (*TraceSource, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &TraceSource{Source: NewSliceSource(reqs)}, nil
+		return newTraceSource(NewSliceSource(reqs), o.MaxModelLen, nil), nil
 	}
 	f, err := os.Open(o.File)
 	if err != nil {
@@ -184,7 +203,7 @@ func (o Options) OpenTrace() (*TraceSource, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	return &TraceSource{Source: src, closer: f}, nil
+	return newTraceSource(src, o.MaxModelLen, f), nil
 }
 
 // SimMode is the hook for `switchyard bench --sim`: the deterministic
@@ -299,6 +318,9 @@ func runLive(ctx context.Context, opts Options, trace *TraceSource, stdout, stde
 	if kept, n := trace.Skipped(); n > 0 {
 		fmt.Fprintf(stderr, "skipped %d bad trace lines; first: %v\n", n, kept[0])
 	}
+	if n := trace.TooLong(); n > 0 {
+		fmt.Fprintf(stderr, "dropped %d trace requests longer than --max-model-len %d\n", n, opts.MaxModelLen)
+	}
 	sum := Summarize(opts.Label, results)
 	if err := WriteMarkdown(stdout, sum); err != nil {
 		return err
@@ -331,7 +353,7 @@ func compareRuns(opts Options, stdout io.Writer, log *zap.Logger) error {
 		if err != nil {
 			return fmt.Errorf("compare: %w", err)
 		}
-		label := filepath.Base(filepath.Clean(dir))
+		label := runLabel(dir)
 		sums = append(sums, Summarize(label, res))
 		runs = append(runs, RunResults{Label: label, Results: res})
 	}
@@ -345,6 +367,17 @@ func compareRuns(opts Options, stdout io.Writer, log *zap.Logger) error {
 		return fmt.Errorf("create --out: %w", err)
 	}
 	return WriteReports(opts.Out, sums, runs, log)
+}
+
+// runLabel is the label recorded in dir's summary.json, or the directory's
+// name when there is none.
+func runLabel(dir string) string {
+	var sums []Summary
+	if raw, err := os.ReadFile(filepath.Join(dir, FileSummaryJSON)); err == nil &&
+		json.Unmarshal(raw, &sums) == nil && len(sums) == 1 && sums[0].Label != "" {
+		return sums[0].Label
+	}
+	return filepath.Base(filepath.Clean(dir))
 }
 
 // WriteReports writes summary.md and summary.json (one entry per summary)

@@ -235,3 +235,23 @@ func (s *skipLog) add(e *LineError) {
 func badRecord(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrBadRecord, fmt.Sprintf(format, args...))
 }
+
+// LengthFilter drops requests whose prompt plus output exceed MaxTotal
+// tokens (engines reject them with context_length_exceeded), keeping the
+// rest of the trace, with its arrival times, unchanged. Dropped counts them.
+type LengthFilter struct {
+	Src      Source
+	MaxTotal int
+	Dropped  int
+}
+
+// Next implements Source.
+func (f *LengthFilter) Next() (TraceRequest, error) {
+	for {
+		r, err := f.Src.Next()
+		if err != nil || f.MaxTotal <= 0 || r.InputLength+r.OutputLength <= f.MaxTotal {
+			return r, err
+		}
+		f.Dropped++
+	}
+}

@@ -86,6 +86,9 @@ type upstream struct {
 	dieBeforeFirst atomic.Bool
 	// holdAfterFirst blocks after the first chunk until the router goes away.
 	holdAfterFirst atomic.Bool
+	// interval paces the chunks after the first, like a decode step (set
+	// before the first request).
+	interval time.Duration
 	// cancelled counts requests whose client (the router) went away.
 	cancelled atomic.Int32
 	lastBody  atomic.Value // string
@@ -144,6 +147,13 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 			u.cancelled.Add(1)
 			return
+		}
+		if i > 0 && u.interval > 0 {
+			select {
+			case <-time.After(u.interval):
+			case <-r.Context().Done():
+				return
+			}
 		}
 		if b := u.breakAfter.Load(); b > 0 && int(b) == i {
 			conn, _, err := http.NewResponseController(w).Hijack()
@@ -221,5 +231,3 @@ func deref(s *string) string {
 	}
 	return *s
 }
-
-var _ = time.Second

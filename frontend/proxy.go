@@ -196,8 +196,11 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 					t.Finish(true)
 					return statusClientClosed, false
 				}
-				if len(bytes.TrimSpace(line)) == 0 && flusher != nil {
-					flusher.Flush() // end of one event
+				// Flush at the end of an event unless the next one is
+				// already buffered: a burst costs one write, a lone
+				// event is sent at once.
+				if flusher != nil && len(bytes.TrimSpace(line)) == 0 && br.Buffered() == 0 {
+					flusher.Flush()
 				}
 			}
 		}

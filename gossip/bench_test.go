@@ -141,3 +141,52 @@ func histogram(t testing.TB, g prometheus.Gatherer, name string) (sum, count flo
 	}
 	return sum, count
 }
+
+// fullState is 8 origins × 1000 workers with realistic values.
+func fullState() State {
+	rng := rand.New(rand.NewPCG(1, 1))
+	s := State{Origins: map[string]map[string]Entry{}}
+	version := uint64(time.Now().UnixNano())
+	for i := range 8 {
+		es := make(map[string]Entry, 1000)
+		for w := range 1000 {
+			es[fmt.Sprintf("worker-%04d", w)] = Entry{Version: version - uint64(rng.IntN(int(time.Minute))),
+				Load:   WorkerLoad{ActiveRequests: rng.IntN(8), PrefillTokens: rng.IntN(8192), DecodeBlocks: rng.IntN(400)},
+				Digest: Digest{LastEventID: uint64(rng.IntN(1 << 20)), Blocks: rng.IntN(4096)}}
+		}
+		s.Origins[fmt.Sprintf("replica-%d", i)] = es
+	}
+	return s
+}
+
+// BenchmarkStateCodec encodes and decodes the push-pull state of 8 replicas
+// × 1000 workers.
+func BenchmarkStateCodec(b *testing.B) {
+	s := fullState()
+	var buf []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = appendState(buf[:0], 1, s)
+		if _, _, _, _, err := decodeMessage(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(buf)), "state_B")
+	b.ReportMetric(float64(len(buf))/8000, "B/entry")
+}
+
+// BenchmarkMergeState joins one origin's full 1000-worker update into the
+// 8-origin state, as a push-pull does per origin.
+func BenchmarkMergeState(b *testing.B) {
+	s := fullState()
+	upd := State{Origins: map[string]map[string]Entry{"replica-3": {}}}
+	for w, e := range s.Origins["replica-3"] {
+		e.Version++
+		upd.Origins["replica-3"][w] = e
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.join(upd, nil)
+	}
+	b.ReportMetric(1000, "entries/op")
+}

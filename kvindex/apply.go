@@ -98,6 +98,7 @@ type workerState struct {
 	lastID    uint64 // id of the last applied event
 	buffer    []*wire.KVEventBatch
 	removed   bool
+	behindID  uint64 // last id a load report claimed while the index lagged it
 }
 
 // Digest is one worker's index state, gossiped so a lagging replica sees it
@@ -362,4 +363,30 @@ func (ix *Index) ApplyDump(d *Dump) Outcome {
 		}
 	}
 	return OutcomeApplied
+}
+
+// NoteLastEventID compares the last event id a worker says it published
+// (wire.LoadReport.LastEventID) with the last one applied, to catch a lost
+// trailing batch that no later batch would reveal. One report is not proof:
+// reports travel on another subject and may overtake the batch they count.
+// When two reports name the same id and the index is still behind it, the
+// worker is reset and a dump requested (OutcomeResync).
+func (ix *Index) NoteLastEventID(worker string, instance, lastID uint64) Outcome {
+	w := ix.lookupWorker(worker)
+	if w == nil {
+		return OutcomeIgnored
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.removed || w.resyncing || !w.synced || instance != w.instance || lastID <= w.lastID {
+		w.behindID = 0
+		return OutcomeIgnored
+	}
+	if w.behindID != lastID {
+		w.behindID = lastID
+		return OutcomeIgnored
+	}
+	w.behindID = 0
+	// A heartbeat at the reported position stands for the lost events.
+	return ix.resetLocked(w, &wire.KVEventBatch{Worker: worker, Instance: instance, FirstID: lastID + 1}, ResetGap)
 }

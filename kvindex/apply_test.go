@@ -193,3 +193,35 @@ func TestConfigValidationNamesTheBadField(t *testing.T) {
 	s.DumpRetryMax = s.DumpRetry / 2
 	require.ErrorContains(t, s.Validate(), "DumpRetryMax")
 }
+
+func TestResetWorkersAreHiddenAtOnceAndClearedTogetherByOneScan(t *testing.T) {
+	ix, _, _ := newTestIndex(t)
+	shared := chain(1, 3)
+	mustApply(t, ix, "a", 9, 1, stored(nil, shared...))
+	mustApply(t, ix, "b", 9, 1, stored(nil, shared[:2]...))
+	mustApply(t, ix, "c", 9, 1, stored(nil, shared[:1]...))
+	require.Equal(t, OutcomeResync, mustApply(t, ix, "a", 9, 3))
+	require.Equal(t, OutcomeResync, mustApply(t, ix, "b", 9, 3))
+	require.Equal(t, []Match{{"c", 1}}, ix.Lookup(shared, nil), "reset workers vanish from lookups at once")
+	require.Zero(t, ix.Blocks("a"))
+	require.Empty(t, ix.WorkerHashes("a", nil))
+
+	require.Equal(t, 5, ix.ClearStale(), "one pass removes both workers' hidden entries")
+	require.Zero(t, ix.ClearStale(), "nothing is left to clear")
+	require.Equal(t, 1, ix.TotalBlocks())
+	require.Equal(t, OutcomeApplied, ix.ApplyDump(&Dump{Worker: "a", Instance: 9, AsOfID: 3, Hashes: shared[:1]}))
+	require.Equal(t, []Match{{"a", 1}, {"c", 1}}, sortedMatches(ix.Lookup(shared, nil)))
+}
+
+func TestTwoLoadReportsAheadOfTheIndexRevealALostTrailingBatch(t *testing.T) {
+	ix, _, _ := newTestIndex(t)
+	mustApply(t, ix, "a", 9, 1, stored(nil, chain(1, 2)...))
+	require.Equal(t, OutcomeIgnored, ix.NoteLastEventID("a", 9, 1), "a report matching the index")
+	require.Equal(t, OutcomeIgnored, ix.NoteLastEventID("a", 9, 2), "one report ahead may just have overtaken its batch")
+	mustApply(t, ix, "a", 9, 2, removed(chain(1, 2)[1]))
+	require.Equal(t, OutcomeIgnored, ix.NoteLastEventID("a", 9, 2), "the batch arrived")
+	require.Equal(t, OutcomeIgnored, ix.NoteLastEventID("a", 9, 3))
+	require.Equal(t, OutcomeResync, ix.NoteLastEventID("a", 9, 3), "still behind on the second report")
+	require.True(t, ix.NeedsDump("a"))
+	require.Equal(t, OutcomeIgnored, ix.NoteLastEventID("a", 10, 5), "another instance is the batches' business")
+}

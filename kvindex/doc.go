@@ -1,7 +1,34 @@
 // Package kvindex knows which worker holds which prompt prefix in its KV cache.
 //
-// It owns block hashing (the same on routers and engines), the prefix index
-// built from every worker's KV events, and predicted entries recorded at
-// routing time. See the package's other files for the concurrency rules of
-// each type.
+// It owns:
+//   - block hashing, the same on routers and engines (hash.go: xxh3-64 seed
+//     1337 of little-endian u32 tokens, chained sequence hashes, salts);
+//   - the exact prefix index (Index), built from every worker's KV events:
+//     sequence hash → set of workers, with Lookup returning each worker's
+//     matched depth in blocks;
+//   - event application per worker (apply.go): stored/removed/cleared events,
+//     gap detection (skipped id, unknown parent, restart, id going back,
+//     more blocks than the engine holds), buffering while a dump is in flight
+//     and replay of the events after the dump's AsOfID;
+//   - predicted entries (predict.go) with a TTL, merged into lookups;
+//   - the NATS ingest (Subscriber): subscription to every worker's KV subject,
+//     decoding, dump repair by chunked request-reply, prediction sweeps.
+//
+// It imports nothing of ours but the leaf packages wire and metrics.
+//
+// # Concurrency
+//
+// Index methods are safe for concurrent use. Lookup takes no lock: each
+// shard is an open-addressing table read with atomic loads under a sequence
+// counter (table.go). Writers serialise per shard on a mutex, and event
+// application serialises per worker on that worker's mutex, so different
+// workers apply in parallel. A reset hides a worker's entries at once and a
+// later ClearStale scan removes them for all reset workers together. Lock
+// order: worker mutex, then the clear mutex, then the mask mutex; shard
+// mutexes are innermost. The Index starts no goroutine.
+//
+// Subscriber.Run owns every goroutine of the ingest (reader, apply shards,
+// repair loop, sweep loop) and returns only after all of them exited. A
+// worker's batches always go to the same apply goroutine, so they are applied
+// in arrival order.
 package kvindex

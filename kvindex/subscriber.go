@@ -199,6 +199,9 @@ func (s *Subscriber) repairLoop(ctx context.Context) {
 		case <-s.ix.ResyncNotify():
 		case <-wait:
 		}
+		// One scan drops the hidden entries of every worker reset since
+		// the last pass, however many there are.
+		s.ix.ClearStale()
 		names = s.ix.NeedingDump(names[:0])
 		live := make(map[string]bool, len(names))
 		for _, w := range names {

@@ -59,7 +59,7 @@ func BenchmarkAdmission(b *testing.B) {
 			respond := func(x Grant, err error) bool { g, gerr = x, err; return true }
 			b.ReportAllocs()
 			b.ResetTimer()
-			start := time.Now()
+			start, cpu := time.Now(), processCPU()
 			for b.Loop() {
 				c.Enqueue(r, respond) // enqueue → drain → select → book → respond
 				if gerr != nil {
@@ -67,7 +67,7 @@ func BenchmarkAdmission(b *testing.B) {
 				}
 				c.Finish(g.Booking)
 			}
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "admissions/s")
+			reportRates(b, start, cpu)
 		})
 	}
 	b.Run("actor/workers=1000/backlog=0", func(b *testing.B) {
@@ -80,7 +80,7 @@ func BenchmarkAdmission(b *testing.B) {
 		r := benchRequest(1000)
 		b.ReportAllocs()
 		b.ResetTimer()
-		start := time.Now()
+		start, cpu := time.Now(), processCPU()
 		for b.Loop() {
 			g, err := a.Admit(ctx, r) // two channel hand-offs around the Core's turn
 			if err != nil {
@@ -88,7 +88,7 @@ func BenchmarkAdmission(b *testing.B) {
 			}
 			a.Finish(g.Booking)
 		}
-		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "admissions/s")
+		reportRates(b, start, cpu)
 	})
 }
 
@@ -99,11 +99,19 @@ func BenchmarkSelect(b *testing.B) {
 		cfg := &c.classes["interactive"].cfg
 		b.ReportAllocs()
 		b.ResetTimer()
+		start, cpu := time.Now(), processCPU()
 		for b.Loop() {
 			if _, ok := c.selectWorker(r, cfg); !ok {
 				b.Fatal("no worker selected")
 			}
 		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "ns/worker")
+		reportRates(b, start, cpu)
+		b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N)/1000, "cpu-ns/worker")
 	})
+}
+
+// reportRates adds admissions per wall second and CPU ns per operation.
+func reportRates(b *testing.B, start time.Time, cpu time.Duration) {
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }

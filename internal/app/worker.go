@@ -229,8 +229,8 @@ func (f flagLevel) Set(s string) error { return f.l.Set(s) }
 // connection, which net/http owns), the load reporter and the lease
 // keep-alive. Dump requests are answered on nats.go's subscription
 // goroutine. The engine serialises its own state; handlers only Submit,
-// relay a Stream and Cancel. Ready is called once, before serving traffic
-// is announced anywhere else, with the registered base URL.
+// relay a Stream and Cancel. Ready is called once the worker serves HTTP
+// and is registered, with the registered base URL.
 func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prometheus.Registerer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -256,8 +256,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	if cfg.NATSURL != "" {
 		w.nc, err = nats.Connect(cfg.NATSURL,
 			nats.Name("switchyard-worker-"+cfg.ID),
-			nats.MaxReconnects(-1),
-			nats.ClosedHandler(func(*nats.Conn) {}))
+			nats.MaxReconnects(-1)) // a worker outlives NATS outages; consumers repair gaps from dumps
 		if err != nil {
 			return fmt.Errorf("worker %s: connect nats %s: %w", cfg.ID, cfg.NATSURL, err)
 		}

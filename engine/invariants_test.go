@@ -1,0 +1,103 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// checkInvariants verifies the pool and queues against each other.
+func checkInvariants(t *testing.T, e *Engine) {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	refs := make([]int32, len(e.pool.blocks))
+	for _, s := range e.running {
+		require.Equal(t, stateRunning, s.state)
+		require.GreaterOrEqual(t, len(s.blocks), e.blocksFor(s.computed), "a running request holds blocks for its computed tokens")
+		for _, id := range s.blocks {
+			refs[id]++
+		}
+	}
+	for _, s := range e.waiting {
+		require.Equal(t, stateWaiting, s.state)
+		require.Empty(t, s.blocks, "waiting requests hold no blocks")
+		require.Zero(t, s.computed)
+	}
+	free := 0
+	for id := range e.pool.blocks {
+		if refs[id] != e.pool.blocks[id].ref {
+			t.Fatalf("block %d has ref %d, but %d running requests hold it", id, e.pool.blocks[id].ref, refs[id])
+		}
+		if refs[id] == 0 {
+			free++
+		}
+	}
+	require.Equal(t, free, e.pool.nFree)
+	n := 0
+	for id := e.pool.head; id >= 0; id = e.pool.blocks[id].next {
+		if e.pool.blocks[id].ref != 0 {
+			t.Fatalf("block %d on the free list has ref %d", id, e.pool.blocks[id].ref)
+		}
+		n++
+	}
+	require.Equal(t, free, n, "the free list holds exactly the free blocks")
+	for h, id := range e.pool.cached {
+		if b := e.pool.blocks[id]; !b.hashed || b.hash != h {
+			t.Fatalf("cached hash %x points at block %d holding %x (hashed=%v)", h, id, b.hash, b.hashed)
+		}
+	}
+	require.True(t, slices.IsSortedFunc(e.running, cmpSeq))
+	require.LessOrEqual(t, len(e.running), e.cfg.MaxNumSeqs)
+	require.Equal(t, len(e.running)+len(e.waiting), len(e.seqs))
+}
+
+func TestRandomWorkloadsKeepThePoolConsistentAndFinishEveryRequest(t *testing.T) {
+	for seed := range uint64(30) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 99))
+			cfg := smallConfig()
+			cfg.NumBlocks = 12 + rng.IntN(60)
+			cfg.MaxNumBatchedTokens = 8 + rng.IntN(200)
+			cfg.MaxNumSeqs = 1 + rng.IntN(10)
+			cfg.WatermarkFraction = float64(rng.IntN(2)) * 0.05
+			h := newHarness(t, cfg)
+			maxLen := (cfg.NumBlocks - int(cfg.WatermarkFraction*float64(cfg.NumBlocks))) * cfg.BlockSize
+			cancelled := map[string]bool{}
+			for i := range 80 {
+				id := fmt.Sprint("r", i)
+				plen := 1 + rng.IntN(min(150, maxLen-1))
+				out := 1 + rng.IntN(min(60, maxLen-plen))
+				p := append(prompt(uint32(rng.IntN(3)), min(plen, 16*rng.IntN(4))), prompt(uint32(500+i), plen)...)
+				p = p[:plen]
+				h.submit(id, p, out, rng.IntN(3))
+				if rng.IntN(6) == 0 {
+					victim := fmt.Sprint("r", rng.IntN(i+1))
+					if h.e.Cancel(victim) {
+						cancelled[victim] = true
+					}
+				}
+				for range rng.IntN(5) {
+					h.step()
+					checkInvariants(t, h.e)
+				}
+			}
+			h.runIdle()
+			checkInvariants(t, h.e)
+			for i := range 80 {
+				id := fmt.Sprint("r", i)
+				d := h.finish(id)
+				if cancelled[id] {
+					require.Equal(t, FinishCancelled, d.Finish)
+					continue
+				}
+				require.Equal(t, FinishLength, d.Finish, id)
+				require.Equal(t, len(h.deltas[id])-1, d.Index, "%s: every token delivered once", id)
+			}
+			require.Zero(t, h.e.Stats().KVBlocksUsed)
+		})
+	}
+}
