@@ -183,6 +183,9 @@ func stoppedError(id string) error {
 // On ctx end it returns an error wrapping both ErrCancelled and ctx.Err();
 // see the Actor doc for how the request is then settled.
 func (a *Actor) Admit(ctx context.Context, r *Request) (Grant, error) {
+	if r == nil {
+		return Grant{}, &RejectError{Reason: ReasonInvalidConstraint, Detail: "nil request"}
+	}
 	w := &waiter{reply: make(chan admitResult, 1)}
 	select {
 	case a.in <- message{kind: msgEnqueue, req: r, respond: w.respond}:

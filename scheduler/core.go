@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -811,10 +812,15 @@ func (c *Core) SetClasses(cfgs []ClassConfig) {
 			c.ring = append(c.ring, cls)
 		}
 	}
+	var gone []string
 	for name, cls := range c.classes {
 		if cls.active && !keep[name] {
-			c.removeClass(cls, ReasonUnknownClass, "class was removed from the configuration")
+			gone = append(gone, name)
 		}
+	}
+	slices.Sort(gone) // deterministic rejection order for the simulator
+	for _, name := range gone {
+		c.removeClass(c.classes[name], ReasonUnknownClass, "class was removed from the configuration")
 	}
 	c.cursor, c.turn = 0, false
 	c.drain()

@@ -4,12 +4,12 @@ package scheduler
 type workerLedger struct {
 	active  int
 	prefill int
-	refs    map[uint64]int32 // prompt block hash → bookings holding it
+	refs    blockRefs // prompt block hash → bookings holding it
 	private int              // unshared blocks: partial tails and expected output
 }
 
 func (l *workerLedger) load() WorkerLoad {
-	return WorkerLoad{ActiveRequests: l.active, PrefillTokens: l.prefill, DecodeBlocks: len(l.refs) + l.private}
+	return WorkerLoad{ActiveRequests: l.active, PrefillTokens: l.prefill, DecodeBlocks: l.refs.count() + l.private}
 }
 
 func (l *workerLedger) empty() bool { return l.active == 0 }
@@ -18,16 +18,13 @@ func (l *workerLedger) empty() bool { return l.active == 0 }
 // active bookings. Sequence hashes are prefix-closed (a booking holding block
 // i holds blocks 0..i-1 too), so a binary search over the prefix suffices.
 func (l *workerLedger) activeDepth(hashes []uint64) int {
-	if len(l.refs) == 0 || len(hashes) == 0 {
-		return 0
-	}
-	if _, ok := l.refs[hashes[0]]; !ok {
+	if l.refs.count() == 0 || len(hashes) == 0 || !l.refs.has(hashes[0]) {
 		return 0
 	}
 	lo, hi := 1, len(hashes) // hashes[:lo] held; answer in [lo, hi]
 	for lo < hi {
 		mid := int(uint(lo+hi+1) >> 1)
-		if _, ok := l.refs[hashes[mid-1]]; ok {
+		if l.refs.has(hashes[mid-1]) {
 			lo = mid
 		} else {
 			hi = mid - 1
@@ -58,11 +55,8 @@ func (l *workerLedger) add(b *booking) {
 	l.active++
 	l.prefill += b.prefill
 	l.private += b.private
-	if len(b.hashes) > 0 && l.refs == nil {
-		l.refs = make(map[uint64]int32, len(b.hashes))
-	}
 	for _, h := range b.hashes {
-		l.refs[h]++
+		l.refs.inc(h)
 	}
 }
 
@@ -71,11 +65,7 @@ func (l *workerLedger) remove(b *booking) {
 	l.prefill -= b.prefill
 	l.private -= b.private
 	for _, h := range b.hashes {
-		if n := l.refs[h]; n > 1 {
-			l.refs[h] = n - 1
-		} else {
-			delete(l.refs, h)
-		}
+		l.refs.dec(h)
 	}
 }
 

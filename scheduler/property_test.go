@@ -50,7 +50,7 @@ func propertyClasses(rng *rand.Rand) []ClassConfig {
 		{Name: "interactive", Quantum: 64 + rng.Int64N(512), Policy: PolicyFCFS,
 			Limits: Limits{Requests: 3, ISLTokens: Unlimited, CachedTokens: Unlimited}},
 		{Name: "batch", Quantum: 16 + rng.Int64N(256), Policy: PolicyWSPT,
-			Limits: Limits{Requests: Unlimited, ISLTokens: 4000, CachedTokens: 2000},
+			Limits:            Limits{Requests: Unlimited, ISLTokens: 4000, CachedTokens: 2000},
 			BusyPrefillTokens: 3000, BusyDecodeFraction: 0.9},
 		{Name: "lifo", Quantum: 128, Policy: PolicyLCFS,
 			Limits: Limits{Requests: 5, ISLTokens: 20000, CachedTokens: Unlimited}},

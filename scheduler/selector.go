@@ -132,7 +132,7 @@ func (c *Core) workerCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv
 		return 0, false
 	}
 	decode := load.DecodeBlocks + len(r.BlockHashes) + priv
-	if len(s.ledger.refs) > 0 { // most workers hold none of anyone's blocks: skip the call
+	if s.ledger.refs.n > 0 || s.ledger.refs.zero > 0 { // most workers hold none of anyone's blocks: skip the call
 		decode -= s.ledger.activeDepth(r.BlockHashes)
 	}
 	if load.ActiveRequests > 0 {
