@@ -240,7 +240,7 @@ func (n *node) leave() {
 	}
 	n.stopped = true
 	n.stopOwn()
-	<-n.ownDone
+	<-n.ownDone //nolint:errcheck // waiting for the exit; the loop's error is checked where it is recorded
 	n.stopAll()
 	n.allDone.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

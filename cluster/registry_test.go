@@ -114,7 +114,7 @@ func TestWorkerRegistryDropsAWorkerWhoseLeaseExpired(t *testing.T) {
 
 	_ = wc.Close()
 	stop()
-	<-done
+	<-done //nolint:errcheck // waiting for Run to return; its error is not what this test checks
 	diedAt := time.Now()
 	testenv.Eventually(t, 5*time.Second, func() bool { return len(workers.Snapshot().Items) == 0 },
 		"the dead worker's record outlived its lease")

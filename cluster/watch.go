@@ -42,7 +42,7 @@ func (w *watcher) run(ctx context.Context) error {
 	for {
 		err := w.once(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // the watch ends because its context did: a normal stop, not a failure
 		}
 		w.relists.Inc()
 		w.log.Info("re-listing after watch ended", zap.String("key", w.key), zap.Error(err))

@@ -8,11 +8,11 @@ import "math/bits"
 // per-operation cost dominated admission (two ops per prompt block).
 // Zero is the empty-slot marker, so hash 0 is counted on the side.
 type blockRefs struct {
+	n     int   // live keys in the table (excluding zero); read by the selector scan
+	zero  int32 // count for hash 0
+	shift uint8
 	keys  []uint64
 	vals  []int32
-	n     int // live keys in the table (excluding zero)
-	shift uint8
-	zero  int32 // count for hash 0
 }
 
 const blockRefsMinSize = 64

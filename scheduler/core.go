@@ -39,10 +39,23 @@ type class struct {
 // workerSlot is one registered worker with its ledger and what the selector
 // precomputes for it.
 type workerSlot struct {
+	// What the selector reads for every worker comes first, within one
+	// cache line; the registration (strings) follows.
+	ledger     *workerLedger
+	invB       float64    // 1 / BlockSize
+	remote     WorkerLoad // cached RemoteLoad, valid while remoteVer matches
+	blockSize  int32
+	maxRunning int32
+	kvBlocks   int32
 	Worker
-	ledger *workerLedger
-	invB   float64    // 1 / BlockSize
-	remote WorkerLoad // cached RemoteLoad, valid while remoteVer matches
+}
+
+func newWorkerSlot(w Worker, l *workerLedger) workerSlot {
+	return workerSlot{
+		ledger: l, invB: 1 / float64(w.BlockSize), Worker: w,
+		blockSize: int32(min(w.BlockSize, math.MaxInt32)), maxRunning: int32(min(w.MaxRunning, math.MaxInt32)),
+		kvBlocks: int32(min(w.KVBlocks, math.MaxInt32)),
+	}
 }
 
 // instanceSeq makes Snapshot.Instance unique per Core within a process; the
@@ -731,12 +744,11 @@ func (c *Core) SetWorkers(ws []Worker) {
 			continue
 		}
 		if i, dup := c.workerIdx[w.ID]; dup {
-			c.workers[i].Worker = w // last registration wins
-			c.workers[i].invB = 1 / float64(w.BlockSize)
+			c.workers[i] = newWorkerSlot(w, c.workers[i].ledger) // last registration wins
 			continue
 		}
 		c.workerIdx[w.ID] = len(c.workers)
-		c.workers = append(c.workers, workerSlot{Worker: w, ledger: c.ledgerFor(w.ID), invB: 1 / float64(w.BlockSize)})
+		c.workers = append(c.workers, newWorkerSlot(w, c.ledgerFor(w.ID)))
 	}
 	for id, l := range c.ledgers {
 		if _, ok := c.workerIdx[id]; !ok && l.empty() {

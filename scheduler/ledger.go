@@ -2,10 +2,11 @@ package scheduler
 
 // workerLedger is the load this Core has booked on one worker.
 type workerLedger struct {
+	// Field order keeps everything the selector reads in the first cache line.
 	active  int
 	prefill int
+	private int       // unshared blocks: partial tails and expected output
 	refs    blockRefs // prompt block hash → bookings holding it
-	private int              // unshared blocks: partial tails and expected output
 }
 
 func (l *workerLedger) load() WorkerLoad {

@@ -85,8 +85,8 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 			continue
 		}
 		s := &c.workers[i]
-		if s.BlockSize != lastB {
-			lastB, priv = s.BlockSize, r.privateBlocks(s.BlockSize)
+		if b := int(s.blockSize); b != lastB {
+			lastB, priv = b, r.privateBlocks(b)
 		}
 		cost, ok := c.workerCost(r, cfg, s, int(c.ovl[i]), priv)
 		if !ok {
@@ -128,7 +128,7 @@ func (c *Core) resetOverlaps() {
 // for this class.
 func (c *Core) workerCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv int) (float64, bool) {
 	load := s.projectLoad()
-	if s.MaxRunning > 0 && load.ActiveRequests >= s.MaxRunning {
+	if s.maxRunning > 0 && load.ActiveRequests >= int(s.maxRunning) {
 		return 0, false
 	}
 	decode := load.DecodeBlocks + len(r.BlockHashes) + priv
@@ -137,11 +137,11 @@ func (c *Core) workerCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv
 	}
 	if load.ActiveRequests > 0 {
 		if cfg.BusyPrefillTokens > 0 &&
-			load.PrefillTokens+r.PromptTokens-r.cachedFromOverlap(ovl, s.BlockSize) > cfg.BusyPrefillTokens {
+			load.PrefillTokens+r.PromptTokens-r.cachedFromOverlap(ovl, int(s.blockSize)) > cfg.BusyPrefillTokens {
 			return 0, false
 		}
-		if cfg.BusyDecodeFraction > 0 && s.KVBlocks > 0 &&
-			float64(decode)/float64(s.KVBlocks) > cfg.BusyDecodeFraction {
+		if cfg.BusyDecodeFraction > 0 && s.kvBlocks > 0 &&
+			float64(decode)/float64(s.kvBlocks) > cfg.BusyDecodeFraction {
 			return 0, false
 		}
 	}

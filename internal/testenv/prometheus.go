@@ -77,10 +77,10 @@ func StartPrometheus(t testing.TB, targets []string, scrapeInterval time.Duratio
 		transport.CloseIdleConnections()
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
-		case <-exited:
+		case <-exited: //nolint:errcheck // the exit status after SIGINT is not interesting
 		case <-time.After(15 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			<-exited //nolint:errcheck // killed: its exit status is not interesting
 		}
 		_ = logFile.Close()
 		if t.Failed() {
