@@ -260,3 +260,39 @@ func TestWithoutNATSAReplicaAdmitsLocallyInDegradedModeAndRecovers(t *testing.T)
 	tk2.Finish(false)
 	_ = a
 }
+
+func TestAnOwnershipNoticeOvertakingTheOldOwnersReplyStillCountsEachRequestReceivedOnce(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(1, 1))
+	a, b, c := h.start("a", nil), h.start("b", nil), h.start("c", nil)
+	h.own("gold", "a", 1)
+	ctx := testenv.Context(t)
+	busy, err := a.client.Admit(ctx, request("gold", 0))
+	require.NoError(t, err)
+	busy.Dispatched()
+	var pending []<-chan admitResult
+	for i := 0; i < 3; i++ {
+		pending = append(pending, admitAsync(ctx, b.client, request("gold", 0)))
+	}
+	waitQueued(t, a, "gold", 3)
+
+	// The etcd watch reports the new owner before a's ownership_lost
+	// replies arrive: c claims, every replica learns it, and only then
+	// does a let go of its queue.
+	require.NoError(t, c.server.Own("gold", 2))
+	for _, r := range h.replicas {
+		r.client.OwnersChanged(map[string]Owner{"gold": {Replica: "c", Epoch: 2}})
+	}
+	a.server.Disown("gold")
+
+	for _, ch := range pending {
+		r := <-ch
+		require.NoError(t, r.err)
+		r.t.Dispatched()
+		r.t.Finish(false)
+	}
+	busy.Finish(false)
+	ac, cc := a.counters(t, "gold"), c.counters(t, "gold")
+	require.Equal(t, uint64(4), ac.Received, "the old owner received every request")
+	require.Zero(t, cc.Received, "the new owner counts none of them as new arrivals")
+	require.Equal(t, uint64(3), cc.Retried)
+}

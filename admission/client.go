@@ -27,6 +27,14 @@ type ClientConfig struct {
 	NoOwnerTimeout time.Duration
 	// AdoptTimeout bounds one adopt round trip.
 	AdoptTimeout time.Duration
+	// AbandonGrace is how long an admit request waiting on an owner that
+	// lost the class may still receive that owner's answer before it is
+	// resubmitted. A gracefully departing owner rejects its queue with
+	// ownership_lost before it deletes its key, but the etcd watch can
+	// overtake that NATS reply; without the grace the entry would resubmit
+	// a request the old owner already counted as received, and the new
+	// owner would count it again.
+	AbandonGrace time.Duration
 }
 
 // DefaultClientConfig returns the defaults.
@@ -37,6 +45,7 @@ func DefaultClientConfig() ClientConfig {
 		BackoffMax:     250 * time.Millisecond,
 		NoOwnerTimeout: 30 * time.Second,
 		AdoptTimeout:   2 * time.Second,
+		AbandonGrace:   500 * time.Millisecond,
 	}
 }
 
@@ -51,6 +60,8 @@ func (c ClientConfig) Validate() error {
 		return fmt.Errorf("admission: NoOwnerTimeout must be > 0")
 	case c.AdoptTimeout <= 0:
 		return fmt.Errorf("admission: AdoptTimeout must be > 0")
+	case c.AbandonGrace < 0:
+		return fmt.Errorf("admission: AbandonGrace must be >= 0")
 	}
 	return nil
 }
@@ -78,10 +89,11 @@ type Client struct {
 }
 
 type pendingAdmit struct {
-	class     string
-	owner     Owner
-	cancel    context.CancelFunc
-	abandoned bool // the class's owner changed while waiting
+	class      string
+	owner      Owner
+	cancel     context.CancelFunc
+	abandoning bool // the owner changed; abandoned after AbandonGrace
+	abandoned  bool // given up on: the request is resubmitted
 }
 
 // NewClient returns the entry side for replica. actor and server are this
@@ -109,9 +121,16 @@ func (c *Client) OwnersChanged(owners map[string]Owner) {
 		}
 	}
 	for p := range c.pending {
-		if cur, ok := c.owners[p.class]; !ok || cur != p.owner {
-			p.abandoned = true
-			p.cancel()
+		if cur, ok := c.owners[p.class]; (!ok || cur != p.owner) && !p.abandoning {
+			p.abandoning = true
+			time.AfterFunc(c.cfg.AbandonGrace, func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if _, still := c.pending[p]; still {
+					p.abandoned = true
+					p.cancel()
+				}
+			})
 		}
 	}
 	close(c.changed)

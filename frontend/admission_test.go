@@ -195,3 +195,27 @@ func TestStreamsThroughARealActorLeaveTheLedgerEmpty(t *testing.T) {
 	}, "every booking was finished")
 	assert.Equal(t, uint64(5), h.class(t, "default").Counters.Admitted)
 }
+
+func TestRulesAndHintsChooseTheClassTheActorAdmitsIn(t *testing.T) {
+	h := newActorHarness(t, `
+default_class: interactive
+classes: [{name: interactive}, {name: batch}, {name: voice}]
+rules:
+  - {class: batch, match: {header: {name: x-tenant, value: "batch-*"}}}
+  - {class: voice, match: {user: "voice-*"}}
+`)
+	close(h.up.gate)
+	send := func(body string, headers map[string]string) {
+		status, _, resp := post(t, h.base+"/v1/completions", body, headers)
+		require.Equal(t, 200, status, resp)
+	}
+	send(`{"model":"m","prompt":"a"}`, nil)
+	send(`{"model":"m","prompt":"b"}`, map[string]string{"X-Tenant": "batch-7"})
+	send(`{"model":"m","prompt":"c","user":"voice-1"}`, nil)
+	send(`{"model":"m","prompt":"d","user":"voice-1"}`, map[string]string{HeaderClass: "batch"})
+	send(`{"model":"m","prompt":"e","switchyard":{"class":"voice"}}`, nil)
+
+	assert.Equal(t, uint64(1), h.class(t, "interactive").Counters.Admitted, "default class")
+	assert.Equal(t, uint64(2), h.class(t, "batch").Counters.Admitted, "header rule, and a class header over a matching user rule")
+	assert.Equal(t, uint64(2), h.class(t, "voice").Counters.Admitted, "user rule, and a body class hint")
+}

@@ -86,6 +86,8 @@ type upstream struct {
 	dieBeforeFirst atomic.Bool
 	// holdAfterFirst blocks after the first chunk until the router goes away.
 	holdAfterFirst atomic.Bool
+	// preamble is written before the first chunk (SSE comments, event: lines).
+	preamble string
 	// interval paces the chunks after the first, like a decode step (set
 	// before the first request).
 	interval time.Duration
@@ -136,6 +138,9 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	f := w.(http.Flusher)
+	if u.preamble != "" {
+		fmt.Fprint(w, u.preamble)
+	}
 	if u.dieBeforeFirst.Load() {
 		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
 			_ = conn.Close()

@@ -137,6 +137,10 @@ func (x *exchange) relayBody(t Ticket, g scheduler.Grant, resp *http.Response) (
 	return http.StatusOK, false
 }
 
+// maxPreamble bounds the SSE lines (comments, event:, id:) held back before
+// the first data line; more are dropped.
+const maxPreamble = 64 << 10
+
 var (
 	dataPrefix = []byte("data:")
 	doneData   = []byte("[DONE]")
@@ -156,6 +160,7 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 	sawDone := false
 	var last time.Time
 	var usageLine []byte
+	var pending []byte // lines before the first data line (event:, id:, comments)
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -171,6 +176,8 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 			payload, isData := bytes.CutPrefix(line, dataPrefix)
 			if isData {
 				payload = bytes.TrimSpace(payload)
+				done := bytes.Equal(payload, doneData)
+				usage := !done && bytes.Contains(payload, usageKey)
 				now := x.s.now()
 				if !started {
 					started = true
@@ -181,17 +188,30 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 					h.Set(HeaderRoutedWorker, g.Worker)
 					x.w.WriteHeader(http.StatusOK)
 					x.s.m.TTFT.WithLabelValues(labels...).Observe(now.Sub(x.ingress).Seconds())
-				} else if !bytes.Equal(payload, doneData) {
+					if len(pending) > 0 {
+						if _, werr := x.w.Write(pending); werr != nil {
+							t.Finish(true)
+							return statusClientClosed, false
+						}
+					}
+				} else if !done && !usage {
+					// Only token events: [DONE] and the trailing usage
+					// chunk are not inter-token gaps.
 					itl.Observe(now.Sub(last).Seconds())
 				}
-				last = now
-				if bytes.Equal(payload, doneData) {
-					sawDone = true
-				} else if bytes.Contains(payload, usageKey) {
+				if !usage {
+					last = now
+				}
+				sawDone = sawDone || done
+				if usage {
 					usageLine = append(usageLine[:0], payload...)
 				}
 			}
-			if started {
+			if !started {
+				if len(pending) < maxPreamble {
+					pending = append(pending, line...)
+				}
+			} else {
 				if _, werr := x.w.Write(line); werr != nil {
 					t.Finish(true)
 					return statusClientClosed, false

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -81,7 +83,8 @@ func TestStreamingResponsePassesThroughEventByEventAndMarksTheLifecycle(t *testi
 	assert.False(t, tk.aborted.Load())
 	assert.Equal(t, 32.0, testutil.ToFloat64(m.CachedTokens.WithLabelValues("m", "default")), "usage reaches the token counters")
 	assert.Equal(t, 40.0, testutil.ToFloat64(m.PromptTokens.WithLabelValues("m", "default")))
-	assert.Equal(t, 1, testutil.CollectAndCount(m.TTFT), "one TTFT series")
+	assert.Equal(t, uint64(1), histogramCount(t, m.TTFT.WithLabelValues("m", "default")))
+	assert.Equal(t, uint64(4), histogramCount(t, m.ITL.WithLabelValues("m", "default")), "5 tokens have 4 gaps; [DONE] and usage are not tokens")
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.HTTPResponses.WithLabelValues(routeCompletions, "200")))
 }
 
@@ -367,4 +370,21 @@ func deadAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	return addr
+}
+
+func TestSSELinesBeforeTheFirstDataEventAreRelayedWithIt(t *testing.T) {
+	up := newUpstream(t, 1)
+	up.preamble = ": keep-alive\n\nevent: message\n"
+	ws := staticWorkers{{ID: "w1", URL: up.URL(), Model: "m", BlockSize: 16}}
+	s, _ := newTestServer(t, DefaultConfig(), Deps{Admitter: grantInOrder(&grantRecorder{}, ws...), Workers: ws})
+	status, _, body := post(t, startServer(t, s)+"/v1/completions", `{"model":"m","prompt":"hi","stream":true}`, nil)
+	require.Equal(t, 200, status)
+	assert.True(t, strings.HasPrefix(body, ": keep-alive\n\nevent: message\ndata: {"), "got %q", body)
+}
+
+func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, o.(prometheus.Metric).Write(&m))
+	return m.GetHistogram().GetSampleCount()
 }

@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -34,8 +38,11 @@ func TestBadInputsGetTheRightOpenAIError(t *testing.T) {
 	require.NoError(t, err)
 	s, _ := newTestServer(t, cfg, Deps{
 		Admitter: admitNever(t),
-		Workers:  staticWorkers{{ID: "w1", URL: "http://127.0.0.1:1", Model: "m", BlockSize: 16}},
-		Policy:   pol,
+		Workers: staticWorkers{
+			{ID: "w1", URL: "http://127.0.0.1:1", Model: "m", BlockSize: 16},
+			{ID: "w2", URL: "http://127.0.0.1:1", Model: "other", BlockSize: 16},
+		},
+		Policy: pol,
 	})
 	base := startServer(t, s)
 
@@ -76,7 +83,8 @@ func TestBadInputsGetTheRightOpenAIError(t *testing.T) {
 		{"non-numeric priority", "/v1/completions", `{"model":"m","prompt":"hi"}`, map[string]string{HeaderPriority: "high"}, 400, "invalid_value", "x-switchyard-priority"},
 		{"bad worker id", "/v1/completions", `{"model":"m","prompt":"hi"}`, map[string]string{HeaderWorker: "w 1"}, 400, "invalid_value", "x-switchyard-worker"},
 		{"bad allowed worker id", "/v1/completions", `{"model":"m","prompt":"hi"}`, map[string]string{HeaderAllowedWorkers: "w1,w.2"}, 400, "invalid_value", "x-switchyard-allowed-workers"},
-		{"model nobody serves", "/v1/completions", `{"model":"other","prompt":"hi"}`, nil, 404, "model_not_found", "model"},
+		{"model nobody serves", "/v1/completions", `{"model":"nobody","prompt":"hi"}`, nil, 404, "model_not_found", "model"},
+		{"allowed workers that do not serve the model", "/v1/completions", `{"model":"m","prompt":"hi"}`, map[string]string{HeaderAllowedWorkers: "w2"}, 400, "invalid_constraint", "x-switchyard-allowed-workers"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -90,6 +98,29 @@ func TestBadInputsGetTheRightOpenAIError(t *testing.T) {
 			assert.NotEmpty(t, e.Type)
 		})
 	}
+}
+
+func TestUnknownPathsAndMethodsGetOpenAIShapedErrors(t *testing.T) {
+	s, reg := newTestServer(t, DefaultConfig(), Deps{Admitter: admitNever(t), Workers: staticWorkers{}})
+	base := startServer(t, s)
+	resp, err := http.Get(base + "/v1/completions")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	assert.Equal(t, "POST", resp.Header.Get("Allow"))
+	assert.Equal(t, "method_not_allowed", deref(apiErr(t, string(b)).Code))
+
+	status, _, body := post(t, base+"/v1/embeddings", `{}`, nil)
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Equal(t, "not_found", deref(apiErr(t, body).Code))
+
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP switchyard_http_responses_total HTTP responses by route and status code.
+# TYPE switchyard_http_responses_total counter
+switchyard_http_responses_total{code="404",route="other"} 1
+switchyard_http_responses_total{code="405",route="other"} 1
+`), "switchyard_http_responses_total"), "responses are counted by route and code; pre-resolved series are not exported until used")
 }
 
 func TestAdmissionErrorsMapToDesignStatusCodes(t *testing.T) {
@@ -247,4 +278,60 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatalf("accepted an invalid request: %+v", p)
 		}
 	})
+}
+
+// FuzzDecodePolicy: parsing arbitrary policy files never panics, and an
+// accepted policy is one the scheduler accepts.
+func FuzzDecodePolicy(f *testing.F) {
+	example, err := os.ReadFile(filepath.Join("testdata", "policy.yaml"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range []string{
+		string(example),
+		"classes: [{name: a}]",
+		"classes: [{name: a, policy: wspt, quantum: 1, limits: {requests: 0}}]",
+		"default_class: b\nclasses: [{name: a}, {name: b}]\nrules: [{class: a, match: {model: 'x*'}}]",
+		"classes: [{name: a, qantum: 3}]", "classes: [", "", "- 1", "classes: 5",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		p, err := ParsePolicy(doc)
+		if err != nil {
+			if !errors.Is(err, ErrBadPolicy) {
+				t.Fatalf("error does not wrap ErrBadPolicy: %v", err)
+			}
+			return
+		}
+		if len(p.Classes) == 0 || !p.HasClass(p.DefaultClass) {
+			t.Fatalf("accepted a policy without a usable default class: %+v", p)
+		}
+		for _, c := range p.Classes {
+			if err := c.Validate(); err != nil {
+				t.Fatalf("accepted a class the scheduler rejects: %v", err)
+			}
+		}
+		for _, r := range p.Rules {
+			if !p.HasClass(r.Class) {
+				t.Fatalf("accepted a rule for unknown class %q", r.Class)
+			}
+		}
+	})
+}
+
+// BenchmarkRequestPath is the per-request work before admission: parse,
+// validate, tokenize (a 1k-token prompt) and hash.
+func BenchmarkRequestPath(b *testing.B) {
+	body := []byte(`{"model":"m","stream":true,"max_tokens":64,"prompt":"` + strings.Repeat("the quick brown fox jumps over the lazy dog ", 110) + `"}`)
+	tok := tokenizer.Default{}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		p, apiErr := parseRequest(endpointCompletions, body, http.Header{}, tok, 1<<16)
+		if apiErr != nil {
+			b.Fatal(apiErr)
+		}
+		_ = kvindex.SequenceHashes(p.tokens, 16, kvindex.BaseSeed)
+	}
 }

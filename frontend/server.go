@@ -63,8 +63,14 @@ type Server struct {
 	mux     *http.ServeMux
 	idBase  string
 	idSeq   atomic.Uint64
-	active  sync.WaitGroup // handlers in flight, so Run can wait for all of them
 	closing atomic.Bool
+	// inflight counts running handlers so Serve can wait for all of them;
+	// once stopped is set no handler starts (a request that slipped past the
+	// closed listener is refused).
+	inflightMu sync.Mutex
+	inflight   int
+	stopped    bool
+	idle       *sync.Cond
 }
 
 // New builds a Server. It starts nothing: Serve or Run do.
@@ -108,6 +114,7 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 		p = DefaultPolicy()
 	}
 	s.policy.Store(p)
+	s.idle = sync.NewCond(&s.inflightMu)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.instrument(routeChat, func(w http.ResponseWriter, r *http.Request) int {
 		return s.handleCompletion(w, r, endpointChat)
@@ -122,6 +129,9 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	if deps.MetricsHandler != nil {
 		s.mux.Handle("GET /metrics", deps.MetricsHandler)
 	}
+	// Everything else gets an OpenAI-shaped 404 or 405, so clients that parse
+	// error bodies never see net/http's plain-text ones.
+	s.mux.HandleFunc("/", s.instrument(routeOther, s.handleUnknown))
 	return s, nil
 }
 
@@ -133,6 +143,7 @@ const (
 	routeHealthz     = "healthz"
 	routeReadyz      = "readyz"
 	routeDebug       = "debug_cluster"
+	routeOther       = "other"
 )
 
 // SetPolicy replaces the policy used for classification; requests already
@@ -174,7 +185,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var err error
 	select {
 	case err = <-errc:
-		// The listener failed on its own; nothing else to shut down.
+		// The listener failed on its own: cut the open connections too.
+		s.closing.Store(true)
+		_ = srv.Close()
 	case <-ctx.Done():
 		s.closing.Store(true)
 		graceCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownGrace)
@@ -185,7 +198,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		cancel()
 		err = <-errc
 	}
-	s.active.Wait()
+	s.inflightMu.Lock()
+	s.stopped = true
+	for s.inflight > 0 {
+		s.idle.Wait()
+	}
+	s.inflightMu.Unlock()
 	s.tr.CloseIdleConnections()
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -196,20 +214,59 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // instrument counts responses by route and code and tracks in-flight
 // handlers for Serve.
 func (s *Server) instrument(route string, h func(http.ResponseWriter, *http.Request) int) http.HandlerFunc {
-	codes := make(map[int]prometheus.Counter) // pre-resolved common codes
-	for _, c := range []int{200, 400, 404, 413, 429, 499, 500, 502, 503} {
-		codes[c] = s.m.HTTPResponses.WithLabelValues(route, strconv.Itoa(c))
-	}
+	var codes sync.Map // status code → its counter, resolved once per route and code
 	return func(w http.ResponseWriter, r *http.Request) {
-		s.active.Add(1)
-		defer s.active.Done()
-		code := h(w, r)
-		if c, ok := codes[code]; ok {
-			c.Inc()
-		} else {
-			s.m.HTTPResponses.WithLabelValues(route, strconv.Itoa(code)).Inc()
+		if !s.enter() {
+			e := &APIError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: "shutting_down",
+				Message: "the router is shutting down", err: ErrShuttingDown}
+			e.write(w)
+			return
 		}
+		defer s.leave()
+		code := h(w, r)
+		c, ok := codes.Load(code)
+		if !ok {
+			c, _ = codes.LoadOrStore(code, s.m.HTTPResponses.WithLabelValues(route, strconv.Itoa(code)))
+		}
+		c.(prometheus.Counter).Inc()
 	}
+}
+
+func (s *Server) enter() bool {
+	s.inflightMu.Lock()
+	defer s.inflightMu.Unlock()
+	if s.stopped {
+		return false
+	}
+	s.inflight++
+	return true
+}
+
+func (s *Server) leave() {
+	s.inflightMu.Lock()
+	defer s.inflightMu.Unlock()
+	if s.inflight--; s.inflight == 0 {
+		s.idle.Broadcast()
+	}
+}
+
+func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) int {
+	allow := ""
+	switch r.URL.Path {
+	case endpointChat.path(), endpointCompletions.path():
+		allow = http.MethodPost
+	case "/v1/models", "/healthz", "/readyz", "/debug/cluster", "/metrics":
+		allow = http.MethodGet
+	}
+	e := &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "not_found",
+		Message: fmt.Sprintf("unknown path %s", r.URL.Path), err: ErrBadRequest}
+	if allow != "" && r.Method != allow {
+		w.Header().Set("Allow", allow)
+		e = &APIError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: "method_not_allowed",
+			Message: fmt.Sprintf("%s %s is not supported; use %s", r.Method, r.URL.Path, allow), err: ErrBadRequest}
+	}
+	e.write(w)
+	return e.Status
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) int {
@@ -340,7 +397,9 @@ func (s *Server) route(model string) (routing, *APIError) {
 }
 
 // constrain intersects the client's allow-list with the model's workers and
-// removes failed ones. It returns nil for "any worker".
+// removes failed ones. nil means "any worker"; an empty non-nil result means
+// no worker is left (the scheduler would read an empty list as "any", so the
+// caller must not send it).
 func constrain(allowed []string, rt routing, failed []string) []string {
 	base := allowed
 	if rt.eligible != nil {
@@ -348,9 +407,9 @@ func constrain(allowed []string, rt routing, failed []string) []string {
 			base = rt.eligible
 		} else {
 			base = intersect(base, rt.eligible)
-			if len(base) == 0 {
-				return []string{} // nothing serves it: the scheduler rejects the constraint
-			}
+		}
+		if len(base) == 0 {
+			return []string{}
 		}
 	}
 	if len(failed) == 0 {
@@ -369,7 +428,7 @@ func constrain(allowed []string, rt routing, failed []string) []string {
 }
 
 func intersect(a, b []string) []string {
-	var out []string
+	out := []string{}
 	for _, x := range a {
 		if slices.Contains(b, x) {
 			out = append(out, x)
@@ -468,7 +527,13 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	for attempt := 0; ; attempt++ {
 		req.Attempt = attempt
 		req.Allowed = constrain(p.hints.allowed, rt, failed)
-		if failed != nil && len(req.Allowed) == 0 {
+		if req.Allowed != nil && len(req.Allowed) == 0 && failed == nil {
+			e := &APIError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_constraint", Param: "x-switchyard-allowed-workers",
+				Message: fmt.Sprintf("none of the allowed workers serves model %q", p.model), err: ErrBadRequest}
+			e.write(w)
+			return e.Status
+		}
+		if req.Allowed != nil && len(req.Allowed) == 0 {
 			e := &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_failed",
 				Message: "every eligible worker failed before responding", err: ErrUpstream}
 			e.write(w)

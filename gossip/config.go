@@ -81,7 +81,11 @@ type Config struct {
 
 // DefaultConfig returns the defaults: a 50 ms coalescing interval and
 // gossip interval (the 500 ms convergence goal leaves room for a few hops),
-// a 10 s grace period, push-pull anti-entropy every 20 s.
+// a 10 s grace period, push-pull anti-entropy every 10 s, and a retransmit
+// multiplier of 6. With memberlist's usual 4, a relayed broadcast missed a
+// given member about once in a thousand (each sender reaches 3 or 4 random
+// peers), which then waited for push-pull; with 6, 1000 changes on 5
+// replicas and 500 on 8 all converged without one.
 func DefaultConfig() Config {
 	return Config{
 		BindAddr:            "0.0.0.0",
@@ -93,8 +97,8 @@ func DefaultConfig() Config {
 		GracePeriod:         10 * time.Second,
 		GossipInterval:      50 * time.Millisecond,
 		GossipNodes:         3,
-		RetransmitMult:      4,
-		PushPullInterval:    20 * time.Second,
+		RetransmitMult:      6,
+		PushPullInterval:    10 * time.Second,
 		ProbeInterval:       time.Second,
 		ProbeTimeout:        500 * time.Millisecond,
 		SuspicionMult:       4,

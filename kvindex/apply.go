@@ -82,13 +82,12 @@ var resetReasons = []ResetReason{ResetGap, ResetUnknownParent, ResetInstance, Re
 // workerState is one worker's event-application state. mu serialises every
 // write of the worker's entries; blocks is also read lock-free.
 type workerState struct {
-	id   uint16
 	name string
-
-	// blocks counts the worker's entries in the tables, hidden ones
-	// included; stale is set while they are hidden awaiting ClearStale.
+	// id is the worker's current interned id; it changes (under mu and the
+	// registry lock) when its entries are dropped. Read it with ID().
+	id atomic.Uint32
+	// blocks counts the entries under the current id.
 	blocks atomic.Int64
-	stale  atomic.Bool
 
 	mu        sync.Mutex
 	capacity  int
@@ -139,16 +138,11 @@ func (w *workerState) digest() Digest {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return Digest{Worker: w.name, Instance: w.instance, LastID: w.lastID,
-		Blocks: w.visibleBlocks(), Synced: w.synced}
+		Blocks: int(w.blocks.Load()), Synced: w.synced}
 }
 
-// visibleBlocks is the number of entries lookups can see.
-func (w *workerState) visibleBlocks() int {
-	if w.stale.Load() {
-		return 0
-	}
-	return int(w.blocks.Load())
-}
+// ID returns the worker's current interned id.
+func (w *workerState) ID() uint16 { return uint16(w.id.Load()) }
 
 // ResyncNotify is kicked whenever some worker starts waiting for a dump.
 // The Subscriber's repair loop waits on it, then asks NeedingDump.
@@ -242,7 +236,7 @@ func (ix *Index) applyLocked(w *workerState, b *wire.KVEventBatch, replay bool) 
 		// The engine's first batch: the stream from id 1 is complete, so an
 		// empty index plus this batch is exact without a dump.
 		if w.synced {
-			ix.clearWorker(w)
+			ix.dropEntries(w)
 			ix.m.gaps[reason].Inc()
 			ix.log.Info("worker restarted", zap.String("worker", w.name),
 				zap.Uint64("old_instance", w.instance), zap.Uint64("instance", b.Instance))
@@ -261,17 +255,18 @@ func (ix *Index) applyLocked(w *workerState, b *wire.KVEventBatch, replay bool) 
 	skip := int(w.lastID + 1 - b.FirstID) // > 0 only when replaying
 	limit := int64(w.capacity) + int64(w.capacity)*int64(ix.cfg.CapacitySlackPercent)/100
 	var stored, removed, cleared int
+	id := w.ID()
 	for i := skip; i < len(b.Events); i++ {
 		e := &b.Events[i]
 		switch e.Kind {
 		case wire.KVStored:
-			if e.HasParent && !ix.holds(e.Parent, w.id) {
+			if e.HasParent && !ix.holds(e.Parent, id) {
 				ix.m.count(stored, removed, cleared)
 				return ix.resetLocked(w, b, ResetUnknownParent)
 			}
 			added := 0
 			for _, h := range e.Hashes {
-				if ix.add(h, w.id) {
+				if ix.add(h, id) {
 					added++
 				}
 			}
@@ -283,14 +278,15 @@ func (ix *Index) applyLocked(w *workerState, b *wire.KVEventBatch, replay bool) 
 		case wire.KVRemoved:
 			gone := 0
 			for _, h := range e.Hashes {
-				if ix.remove(h, w.id) {
+				if ix.remove(h, id) {
 					gone++
 				}
 			}
 			w.blocks.Add(int64(-gone))
 			removed += len(e.Hashes)
 		case wire.KVCleared:
-			ix.clearWorker(w)
+			ix.dropEntries(w)
+			id = w.ID()
 			cleared++
 		}
 		w.lastID = b.FirstID + uint64(i)
@@ -299,19 +295,16 @@ func (ix *Index) applyLocked(w *workerState, b *wire.KVEventBatch, replay bool) 
 	return OutcomeApplied
 }
 
-// resetLocked hides w's entries, buffers b and asks for a dump.
+// resetLocked drops w's entries, buffers b and asks for a dump.
 func (ix *Index) resetLocked(w *workerState, b *wire.KVEventBatch, reason ResetReason) Outcome {
-	ix.hideWorker(w)
+	ix.dropEntries(w)
 	w.synced, w.resyncing = false, true
 	w.buffer = append(w.buffer[:0], b)
 	ix.m.gaps[reason].Inc()
 	ix.log.Info("worker reset, dump needed", zap.String("worker", w.name),
 		zap.Stringer("reason", reason), zap.Uint64("instance", b.Instance),
 		zap.Uint64("first_id", b.FirstID), zap.Uint64("last_applied_id", w.lastID))
-	select {
-	case ix.resync <- struct{}{}:
-	default: // a kick is already pending; the repair loop lists all workers
-	}
+	ix.kick()
 	return OutcomeResync
 }
 
@@ -338,15 +331,16 @@ func (ix *Index) ApplyDump(d *Dump) Outcome {
 	if !w.resyncing || w.removed {
 		return OutcomeIgnored
 	}
-	ix.clearWorker(w)
+	ix.dropEntries(w) // normally none: the reset dropped them
 	limit := w.capacity + w.capacity*ix.cfg.CapacitySlackPercent/100
 	added := 0
+	id := w.ID()
 	for _, h := range d.Hashes {
 		if added >= limit {
 			ix.m.dumpTruncated.Inc()
 			break
 		}
-		if ix.add(h, w.id) {
+		if ix.add(h, id) {
 			added++
 		}
 	}

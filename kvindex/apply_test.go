@@ -1,8 +1,10 @@
 package kvindex
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchyard/switchyard/wire"
@@ -224,4 +226,35 @@ func TestTwoLoadReportsAheadOfTheIndexRevealALostTrailingBatch(t *testing.T) {
 	require.Equal(t, OutcomeResync, ix.NoteLastEventID("a", 9, 3), "still behind on the second report")
 	require.True(t, ix.NeedsDump("a"))
 	require.Equal(t, OutcomeIgnored, ix.NoteLastEventID("a", 10, 5), "another instance is the batches' business")
+}
+
+func TestIndexCountersAreExportedUnderTheirNames(t *testing.T) {
+	ix, reg, _ := newTestIndex(t)
+	mustApply(t, ix, "a", 9, 1, stored(nil, chain(1, 3)...), removed(chain(1, 3)[2]))
+	mustApply(t, ix, "a", 9, 5)
+	want := `
+# HELP switchyard_index_blocks Exact (block, worker) entries in the index.
+# TYPE switchyard_index_blocks gauge
+switchyard_index_blocks 0
+# HELP switchyard_index_events_applied_total KV block events applied to the index, by kind (stored and removed count blocks, cleared counts events).
+# TYPE switchyard_index_events_applied_total counter
+switchyard_index_events_applied_total{kind="cleared"} 0
+switchyard_index_events_applied_total{kind="removed"} 1
+switchyard_index_events_applied_total{kind="stored"} 3
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"switchyard_index_events_applied_total", "switchyard_index_blocks"))
+	require.Equal(t, 1.0, metricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "gap"}))
+}
+
+func TestDroppingEntriesWithNoIDLeftFallsBackToAnImmediateScan(t *testing.T) {
+	ix, _, _ := newTestIndex(t, func(c *Config) { c.MaxWorkers = 1 }) // ids for one worker plus one retired
+	h := chain(1, 4)
+	mustApply(t, ix, "a", 9, 1, stored(nil, h...))
+	require.Equal(t, OutcomeApplied, mustApply(t, ix, "a", 10, 1, stored(nil, h[:1]...)), "restart: the old id is retired")
+	require.Equal(t, OutcomeApplied, mustApply(t, ix, "a", 11, 1, stored(nil, h[:2]...)), "restart again before any ClearStale")
+	require.Equal(t, []Match{{"a", 2}}, ix.Lookup(h, nil))
+	require.Equal(t, sortedHashes(h[:2]), sortedHashes(ix.WorkerHashes("a", nil)))
+	require.Equal(t, 4, ix.ClearStale(), "only the first restart's entries waited for the scan")
+	require.Equal(t, []Match{{"a", 2}}, ix.Lookup(h, nil))
 }

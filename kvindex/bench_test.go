@@ -204,24 +204,43 @@ func BenchmarkApplyStored(b *testing.B) {
 	}
 }
 
-// BenchmarkRemoveWorker measures dropping one worker's 16k blocks from the
-// fleet index (a full scan; also the cost of a reset after a gap). The
-// worker's blocks are restored between iterations, untimed.
-func BenchmarkRemoveWorker(b *testing.B) {
-	f := buildFleet(b)
-	w := f.ix.lookupWorker("worker-0000")
-	held := f.ix.WorkerHashes("worker-0000", nil)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		w.mu.Lock()
-		f.ix.clearWorker(w)
-		w.mu.Unlock()
-		b.StopTimer()
-		for _, h := range held {
-			f.ix.add(h, w.id)
-		}
-		w.blocks.Store(int64(len(held)))
-		b.StartTimer()
+// BenchmarkClearStale measures dropping the 16k blocks of k fleet workers
+// at once (a gap storm, a restart wave or removals): each drop is O(1) on
+// the apply path, and one ClearStale scan of the whole index reclaims them
+// all. The workers' blocks are restored between iterations, untimed.
+func BenchmarkClearStale(b *testing.B) {
+	for _, k := range []int{1, 32} {
+		b.Run(fmt.Sprintf("dropped_workers=%d", k), func(b *testing.B) {
+			f := buildFleet(b)
+			ws := make([]*workerState, k)
+			held := make([][]uint64, k)
+			for i := range ws {
+				name := fmt.Sprintf("worker-%04d", i)
+				ws[i] = f.ix.lookupWorker(name)
+				held[i] = f.ix.WorkerHashes(name, nil)
+			}
+			b.ResetTimer()
+			for n := 0; n < b.N; n++ {
+				for _, w := range ws {
+					w.mu.Lock()
+					f.ix.dropEntries(w)
+					w.mu.Unlock()
+				}
+				f.ix.ClearStale()
+				b.StopTimer()
+				for i, w := range ws {
+					for _, h := range held[i] {
+						f.ix.add(h, w.ID())
+					}
+					w.blocks.Store(int64(len(held[i])))
+				}
+				b.StartTimer()
+			}
+			dropped := 0
+			for _, h := range held {
+				dropped += len(h)
+			}
+			b.ReportMetric(float64(dropped), "blocks-dropped")
+		})
 	}
-	b.ReportMetric(float64(len(held)), "blocks")
 }

@@ -22,10 +22,13 @@
 // shard is an open-addressing table read with atomic loads under a sequence
 // counter (table.go). Writers serialise per shard on a mutex, and event
 // application serialises per worker on that worker's mutex, so different
-// workers apply in parallel. A reset hides a worker's entries at once and a
-// later ClearStale scan removes them for all reset workers together. Lock
-// order: worker mutex, then the clear mutex, then the mask mutex; shard
-// mutexes are innermost. The Index starts no goroutine.
+// workers apply in parallel. Dropping a worker's entries (gap, restart,
+// cleared cache, removal) never scans on the apply path: the worker's
+// interned id is retired (masked out of lookups at once) and the worker
+// continues under a fresh id; one ClearStale scan later reclaims every
+// retired id together. Lock order: worker mutex, clear mutex, registry
+// mutex, mask mutex; shard mutexes are innermost. The Index starts no
+// goroutine.
 //
 // Subscriber.Run owns every goroutine of the ingest (reader, apply shards,
 // repair loop, sweep loop) and returns only after all of them exited. A

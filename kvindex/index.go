@@ -22,9 +22,9 @@ import (
 // 500 entries.
 //
 // There is deliberately no per-worker list of hashes: it would double the
-// memory. Dropping a worker (removal, gap, restart) scans the shards instead;
-// that is rare and O(index size), and every scan step holds one shard's
-// writer lock only (readers never wait for it).
+// memory. Dropping a worker's entries retires its id instead, and
+// ClearStale reclaims retired ids with one scan of the shards, O(index
+// size), holding one shard's writer lock at a time (readers never wait).
 const (
 	numShards   = 256
 	maxWorkerID = 0xFFFE
@@ -65,12 +65,15 @@ type Index struct {
 
 	pred predictions
 
-	// A reset worker's entries are hidden at once by masked (a bitset of
-	// worker ids, copy-on-write) and removed later by one scan for all
-	// workers reset meanwhile (ClearStale), so a gap costs the apply path
-	// nothing and a gap storm costs one scan, not one per worker. clearMu
-	// serialises scans, so an id is never reused while a scan may still
-	// remove it. Lock order: workerState.mu, then clearMu, then maskMu.
+	// Dropping a worker's entries (reset, restart, cleared cache, removal)
+	// retires its interned id: the id is masked at once, so lookups stop
+	// seeing its entries, and the worker continues under a fresh id. One
+	// ClearStale scan later removes the entries of every id retired
+	// meanwhile and frees those ids. So the apply path never scans, and a
+	// gap storm costs one scan, not one per worker. clearMu serialises
+	// scans. Lock order: workerState.mu, clearMu, regMu, maskMu; shard
+	// mutexes are innermost.
+	retired []uint16 // guarded by regMu
 	clearMu sync.Mutex
 	maskMu  sync.Mutex
 	masked  atomic.Pointer[[]uint64]
@@ -100,10 +103,10 @@ func New(cfg Config, clock Clock, log *zap.Logger, reg prometheus.Registerer) (*
 		resync: make(chan struct{}, 1),
 	}
 	for i := range ix.shards {
-		ix.shards[i].init((cfg.MaxWorkers + 1 + 63) / 64)
+		ix.shards[i].init(idWords(cfg))
 	}
 	ix.pred.init()
-	noMask := make([]uint64, (cfg.MaxWorkers+1+63)/64)
+	noMask := make([]uint64, idWords(cfg))
 	ix.masked.Store(&noMask)
 	empty := make([]string, 1)
 	ix.names.Store(&empty)
@@ -112,6 +115,13 @@ func New(cfg Config, clock Clock, log *zap.Logger, reg prometheus.Registerer) (*
 }
 
 func (ix *Index) shardOf(h uint64) *shard { return &ix.shards[h&(numShards-1)] }
+
+// idSpace is the number of interned ids: MaxWorkers plus a quarter for ids
+// retired and not yet reclaimed by ClearStale.
+func idSpace(cfg Config) int { return min(cfg.MaxWorkers+cfg.MaxWorkers/4+1, maxWorkerID) }
+
+// idWords is the width of worker bitsets in 64-bit words (id 0 unused).
+func idWords(cfg Config) int { return (idSpace(cfg) + 1 + 63) / 64 }
 
 // worker returns the state of name, registering it if needed.
 func (ix *Index) worker(name string) (*workerState, error) {
@@ -123,25 +133,47 @@ func (ix *Index) worker(name string) (*workerState, error) {
 	if len(ix.byName) >= ix.cfg.MaxWorkers {
 		return nil, fmt.Errorf("%w: registering %s beyond %d", ErrTooManyWorkers, name, ix.cfg.MaxWorkers)
 	}
-	var id uint16
-	if n := len(ix.freeIDs); n > 0 {
-		id = ix.freeIDs[n-1]
-		ix.freeIDs = ix.freeIDs[:n-1]
-	} else {
-		id = uint16(len(ix.byID))
-		ix.byID = append(ix.byID, nil)
+	w := &workerState{name: name, capacity: ix.cfg.DefaultWorkerBlocks}
+	id, ok := ix.allocIDLocked()
+	if !ok {
+		return nil, fmt.Errorf("%w: no free id for %s until retired ids are cleared", ErrTooManyWorkers, name)
 	}
-	w := &workerState{id: id, name: name, capacity: ix.cfg.DefaultWorkerBlocks}
 	ix.byName[name] = w
-	ix.byID[id] = w
-	names := make([]string, len(ix.byID))
-	copy(names, *ix.names.Load())
-	names[id] = name
-	ix.names.Store(&names)
+	ix.bindLocked(w, id)
+	return w, nil
+}
+
+// allocIDLocked takes a free interned id. The caller holds regMu.
+func (ix *Index) allocIDLocked() (uint16, bool) {
+	if n := len(ix.freeIDs); n > 0 {
+		id := ix.freeIDs[n-1]
+		ix.freeIDs = ix.freeIDs[:n-1]
+		return id, true
+	}
+	if len(ix.byID) > idSpace(ix.cfg) {
+		return 0, false
+	}
+	ix.byID = append(ix.byID, nil)
 	if need := int32(len(ix.byID)+63) / 64; need > ix.words.Load() {
 		ix.words.Store(need)
 	}
-	return w, nil
+	return uint16(len(ix.byID) - 1), true
+}
+
+// bindLocked gives w the id. The caller holds regMu (and w.mu if w is
+// already visible to other goroutines).
+func (ix *Index) bindLocked(w *workerState, id uint16) {
+	ix.byID[id] = w
+	w.id.Store(uint32(id))
+	ix.setNameLocked(id, w.name)
+}
+
+func (ix *Index) setNameLocked(id uint16, name string) {
+	old := *ix.names.Load()
+	names := make([]string, max(len(ix.byID), len(old)))
+	copy(names, old)
+	names[id] = name
+	ix.names.Store(&names)
 }
 
 func (ix *Index) lookupWorker(name string) *workerState {
@@ -159,21 +191,17 @@ func (ix *Index) RemoveWorker(name string) {
 		return
 	}
 	w.mu.Lock()
-	ix.clearWorker(w)
+	defer w.mu.Unlock()
 	w.removed = true
 	w.buffer = nil
-	w.mu.Unlock()
-	ix.pred.removeWorker(w.id)
 	ix.regMu.Lock()
-	delete(ix.byName, name)
-	ix.byID[w.id] = nil
-	names := make([]string, len(ix.byID))
-	copy(names, *ix.names.Load())
-	names[w.id] = ""
-	ix.names.Store(&names)
-	// The id is reused only now that no entry refers to it.
-	ix.freeIDs = append(ix.freeIDs, w.id)
-	ix.regMu.Unlock()
+	defer ix.regMu.Unlock()
+	if ix.byName[name] == w {
+		delete(ix.byName, name)
+	}
+	ix.retireLocked(w)
+	w.blocks.Store(0)
+	ix.kick()
 }
 
 // SetCapacity tells the index worker's KV size in blocks
@@ -217,37 +245,62 @@ func (ix *Index) holds(h uint64, id uint16) bool {
 	return s.holdsLocked(h, id)
 }
 
-// clearWorker removes every exact entry of w now, by scanning all shards.
-// The caller holds w.mu.
-func (ix *Index) clearWorker(w *workerState) {
-	ix.clearMu.Lock()
-	defer ix.clearMu.Unlock()
+// dropEntries makes all of w's entries vanish at once: its id is retired
+// (masked, reclaimed by the next ClearStale) and w continues under a fresh
+// one. The caller holds w.mu. If no id is free it falls back to removing the
+// entries now, with a scan.
+func (ix *Index) dropEntries(w *workerState) {
 	if w.blocks.Load() == 0 {
-		ix.setMask(w.id, false)
-		w.stale.Store(false)
 		return
 	}
-	removed := 0
+	ix.regMu.Lock()
+	id, ok := ix.allocIDLocked()
+	if ok {
+		ix.retireLocked(w)
+		ix.bindLocked(w, id)
+	}
+	ix.regMu.Unlock()
+	if !ok {
+		ix.clearNow(w)
+		return
+	}
+	w.blocks.Store(0)
+	ix.kick()
+}
+
+// retireLocked masks w's current id and queues it for ClearStale. The
+// caller holds w.mu and regMu.
+func (ix *Index) retireLocked(w *workerState) {
+	old := w.ID()
+	if ix.byID[old] == w {
+		ix.byID[old] = nil
+		ix.setNameLocked(old, "")
+	}
+	ix.setMask(old, true)
+	ix.retired = append(ix.retired, old)
+}
+
+// clearNow removes w's entries by scanning every shard. The caller holds
+// w.mu.
+func (ix *Index) clearNow(w *workerState) {
+	ix.clearMu.Lock()
+	defer ix.clearMu.Unlock()
+	id := w.ID()
 	for i := range ix.shards {
 		s := &ix.shards[i]
 		s.mu.Lock()
-		removed += s.clearLocked(w.id)
+		s.clearLocked(id)
 		s.mu.Unlock()
 	}
-	w.blocks.Add(int64(-removed))
-	ix.setMask(w.id, false)
-	w.stale.Store(false)
+	w.blocks.Store(0)
 }
 
-// hideWorker makes w's entries invisible to lookups at once and leaves
-// their removal to ClearStale (or to the next clearWorker of w). The caller
-// holds w.mu.
-func (ix *Index) hideWorker(w *workerState) {
-	if w.blocks.Load() == 0 || w.stale.Load() {
-		return
+// kick wakes the Subscriber's repair loop (non-blocking, size one).
+func (ix *Index) kick() {
+	select {
+	case ix.resync <- struct{}{}:
+	default: // a kick is pending; the loop handles everything it finds
 	}
-	w.stale.Store(true)
-	ix.setMask(w.id, true)
 }
 
 func (ix *Index) setMask(id uint16, on bool) {
@@ -264,19 +317,23 @@ func (ix *Index) setMask(id uint16, on bool) {
 	ix.masked.Store(&m)
 }
 
-// ClearStale removes the hidden entries of every worker reset since the
-// last call, in one scan of the index, and returns how many entries it
-// removed. The Subscriber's repair loop calls it before fetching dumps.
+// ClearStale removes the entries (exact and predicted) of every id retired
+// since the last call, in one scan of the index, frees those ids and
+// returns how many entries it removed. The Subscriber's repair loop calls
+// it whenever it is kicked.
 func (ix *Index) ClearStale() int {
 	ix.clearMu.Lock()
 	defer ix.clearMu.Unlock()
-	mask := *ix.masked.Load()
-	any := false
-	for _, word := range mask {
-		any = any || word != 0
-	}
-	if !any {
+	ix.regMu.Lock()
+	ids := ix.retired
+	ix.retired = nil
+	ix.regMu.Unlock()
+	if len(ids) == 0 {
 		return 0
+	}
+	mask := make([]uint64, len(*ix.masked.Load()))
+	for _, id := range ids {
+		mask[id/64] |= 1 << (id % 64)
 	}
 	counts := make([]int64, len(mask)*64)
 	for i := range ix.shards {
@@ -285,29 +342,25 @@ func (ix *Index) ClearStale() int {
 		s.clearSetLocked(mask, counts)
 		s.mu.Unlock()
 	}
+	ix.pred.filter(func(e pred) bool { return mask[e.id/64]&(1<<(e.id%64)) == 0 })
+	total := int64(0)
+	for _, id := range ids {
+		total += counts[id]
+		// Unmask before freeing: once free, the id may be bound and
+		// retired again, and its mask bit is then no longer ours.
+		ix.setMask(id, false)
+	}
 	ix.regMu.Lock()
-	ws := make([]*workerState, 0, 8)
-	for id := range counts {
-		if mask[id/64]&(1<<(id%64)) != 0 && id < len(ix.byID) && ix.byID[id] != nil {
-			ws = append(ws, ix.byID[id])
-		}
-	}
+	ix.freeIDs = append(ix.freeIDs, ids...)
 	ix.regMu.Unlock()
-	total := 0
-	for _, w := range ws {
-		w.blocks.Add(-counts[w.id])
-		total += int(counts[w.id])
-		w.stale.Store(false)
-		ix.setMask(w.id, false)
-	}
-	return total
+	return int(total)
 }
 
 // Lookup appends to dst, in no particular order, every worker whose cache
 // holds a prefix of seqHashes, with the number of leading blocks it holds
 // (the larger of its exact and predicted depth). It walks the hashes in order
 // and stops as soon as no worker remains. With a dst of sufficient capacity
-// it does not allocate for up to 4096 workers.
+// it does not allocate for up to 4096 interned ids.
 func (ix *Index) Lookup(seqHashes []uint64, dst []Match) []Match {
 	if len(seqHashes) == 0 {
 		return dst
@@ -405,7 +458,7 @@ func (ix *Index) Blocks(name string) int {
 	if w == nil {
 		return 0
 	}
-	return w.visibleBlocks()
+	return int(w.blocks.Load())
 }
 
 // TotalBlocks returns the number of exact (block, worker) entries.
@@ -414,7 +467,7 @@ func (ix *Index) TotalBlocks() int {
 	defer ix.regMu.Unlock()
 	n := 0
 	for _, w := range ix.byName {
-		n += w.visibleBlocks()
+		n += int(w.blocks.Load())
 	}
 	return n
 }
@@ -423,22 +476,25 @@ func (ix *Index) TotalBlocks() int {
 // tests and diagnostics; routing uses Lookup.
 func (ix *Index) Held(name string, h uint64) bool {
 	w := ix.lookupWorker(name)
-	return w != nil && !w.stale.Load() && ix.holds(h, w.id)
+	return w != nil && ix.holds(h, w.ID())
 }
 
 // WorkerHashes appends every exact hash worker holds to dst, by scanning the
 // whole index. It is for tests and diagnostics, not the request path.
 func (ix *Index) WorkerHashes(name string, dst []uint64) []uint64 {
 	w := ix.lookupWorker(name)
-	if w == nil || w.stale.Load() {
+	if w == nil {
 		return dst
 	}
+	w.mu.Lock() // the id must not change under the scan
+	defer w.mu.Unlock()
+	id := w.ID()
 	for i := range ix.shards {
 		s := &ix.shards[i]
 		s.mu.Lock()
 		t := s.tab.Load()
 		for j := range t.slots {
-			if v := t.slots[j].val.Load(); v != 0 && s.valHolds(v, w.id) {
+			if v := t.slots[j].val.Load(); v != 0 && s.valHolds(v, id) {
 				dst = append(dst, t.slots[j].key.Load())
 			}
 		}

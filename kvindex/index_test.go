@@ -84,7 +84,9 @@ func TestRemoveWorkerDropsAllItsEntriesAndItsIdIsReusedCleanly(t *testing.T) {
 	_, ok := ix.Digest("a")
 	require.False(t, ok, "a removed worker has no digest")
 
-	// A new worker takes a's interned id; none of a's entries may resurface.
+	// Once reclaimed, a new worker takes a's interned id; none of a's
+	// entries may resurface.
+	require.Equal(t, 4, ix.ClearStale())
 	mustApply(t, ix, "c", 1, 1, stored(nil, chain(5, 1)...))
 	require.Equal(t, []Match{{"b", 2}}, ix.Lookup(h, nil))
 	require.Equal(t, 3, ix.TotalBlocks())

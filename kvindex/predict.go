@@ -53,6 +53,11 @@ func (ix *Index) PredictUntil(worker string, seqHashes []uint64, expires time.Ti
 	if err != nil {
 		return err
 	}
+	// Hold the worker's lock so that its id cannot be retired (and, after
+	// ClearStale, handed to another worker) while entries are added under it.
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	id := w.ID()
 	exp := expires.UnixNano()
 	if exp <= ix.clock.Now().UnixNano() {
 		return nil
@@ -65,7 +70,7 @@ func (ix *Index) PredictUntil(worker string, seqHashes []uint64, expires time.Ti
 		list := s.m[h]
 		found := false
 		for i := range list {
-			if list[i].id == w.id {
+			if list[i].id == id {
 				list[i].exp = max(list[i].exp, exp)
 				found = true
 				break
@@ -78,7 +83,7 @@ func (ix *Index) PredictUntil(worker string, seqHashes []uint64, expires time.Ti
 				ix.m.predDrops.Inc()
 				continue
 			}
-			s.m[h] = append(list, pred{id: w.id, exp: exp})
+			s.m[h] = append(list, pred{id: id, exp: exp})
 			p.count.Add(1)
 		}
 		s.mu.Unlock()
@@ -95,10 +100,6 @@ func (ix *Index) SweepPredictions() int {
 // PredictedEntries returns the number of predicted (hash, worker) entries not
 // yet swept.
 func (ix *Index) PredictedEntries() int { return int(ix.pred.count.Load()) }
-
-func (p *predictions) removeWorker(id uint16) {
-	p.filter(func(e pred) bool { return e.id != id })
-}
 
 // filter keeps the entries for which keep is true and returns how many it
 // dropped.

@@ -128,6 +128,7 @@ func TestADumpWithoutResponderIsRetriedUntilTheWorkerAnswers(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		w.step()
 	}
+	require.NoError(t, w.nc.Flush(), "the server has routed the batches before the replica subscribes")
 	r := startReplica(t, n)
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		w.heartbeat()

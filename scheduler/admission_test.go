@@ -278,16 +278,37 @@ func TestCancelRemovesAQueuedRequestAndCountsItOnce(t *testing.T) {
 }
 
 func TestCancellingABlockedHeadLetsTheNextRequestIn(t *testing.T) {
+	c := classCfg("c", PolicyFCFS)
+	c.BusyPrefillTokens = 1000
+	h := newHarness(t, workers(1, 0), c)
+	h.enqueue(req("running", "c", 500)) // 500 prefill tokens in flight
+	h.granted("running")
+	h.enqueue(req("head", "c", 800)) // 1300 > 1000: the worker is busy for it
+	h.enqueue(req("behind", "c", 100))
+	h.pending("head")
+	h.pending("behind") // it would fit, but it is behind an unconstrained head
+
+	h.core.Cancel("head")
+	h.granted("behind")
+}
+
+func TestAHeadBlockedOnlyByItsPinnedWorkerDoesNotHoldUpItsClass(t *testing.T) {
 	h := newHarness(t, workers(2, 1), classCfg("c", PolicyFCFS))
-	h.occupy("c", 1) // w0 busy
+	ids := h.occupy("c", 1) // w0 busy, w1 free
 	head := req("head", "c", 10)
 	head.Pinned = "w0"
 	h.enqueue(head)
-	h.enqueue(req("behind", "c", 10))
-	h.pending("behind")
+	allowed := req("allowed", "c", 10)
+	allowed.Allowed = []string{"w0"}
+	h.enqueue(allowed)
+	h.enqueue(req("free", "c", 10))
 
-	h.core.Cancel("head")
-	require.Equal(t, "w1", h.granted("behind").Worker)
+	require.Equal(t, "w1", h.granted("free").Worker, "the class goes on past entries waiting for w0")
+	h.pending("head")
+	h.pending("allowed")
+	h.core.Finish(ids[0])
+	require.Equal(t, "w0", h.granted("head").Worker, "queue order holds among the entries waiting for w0")
+	h.pending("allowed")
 }
 
 func TestRefusedGrantRollsTheBookingBackAndCountsCancelled(t *testing.T) {

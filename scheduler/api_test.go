@@ -151,7 +151,7 @@ func TestVersionedLoadViewIsReadAgainOnlyWhenItsVersionChanges(t *testing.T) {
 	require.Equal(t, 4, view.calls, "one refresh of four workers serves both selections")
 
 	view.version, view.load = 2, WorkerLoad{ActiveRequests: 2} // every worker now full remotely
-	var got error = errors.New("not answered")
+	got := errors.New("not answered")
 	c.Enqueue(req("c", "c", 10), func(_ Grant, err error) bool { got = err; return true })
 	require.Equal(t, 8, view.calls)
 	require.EqualError(t, got, "not answered", "the remote load keeps the request queued")

@@ -76,7 +76,12 @@ func BenchmarkAdmission(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- a.Run(ctx) }()
-		defer func() { cancel(); <-done }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				b.Error(err)
+			}
+		}()
 		r := benchRequest(1000)
 		b.ReportAllocs()
 		b.ResetTimer()

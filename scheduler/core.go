@@ -30,10 +30,15 @@ type class struct {
 	pendingCached int64
 	counters      Counters
 
-	// head selection cached for one popNext call (selGen == Core.gen)
-	selGen uint64
-	selIdx int
-	selOK  bool
+	// candidate cached for one popNext call (selGen == Core.gen)
+	selGen   uint64
+	selEntry *entry
+	selIdx   int
+
+	// The class was found blocked at capacity epoch blockedAt; it stays
+	// blocked until capacity frees (Core.capEpoch moves) or its queue changes.
+	blocked   bool
+	blockedAt uint64
 }
 
 // workerSlot is one registered worker with its ledger and what the selector
@@ -78,6 +83,11 @@ type Core struct {
 
 	remoteVer   uint64 // LoadVersion the cached remote loads reflect
 	remoteValid bool
+	// capEpoch moves whenever capacity may have been freed (a booking ended,
+	// prefill finished, workers, classes or remote load changed). Nothing
+	// else can unblock a waiting class, so blocked classes are not
+	// re-evaluated until it moves or their own queue changes.
+	capEpoch uint64
 
 	epoch    time.Time // arrival offsets are measured from here
 	instance uint64
@@ -110,6 +120,8 @@ type Core struct {
 	allow    []uint64 // allow-list stamp per worker index
 	stamp    uint64
 	touched  []int
+	front    []int // candidate's heap walk
+	cands    []int // allowed worker indices of the request being selected
 	ties     []int
 	costs    []float64
 	freeEnt  []*entry
@@ -354,6 +366,7 @@ func (h entryHeap) len() int { return len(h) }
 func (c *Core) push(e *entry) {
 	cls := e.cls
 	cls.q.push(e)
+	cls.blocked = false
 	if e.hasDue {
 		c.due.push(e)
 	}
@@ -366,6 +379,7 @@ func (c *Core) push(e *entry) {
 // unqueue removes e from every index and releases its queue accounting.
 func (c *Core) unqueue(e *entry) {
 	cls := e.cls
+	cls.blocked = false
 	if e.qi >= 0 {
 		cls.q.remove(e.qi)
 	}
@@ -408,6 +422,9 @@ func (c *Core) rejectEntry(e *entry, reason Reason, detail string) {
 
 // drain admits queued requests until nothing is dispatchable.
 func (c *Core) drain() {
+	if c.queued > 0 {
+		c.refreshRemote()
+	}
 	for c.queued > 0 {
 		e, idx := c.popNext()
 		if e == nil {
@@ -426,14 +443,17 @@ func (c *Core) drain() {
 
 // Drain re-evaluates the queues. Call it when capacity may have changed
 // outside the Core's knowledge (other replicas' load through the LoadView).
-func (c *Core) Drain() { c.drain() }
+func (c *Core) Drain() {
+	c.capEpoch++
+	c.drain()
+}
 
 // popNext picks the next entry by deficit round robin across classes and
-// removes it from the queue. Only classes whose head has a worker right now
-// (dispatchable) take part: the others keep their deficit but do not grow it.
-// When a whole cycle passes without service, the bulk-credit step skips the
-// rounds in which nobody could afford their head. It returns nil when no
-// class is dispatchable.
+// removes it from the queue. Only dispatchable classes take part (see
+// candidate); the others keep their deficit but do not grow it. When a whole
+// cycle passes without service, the bulk-credit step skips the rounds in
+// which nobody could afford their candidate. It returns nil when no class is
+// dispatchable.
 func (c *Core) popNext() (*entry, int) {
 	n := len(c.ring)
 	if n == 0 {
@@ -449,16 +469,15 @@ func (c *Core) popNext() (*entry, int) {
 	idle := 0
 	for {
 		cls := c.ring[c.cursor]
-		if idx, ok := c.headSelection(cls); ok {
-			head := cls.q[0]
+		if e, idx := c.candidate(cls); e != nil {
 			if !c.turn {
 				cls.deficit += cls.cfg.Quantum
 				c.turn = true
 			}
-			if cls.deficit >= head.cost {
-				cls.deficit -= head.cost
-				c.unqueue(head)
-				return head, idx
+			if cls.deficit >= e.cost {
+				cls.deficit -= e.cost
+				c.unqueue(e)
+				return e, idx
 			}
 		}
 		c.cursor = (c.cursor + 1) % n
@@ -467,15 +486,16 @@ func (c *Core) popNext() (*entry, int) {
 			continue
 		}
 		// A full cycle without service: every dispatchable class got one
-		// quantum and still cannot afford its head. Skip ahead k-1 rounds,
-		// where k is the fewest rounds any of them still needs; the next cycle
-		// serves that class.
+		// quantum and still cannot afford its candidate. Skip ahead k-1
+		// rounds, where k is the fewest rounds any of them still needs; the
+		// next cycle serves that class.
 		k := int64(-1)
 		for _, x := range c.ring {
-			if _, ok := c.headSelection(x); !ok {
+			e, _ := c.candidate(x)
+			if e == nil {
 				continue
 			}
-			need := (x.q[0].cost - x.deficit + x.cfg.Quantum - 1) / x.cfg.Quantum
+			need := (e.cost - x.deficit + x.cfg.Quantum - 1) / x.cfg.Quantum
 			if k < 0 || need < k {
 				k = need
 			}
@@ -486,7 +506,7 @@ func (c *Core) popNext() (*entry, int) {
 		}
 		if k > 1 {
 			for _, x := range c.ring {
-				if _, ok := c.headSelection(x); ok {
+				if e, _ := c.candidate(x); e != nil {
 					x.deficit += (k - 1) * x.cfg.Quantum
 				}
 			}
@@ -495,17 +515,57 @@ func (c *Core) popNext() (*entry, int) {
 	}
 }
 
-// headSelection selects a worker for the class head, once per popNext.
-func (c *Core) headSelection(cls *class) (int, bool) {
+// constraintLookahead bounds how many queued entries candidate examines.
+const constraintLookahead = 16
+
+// candidate is the class's next entry to dispatch and its worker, or nil when
+// the class must wait. It walks the queue in order from the head: the first
+// entry that has a worker right now wins, and an entry blocked with no worker
+// constraint stops the walk (the class waits for capacity, in order). An
+// entry blocked only because its pinned or allowed workers are full is
+// stepped over, up to constraintLookahead entries, so one busy pinned worker
+// does not hold up the whole class. Computed once per popNext.
+func (c *Core) candidate(cls *class) (*entry, int) {
 	if cls.selGen == c.gen {
-		return cls.selIdx, cls.selOK
+		return cls.selEntry, cls.selIdx
 	}
-	cls.selGen = c.gen
-	cls.selIdx, cls.selOK = -1, false
-	if len(cls.q) > 0 {
-		cls.selIdx, cls.selOK = c.selectWorker(cls.q[0].req, &cls.cfg)
+	cls.selGen, cls.selEntry, cls.selIdx = c.gen, nil, -1
+	// A plain LoadView can change under us at any time: no memo then.
+	memo := c.load == nil || c.vload != nil
+	if memo && cls.blocked && cls.blockedAt == c.capEpoch {
+		return nil, -1
 	}
-	return cls.selIdx, cls.selOK
+	// In-order walk of the heap: a frontier of heap positions, smallest first.
+	front := append(c.front[:0], 0)
+	for steps := 0; steps < constraintLookahead && len(front) > 0 && len(cls.q) > 0; steps++ {
+		j := 0
+		for k := 1; k < len(front); k++ {
+			if cls.q[front[k]].before(cls.q[front[j]]) {
+				j = k
+			}
+		}
+		qi := front[j]
+		front[j] = front[len(front)-1]
+		front = front[:len(front)-1]
+		e := cls.q[qi]
+		if idx, ok := c.selectWorker(e.req, &cls.cfg); ok {
+			cls.selEntry, cls.selIdx = e, idx
+			break
+		}
+		if e.req.Pinned == "" && len(e.req.Allowed) == 0 {
+			break
+		}
+		for _, ch := range [2]int{2*qi + 1, 2*qi + 2} {
+			if ch < len(cls.q) {
+				front = append(front, ch)
+			}
+		}
+	}
+	c.front = front
+	if cls.selEntry == nil && len(cls.q) > 0 {
+		cls.blocked, cls.blockedAt = true, c.capEpoch
+	}
+	return cls.selEntry, cls.selIdx
 }
 
 // admit is the canonical admission path after selection: book, respond, and
@@ -624,6 +684,7 @@ func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, p
 }
 
 func (c *Core) free(b *booking) {
+	c.capEpoch++
 	b.ledger.remove(b)
 	c.expiry.remove(b.ei)
 	delete(c.bookings, b.id)
@@ -659,8 +720,11 @@ func (c *Core) FirstToken(id BookingID) {
 		return
 	}
 	c.acknowledge(b)
-	b.ledger.prefill -= b.prefill
-	b.prefill = 0
+	if b.prefill > 0 {
+		c.capEpoch++
+		b.ledger.prefill -= b.prefill
+		b.prefill = 0
+	}
 	c.drain()
 }
 
@@ -756,6 +820,7 @@ func (c *Core) SetWorkers(ws []Worker) {
 		}
 	}
 	c.remoteValid = false
+	c.capEpoch++
 	n := len(c.workers)
 	if cap(c.ovl) < n {
 		c.ovl = make([]int32, n)
@@ -805,6 +870,7 @@ func sortBySeq(es []*entry) {
 // ReasonUnknownClass). Invalid configs are skipped (counted in
 // Snapshot.InvalidConfigs); the last of duplicate names wins.
 func (c *Core) SetClasses(cfgs []ClassConfig) {
+	c.capEpoch++ // thresholds may have changed
 	keep := make(map[string]bool, len(cfgs))
 	c.ring = c.ring[:0]
 	for _, cfg := range cfgs {

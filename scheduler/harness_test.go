@@ -97,14 +97,14 @@ func (h *harness) granted(id string) Grant {
 	return o.grant
 }
 
-func (h *harness) rejected(id string, target error) *RejectError {
+func (h *harness) rejected(id string, target error) RejectError {
 	h.t.Helper()
 	o := h.one(id)
 	require.Errorf(h.t, o.err, "request %s must be rejected", id)
 	require.ErrorIs(h.t, o.err, target)
 	var rej *RejectError
 	require.True(h.t, errors.As(o.err, &rej))
-	return rej
+	return *rej
 }
 
 func (h *harness) pending(id string) {

@@ -15,6 +15,7 @@ func (c *Core) refreshRemote() {
 			return
 		}
 		c.remoteVer, c.remoteValid = v, true
+		c.capEpoch++
 	}
 	for i := range c.workers {
 		s := &c.workers[i]
@@ -50,16 +51,21 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	c.touched = c.touched[:0]
 	for _, o := range r.Overlaps {
 		if i, ok := c.workerIdx[o.Worker]; ok {
-			c.ovl[i] = int32(r.effectiveOverlap(o.Blocks))
+			// the deepest report wins, as in Request.OverlapBlocks
+			c.ovl[i] = max(c.ovl[i], int32(r.effectiveOverlap(o.Blocks)))
 			c.touched = append(c.touched, i)
 		}
 	}
 
+	// Constrained requests iterate their own workers only (deduplicated),
+	// the rest iterate every worker.
 	lo, hi := 0, n
+	cands := c.cands[:0]
 	restricted := false
 	if r.Pinned != "" {
 		i, ok := c.workerIdx[r.Pinned]
 		if !ok {
+			c.resetOverlaps()
 			return -1, false
 		}
 		lo, hi = i, i+1
@@ -67,10 +73,13 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 		restricted = true
 		c.stamp++
 		for _, a := range r.Allowed {
-			if i, ok := c.workerIdx[a]; ok {
+			if i, ok := c.workerIdx[a]; ok && c.allow[i] != c.stamp {
 				c.allow[i] = c.stamp
+				cands = append(cands, i)
 			}
 		}
+		c.cands = cands
+		lo, hi = 0, len(cands)
 	}
 
 	sample := c.cfg.Temperature > 0
@@ -80,9 +89,10 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	// Private blocks depend only on the block size, which is nearly always
 	// uniform across a fleet: compute once per distinct size in a row.
 	lastB, priv := -1, 0
-	for i := lo; i < hi; i++ {
-		if restricted && c.allow[i] != c.stamp {
-			continue
+	for k := lo; k < hi; k++ {
+		i := k
+		if restricted {
+			i = cands[k]
 		}
 		s := &c.workers[i]
 		if b := int(s.blockSize); b != lastB {

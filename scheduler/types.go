@@ -173,14 +173,16 @@ func (r *Request) cachedFromOverlap(blocks, blockSize int) int {
 }
 
 // OverlapBlocks is the effective prefix overlap on worker, in blocks: the
-// reported depth capped to the prompt's full blocks.
+// reported depth (the deepest, if reported twice) capped to the prompt's
+// full blocks.
 func (r *Request) OverlapBlocks(worker string) int {
+	best := 0
 	for _, o := range r.Overlaps {
 		if o.Worker == worker {
-			return r.effectiveOverlap(o.Blocks)
+			best = max(best, r.effectiveOverlap(o.Blocks))
 		}
 	}
-	return 0
+	return best
 }
 
 // CachedTokens is the prompt tokens already cached on worker.
@@ -287,6 +289,8 @@ const (
 	ReasonPredictedMiss
 	ReasonQueueFull
 	ReasonNoEndpoints
+	// ReasonOverloaded is not produced by the Core (its busy thresholds make
+	// requests wait); it is here for adapters that shed load themselves.
 	ReasonOverloaded
 	ReasonOwnershipLost
 	ReasonInvalidConstraint

@@ -119,7 +119,9 @@ func DecodeKVEventBatch(p []byte) (*KVEventBatch, error) {
 	b.TimeUnixNano = int64(r.u64())
 	n := r.count(1)
 	if r.err == nil {
-		b.Events = make([]KVEvent, 0, n)
+		// Events can be one byte on the wire and 40 in memory: grow with
+		// the events actually decoded rather than trusting the count.
+		b.Events = make([]KVEvent, 0, min(n, 1024))
 	}
 	total := 0
 	for i := 0; i < n && r.err == nil; i++ {

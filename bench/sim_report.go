@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// SimReport is the outcome of one simulated run. Everything in it is a
+// function of the configuration and the trace (no wall-clock readings), so
+// its JSON is byte-identical across runs with the same seed.
+type SimReport struct {
+	Label  string        `json:"label"`
+	Config SimConfigInfo `json:"config"`
+	// Summary is the same digest the live runner produces.
+	Summary Summary `json:"summary"`
+	// GoodRequests succeeded and met their deadline (or had none);
+	// GoodputRPS is their rate over the run's duration.
+	GoodRequests int     `json:"good_requests"`
+	GoodputRPS   float64 `json:"goodput_rps"`
+	// SimulatedS is the virtual time from the first arrival to the last
+	// event; Events counts processed events.
+	SimulatedS float64 `json:"simulated_s"`
+	Events     uint64  `json:"events"`
+	// PeakQueued is the most requests queued in admission at once,
+	// summed over every replica's Core (cluster-wide).
+	PeakQueued int                `json:"peak_queued"`
+	Workers    []SimWorkerReport  `json:"workers"`
+	Replicas   []SimReplicaReport `json:"replicas"`
+	Classes    []SimClassCounters `json:"classes"`
+	// Results holds every request's measurement (written to results.jsonl
+	// on request, never into the report JSON).
+	Results []Result `json:"-"`
+}
+
+// SimConfigInfo is the part of a SimConfig a report records.
+type SimConfigInfo struct {
+	Seed            uint64  `json:"seed"`
+	Replicas        int     `json:"replicas"`
+	Workers         int     `json:"workers"`
+	Policy          string  `json:"policy"`
+	Admission       string  `json:"admission"`
+	Gossip          bool    `json:"gossip"`
+	GossipDelayMs   float64 `json:"gossip_delay_ms"`
+	EventDelayMs    float64 `json:"event_delay_ms"`
+	PredictTTLMs    float64 `json:"predict_ttl_ms"`
+	TimeScale       float64 `json:"time_scale"`
+	Requests        int     `json:"requests"`
+	MaxRunning      int     `json:"max_running"`
+	SingleClass     bool    `json:"single_class"`
+	IgnoreDeadlines bool    `json:"ignore_deadlines"`
+	ClassPolicy     string  `json:"class_policy"`
+	QueueLimit      int     `json:"queue_limit_requests"`
+	BlockSize       int     `json:"block_size"`
+	KVBlocks        int     `json:"kv_blocks"`
+	MaxBatchedTok   int     `json:"max_batched_tokens"`
+	MaxNumSeqs      int     `json:"max_num_seqs"`
+	EngineSpeedup   float64 `json:"engine_speedup"`
+}
+
+// SimWorkerReport is one engine's view of the run.
+type SimWorkerReport struct {
+	ID           string  `json:"id"`
+	Requests     int     `json:"requests"`
+	PeakActive   int     `json:"peak_active"`
+	PromptTokens uint64  `json:"prompt_tokens"`
+	CachedTokens uint64  `json:"cached_tokens"`
+	HitRate      float64 `json:"hit_rate"`
+	BusyS        float64 `json:"busy_s"`
+	Steps        uint64  `json:"steps"`
+	Preemptions  uint64  `json:"preemptions"`
+	Evicted      uint64  `json:"blocks_evicted"`
+	IndexResyncs int     `json:"index_resyncs"`
+}
+
+// SimReplicaReport is one router replica's part.
+type SimReplicaReport struct {
+	ID         string `json:"id"`
+	Admitted   uint64 `json:"admitted"`
+	PeakQueued int    `json:"peak_queued"`
+}
+
+// SimClassCounters are one admission class's counters summed over replicas.
+type SimClassCounters struct {
+	Class     string            `json:"class"`
+	Received  uint64            `json:"received"`
+	Admitted  uint64            `json:"admitted"`
+	Cancelled uint64            `json:"cancelled"`
+	Rejected  map[string]uint64 `json:"rejected"`
+}
+
+func (s *simulation) report() *SimReport {
+	cfg := s.cfg
+	results := make([]Result, len(s.reqs))
+	var lastEnd time.Duration
+	for i := range s.reqs {
+		results[i] = s.reqs[i].res
+		lastEnd = max(lastEnd, results[i].Sent+results[i].E2E)
+	}
+	sum := Summarize(cfg.Label, results)
+	rep := &SimReport{
+		Label: cfg.Label,
+		Config: SimConfigInfo{
+			Seed: cfg.Seed, Replicas: cfg.Replicas, Workers: cfg.Workers, Policy: cfg.Policy.String(),
+			Admission: cfg.Admission.String(), Gossip: cfg.Gossip, GossipDelayMs: ms(cfg.GossipDelay),
+			EventDelayMs: ms(cfg.EventDelay), PredictTTLMs: ms(cfg.PredictTTL), TimeScale: cfg.TimeScale,
+			Requests: len(s.reqs), MaxRunning: cfg.maxRunning(), SingleClass: cfg.SingleClass,
+			IgnoreDeadlines: cfg.IgnoreDeadlines, ClassPolicy: cfg.Class.Policy.String(),
+			QueueLimit: cfg.Class.Limits.Requests, BlockSize: cfg.Engine.BlockSize, KVBlocks: cfg.Engine.NumBlocks,
+			MaxBatchedTok: cfg.Engine.MaxNumBatchedTokens, MaxNumSeqs: cfg.Engine.MaxNumSeqs, EngineSpeedup: cfg.Engine.Speedup,
+		},
+		Summary:    sum,
+		Events:     s.nEvents,
+		PeakQueued: s.peakQ,
+		Results:    results,
+	}
+	if len(s.reqs) > 0 {
+		// Up to the last request's end: stray timers (booking expiry wake-ups
+		// of bookings long finished) do not count.
+		rep.SimulatedS = (lastEnd - time.Duration(s.reqs[0].arrival)).Seconds()
+	}
+	for i := range results {
+		r := &results[i]
+		if r.Outcome == OutcomeOK && !r.DeadlineMissed {
+			rep.GoodRequests++
+		}
+	}
+	if sum.DurationS > 0 {
+		rep.GoodputRPS = float64(rep.GoodRequests) / sum.DurationS
+	}
+	for i := range s.workers {
+		w := &s.workers[i]
+		st := w.eng.Stats()
+		rep.Workers = append(rep.Workers, SimWorkerReport{
+			ID: w.id, Requests: w.reqs, PeakActive: w.peak, PromptTokens: st.PromptTokens,
+			CachedTokens: st.CachedTokens, HitRate: st.PrefixHitRate, BusyS: st.BusyTime.Seconds(),
+			Steps: st.Steps, Preemptions: st.Preemptions, Evicted: st.BlocksEvicted, IndexResyncs: w.resyncs,
+		})
+	}
+	classIdx := map[string]int{}
+	for r := range s.replicas {
+		x := &s.replicas[r]
+		rep.Replicas = append(rep.Replicas, SimReplicaReport{ID: x.id, Admitted: x.admits, PeakQueued: x.peakQ})
+		snap := x.core.Snapshot()
+		for _, name := range sortedKeys(snap.Classes) {
+			cs := snap.Classes[name]
+			i, ok := classIdx[name]
+			if !ok {
+				i = len(rep.Classes)
+				classIdx[name] = i
+				rep.Classes = append(rep.Classes, SimClassCounters{Class: name, Rejected: map[string]uint64{}})
+			}
+			c := &rep.Classes[i]
+			c.Received += cs.Counters.Received
+			c.Admitted += cs.Counters.Admitted
+			c.Cancelled += cs.Counters.Cancelled
+			for reason, n := range cs.Counters.Rejected {
+				if n > 0 {
+					c.Rejected[reason.String()] += n
+				}
+			}
+		}
+	}
+	slices.SortFunc(rep.Classes, func(a, b SimClassCounters) int { return cmp.Compare(a.Class, b.Class) })
+	return rep
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

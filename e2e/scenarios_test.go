@@ -1,0 +1,471 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/testenv"
+)
+
+// The suite's settings, overridable by environment for other deployments of
+// the compose file (run.sh passes the defaults).
+var (
+	project     = envOr("E2E_PROJECT", "switchyard-e2e")
+	loadSeconds = envInt("E2E_LOAD_SECONDS", 24)
+	rate        = envInt("E2E_RATE", 25)
+	// settleBound is how long ownership may take to settle after a fault:
+	// the etcd session TTL (5 s) for the lease to expire, plus claiming and
+	// the settle period, with room for a loaded 2-core machine.
+	settleBound = time.Duration(envInt("E2E_SETTLE_SECONDS", 30)) * time.Second
+	classes     = []string{"interactive", "batch", "realtime"}
+	routerIDs   = []string{"router-1", "router-2", "router-3"}
+	workerIDs   = []string{"worker-1", "worker-2", "worker-3", "worker-4", "worker-5", "worker-6", "worker-7", "worker-8"}
+)
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(k string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// routerURL and workerURL are the loopback ports the compose file publishes.
+func routerURL(id string) string {
+	n := strings.TrimPrefix(id, "router-")
+	return envOr("E2E_"+strings.ToUpper(strings.ReplaceAll(id, "-", "_"))+"_URL", "http://127.0.0.1:1808"+n)
+}
+
+func workerURL(id string) string {
+	n := strings.TrimPrefix(id, "worker-")
+	return envOr("E2E_"+strings.ToUpper(strings.ReplaceAll(id, "-", "_"))+"_URL", "http://127.0.0.1:1900"+n)
+}
+
+type suite struct {
+	t       *testing.T
+	ctx     context.Context
+	client  *http.Client
+	compose Compose
+}
+
+func newSuite(t *testing.T) *suite {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	t.Cleanup(client.CloseIdleConnections)
+	s := &suite{t: t, ctx: ctx, client: client, compose: Compose{Project: project, Network: "switchyard"}}
+	// Every scenario starts from a whole, settled cluster, whatever the one
+	// before it left behind.
+	s.waitSettled(routerIDs, 2*settleBound)
+	return s
+}
+
+func (s *suite) views(live []string) []ClusterInfo {
+	var out []ClusterInfo
+	for _, id := range live {
+		if ci, err := FetchClusterInfo(s.ctx, s.client, routerURL(id)); err == nil {
+			out = append(out, ci)
+		}
+	}
+	return out
+}
+
+// waitSettled polls /debug/cluster on the live routers until they agree on
+// owners among themselves for every class and see all workers; it returns
+// how long that took.
+func (s *suite) waitSettled(live []string, bound time.Duration) time.Duration {
+	s.t.Helper()
+	start := time.Now()
+	var why string
+	for time.Since(start) < bound {
+		ok, w := Settled(s.views(live), live, classes, len(workerIDs))
+		if ok {
+			return time.Since(start)
+		}
+		why = w
+		select {
+		case <-s.ctx.Done():
+			s.t.Fatalf("context done while waiting for the cluster: %s", why)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	s.t.Fatalf("cluster of %v not settled within %v: %s", live, bound, why)
+	return 0
+}
+
+func (s *suite) waitHealthy(service string) {
+	s.t.Helper()
+	testenv.Eventually(s.t, 2*settleBound, func() bool {
+		h, err := s.compose.Health(s.ctx, service)
+		return err == nil && h == "healthy"
+	}, service+" healthy")
+}
+
+// load is one scenario's traffic and counters: the driver plus watches on
+// the routers' admission counters and the workers' request counters.
+type load struct {
+	s       *suite
+	driver  *Driver
+	routers *CounterWatch
+	workers *CounterWatch
+	base    map[string]float64
+
+	stopDriver, stopWatches context.CancelFunc
+	driverDone, watchesDone sync.WaitGroup
+	stopped                 bool
+}
+
+func (s *suite) startLoad() *load {
+	s.t.Helper()
+	cfg := DefaultDriverConfig()
+	for _, id := range routerIDs {
+		cfg.Targets = append(cfg.Targets, routerURL(id))
+	}
+	cfg.Rate = float64(rate)
+	d, err := NewDriver(cfg, nil)
+	require.NoError(s.t, err)
+	rsrc, wsrc := map[string]string{}, map[string]string{}
+	for _, id := range routerIDs {
+		rsrc[id] = routerURL(id) + "/metrics"
+	}
+	for _, id := range workerIDs {
+		wsrc[id] = workerURL(id) + "/metrics"
+	}
+	l := &load{s: s, driver: d,
+		routers: NewCounterWatch(s.client, rsrc, []string{MetricReceived, MetricAdmitted, MetricRetried}, 250*time.Millisecond),
+		workers: NewCounterWatch(s.client, wsrc, []string{MetricWorkerRequests}, 250*time.Millisecond),
+		base:    map[string]float64{}}
+	l.routers.Poll(s.ctx)
+	l.workers.Poll(s.ctx)
+	for _, n := range []string{MetricReceived, MetricAdmitted, MetricRetried} {
+		l.base[n] = l.routers.Total(n)
+	}
+	l.base[MetricWorkerRequests] = l.workers.Total(MetricWorkerRequests)
+	dctx, stopDriver := context.WithCancel(s.ctx)
+	wctx, stopWatches := context.WithCancel(s.ctx)
+	l.stopDriver, l.stopWatches = stopDriver, stopWatches
+	l.driverDone.Add(1)
+	go func() { defer l.driverDone.Done(); _ = d.Run(dctx) }()
+	for _, w := range []*CounterWatch{l.routers, l.workers} {
+		l.watchesDone.Add(1)
+		go func() { defer l.watchesDone.Done(); _ = w.Run(wctx) }()
+	}
+	s.t.Cleanup(l.stop)
+	return l
+}
+
+// stop ends the load, waits for every request's outcome, then lets the
+// counters settle (workers count a request when its stream has ended, a hair
+// after the client saw [DONE]) before the watches take their last scrape.
+func (l *load) stop() {
+	if l.stopped {
+		return
+	}
+	l.stopped = true
+	l.stopDriver()
+	l.driverDone.Wait()
+	l.stopWatches()
+	l.watchesDone.Wait()
+	// Unchanged for a quiet period: a request whose count was still on its
+	// way would have arrived within it.
+	const quiet = 750 * time.Millisecond
+	var prev map[string]float64
+	var changed time.Time
+	testenv.Eventually(l.s.t, 10*time.Second, func() bool {
+		l.routers.Poll(l.s.ctx)
+		l.workers.Poll(l.s.ctx)
+		cur := map[string]float64{
+			MetricReceived: l.routers.Total(MetricReceived), MetricAdmitted: l.routers.Total(MetricAdmitted),
+			MetricWorkerRequests: l.workers.Total(MetricWorkerRequests)}
+		if !maps.Equal(prev, cur) {
+			prev, changed = cur, time.Now()
+			return false
+		}
+		return time.Since(changed) > quiet
+	}, "counters to stop changing after the load ended")
+}
+
+func (l *load) delta(w *CounterWatch, name string) int {
+	return int(w.Total(name) - l.base[name])
+}
+
+// pause lets the load run for d, or less when the context ends.
+func (s *suite) pause(d time.Duration) {
+	select {
+	case <-s.ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// verdict checks the invariants every scenario shares and fills the report:
+//   - every request sent has exactly one record with a terminal outcome, none
+//     malformed, none timed out, and every failure is one allowed says may
+//     fail;
+//   - no request was served twice: the workers' request count grew by at
+//     most one per admitted request (exactly one when no worker died);
+//   - the routers' admitted counter (reset-aware, summed over replicas)
+//     matches the admitted requests when exact is set, and never exceeds
+//     them plus the counted retries;
+//   - no router's counters went backwards within one process lifetime.
+func (l *load) verdict(r *scenarioReport, allowed func(Result) bool, exactRouters, exactWorkers bool) {
+	t := l.s.t
+	t.Helper()
+	res := l.driver.Results()
+	r.Sent = l.driver.Sent()
+	r.Outcomes = Tally(res)
+	admitted, succeeded := 0, 0
+	seen := map[int]bool{}
+	for _, x := range res {
+		if !assert.Falsef(t, seen[x.Seq], "request %d recorded twice", x.Seq) {
+			r.Failed = true
+		}
+		seen[x.Seq] = true
+		if x.Admitted() {
+			admitted++
+		}
+		if x.Outcome == OutcomeSuccess {
+			succeeded++
+			continue
+		}
+		if !allowed(x) {
+			r.Failed = true
+			t.Errorf("request %d via %s (worker %q, request id %s) ended %s (status %d, code %q): %s",
+				x.Seq, x.Target, x.Worker, x.RequestID, x.Outcome, x.Status, x.Code, x.Err)
+		}
+	}
+	if !assert.Equal(t, r.Sent, len(res), "every request sent must end in exactly one outcome") {
+		r.Failed = true
+	}
+	recv := l.delta(l.routers, MetricReceived)
+	adm := l.delta(l.routers, MetricAdmitted)
+	ret := l.delta(l.routers, MetricRetried)
+	wrk := l.delta(l.workers, MetricWorkerRequests)
+	r.Counts = fmt.Sprintf("driver admitted=%d succeeded=%d; routers received=%d admitted=%d retried=%d; workers served=%d",
+		admitted, succeeded, recv, adm, ret, wrk)
+	fail := func(ok bool) {
+		if !ok {
+			r.Failed = true
+		}
+	}
+	if exactWorkers {
+		fail(assert.Equal(t, admitted, wrk, "workers must serve each admitted request exactly once"))
+	} else {
+		fail(assert.LessOrEqual(t, wrk, admitted+ret, "workers must not serve a request twice beyond counted retries"))
+	}
+	if exactRouters {
+		fail(assert.Equal(t, admitted, adm-ret, "routers' admitted total (less retries) must equal the requests admitted"))
+	} else {
+		fail(assert.LessOrEqual(t, adm-ret, admitted, "routers must not admit a request twice"))
+	}
+	for _, n := range []string{MetricReceived, MetricAdmitted} {
+		reg, dec, restarts, errs := l.routers.Health(n)
+		fail(assert.Zerof(t, reg, "%s went backwards within one router lifetime", n))
+		fail(assert.Zerof(t, dec, "aggregated %s went backwards", n))
+		if n == MetricAdmitted {
+			r.Notes = append(r.Notes, fmt.Sprintf("router restarts seen %d, failed scrapes %d", restarts, errs))
+		}
+	}
+	if t.Failed() {
+		r.Failed = true
+	}
+}
+
+func newReport(t *testing.T, name string) *scenarioReport {
+	r := &scenarioReport{Name: name, Failover: "-"}
+	addReport(r)
+	t.Cleanup(func() {
+		if t.Failed() {
+			r.Failed = true
+		}
+	})
+	return r
+}
+
+func onlyVia(target string) func(Result) bool {
+	return func(x Result) bool {
+		return x.Target == target && (x.Outcome == OutcomeTransport || x.Outcome == OutcomeTruncated || x.Outcome == OutcomeTimeout)
+	}
+}
+
+func none(Result) bool { return false }
+
+func TestKillingTheBusiestClassOwnerMovesItsClassesAndFailsOnlyItsOwnStreams(t *testing.T) {
+	s := newSuite(t)
+	r := newReport(t, "1 kill -9 owner of busiest class")
+	l := s.startLoad()
+	s.pause(time.Duration(loadSeconds/3) * time.Second)
+
+	views := s.views(routerIDs)
+	require.NotEmpty(t, views)
+	victim := views[0].OwnerOf("interactive")
+	require.NotEmpty(t, victim, "interactive must have an owner before the kill")
+	live := slices.DeleteFunc(slices.Clone(routerIDs), func(id string) bool { return id == victim })
+	r.Notes = append(r.Notes, fmt.Sprintf("killed %s, owners before: %s", victim, OwnerSummary(views[0])))
+
+	// A load balancer would take the dead router out; the streams already
+	// on it are the ones allowed to fail.
+	l.driver.SetEnabled(routerURL(victim), false)
+	require.NoError(t, s.compose.Kill(s.ctx, victim))
+	took := s.waitSettled(live, settleBound)
+	r.Failover = took.Round(100 * time.Millisecond).String()
+	after := s.views(live)
+	r.Notes = append(r.Notes, "owners after: "+OwnerSummary(after[0]))
+
+	s.pause(time.Duration(loadSeconds/3) * time.Second)
+	require.NoError(t, s.compose.Start(s.ctx, victim))
+	s.waitHealthy(victim)
+	s.waitSettled(routerIDs, settleBound)
+	l.driver.SetEnabled(routerURL(victim), true)
+	s.pause(time.Duration(loadSeconds/3) * time.Second)
+	l.stop()
+	// The killed router's counters since its last scrape died with it.
+	l.verdict(r, onlyVia(routerURL(victim)), false, true)
+}
+
+func TestARouterCutOffFromTheNetworkLosesItsClassesAndGetsThemBackWhenReconnected(t *testing.T) {
+	s := newSuite(t)
+	r := newReport(t, "2 disconnect/reconnect router")
+	l := s.startLoad()
+	s.pause(time.Duration(loadSeconds/3) * time.Second)
+
+	views := s.views(routerIDs)
+	require.NotEmpty(t, views)
+	victim := views[0].OwnerOf("interactive")
+	require.NotEmpty(t, victim)
+	live := slices.DeleteFunc(slices.Clone(routerIDs), func(id string) bool { return id == victim })
+	r.Notes = append(r.Notes, fmt.Sprintf("cut off %s, owners before: %s", victim, OwnerSummary(views[0])))
+
+	l.driver.SetEnabled(routerURL(victim), false)
+	require.NoError(t, s.compose.Disconnect(s.ctx, victim))
+	took := s.waitSettled(live, settleBound)
+	r.Failover = took.Round(100 * time.Millisecond).String()
+
+	s.pause(time.Duration(loadSeconds/3) * time.Second)
+	require.NoError(t, s.compose.Connect(s.ctx, victim))
+	rejoin := s.waitSettled(routerIDs, settleBound)
+	r.Notes = append(r.Notes, fmt.Sprintf("rejoined and settled %v after reconnecting", rejoin.Round(100*time.Millisecond)))
+	l.driver.SetEnabled(routerURL(victim), true)
+	s.pause(time.Duration(loadSeconds/3) * time.Second)
+	l.stop()
+	l.verdict(r, onlyVia(routerURL(victim)), true, true)
+}
+
+func TestRestartingNATSServesEveryRequest(t *testing.T) {
+	s := newSuite(t)
+	r := newReport(t, "3 restart NATS")
+	l := s.startLoad()
+	s.pause(time.Duration(loadSeconds/3) * time.Second)
+	start := time.Now()
+	require.NoError(t, s.compose.Restart(s.ctx, "nats", 10))
+	s.waitHealthy("nats")
+	s.waitSettled(routerIDs, settleBound)
+	r.Failover = time.Since(start).Round(100 * time.Millisecond).String()
+	s.pause(time.Duration(2*loadSeconds/3) * time.Second)
+	l.stop()
+	l.verdict(r, none, true, true)
+}
+
+func TestRestartingEtcdServesEveryRequest(t *testing.T) {
+	s := newSuite(t)
+	r := newReport(t, "4 restart etcd")
+	l := s.startLoad()
+	s.pause(time.Duration(loadSeconds/3) * time.Second)
+	start := time.Now()
+	require.NoError(t, s.compose.Restart(s.ctx, "etcd", 10))
+	s.waitHealthy("etcd")
+	s.waitSettled(routerIDs, settleBound)
+	r.Failover = time.Since(start).Round(100 * time.Millisecond).String()
+	s.pause(time.Duration(2*loadSeconds/3) * time.Second)
+	l.stop()
+	l.verdict(r, none, true, true)
+}
+
+func TestKillingAWorkerMidStreamFailsOnlyTheStreamsOnIt(t *testing.T) {
+	s := newSuite(t)
+	r := newReport(t, "5 kill worker mid-stream")
+	l := s.startLoad()
+	s.pause(time.Duration(loadSeconds/3) * time.Second)
+
+	var victim string
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		w, n := l.driver.BusiestWorker()
+		victim = w
+		return n > 0
+	}, "a worker with streams in flight")
+	r.Notes = append(r.Notes, "killed "+victim)
+	require.NoError(t, s.compose.Kill(s.ctx, victim))
+	start := time.Now()
+	// Settled with seven workers: the dead one's registration expired.
+	testenv.Eventually(t, settleBound, func() bool {
+		ok, _ := Settled(s.views(routerIDs), routerIDs, classes, len(workerIDs)-1)
+		return ok
+	}, "routers dropping the killed worker")
+	r.Failover = time.Since(start).Round(100 * time.Millisecond).String()
+	s.pause(time.Duration(loadSeconds/3) * time.Second)
+	require.NoError(t, s.compose.Start(s.ctx, victim))
+	s.waitHealthy(victim)
+	s.waitSettled(routerIDs, settleBound)
+	s.pause(time.Duration(loadSeconds/3) * time.Second)
+	l.stop()
+	onVictim := func(x Result) bool {
+		return x.Worker == victim && (x.Outcome == OutcomeStreamError || x.Outcome == OutcomeTruncated)
+	}
+	// The killed worker's own counter since its last scrape died with it,
+	// so the workers' total is only bounded; the routers' is exact.
+	l.verdict(r, onVictim, true, false)
+}
+
+func TestRollingRestartOfAllRoutersKeepsTheTotalsMonotonicAndExact(t *testing.T) {
+	s := newSuite(t)
+	r := newReport(t, "6 rolling restart of routers")
+	l := s.startLoad()
+	s.pause(time.Duration(loadSeconds/4) * time.Second)
+	start := time.Now()
+	for _, id := range routerIDs {
+		// Drain the router as a load balancer would before stopping it, so
+		// every request's outcome is the cluster's doing, not the client's.
+		l.driver.SetEnabled(routerURL(id), false)
+		testenv.Eventually(t, time.Minute, func() bool { return l.driver.InFlight(routerURL(id)) == 0 }, id+" drained")
+		require.NoError(t, s.compose.Stop(s.ctx, id, 15))
+		require.NoError(t, s.compose.Start(s.ctx, id))
+		s.waitHealthy(id)
+		s.waitSettled(routerIDs, settleBound)
+		l.driver.SetEnabled(routerURL(id), true)
+		s.pause(2 * time.Second)
+	}
+	r.Failover = "all three in " + time.Since(start).Round(100*time.Millisecond).String()
+	s.pause(time.Duration(loadSeconds/4) * time.Second)
+	l.stop()
+	l.verdict(r, none, true, true)
+	recv := l.delta(l.routers, MetricReceived)
+	reached := 0
+	for _, x := range l.driver.Results() {
+		if x.Status != 0 {
+			reached++
+		}
+	}
+	if !assert.Equal(t, reached, recv, "routers' received total must equal the requests that reached a router") {
+		r.Failed = true
+	}
+}
