@@ -167,3 +167,16 @@ func admitAsync(ctx context.Context, c *Client, r *scheduler.Request) <-chan adm
 	}()
 	return ch
 }
+
+// merge delivers every result of chans, in the order they complete, and
+// closes the returned channel after the last one.
+func merge(chans []<-chan admitResult) <-chan admitResult {
+	out := make(chan admitResult, len(chans))
+	var wg sync.WaitGroup
+	for _, ch := range chans {
+		wg.Add(1)
+		go func() { defer wg.Done(); out <- <-ch }()
+	}
+	go func() { wg.Wait(); close(out) }()
+	return out
+}

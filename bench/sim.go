@@ -142,9 +142,18 @@ type SimConfig struct {
 	// each request's priority and deadline; reports still group by the
 	// trace's class.
 	SingleClass bool
+	// SplitClasses > 0 spreads requests without a class over that many
+	// classes (by trace index), so that several replicas own classes and
+	// book load: a trace without classes otherwise has one owner.
+	SplitClasses int
 	// IgnoreDeadlines hands no due time to the scheduler (plain FCFS, no
 	// expiry); deadline misses are still measured at the first token.
 	IgnoreDeadlines bool
+	// DueMargin is subtracted from a deadline to form the due time handed
+	// to the scheduler: admission must leave room for the prefill, or an
+	// admitted request still misses its first-token deadline. It stands in
+	// for the deadline-miss predictor the design reserves (predicted_miss).
+	DueMargin time.Duration
 	// DefaultClass names requests without a class.
 	DefaultClass string
 	Class        SimClassTemplate
@@ -217,6 +226,10 @@ func (c SimConfig) Validate() error {
 		return bad("time_scale %v must be positive and finite", c.TimeScale)
 	case c.MaxRequests < 0:
 		return bad("max_requests %d must not be negative", c.MaxRequests)
+	case c.DueMargin < 0:
+		return bad("due_margin %v must not be negative", c.DueMargin)
+	case c.SplitClasses < 0:
+		return bad("split_classes %d must not be negative", c.SplitClasses)
 	case c.MaxRunning < 0:
 		return bad("max_running %d must not be negative", c.MaxRunning)
 	case c.DefaultClass == "":

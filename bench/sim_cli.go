@@ -44,6 +44,7 @@ type simFlags struct {
 	admissions    []SimAdmission
 	gossip        []bool
 	ignoreDue     []bool
+	dueMargins    []time.Duration
 	classPolicies []scheduler.Policy
 	writeResults  bool
 }
@@ -56,6 +57,7 @@ func newSimFlags() *simFlags {
 		admissions:    []SimAdmission{SimCluster},
 		gossip:        []bool{true},
 		ignoreDue:     []bool{false},
+		dueMargins:    []time.Duration{0},
 		classPolicies: []scheduler.Policy{scheduler.PolicyFCFS},
 	}
 }
@@ -120,6 +122,7 @@ func (c *simCLI) RegisterFlags(fs *flag.FlagSet) {
 	listFlag(fs, "sim-admission", "sim: admission placements to run: cluster (class owners), per-replica (peer routers)", &f.admissions, ParseSimAdmission)
 	listFlag(fs, "sim-gossip", "sim: share loads and predictions between replicas: on, off (or both: on,off)", &f.gossip, parseOnOff)
 	listFlag(fs, "sim-deadlines", "sim: aware (due times order and expire queued requests) and/or ignore (plain FCFS)", &f.ignoreDue, parseDeadlines)
+	listFlag(fs, "sim-due-margin", "sim: due time = deadline minus this margin, e.g. 0,200ms (room for the prefill after admission)", &f.dueMargins, time.ParseDuration)
 	listFlag(fs, "sim-class-policy", "sim: class queue policies to run: fcfs, lcfs, wspt", &f.classPolicies, scheduler.ParsePolicy)
 	fs.IntVar(&b.Workers, "sim-workers", b.Workers, "sim: simulated workers")
 	fs.Uint64Var(&b.Seed, "sim-seed", b.Seed, "sim: seed of every random choice")
@@ -127,9 +130,13 @@ func (c *simCLI) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&b.EventDelay, "sim-event-delay", b.EventDelay, "sim: delay of KV events from engines to every replica's index")
 	fs.DurationVar(&b.PredictTTL, "sim-predict-ttl", b.PredictTTL, "sim: lifetime of a routing decision's predicted prefix")
 	fs.IntVar(&b.MaxRunning, "sim-max-running", b.MaxRunning, "sim: router-side cap of requests per worker (0: the engine's max-num-seqs)")
+	fs.IntVar(&b.SplitClasses, "sim-split-classes", b.SplitClasses, "sim: spread requests without a class over this many classes (0: one class)")
 	fs.BoolVar(&b.SingleClass, "sim-single-class", b.SingleClass, "sim: admit every request in one class, keeping its priority and deadline")
 	fs.IntVar(&b.Class.Limits.Requests, "sim-queue-limit", b.Class.Limits.Requests, "sim: queued requests per worker per class (-1: unlimited)")
+	fs.IntVar(&b.Class.Limits.ISLTokens, "sim-queue-limit-tokens", b.Class.Limits.ISLTokens, "sim: queued prompt tokens per worker per class (-1: unlimited)")
+	fs.Float64Var(&b.Class.BusyDecodeFraction, "sim-busy-decode-fraction", b.Class.BusyDecodeFraction, "sim: a worker is busy above this projected KV fraction (0: off)")
 	fs.IntVar(&b.Class.BusyPrefillTokens, "sim-busy-prefill-tokens", b.Class.BusyPrefillTokens, "sim: a worker is busy above this many projected prefill tokens (0: off)")
+	b.Scheduler.RegisterFlags(fs, "sim-")
 	fs.IntVar(&b.Engine.BlockSize, "sim-block-size", b.Engine.BlockSize, "sim: engine tokens per KV block")
 	fs.IntVar(&b.Engine.NumBlocks, "sim-kv-blocks", b.Engine.NumBlocks, "sim: engine KV pool in blocks")
 	fs.IntVar(&b.Engine.MaxNumBatchedTokens, "sim-max-batched-tokens", b.Engine.MaxNumBatchedTokens, "sim: engine token budget per step")
@@ -197,32 +204,36 @@ func (f *simFlags) expand(o Options) ([]simRun, error) {
 	var runs []simRun
 	for _, cp := range f.classPolicies {
 		for _, ign := range f.ignoreDue {
-			for _, adm := range f.admissions {
-				for _, g := range f.gossip {
-					for _, n := range f.replicas {
-						for _, p := range f.policies {
-							cfg := base
-							cfg.Class.Policy, cfg.IgnoreDeadlines, cfg.Admission, cfg.Gossip, cfg.Replicas, cfg.Policy = cp, ign, adm, g, n, p
-							var parts, keyParts []string
-							add := func(vary bool, s string, inKey bool) {
-								if vary {
-									parts = append(parts, s)
-									if inKey {
-										keyParts = append(keyParts, s)
+			for _, margin := range f.dueMargins {
+				for _, adm := range f.admissions {
+					for _, g := range f.gossip {
+						for _, n := range f.replicas {
+							for _, p := range f.policies {
+								cfg := base
+								cfg.Class.Policy, cfg.IgnoreDeadlines, cfg.Admission, cfg.Gossip, cfg.Replicas, cfg.Policy = cp, ign, adm, g, n, p
+								cfg.DueMargin = margin
+								var parts, keyParts []string
+								add := func(vary bool, s string, inKey bool) {
+									if vary {
+										parts = append(parts, s)
+										if inKey {
+											keyParts = append(keyParts, s)
+										}
 									}
 								}
+								add(len(f.policies) > 1, p.String(), false)
+								add(len(f.replicas) > 1, fmt.Sprintf("%d replicas", n), true)
+								add(len(f.admissions) > 1, adm.String(), true)
+								add(len(f.gossip) > 1, map[bool]string{true: "gossip", false: "no gossip"}[g], true)
+								add(len(f.ignoreDue) > 1, map[bool]string{false: "deadline-aware", true: "deadline-blind"}[ign], true)
+								add(len(f.dueMargins) > 1, "due margin "+margin.String(), true)
+								add(len(f.classPolicies) > 1, cp.String(), true)
+								cfg.Label = o.Label
+								if len(parts) > 0 {
+									cfg.Label = strings.Join(parts, ", ")
+								}
+								runs = append(runs, simRun{cfg: cfg, key: strings.Join(keyParts, ", ")})
 							}
-							add(len(f.policies) > 1, p.String(), false)
-							add(len(f.replicas) > 1, fmt.Sprintf("%d replicas", n), true)
-							add(len(f.admissions) > 1, adm.String(), true)
-							add(len(f.gossip) > 1, map[bool]string{true: "gossip", false: "no gossip"}[g], true)
-							add(len(f.ignoreDue) > 1, map[bool]string{false: "deadline-aware", true: "deadline-blind"}[ign], true)
-							add(len(f.classPolicies) > 1, cp.String(), true)
-							cfg.Label = o.Label
-							if len(parts) > 0 {
-								cfg.Label = strings.Join(parts, ", ")
-							}
-							runs = append(runs, simRun{cfg: cfg, key: strings.Join(keyParts, ", ")})
 						}
 					}
 				}

@@ -48,7 +48,11 @@ type SimConfigInfo struct {
 	Requests        int     `json:"requests"`
 	MaxRunning      int     `json:"max_running"`
 	SingleClass     bool    `json:"single_class"`
+	SplitClasses    int     `json:"split_classes"`
+	OverlapCredit   float64 `json:"overlap_credit"`
+	PrefillScale    float64 `json:"prefill_scale"`
 	IgnoreDeadlines bool    `json:"ignore_deadlines"`
+	DueMarginMs     float64 `json:"due_margin_ms"`
 	ClassPolicy     string  `json:"class_policy"`
 	QueueLimit      int     `json:"queue_limit_requests"`
 	BlockSize       int     `json:"block_size"`
@@ -105,7 +109,8 @@ func (s *simulation) report() *SimReport {
 			Admission: cfg.Admission.String(), Gossip: cfg.Gossip, GossipDelayMs: ms(cfg.GossipDelay),
 			EventDelayMs: ms(cfg.EventDelay), PredictTTLMs: ms(cfg.PredictTTL), TimeScale: cfg.TimeScale,
 			Requests: len(s.reqs), MaxRunning: cfg.maxRunning(), SingleClass: cfg.SingleClass,
-			IgnoreDeadlines: cfg.IgnoreDeadlines, ClassPolicy: cfg.Class.Policy.String(),
+			SplitClasses: cfg.SplitClasses, OverlapCredit: cfg.Scheduler.OverlapCredit, PrefillScale: cfg.Scheduler.PrefillScale,
+			IgnoreDeadlines: cfg.IgnoreDeadlines, DueMarginMs: ms(cfg.DueMargin), ClassPolicy: cfg.Class.Policy.String(),
 			QueueLimit: cfg.Class.Limits.Requests, BlockSize: cfg.Engine.BlockSize, KVBlocks: cfg.Engine.NumBlocks,
 			MaxBatchedTok: cfg.Engine.MaxNumBatchedTokens, MaxNumSeqs: cfg.Engine.MaxNumSeqs, EngineSpeedup: cfg.Engine.Speedup,
 		},

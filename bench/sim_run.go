@@ -374,7 +374,12 @@ func placeClass(class string, replicas []string) int {
 }
 
 func (s *simulation) admitClass(tr *TraceRequest) string {
-	if s.cfg.SingleClass || tr.Class == "" {
+	switch {
+	case s.cfg.SingleClass:
+		return s.cfg.DefaultClass
+	case tr.Class == "" && s.cfg.SplitClasses > 0:
+		return "class-" + strconv.Itoa(tr.Index%s.cfg.SplitClasses)
+	case tr.Class == "":
 		return s.cfg.DefaultClass
 	}
 	return tr.Class
@@ -460,7 +465,7 @@ func (s *simulation) arrive(i int) {
 	if tr.Deadline > 0 {
 		q.due = s.clock.now + int64(tr.Deadline)
 		if !s.cfg.IgnoreDeadlines {
-			r.Due = now.Add(tr.Deadline)
+			r.Due = now.Add(tr.Deadline - s.cfg.DueMargin)
 		}
 	}
 	entry := &s.replicas[q.entry]

@@ -204,3 +204,56 @@ func TestSimModeRejectsABadListFlag(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, stderr.String(), "fastest")
 }
+
+// TestSelectorTreatsLoadBookedElsewhereLikeLoadBookedHere pins down the
+// cause of the hit-rate loss the replica sweep shows with gossip on
+// (docs/benchmarks.md §2): the same in-flight request steers the selector
+// differently depending on which replica booked it. Booked locally, its
+// prompt blocks count once (the ledger knows they are shared with the new
+// request); booked by another replica, gossip carries only the aggregate
+// DecodeBlocks, so the shared prefix is counted twice and the worker that
+// holds the prefix loses to an idle one.
+func TestSelectorTreatsLoadBookedElsewhereLikeLoadBookedHere(t *testing.T) {
+	t.Skip("known scheduler issue, reported to the coordinator: gossiped loads carry no block identity, " +
+		"so shared prefixes of remote bookings are counted twice in the decode term; remove this Skip to reproduce")
+	workers := []scheduler.Worker{{ID: "x", BlockSize: 16, KVBlocks: 10000}, {ID: "y", BlockSize: 16, KVBlocks: 10000}}
+	hashes := make([]uint64, 64)
+	for i := range hashes {
+		hashes[i] = uint64(i + 1)
+	}
+	cls := []scheduler.ClassConfig{{Name: "c", Quantum: 1024, Policy: scheduler.PolicyFCFS,
+		Limits: scheduler.Limits{Requests: scheduler.Unlimited, ISLTokens: scheduler.Unlimited, CachedTokens: scheduler.Unlimited}}}
+	newCore := func(view scheduler.LoadView) *scheduler.Core {
+		c := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.NewFakeClock(simEpoch), view, nil)
+		c.SetWorkers(workers)
+		c.SetClasses(cls)
+		return c
+	}
+	admit := func(c *scheduler.Core, r *scheduler.Request) scheduler.Grant {
+		var got scheduler.Grant
+		c.Enqueue(r, func(g scheduler.Grant, err error) bool {
+			require.NoError(t, err)
+			got = g
+			return true
+		})
+		require.NotEmpty(t, got.Worker)
+		return got
+	}
+	first := &scheduler.Request{ID: "a", Class: "c", PromptTokens: 1024, BlockHashes: hashes, ExpectedOutputTokens: 16, Pinned: "x"}
+	second := &scheduler.Request{ID: "b", Class: "c", PromptTokens: 1024, BlockHashes: hashes, ExpectedOutputTokens: 16,
+		Overlaps: []scheduler.Overlap{{Worker: "x", Blocks: 64}}}
+
+	local := newCore(nil)
+	g := admit(local, first)
+	local.FirstToken(g.Booking)
+	require.Equal(t, "x", admit(local, second).Worker, "booked here: the cached, already running prefix wins")
+
+	remote := newCore(fixedLoad{"x": local.Load("x")})
+	second.ID = "b2"
+	assert.Equal(t, "x", admit(remote, second).Worker, "booked elsewhere: the same load must lead to the same choice")
+}
+
+// fixedLoad is a LoadView with constant answers.
+type fixedLoad map[string]scheduler.WorkerLoad
+
+func (f fixedLoad) RemoteLoad(w string) scheduler.WorkerLoad { return f[w] }

@@ -124,6 +124,10 @@ func NewDriver(cfg DriverConfig, client *http.Client) (*Driver, error) {
 	return &Driver{cfg: cfg, client: client, disabled: map[string]bool{}, inflight: map[string]int{}, onWorker: map[string]int{}}, nil
 }
 
+// Close releases the idle connections of the driver's client. Call it after
+// Run returned.
+func (d *Driver) Close() { d.client.CloseIdleConnections() }
+
 // SetEnabled takes a target out of (or back into) the rotation, as a load
 // balancer's health check would. Requests in flight on it are unaffected.
 func (d *Driver) SetEnabled(target string, on bool) {

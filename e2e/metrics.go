@@ -185,17 +185,7 @@ func (w *CounterWatch) Poll(ctx context.Context) {
 	}
 	sort.Strings(keys)
 	for _, src := range keys {
-		s, err := Scrape(ctx, w.client, w.sources[src], w.names, nil)
-		w.mu.Lock()
-		if err != nil {
-			w.errors++
-			w.mu.Unlock()
-			continue
-		}
-		for _, n := range w.names {
-			w.sums[n].Observe(src, s.Start, s.Values[n])
-		}
-		w.mu.Unlock()
+		w.PollSource(ctx, src)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -206,6 +196,22 @@ func (w *CounterWatch) Poll(ctx context.Context) {
 		}
 		w.last[n] = t
 	}
+}
+
+// PollSource scrapes one source once, as Poll does for all; it reports
+// whether the scrape succeeded.
+func (w *CounterWatch) PollSource(ctx context.Context, src string) bool {
+	s, err := Scrape(ctx, w.client, w.sources[src], w.names, nil)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.errors++
+		return false
+	}
+	for _, n := range w.names {
+		w.sums[n].Observe(src, s.Start, s.Values[n])
+	}
+	return true
 }
 
 // Run polls every interval until ctx is done, then polls once more.

@@ -12,8 +12,10 @@ cd "$(dirname "$0")/.."
 
 export COMPOSE_PROJECT_NAME=switchyard-e2e
 export E2E_PROJECT=$COMPOSE_PROJECT_NAME
-# The suite kills and restarts containers itself; Docker must not race it.
-export RESTART_POLICY=no
+# The suite kills, stops and restarts containers itself, and Docker treats
+# those as manual (no restart); a process that exits on its own (a router whose
+# etcd session expired while it was cut off) is restarted, as a supervisor would.
+export RESTART_POLICY=on-failure
 export SWITCHYARD_CLUSTER=${SWITCHYARD_CLUSTER:-e2e}
 GO=${GO:-go}
 compose_file=deploy/docker-compose.yml

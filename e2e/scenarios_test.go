@@ -185,6 +185,7 @@ func (l *load) stop() {
 	l.stopped = true
 	l.stopDriver()
 	l.driverDone.Wait()
+	l.driver.Close()
 	l.stopWatches()
 	l.watchesDone.Wait()
 	// Unchanged for a quiet period: a request whose count was still on its
@@ -225,8 +226,9 @@ func (s *suite) pause(d time.Duration) {
 //   - no request was served twice: the workers' request count grew by at
 //     most one per admitted request (exactly one when no worker died);
 //   - the routers' admitted counter (reset-aware, summed over replicas)
-//     matches the admitted requests when exact is set, and never exceeds
-//     them plus the counted retries;
+//     never exceeds the admitted requests plus the counted retries, and
+//     covers every admitted request when exactRouters is set (no router
+//     died with unscraped counts);
 //   - no router's counters went backwards within one process lifetime.
 func (l *load) verdict(r *scenarioReport, allowed func(Result) bool, exactRouters, exactWorkers bool) {
 	t := l.s.t
@@ -273,11 +275,14 @@ func (l *load) verdict(r *scenarioReport, allowed func(Result) bool, exactRouter
 	} else {
 		fail(assert.LessOrEqual(t, wrk, admitted+ret, "workers must not serve a request twice beyond counted retries"))
 	}
+	// A request admitted, then re-admitted because its worker failed before
+	// the first byte, counts twice as admitted and once as retried; a
+	// request resubmitted before any grant (owner moved or unreachable)
+	// counts once as admitted, by the owner that granted it.
 	if exactRouters {
-		fail(assert.Equal(t, admitted, adm-ret, "routers' admitted total (less retries) must equal the requests admitted"))
-	} else {
-		fail(assert.LessOrEqual(t, adm-ret, admitted, "routers must not admit a request twice"))
+		fail(assert.GreaterOrEqual(t, adm, admitted, "routers' admitted total must cover every request admitted"))
 	}
+	fail(assert.LessOrEqual(t, adm, admitted+ret, "routers must not admit a request twice beyond counted retries"))
 	for _, n := range []string{MetricReceived, MetricAdmitted} {
 		reg, dec, restarts, errs := l.routers.Health(n)
 		fail(assert.Zerof(t, reg, "%s went backwards within one router lifetime", n))
@@ -368,7 +373,10 @@ func TestARouterCutOffFromTheNetworkLosesItsClassesAndGetsThemBackWhenReconnecte
 	l.driver.SetEnabled(routerURL(victim), true)
 	s.pause(time.Duration(loadSeconds/3) * time.Second)
 	l.stop()
-	l.verdict(r, onlyVia(routerURL(victim)), true, true)
+	// A router cut off from etcd for longer than its session TTL exits (and
+	// Docker restarts it); what it counted in its last moments before the
+	// cut was never scraped, so its totals are bounded, not exact.
+	l.verdict(r, onlyVia(routerURL(victim)), false, true)
 }
 
 func TestRestartingNATSServesEveryRequest(t *testing.T) {
@@ -392,7 +400,11 @@ func TestRestartingEtcdServesEveryRequest(t *testing.T) {
 	l := s.startLoad()
 	s.pause(time.Duration(loadSeconds/3) * time.Second)
 	start := time.Now()
-	require.NoError(t, s.compose.Restart(s.ctx, "etcd", 10))
+	// SIGTERM, then SIGKILL after 2 s: a graceful etcd stop waits up to ~7 s
+	// for its clients' streams, longer than the routers' 5 s session TTL, and
+	// this scenario is about a restart the sessions can ride out.
+	r.Notes = append(r.Notes, "etcd restarted with a 2 s stop timeout")
+	require.NoError(t, s.compose.Restart(s.ctx, "etcd", 2))
 	s.waitHealthy("etcd")
 	s.waitSettled(routerIDs, settleBound)
 	r.Failover = time.Since(start).Round(100 * time.Millisecond).String()
@@ -447,7 +459,21 @@ func TestRollingRestartOfAllRoutersKeepsTheTotalsMonotonicAndExact(t *testing.T)
 		// every request's outcome is the cluster's doing, not the client's.
 		l.driver.SetEnabled(routerURL(id), false)
 		testenv.Eventually(t, time.Minute, func() bool { return l.driver.InFlight(routerURL(id)) == 0 }, id+" drained")
-		require.NoError(t, s.compose.Stop(s.ctx, id, 15))
+		// Scrape the stopping router as often as it answers: what it admits
+		// between its last scrape and its exit would be lost to the totals.
+		stopCtx, stopPolling := context.WithCancel(s.ctx)
+		var polled sync.WaitGroup
+		polled.Add(1)
+		go func() {
+			defer polled.Done()
+			for stopCtx.Err() == nil {
+				l.routers.PollSource(stopCtx, id)
+			}
+		}()
+		err := s.compose.Stop(s.ctx, id, 15)
+		stopPolling()
+		polled.Wait()
+		require.NoError(t, err)
 		require.NoError(t, s.compose.Start(s.ctx, id))
 		s.waitHealthy(id)
 		s.waitSettled(routerIDs, settleBound)
