@@ -325,6 +325,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	p := &pendingAdmit{class: r.Class, owner: owner, cancel: cancel}
 	c.mu.Lock()
 	c.pending[p] = struct{}{}
+	epochAtSend := c.epochs[r.Class]
 	c.mu.Unlock()
 	start := time.Now()
 	msg, err := c.nc.RequestWithContext(rctx, c.subj.Admit(r.Class), data)
@@ -341,14 +342,14 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 			return nil, true, nil // no owner admits the class right now
 		case abandoned:
 			c.m.retries.WithLabelValues("owner_changed").Inc()
-			c.cancelAt(r)
+			c.cancelAt(r, owner.Replica)
 			r.Attempt++ // the old owner may have counted it as received
 			return nil, true, nil
 		case ctx.Err() != nil:
-			c.cancelAt(r)
+			c.cancelAt(r, owner.Replica)
 			return nil, false, ctx.Err()
 		case !r.Due.IsZero() && !time.Now().Before(r.Due):
-			c.cancelAt(r)
+			c.cancelAt(r, owner.Replica)
 			c.m.entryRejected.WithLabelValues(scheduler.ReasonDueTimePassed.String()).Inc()
 			return nil, false, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "owner did not answer before the deadline")
 		default: // connection trouble: the loop re-evaluates (maybe degraded)
@@ -370,7 +371,9 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		c.m.remoteSeconds.WithLabelValues("rejected").Observe(time.Since(start).Seconds())
 		if scheduler.ReasonOf(rerr) == scheduler.ReasonOwnershipLost {
 			c.m.retries.WithLabelValues("ownership_moved").Inc()
-			r.Attempt++
+			if !reply.Uncounted {
+				r.Attempt++ // the old owner counted it as received
+			}
 			return nil, true, nil
 		}
 		return nil, false, rerr
@@ -380,11 +383,17 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	if reply.Epoch > c.epochs[r.Class] {
 		c.epochs[r.Class] = reply.Epoch
 	}
-	fenced := reply.Epoch < c.epochs[r.Class]
 	c.mu.Unlock()
-	if fenced {
-		// A newer owner exists: this grant's booking expires unacknowledged
-		// at the old owner, and the request goes to the new one.
+	// Fencing: a grant is stale when its epoch is older than the newest one
+	// this replica knew when it sent the request: the request was addressed
+	// after a newer owner existed, and a deposed owner answered it. A grant
+	// from the owner that was current at sending time stays valid even if a
+	// newer epoch became known while it travelled: that owner admitted it
+	// while it owned the class, and the entry accepts exactly one grant per
+	// attempt either way; its booking is re-homed to the new owner.
+	if reply.Epoch < epochAtSend {
+		// This grant's booking expires unacknowledged at the deposed owner,
+		// and the request goes to the current one.
 		c.m.staleGrants.Inc()
 		c.m.retries.WithLabelValues("stale_grant").Inc()
 		r.Attempt++
@@ -393,14 +402,12 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	return c.track(r, g, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, false), false, nil
 }
 
-// cancelAt tells whoever owns r's class to drop it from its queue.
-func (c *Client) cancelAt(r *scheduler.Request) {
-	b, err := wire.EncodeAdmission(&wire.CancelRequest{ID: r.ID, Entry: c.replica})
+// cancelAt tells owner, the replica r was sent to, to drop r from its
+// queue. Other replicas that own the class by now ignore it.
+func (c *Client) cancelAt(r *scheduler.Request, owner string) {
+	b, err := wire.EncodeAdmission(&wire.CancelRequest{ID: r.ID, Entry: c.replica, Owner: owner})
 	if err == nil {
 		_ = c.nc.Publish(c.subj.Cancel(r.Class), b)
-	}
-	if _, ok := c.server.Owns(r.Class); ok {
-		c.actor.Cancel(r.ID)
 	}
 }
 

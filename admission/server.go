@@ -149,7 +149,7 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 	}
 	epoch, ok := s.Owns(class)
 	if !ok { // raced with Disown: the entry resubmits
-		s.reply(m, &wire.AdmitReply{Reason: scheduler.ReasonOwnershipLost.String(), Detail: "class moved"})
+		s.reply(m, &wire.AdmitReply{Reason: scheduler.ReasonOwnershipLost.String(), Detail: "class moved", Uncounted: true})
 		return
 	}
 	req := RequestFromWire(in)
@@ -188,6 +188,9 @@ func (s *Server) onCancel(m *nats.Msg) {
 		s.m.decodeErrors.WithLabelValues("cancel").Inc()
 		s.log.Warn("bad cancel", zap.Error(err))
 		return
+	}
+	if in.Owner != s.replica {
+		return // meant for the class's previous owner
 	}
 	s.actor.Cancel(in.ID)
 }

@@ -542,9 +542,13 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		attemptReq := req // the admitter may keep the pointer; each attempt gets its own
 		t, err := s.deps.Admitter.Admit(r.Context(), &attemptReq)
 		if err != nil {
-			e := admissionError(err, s.retryAfter())
-			if e == nil || r.Context().Err() != nil {
+			if r.Context().Err() != nil {
 				return statusClientClosed
+			}
+			e := admissionError(err, s.retryAfter())
+			if e == nil { // withdrawn although the client is still here: say so
+				e = &APIError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: "admission_cancelled",
+					Message: "the admission was withdrawn before a worker was granted; retry", RetryAfter: s.retryAfter(), err: err}
 			}
 			e.write(w)
 			return e.Status

@@ -55,13 +55,22 @@ type AdmitReply struct {
 	Reason string `json:"reason,omitempty"`
 	Limit  string `json:"limit,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	// Uncounted marks a rejection issued before the owner's scheduler saw
+	// the request (it no longer owned the class): the resubmission is then
+	// still a first attempt, so the request is counted as received exactly
+	// once cluster-wide.
+	Uncounted bool `json:"uncounted,omitempty"`
 }
 
-// CancelRequest withdraws a queued request.
+// CancelRequest withdraws a queued request from the owner the entry sent
+// it to. Owner names that replica: a cancel that reaches another replica
+// (the class moved meanwhile) is dropped, so it can never withdraw the
+// request's resubmission at the new owner.
 type CancelRequest struct {
 	Version int    `json:"v"`
 	ID      string `json:"id"`
 	Entry   string `json:"entry"`
+	Owner   string `json:"owner"`
 }
 
 // LifeKind is the kind of a lifecycle mark.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -301,7 +302,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	grp.go_("http", func(ctx context.Context) error { return fe.Serve(ctx, ln) })
 	grp.go_("wiring", func(ctx context.Context) error {
 		return runWiring(ctx, wiring{
-			cfg: cfg, log: log, etcd: etcd, session: session, workers: workersReg, replicas: replicasReg,
+			cfg: cfg, nc: nc, reg: reg, log: log, etcd: etcd, session: session, workers: workersReg, replicas: replicasReg,
 			own: own, actor: actor, ix: ix, g: g, client: client, fe: fe, classes: &classes,
 			exporter: exporter, adm: admissionMetrics, router: routerMetrics, httpAddr: httpAddr,
 			serving: &serving, ready: ready, grp: grp,
@@ -312,6 +313,8 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 
 type wiring struct {
 	cfg      ReplicaConfig
+	nc       *nats.Conn
+	reg      prometheus.Registerer
 	log      *zap.Logger
 	etcd     *clientv3.Client
 	session  *cluster.Session
@@ -364,6 +367,7 @@ func runWiring(ctx context.Context, w wiring) error {
 		return err
 	}
 	w.grp.go_("policy_watch", cw.Run)
+	w.grp.go_("load_reports", w.followLoadReports)
 	w.grp.go_("ownership", w.own.Run)
 	w.syncWorkers()
 	w.serving.Store(true)
@@ -387,6 +391,31 @@ func runWiring(ctx context.Context, w wiring) error {
 			w.publishLoads()
 		}
 	}
+}
+
+// followLoadReports reads the workers' own load reports. Their last KV
+// event id reveals a lost trailing batch that no later batch would expose,
+// so the index can repair the worker from a dump.
+func (w *wiring) followLoadReports(ctx context.Context) error {
+	reports := promauto.With(w.reg).NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_router_load_reports_total",
+		Help: "Worker load reports received, by result (ok, malformed).",
+	}, []string{"result"})
+	sub, err := w.nc.Subscribe(wire.NewSubjects(w.cfg.Cluster).LoadAll(), func(m *nats.Msg) {
+		r, err := wire.DecodeLoadReport(m.Data)
+		if err != nil {
+			reports.WithLabelValues("malformed").Inc()
+			return
+		}
+		reports.WithLabelValues("ok").Inc()
+		w.ix.NoteLastEventID(r.Worker, r.Instance, r.LastEventID)
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe load reports: %w", err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe() // fails only when the connection is already closed
+	return nil
 }
 
 func (w *wiring) applyPolicy(v cluster.ConfigVersion) {

@@ -21,6 +21,7 @@ type kvEventPublisher struct {
 }
 
 func (s *kvEventPublisher) PublishKVEvents(b *wire.KVEventBatch) {
+	b.TimeUnixNano = time.Now().UnixNano() // lets routers measure event lag
 	s.buf = wire.AppendKVEventBatch(s.buf[:0], b)
 	if err := s.w.nc.Publish(s.w.subjects.KV(s.w.cfg.ID), s.buf); err != nil {
 		s.w.metrics.publishErrors.WithLabelValues("kv").Inc()
