@@ -35,9 +35,9 @@ type testCluster struct {
 type runningReplica struct {
 	crashed bool // cut off on purpose: its exit error is expected
 	status  *ReplicaStatus
-	reg    *prometheus.Registry
-	cancel context.CancelFunc
-	done   chan error
+	reg     *prometheus.Registry
+	cancel  context.CancelFunc
+	done    chan error
 }
 
 func newTestCluster(t *testing.T, workers int) *testCluster {
