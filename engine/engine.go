@@ -10,10 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/tokenizer"
 	"github.com/switchyard/switchyard/wire"
-	"github.com/zeebo/xxh3"
 )
 
 // EventSink receives KV event batches, one per step that changed the cache,

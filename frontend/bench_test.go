@@ -163,5 +163,5 @@ func newBenchServer(b *testing.B, s *Server) *benchServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
-	return &benchServer{url: "http://" + ln.Addr().String(), stop: func() { cancel(); <-done }}
+	return &benchServer{url: "http://" + ln.Addr().String(), stop: func() { cancel(); <-done }} //nolint:errcheck // Serve's exit error is not what the benchmark measures
 }

@@ -38,7 +38,6 @@ type fleet struct {
 	entries      int
 	bytesPerEnt  float64
 	queries      [][]uint64
-	workerConvs  [][]uint64 // one conversation per worker, for queries
 	systemChains [][]uint64
 }
 

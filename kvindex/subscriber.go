@@ -121,7 +121,7 @@ func (s *Subscriber) readLoop(ctx context.Context, sub *nats.Subscription, shard
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // the read ends because its context did: a normal stop
 		}
 		switch {
 		case errors.Is(err, nats.ErrSlowConsumer):

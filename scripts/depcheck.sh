@@ -39,7 +39,7 @@ while read -r pkg imports; do
 done < <(go list -f '{{.ImportPath}} {{join .Imports " "}}' ./scheduler/... ./kvindex/... 2>/dev/null)
 
 # Adapters never import each other.
-adapters=(cluster gossip frontend engine)
+adapters=(cluster gossip frontend engine admission)
 for a in "${adapters[@]}"; do
   [ -d "$a" ] || continue
   while read -r pkg imports; do
