@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"github.com/switchyard/switchyard/internal/app"
+)
+
+// flagsOf lists the flags a subcommand registers, from its own -h output,
+// as the SWITCHYARD_* variable names its environment fallback reads.
+func flagsOf(t *testing.T, run func(context.Context, []string, io.Writer, io.Writer) error) map[string]bool {
+	t.Helper()
+	var out, usage bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-h"}, &out, &usage))
+	names := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z0-9.-]+)`).FindAllStringSubmatch(usage.String(), -1) {
+		names["SWITCHYARD_"+strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(m[1]))] = true
+	}
+	require.NotEmpty(t, names, "no flags in the usage text")
+	return names
+}
+
+func TestTheComposeFileSetsOnlyEnvironmentVariablesThatNameRealFlags(t *testing.T) {
+	flags := map[string]map[string]bool{
+		"router": flagsOf(t, app.Router),
+		"worker": flagsOf(t, app.Worker),
+	}
+	raw, err := os.ReadFile(filepath.Join("..", "deploy", "docker-compose.yml"))
+	require.NoError(t, err)
+	var doc struct {
+		Services map[string]struct {
+			Command     []string          `yaml:"command"`
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &doc))
+	checked := 0
+	for name, svc := range doc.Services {
+		if len(svc.Command) == 0 || flags[svc.Command[0]] == nil {
+			continue // etcd, nats, observability
+		}
+		for k := range svc.Environment {
+			if strings.HasPrefix(k, "SWITCHYARD_") {
+				assert.Truef(t, flags[svc.Command[0]][k], "service %s sets %s, which no %s flag reads", name, k, svc.Command[0])
+				checked++
+			}
+		}
+	}
+	assert.Positive(t, checked, "no SWITCHYARD_ variables found in the compose file")
+}
+
+func TestTheKubernetesManifestsSetOnlyEnvironmentVariablesThatNameRealFlags(t *testing.T) {
+	flags := map[string]map[string]bool{
+		"router": flagsOf(t, app.Router),
+		"worker": flagsOf(t, app.Worker),
+	}
+	files, err := filepath.Glob(filepath.Join("..", "deploy", "k8s", "*.yaml"))
+	require.NoError(t, err)
+	checked := 0
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		require.NoError(t, err)
+		dec := yaml.NewDecoder(bytes.NewReader(raw))
+		for {
+			var obj struct {
+				Kind string `yaml:"kind"`
+				Spec struct {
+					Template struct {
+						Spec struct {
+							Containers []struct {
+								Args []string `yaml:"args"`
+								Env  []struct {
+									Name string `yaml:"name"`
+								} `yaml:"env"`
+							} `yaml:"containers"`
+						} `yaml:"spec"`
+					} `yaml:"template"`
+				} `yaml:"spec"`
+			}
+			if dec.Decode(&obj) != nil {
+				break
+			}
+			for _, c := range obj.Spec.Template.Spec.Containers {
+				require.NotEmpty(t, c.Args)
+				known := flags[c.Args[0]]
+				require.NotNilf(t, known, "%s: unknown subcommand %s", f, c.Args[0])
+				for _, e := range c.Env {
+					if strings.HasPrefix(e.Name, "SWITCHYARD_") {
+						assert.Truef(t, known[e.Name], "%s sets %s, which no %s flag reads", f, e.Name, c.Args[0])
+						checked++
+					}
+				}
+			}
+		}
+	}
+	assert.Positive(t, checked)
+}
