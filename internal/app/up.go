@@ -150,13 +150,29 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		i := i
 		started := make(chan string, 1)
 		grp.go_(rc.ID, func(ctx context.Context) error {
-			return RunReplica(ctx, rc, log.Named(rc.ID), metrics.NewRegistry(), func(s *ReplicaStatus) {
-				mu.Lock()
-				statuses[i] = s
-				mu.Unlock()
-				started <- s.GossipAddr
-				readyCh <- struct{}{}
-			})
+			// A replica whose etcd session was lost exits (crash-only, see
+			// docs/architecture.md); here, as an orchestrator would, it is
+			// restarted with a fresh session after a second.
+			for first := true; ; first = false {
+				err := RunReplica(ctx, rc, log.Named(rc.ID), metrics.NewRegistry(), func(s *ReplicaStatus) {
+					mu.Lock()
+					statuses[i] = s
+					mu.Unlock()
+					if first {
+						started <- s.GossipAddr
+						readyCh <- struct{}{}
+					}
+				})
+				if ctx.Err() != nil || err == nil {
+					return nil
+				}
+				log.Error("replica stopped; restarting it", zap.String("replica", rc.ID), zap.Error(err))
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(time.Second):
+				}
+			}
 		})
 		// Replicas join gossip through the first one, so start it first.
 		if i == 0 {
