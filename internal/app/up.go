@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -208,7 +209,12 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		if eol == "\n" {
 			every *= 10
 		}
-		grp.go_("status", func(ctx context.Context) error { return printStatus(ctx, stdout, statuses, every, eol) })
+		current := func() []*ReplicaStatus {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(statuses)
+		}
+		grp.go_("status", func(ctx context.Context) error { return printStatus(ctx, stdout, current, every, eol) })
 	}
 	err = grp.wait()
 	_, _ = fmt.Fprintln(stdout, "\nSwitchyard stopped.")
@@ -216,7 +222,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 }
 
 // printStatus rewrites one status line: admissions, queue and owners.
-func printStatus(ctx context.Context, w io.Writer, rs []*ReplicaStatus, every time.Duration, eol string) error {
+func printStatus(ctx context.Context, w io.Writer, replicas func() []*ReplicaStatus, every time.Duration, eol string) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -225,6 +231,7 @@ func printStatus(ctx context.Context, w io.Writer, rs []*ReplicaStatus, every ti
 			return nil
 		case <-t.C:
 		}
+		rs := replicas()
 		var recv, adm, rej, queued, bookings int
 		degraded := 0
 		for _, r := range rs {
