@@ -167,7 +167,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	}
 	log = log.With(zap.String("replica", cfg.ID))
 
-	etcd, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel))})
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: quietEtcdLogger(log)})
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
@@ -497,6 +497,16 @@ func admissionSnapshot(s *scheduler.Snapshot, model, workerType string) metrics.
 			Admitted: c.Counters.Admitted, Cancelled: c.Counters.Cancelled, Rejected: rej}
 	}
 	return out
+}
+
+// quietEtcdLogger is log for the etcd client, which is chatty at info: at
+// least warn. (IncreaseLevel on a core that is already stricter fails.)
+func quietEtcdLogger(log *zap.Logger) *zap.Logger {
+	l := log.Named("etcd")
+	if l.Core().Enabled(zap.InfoLevel) {
+		l = l.WithOptions(zap.IncreaseLevel(zap.WarnLevel))
+	}
+	return l
 }
 
 // gossipLoad is the scheduler's view of other replicas' bookings.

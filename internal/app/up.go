@@ -126,7 +126,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		wc := cfg.Worker
 		wc.ID = fmt.Sprintf("worker-%d", i+1)
 		wc.Cluster = cfg.Replica.Cluster
-		wc.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.WorkerPort+i))
+		wc.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.WorkerPort, i)))
 		wc.EtcdEndpoints = []string{etcdURL}
 		wc.NATSURL = natsURL
 		wc.Engine.Speedup = cfg.Speedup
@@ -141,7 +141,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 	for i := 0; i < cfg.Replicas; i++ {
 		rc := cfg.Replica
 		rc.ID = fmt.Sprintf("router-%d", i+1)
-		rc.HTTPAddr = net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.HTTPBase+i))
+		rc.HTTPAddr = net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.HTTPBase, i)))
 		rc.EtcdEndpoints = []string{etcdURL}
 		rc.NATSURL = natsURL
 		rc.Gossip.BindAddr, rc.Gossip.BindPort = cfg.Host, 0
@@ -221,6 +221,14 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 	return err
 }
 
+// portAt is the i-th port from base; base 0 means any free port.
+func portAt(base, i int) int {
+	if base == 0 {
+		return 0
+	}
+	return base + i
+}
+
 // printStatus rewrites one status line: admissions, queue and owners.
 func printStatus(ctx context.Context, w io.Writer, replicas func() []*ReplicaStatus, every time.Duration, eol string) error {
 	t := time.NewTicker(every)
@@ -263,13 +271,23 @@ func printStatus(ctx context.Context, w io.Writer, replicas func() []*ReplicaSta
 }
 
 func startEmbeddedEtcd(dir, host string, port int) (string, func(), error) {
+	peerPort := port + 1
+	if port == 0 { // any free ports: etcd needs them spelled out in its URLs
+		var err error
+		if port, err = freePort(host); err != nil {
+			return "", nil, err
+		}
+		if peerPort, err = freePort(host); err != nil {
+			return "", nil, err
+		}
+	}
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
 	cfg.Name = "switchyard-up"
 	cfg.Logger = "zap"
 	cfg.LogLevel = "fatal"
 	client, _ := url.Parse("http://" + net.JoinHostPort(host, strconv.Itoa(port)))
-	peer, _ := url.Parse("http://" + net.JoinHostPort(host, strconv.Itoa(port+1)))
+	peer, _ := url.Parse("http://" + net.JoinHostPort(host, strconv.Itoa(peerPort)))
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
 	cfg.InitialCluster = cfg.Name + "=" + peer.String()
@@ -286,7 +304,21 @@ func startEmbeddedEtcd(dir, host string, port int) (string, func(), error) {
 	return client.String(), e.Close, nil
 }
 
+// freePort asks the kernel for a free port on host. Another process could
+// take it before etcd binds it; `up` reports that as a start-up error.
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
 func startEmbeddedNATS(host string, port int) (string, func(), error) {
+	if port == 0 {
+		port = natsserver.RANDOM_PORT
+	}
 	s, err := natsserver.NewServer(&natsserver.Options{Host: host, Port: port, NoLog: true, NoSigs: true, MaxPayload: 8 << 20})
 	if err != nil {
 		return "", nil, fmt.Errorf("embedded NATS: %w", err)

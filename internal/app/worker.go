@@ -392,7 +392,7 @@ func (w *worker) register(ctx context.Context) (*workerRegistration, error) {
 		return nil, fmt.Errorf("worker %s: encode workerRegistration: %w", w.cfg.ID, err)
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: w.cfg.EtcdEndpoints, DialTimeout: 5 * time.Second,
-		Logger: w.log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel))})
+		Logger: quietEtcdLogger(w.log)})
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: etcd client: %w", w.cfg.ID, err)
 	}
