@@ -352,6 +352,10 @@ func TestThePolicyConfigMapParsesWithTheRoutersParserAndIsMountedWhereTheRouterR
 	p, err := frontend.ParsePolicy([]byte(doc))
 	require.NoError(t, err)
 	assert.Contains(t, p.ClassNames(), "interactive")
+	// The same policy the compose deployment and `switchyard up` use.
+	builtIn, err := os.ReadFile(filepath.Join("..", "policy.yaml"))
+	require.NoError(t, err)
+	assert.Equal(t, string(builtIn), doc, "the ConfigMap's policy.yaml must be deploy/policy.yaml verbatim")
 
 	var router *deploymentSpec
 	for _, d := range byKind(objs, "Deployment") {

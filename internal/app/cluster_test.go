@@ -232,3 +232,28 @@ func TestClassesMoveToTheSurvivorsWhenAReplicaLeaves(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// startCompletions sends n completions at once, round-robin over replicas,
+// each with a distinct prompt of about 30 words and maxTokens to generate.
+// The returned function waits for all of them and returns their errors.
+func startCompletions(replicas []*runningReplica, n, maxTokens int) func() []error {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		r := replicas[i%len(replicas)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := r.client()
+			_, errs[i] = cl.Completions.New(context.Background(), openai.CompletionNewParams{
+				Model:     openai.CompletionNewParamsModel(testModel),
+				Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(fmt.Sprintf("request %d %s", i, strings.Repeat("word ", 30)))},
+				MaxTokens: openai.Int(int64(maxTokens)),
+			})
+		}()
+	}
+	return func() []error {
+		wg.Wait()
+		return errs
+	}
+}

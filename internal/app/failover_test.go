@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchyard/switchyard/cluster"
@@ -75,22 +72,7 @@ func TestAKilledOwnersClassMovesAndEveryPendingRequestIsAdmittedOnce(t *testing.
 	c.waitPlaced([]string{class}, ids...)
 
 	const n = 24
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := 0; i < n; i++ {
-		r := []*runningReplica{r2, r3}[i%2]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl := r.client()
-			_, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{
-				Model:     openai.CompletionNewParamsModel(testModel),
-				Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(fmt.Sprintf("request %d %s", i, strings.Repeat("word ", 30)))},
-				MaxTokens: openai.Int(64),
-			})
-			errs <- err
-		}()
-	}
+	wait := startCompletions([]*runningReplica{r2, r3}, n, 64)
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		return r1.status.Snapshot().Classes[class].QueueDepth >= 4
 	}, "requests queue at the owner r1")
@@ -107,9 +89,7 @@ func TestAKilledOwnersClassMovesAndEveryPendingRequestIsAdmittedOnce(t *testing.
 	}, "the class moves within TTL + 1 s (plus scheduling slack)")
 	t.Logf("class %s moved %v after the cut (TTL %v); %d requests were queued at r1", class, time.Since(cutAt), ttl, queuedAtCut)
 
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	for _, err := range wait() {
 		require.NoError(t, err, "every request pending anywhere completes after the failover")
 	}
 	served := 0.0

@@ -2,12 +2,8 @@ package app
 
 import (
 	"bytes"
-	"context"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,21 +33,7 @@ func TestAPolicyChangeInEtcdKeepsQueuedRequestsAndCounts(t *testing.T) {
 	c.waitOwned([]string{"gold"}, "r1")
 
 	const n = 6
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl := r.client()
-			_, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{
-				Model:     openai.CompletionNewParamsModel(testModel),
-				Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(fmt.Sprintf("queued request %d %s", i, strings.Repeat("x ", 20)))},
-				MaxTokens: openai.Int(32),
-			})
-			errs <- err
-		}()
-	}
+	wait := startCompletions([]*runningReplica{r}, n, 32)
 	testenv.Eventually(t, 10*time.Second, func() bool { return r.status.Snapshot().Classes["gold"].QueueDepth >= 3 }, "requests queue")
 
 	// An operator changes the policy: gold gets a new quantum and a class is added.
@@ -60,9 +42,7 @@ func TestAPolicyChangeInEtcdKeepsQueuedRequestsAndCounts(t *testing.T) {
 	require.NoError(t, err)
 	testenv.Eventually(t, 10*time.Second, func() bool { _, ok := r.status.Owners()["silver"]; return ok }, "the new class gets an owner")
 
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	for _, err := range wait() {
 		require.NoError(t, err, "no queued request is lost by the reload")
 	}
 	snap, err := r.status.Flush(testenv.Context(t))

@@ -134,6 +134,13 @@ func (s *ReplicaStatus) Flush(ctx context.Context) (*scheduler.Snapshot, error) 
 	return s.actor.Flush(ctx)
 }
 
+// SchedulableWorkers is how many workers the admission actor selects from.
+func (s *ReplicaStatus) SchedulableWorkers(ctx context.Context) (int, error) {
+	n := 0
+	err := s.actor.Do(ctx, func(c *scheduler.Core) { n = len(c.Workers()) })
+	return n, err
+}
+
 // Owned lists the classes this replica owns now.
 func (s *ReplicaStatus) Owned() []string {
 	var out []string
@@ -268,9 +275,9 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 				return errors.New("starting: registries and index not loaded yet")
 			case !session.Healthy():
 				return errors.New("etcd session unhealthy: not admitting")
-			case len(workersReg.Snapshot().Items) == 0:
-				return errors.New("no workers registered")
 			}
+			// No workers is not "not ready": requests then get 503
+			// no_endpoints, which tells clients more.
 			return nil
 		},
 		ClusterInfo:    clusterInfo(cfg.ID, replicasReg, workersReg, own, actor, g, client),

@@ -191,6 +191,29 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 			return grp.wait()
 		}
 	}
+	// Announce only once every replica's scheduler sees every worker, so the
+	// first request cannot meet an empty worker list.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range statuses {
+		for {
+			n, err := s.SchedulableWorkers(grp.ctx)
+			if err != nil {
+				return grp.wait()
+			}
+			if n >= cfg.Workers {
+				break
+			}
+			if time.Now().After(deadline) {
+				log.Warn("not every worker registered within 30s", zap.String("replica", s.ID), zap.Int("workers", n))
+				break
+			}
+			select {
+			case <-grp.ctx.Done():
+				return grp.wait()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
 	_, _ = fmt.Fprintf(stdout, "Switchyard is up: %d router replicas, %d simulated workers (embedded etcd %s, NATS %s)\n", cfg.Replicas, cfg.Workers, etcdURL, natsURL)
 	for _, s := range statuses {
 		_, _ = fmt.Fprintf(stdout, "  OpenAI API  http://%s/v1   (readiness /readyz, metrics /metrics, cluster /debug/cluster)\n", s.HTTPAddr)
