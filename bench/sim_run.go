@@ -393,6 +393,9 @@ func (s *simulation) schedule(e simEvent) {
 
 // run is the event loop.
 func (s *simulation) run(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	for len(s.events) > 0 {
 		s.nEvents++
 		if s.nEvents&0xfff == 0 {

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -257,3 +258,22 @@ func TestSelectorTreatsLoadBookedElsewhereLikeLoadBookedHere(t *testing.T) {
 type fixedLoad map[string]scheduler.WorkerLoad
 
 func (f fixedLoad) RemoteLoad(w string) scheduler.WorkerLoad { return f[w] }
+
+func TestSimReplaysAMooncakeFileAndReportsTheCacheHitsItsHashIDsImply(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	out := t.TempDir()
+	err := Main(testenv.Context(t), []string{"--sim", "--trace", "mooncake", "--file", "testdata/mooncake_small.jsonl",
+		"--sim-workers", "1", "--out", out}, &stdout, &stderr)
+	require.NoError(t, err, "stderr: %s", stderr.String())
+	f, err := os.Open(filepath.Join(out, FileSimReport))
+	require.NoError(t, err)
+	defer func() { _ = f.Close() }()
+	var reps []SimReport
+	require.NoError(t, json.NewDecoder(f).Decode(&reps))
+	require.Len(t, reps, 1)
+	s := reps[0].Summary
+	assert.Equal(t, s.Requests, s.OK, "every request of the small trace succeeds")
+	// Every request starts with hash id 0: after the first one, the next
+	// requests on the single worker find at least that 512-token block.
+	assert.GreaterOrEqual(t, s.CachedTokens, int64(512))
+}

@@ -45,6 +45,10 @@ type ReplicaConfig struct {
 	Model, WorkerType string
 	// PredictTTL is how long a routing decision's predicted prefix lives.
 	PredictTTL time.Duration
+	// ShutdownLinger keeps /metrics (and the API) up this long after the
+	// replica has handed its classes off and exported its final counters,
+	// so a scraper sees the last values before the process goes away.
+	ShutdownLinger time.Duration
 
 	Session   cluster.SessionConfig
 	Ownership cluster.OwnershipConfig
@@ -104,6 +108,8 @@ func (c ReplicaConfig) Validate() error {
 		return errors.New("no NATS URL")
 	case c.PredictTTL <= 0:
 		return errors.New("PredictTTL must be > 0")
+	case c.ShutdownLinger < 0:
+		return errors.New("ShutdownLinger must be >= 0")
 	}
 	for _, v := range []interface{ Validate() error }{c.Session, c.Ownership, c.Gossip, c.Scheduler, c.Index, c.Ingest, c.Frontend, c.Admission, c.Exporter} {
 		if err := v.Validate(); err != nil {
@@ -273,9 +279,10 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 			switch {
 			case !serving.Load():
 				return errors.New("starting: registries and index not loaded yet")
-			case !session.Healthy():
-				return errors.New("etcd session unhealthy: not admitting")
 			}
+			// An unhealthy etcd session fences the classes this replica
+			// owns (they stop admitting), but the replica still serves as
+			// an entry: its requests go to the other owners.
 			// No workers is not "not ready": requests then get 503
 			// no_endpoints, which tells clients more.
 			return nil
@@ -296,7 +303,38 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 		httpAddr = cfg.AdvertiseHTTP
 	}
 
-	grp := newGroup(ctx)
+	// Shutdown order: hand the classes off (while the etcd session still
+	// lives, so their keys are deleted and the next owners claim at once),
+	// export the final counters, linger, then stop everything else. So the
+	// components run under their own context, not the caller's.
+	grp := newGroup(context.Background())
+	ownCtx, stopOwnership := context.WithCancel(context.Background())
+	ownDone := make(chan struct{})
+	sequenced := make(chan struct{})
+	go func() {
+		defer close(sequenced)
+		select {
+		case <-ctx.Done():
+		case <-grp.ctx.Done(): // a component failed
+		}
+		stopOwnership()
+		select {
+		case <-ownDone:
+		case <-time.After(cfg.Ownership.OpTimeout + time.Second):
+		case <-grp.ctx.Done():
+		}
+		if snap, err := flushSoon(actor); err == nil {
+			exporter.Observe(admissionSnapshot(snap, cfg.Model, cfg.WorkerType))
+		}
+		if grp.ctx.Err() == nil && cfg.ShutdownLinger > 0 {
+			log.Info("classes handed off; lingering before exit", zap.Duration("linger", cfg.ShutdownLinger))
+			select {
+			case <-time.After(cfg.ShutdownLinger):
+			case <-grp.ctx.Done():
+			}
+		}
+		grp.cancel()
+	}()
 	grp.go_("session", session.Run)
 	grp.go_("workers", workersReg.Run)
 	grp.go_("replicas", replicasReg.Run)
@@ -312,10 +350,28 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 			cfg: cfg, nc: nc, reg: reg, log: log, etcd: etcd, session: session, workers: workersReg, replicas: replicasReg,
 			own: own, actor: actor, ix: ix, g: g, client: client, fe: fe, classes: &classes,
 			exporter: exporter, adm: admissionMetrics, router: routerMetrics, httpAddr: httpAddr,
-			serving: &serving, ready: ready, grp: grp,
+			serving: &serving, ready: ready, grp: grp, ownCtx: ownCtx, ownDone: ownDone,
 		})
 	})
-	return grp.wait()
+	err = grp.wait()
+	stopOwnership()
+	<-sequenced
+	// Remove the registration now rather than when the lease expires.
+	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = session.Revoke(rctx)
+	return err
+}
+
+// flushSoon asks the actor for a fresh snapshot, or returns its last one
+// when the actor has stopped.
+func flushSoon(a *scheduler.Actor) (*scheduler.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if s, err := a.Flush(ctx); err == nil {
+		return s, nil
+	}
+	return a.Snapshot(), nil
 }
 
 type wiring struct {
@@ -341,6 +397,8 @@ type wiring struct {
 	serving  *atomic.Bool
 	ready    func(*ReplicaStatus)
 	grp      *group
+	ownCtx   context.Context
+	ownDone  chan struct{}
 }
 
 // runWiring connects the components once the session and registries are up:
@@ -375,7 +433,10 @@ func runWiring(ctx context.Context, w wiring) error {
 	}
 	w.grp.go_("policy_watch", cw.Run)
 	w.grp.go_("load_reports", w.followLoadReports)
-	w.grp.go_("ownership", w.own.Run)
+	w.grp.go_("ownership", func(context.Context) error {
+		defer close(w.ownDone)
+		return w.own.Run(w.ownCtx) // stopped first, by RunReplica's shutdown sequence
+	})
 	w.syncWorkers()
 	w.serving.Store(true)
 	if w.ready != nil {

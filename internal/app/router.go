@@ -34,6 +34,7 @@ func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "model label of the admission metrics")
 	fs.StringVar(&cfg.WorkerType, "worker-type", cfg.WorkerType, "worker_type label of the admission metrics")
 	fs.DurationVar(&cfg.PredictTTL, "predict-ttl", cfg.PredictTTL, "lifetime of a routing decision's predicted prefix")
+	fs.DurationVar(&cfg.ShutdownLinger, "shutdown-linger", cfg.ShutdownLinger, "after handing classes off and exporting final counters, keep serving /metrics this long before exiting")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML seeded into etcd when it has none (docs/policy.md; default: the built-in policy)")
 	cfg.Frontend.RegisterFlags(fs, "http.")
