@@ -232,6 +232,9 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 			g, err := c.admitLocal(ctx, r)
 			if err == nil {
 				c.m.degradedAdmits.Inc()
+				if c.m.DegradedByClass != nil {
+					c.m.DegradedByClass.WithLabelValues(r.Class).Inc()
+				}
 				return c.track(r, g, Owner{Replica: c.replica}, true), nil
 			}
 			if scheduler.ReasonOf(err) == scheduler.ReasonOwnershipLost { // degraded mode ended

@@ -7,6 +7,10 @@ import (
 
 // Metrics are the remote-admission collectors of one replica.
 type Metrics struct {
+	// DegradedByClass, when set, also counts degraded admissions per class
+	// (metrics.Admission.DegradedAdmissions, labelled by class).
+	DegradedByClass *prometheus.CounterVec
+
 	remoteSeconds     *prometheus.HistogramVec
 	retries           *prometheus.CounterVec
 	staleGrants       prometheus.Counter

@@ -206,17 +206,13 @@ func TestSimModeRejectsABadListFlag(t *testing.T) {
 	assert.Contains(t, stderr.String(), "fastest")
 }
 
-// TestSelectorTreatsLoadBookedElsewhereLikeLoadBookedHere pins down the
-// cause of the hit-rate loss the replica sweep shows with gossip on
-// (docs/benchmarks.md §2): the same in-flight request steers the selector
-// differently depending on which replica booked it. Booked locally, its
-// prompt blocks count once (the ledger knows they are shared with the new
-// request); booked by another replica, gossip carries only the aggregate
-// DecodeBlocks, so the shared prefix is counted twice and the worker that
-// holds the prefix loses to an idle one.
+// TestSelectorTreatsLoadBookedElsewhereLikeLoadBookedHere pins down what
+// used to cost hit rate at 8 replicas with gossip on: the same in-flight
+// request must steer the selector the same way whichever replica booked it.
+// Gossip carries only the aggregate DecodeBlocks of another replica's
+// bookings, so the selector counts the prompt blocks the worker already
+// holds (its cache overlap) as held, not as new.
 func TestSelectorTreatsLoadBookedElsewhereLikeLoadBookedHere(t *testing.T) {
-	t.Skip("known scheduler issue, reported to the coordinator: gossiped loads carry no block identity, " +
-		"so shared prefixes of remote bookings are counted twice in the decode term; remove this Skip to reproduce")
 	workers := []scheduler.Worker{{ID: "x", BlockSize: 16, KVBlocks: 10000}, {ID: "y", BlockSize: 16, KVBlocks: 10000}}
 	hashes := make([]uint64, 64)
 	for i := range hashes {

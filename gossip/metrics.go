@@ -21,6 +21,7 @@ type metrics struct {
 	dropped        *prometheus.CounterVec
 	decodeErrors   *prometheus.CounterVec
 	members        prometheus.Gauge
+	healthScore    prometheus.Gauge
 	departing      prometheus.Gauge
 	broadcastBytes prometheus.Counter
 	relayed        *prometheus.CounterVec
@@ -60,6 +61,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		members: f.NewGauge(prometheus.GaugeOpts{
 			Name: "switchyard_gossip_members",
 			Help: "Live gossip members, including this replica.",
+		}),
+		healthScore: f.NewGauge(prometheus.GaugeOpts{
+			Name: "switchyard_gossip_health_score",
+			Help: "memberlist's awareness score: 0 is healthy; higher means this node misses probes and slows its own timers.",
 		}),
 		departing: f.NewGauge(prometheus.GaugeOpts{
 			Name: "switchyard_gossip_departing_origins",

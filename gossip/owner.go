@@ -96,6 +96,7 @@ func (o *owner) tick() {
 		o.lastEncode = now
 	}
 	o.g.m.members.Set(float64(o.ml.NumMembers()))
+	o.g.m.healthScore.Set(float64(o.ml.GetHealthScore()))
 	o.g.m.queued.Set(float64(o.g.queue.NumQueued()))
 }
 

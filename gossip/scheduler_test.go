@@ -66,7 +66,7 @@ func burst(t *testing.T, a *scheduler.Actor, replica string, n int) []string {
 		r := &scheduler.Request{
 			ID: id, Class: "default", Ingress: time.Now(), PromptTokens: 64,
 			BlockHashes: []uint64{uint64(len(id)), uint64(i) + 100, uint64(i) + 200, uint64(i) + 300},
-			Overlaps:    []scheduler.Overlap{{Worker: "w0", Blocks: 3}, {Worker: "w1", Blocks: 2}, {Worker: "w2", Blocks: 1}},
+			Overlaps:    []scheduler.Overlap{{Worker: "w0", Blocks: 2}, {Worker: "w1", Blocks: 1}},
 		}
 		g, err := a.Admit(testenv.Context(t), r)
 		require.NoError(t, err)

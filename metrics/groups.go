@@ -284,8 +284,8 @@ func NewGossip(reg prometheus.Registerer) *Gossip {
 			Name: NameGossipPropagationLag, Help: "Time from the origin stamping gossip state to this replica receiving it.", Buckets: BucketsLag,
 		}),
 		MessagesDropped: f.NewCounterVec(prometheus.CounterOpts{
-			Name: NameGossipMessagesDropped, Help: "Gossip messages dropped because the hand-off was full, by kind.",
-		}, []string{LabelKind}),
+			Name: NameGossipMessagesDropped, Help: "Gossip messages dropped without being applied, by reason.",
+		}, []string{LabelReason}),
 		DecodeErrors:   f.NewCounter(prometheus.CounterOpts{Name: NameGossipDecodeErrors, Help: "Malformed gossip messages."}),
 		StateBytes:     f.NewGauge(prometheus.GaugeOpts{Name: NameGossipStateBytes, Help: "Size of this replica's encoded local gossip state."}),
 		BroadcastBytes: f.NewCounter(prometheus.CounterOpts{Name: NameGossipBroadcastBytes, Help: "Bytes of gossip broadcasts queued by this replica."}),

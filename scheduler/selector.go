@@ -141,10 +141,21 @@ func (c *Core) workerCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv
 	if s.maxRunning > 0 && load.ActiveRequests >= int(s.maxRunning) {
 		return 0, false
 	}
-	decode := load.DecodeBlocks + len(r.BlockHashes) + priv
+	// The request adds the prompt blocks not already active on the worker.
+	// This ledger knows which of its own bookings' blocks are active. Other
+	// replicas' bookings arrive as a block count without the blocks, so
+	// when the worker runs requests booked elsewhere, its cached prefix of
+	// this prompt (ovl: index and predictions) counts as active: otherwise
+	// a prefix another replica's booking keeps active is counted twice, and
+	// the worker holding a conversation looks busier than an idle one.
+	held := 0
 	if s.ledger.refs.n > 0 || s.ledger.refs.zero > 0 { // most workers hold none of anyone's blocks: skip the call
-		decode -= s.ledger.activeDepth(r.BlockHashes)
+		held = s.ledger.activeDepth(r.BlockHashes)
 	}
+	if s.remote.ActiveRequests > 0 {
+		held = max(held, ovl)
+	}
+	decode := load.DecodeBlocks + len(r.BlockHashes) - held + priv
 	if load.ActiveRequests > 0 {
 		if cfg.BusyPrefillTokens > 0 &&
 			load.PrefillTokens+r.PromptTokens-r.cachedFromOverlap(ovl, int(s.blockSize)) > cfg.BusyPrefillTokens {

@@ -326,6 +326,10 @@ func (r Reason) String() string {
 	return fmt.Sprintf("reason(%d)", int(r))
 }
 
+// MarshalText makes reasons readable as JSON map keys (snapshots in
+// /debug/cluster) and values.
+func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
 // ParseReason is the inverse of Reason.String (for rejections that crossed
 // the wire).
 func ParseReason(s string) (Reason, error) {

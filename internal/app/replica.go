@@ -90,7 +90,8 @@ func (c *ReplicaConfig) normalize() {
 	c.Ownership.Cluster, c.Ownership.ReplicaID = c.Cluster, c.ID
 	c.Ingest.Cluster = c.Cluster
 	c.Gossip.NodeName = c.ID
-	if c.Gossip.ClusterLabel == "" {
+	if c.Gossip.ClusterLabel == "" || c.Gossip.ClusterLabel == gossip.DefaultConfig().ClusterLabel {
+		// Two clusters on one network must not gossip with each other.
 		c.Gossip.ClusterLabel = "switchyard-" + c.Cluster
 	}
 }
@@ -236,7 +237,9 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 		_ = ix.PredictUntil(worker, hashes, expires)
 	})
 
+	admissionMetrics := metrics.NewAdmission(reg)
 	am := admission.NewMetrics(reg)
+	am.DegradedByClass = admissionMetrics.DegradedAdmissions
 	port := admission.LocalActor(actor, func() []scheduler.ClassConfig { return *classes.Load() })
 	server := admission.NewServer(cfg.ID, cfg.Cluster, nc, port, log, am)
 	client := admission.NewClient(cfg.Admission, cfg.ID, cfg.Cluster, nc, port, server, log, am)
@@ -262,7 +265,6 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 		return err
 	}
 
-	admissionMetrics := metrics.NewAdmission(reg)
 	exporter, err := metrics.NewExporter(cfg.Exporter, admissionMetrics, reg, nil)
 	if err != nil {
 		return err
@@ -271,7 +273,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 
 	var serving atomic.Bool
 	fe, err := frontend.New(cfg.Frontend, frontend.Deps{
-		Admitter: admitter{client},
+		Admitter: admitter{c: client, m: admissionMetrics, model: cfg.Model, workerType: cfg.WorkerType},
 		Workers:  workerView{workersReg},
 		Index:    prefixIndex{ix: ix, g: g, ttl: cfg.PredictTTL},
 		Policy:   policy,
@@ -399,12 +401,20 @@ type wiring struct {
 	grp      *group
 	ownCtx   context.Context
 	ownDone  chan struct{}
+
+	classOwned *prometheus.GaugeVec
+	known      map[string]struct{} // workers with metric series (wiring goroutine only)
 }
 
 // runWiring connects the components once the session and registries are up:
 // it registers the replica, starts ownership, and then keeps workers,
 // policy, ownership views, gossip loads, digests and metrics flowing.
 func runWiring(ctx context.Context, w wiring) error {
+	w.known = map[string]struct{}{}
+	w.classOwned = promauto.With(w.reg).NewGaugeVec(prometheus.GaugeOpts{
+		Name: metrics.NameClusterClassOwned,
+		Help: "1 if this replica owns the class, 0 if it knows the class but does not own it; summed over replicas, the owners per class.",
+	}, []string{metrics.LabelClass})
 	if _, err := w.session.WaitLease(ctx); err != nil {
 		return err
 	}
@@ -518,6 +528,17 @@ func (w *wiring) syncWorkers() {
 			w.ix.RemoveWorker(d.Worker)
 		}
 	}
+	for id := range w.known {
+		if _, ok := snap.Items[id]; !ok { // departed: drop its series
+			w.router.WorkerActiveRequests.DeleteLabelValues(id)
+			w.router.WorkerPrefillTokens.DeleteLabelValues(id)
+			w.router.WorkerDecodeBlocks.DeleteLabelValues(id)
+			delete(w.known, id)
+		}
+	}
+	for id := range snap.Items {
+		w.known[id] = struct{}{}
+	}
 }
 
 func (w *wiring) syncOwners() {
@@ -525,6 +546,11 @@ func (w *wiring) syncOwners() {
 	out := make(map[string]admission.Owner, len(owners))
 	for class, o := range owners {
 		out[class] = admission.Owner{Replica: o.Replica, Epoch: o.Epoch}
+		owned := 0.0
+		if o.Replica == w.cfg.ID {
+			owned = 1
+		}
+		w.classOwned.WithLabelValues(class).Set(owned)
 	}
 	w.client.OwnersChanged(out)
 }
@@ -537,9 +563,20 @@ func (w *wiring) publishLoads() {
 	loads := make(map[string]gossip.WorkerLoad, len(snap.Workers))
 	for id, l := range snap.Workers {
 		loads[id] = gossip.WorkerLoad{ActiveRequests: l.ActiveRequests, PrefillTokens: l.PrefillTokens, DecodeBlocks: l.DecodeBlocks}
-		w.router.WorkerActiveRequests.WithLabelValues(id).Set(float64(l.ActiveRequests))
 	}
 	w.g.SetLocalLoads(loads)
+	// Projected load per worker: this replica's bookings plus the others'.
+	for id := range w.workers.Snapshot().Items {
+		l, r := snap.Workers[id], w.g.RemoteLoad(id)
+		w.router.WorkerActiveRequests.WithLabelValues(id).Set(float64(l.ActiveRequests + r.ActiveRequests))
+		w.router.WorkerPrefillTokens.WithLabelValues(id).Set(float64(l.PrefillTokens + r.PrefillTokens))
+		w.router.WorkerDecodeBlocks.WithLabelValues(id).Set(float64(l.DecodeBlocks + r.DecodeBlocks))
+	}
+	degraded := 0.0
+	if w.client.Degraded() {
+		degraded = 1
+	}
+	w.router.DegradedMode.Set(degraded)
 	digests := map[string]gossip.Digest{}
 	for _, d := range w.ix.Digests(nil) {
 		digests[d.Worker] = gossip.Digest{LastEventID: d.LastID, Blocks: d.Blocks}
@@ -585,14 +622,24 @@ func (l gossipLoad) RemoteLoad(worker string) scheduler.WorkerLoad {
 	return scheduler.WorkerLoad{ActiveRequests: r.ActiveRequests, PrefillTokens: r.PrefillTokens, DecodeBlocks: r.DecodeBlocks}
 }
 
-// admitter adapts the admission client to the frontend's port.
-type admitter struct{ c *admission.Client }
+// admitter adapts the admission client to the frontend's port, and
+// observes how long admission took: the queue wait the owner reports, and
+// the rest (the decision, and the hop to a remote owner).
+type admitter struct {
+	c                 *admission.Client
+	m                 *metrics.Admission
+	model, workerType string
+}
 
 func (a admitter) Admit(ctx context.Context, r *scheduler.Request) (frontend.Ticket, error) {
+	start := time.Now()
 	t, err := a.c.Admit(ctx, r)
 	if err != nil {
 		return nil, err
 	}
+	g := t.Grant()
+	a.m.QueueWait.WithLabelValues(a.model, a.workerType, r.Class).Observe(g.QueueWait.Seconds())
+	a.m.Decision.WithLabelValues(a.model, a.workerType, r.Class).Observe(max(0, time.Since(start)-g.QueueWait).Seconds())
 	return t, nil
 }
 

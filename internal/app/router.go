@@ -43,6 +43,8 @@ func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Gossip.RegisterFlags(fs, "gossip.")
 	cfg.Exporter.RegisterFlags(fs, "metrics.")
 	fs.DurationVar(&cfg.Session.TTL, "session-ttl", cfg.Session.TTL, "etcd session lease TTL")
+	cfg.Ownership.RegisterFlags(fs, "")
+	cfg.Ingest.RegisterFlags(fs, "ingest.")
 	level := zapcore.InfoLevel
 	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
 	if err := parseFlags(fs, args, stderr); err != nil {
