@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"time"
+
+	hc "github.com/switchyard/switchyard/internal/healthcheck"
 
 	"go.etcd.io/etcd/server/v3/etcdmain"
 )
@@ -19,39 +17,7 @@ func main() {
 	etcdmain.Main(os.Args)
 }
 
-// healthcheck asks etcd's /health endpoint, which answers 200 only when the
-// member has a leader and its backend answers.
+// healthcheck probes http://127.0.0.1:2379/health (or --url): the container health check.
 func healthcheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	url := fs.String("url", "http://127.0.0.1:2379/health", "URL to probe")
-	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for the answer")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if err := probe(*url, *timeout); err != nil {
-		_, _ = fmt.Fprintln(stderr, err)
-		return 1
-	}
-	_, _ = fmt.Fprintf(stdout, "ok %s\n", *url)
-	return 0
-}
-
-func probe(url string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return fmt.Errorf("healthcheck: %w", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("healthcheck %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("healthcheck %s: status %d: %s", url, resp.StatusCode, body)
-	}
-	return nil
+	return hc.Main(context.Background(), args, "http://127.0.0.1:2379/health", stdout, stderr)
 }

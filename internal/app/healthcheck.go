@@ -3,12 +3,10 @@ package app
 import (
 	"context"
 	"errors"
-	"flag"
-	"fmt"
 	"io"
-	"net/http"
 	"runtime/debug"
-	"time"
+
+	"github.com/switchyard/switchyard/internal/healthcheck"
 )
 
 // ErrUsage is returned by a subcommand whose flags could not be parsed; the
@@ -31,34 +29,14 @@ func Version() string {
 }
 
 // Healthcheck probes a URL (default http://127.0.0.1:8080/readyz) and fails
-// unless it answers 200 in time. Images built FROM scratch have no curl, so
-// container health checks run this.
+// unless it answers 200 in time: the container health check of the
+// switchyard image.
 func Healthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	url := fs.String("url", "http://127.0.0.1:8080/readyz", "URL to probe")
-	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for the answer")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	switch healthcheck.Main(ctx, args, "http://127.0.0.1:8080/readyz", stdout, stderr) {
+	case 0:
+		return nil
+	case 2:
 		return ErrUsage
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url, nil)
-	if err != nil {
-		return fmt.Errorf("healthcheck: %w", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("healthcheck %s: %w", *url, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("healthcheck %s: status %d: %s", *url, resp.StatusCode, body)
-	}
-	_, _ = fmt.Fprintf(stdout, "ok %s\n", *url)
-	return nil
+	return errors.New("unhealthy")
 }
