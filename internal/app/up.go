@@ -165,7 +165,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 					}
 				})
 				if ctx.Err() != nil || err == nil {
-					return nil
+					return nil //nolint:nilerr // stopping: an error now is part of the shutdown, not a failure
 				}
 				log.Error("replica stopped; restarting it", zap.String("replica", rc.ID), zap.Error(err))
 				select {
