@@ -269,6 +269,11 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	if err != nil {
 		return err
 	}
+	// The exporter also pulls the actor's latest snapshot on its own refresh
+	// interval, so counters reach /metrics even when the wiring loop is busy.
+	exporter.AddSource(func() []metrics.AdmissionSnapshot {
+		return []metrics.AdmissionSnapshot{admissionSnapshot(actor.Snapshot(), cfg.Model, cfg.WorkerType)}
+	})
 	routerMetrics := metrics.NewRouter(reg)
 
 	var serving atomic.Bool
