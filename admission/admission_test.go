@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
 )
 
 func waitQueued(t *testing.T, owner *replica, class string, n int) {
@@ -294,4 +296,49 @@ func TestAnOwnershipNoticeOvertakingTheOldOwnersReplyStillCountsEachRequestRecei
 	require.Equal(t, uint64(4), ac.Received, "the old owner received every request")
 	require.Zero(t, cc.Received, "the new owner counts none of them as new arrivals")
 	require.Equal(t, uint64(3), cc.Retried)
+}
+
+func TestTheEntryCountsEachRequestReceivedOnceEvenWhenItsOwnerDiesWithIt(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(1, 0))
+	b, c := h.start("b", nil), h.start("c", nil)
+	// "a" owns the class but has died: its admit subscription still swallows
+	// requests (as a stuck process would) and never answers.
+	dead := h.nats.Conn(t)
+	_, err := dead.Subscribe(wire.NewSubjects(cluster).Admit("gold"), func(*nats.Msg) {})
+	require.NoError(t, err)
+	require.NoError(t, dead.Flush())
+	for _, r := range h.replicas {
+		r.client.OwnersChanged(map[string]Owner{"gold": {Replica: "a", Epoch: 1}})
+	}
+	ch := admitAsync(testenv.Context(t), b.client, request("gold", 0))
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		b.client.mu.Lock()
+		defer b.client.mu.Unlock()
+		return len(b.client.pending) == 1
+	}, "the request waits on the dead owner")
+
+	require.NoError(t, dead.Drain())
+	h.own("gold", "c", 2)
+	r := <-ch
+	require.NoError(t, r.err, "the request is resubmitted to the new owner")
+	r.t.Dispatched()
+	r.t.Finish(false)
+
+	require.Equal(t, uint64(1), b.client.Counts("m", "w").Classes["gold"].Received, "received once, at the entry")
+	cc := c.counters(t, "gold")
+	require.Zero(t, cc.Received, "the new owner saw a retry")
+	require.Equal(t, uint64(1), cc.Retried)
+	require.Equal(t, uint64(1), cc.Admitted)
+}
+
+func TestTheEntryCountsTheRejectionsItDecidesItself(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(1, 0))
+	b := h.start("b", nil)
+	r := request("gold", 0)
+	r.Due = time.Now().Add(100 * time.Millisecond)
+	_, err := b.client.Admit(testenv.Context(t), r)
+	require.ErrorIs(t, err, scheduler.ErrDeadlineExceeded)
+	got := b.client.Counts("m", "w").Classes["gold"]
+	require.Equal(t, uint64(1), got.Received)
+	require.Equal(t, uint64(1), got.Rejected[scheduler.ReasonDueTimePassed.String()])
 }

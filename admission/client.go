@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -84,6 +87,9 @@ type Client struct {
 	pending  map[*pendingAdmit]struct{}
 	inflight map[*Ticket]struct{}
 	degraded bool
+	counts   map[string]*metrics.AdmissionCounts // per class, cumulative (see Counts)
+	instance uint64
+	seq      uint64
 
 	kick chan struct{} // size one: wakes the re-home loop
 }
@@ -104,8 +110,46 @@ func NewClient(cfg ClientConfig, replica, cluster string, nc *nats.Conn, actor A
 		actor: actor, server: server, log: log.Named("admission_client"), m: m,
 		owners: map[string]Owner{}, epochs: map[string]int64{}, changed: make(chan struct{}),
 		pending: map[*pendingAdmit]struct{}{}, inflight: map[*Ticket]struct{}{},
+		counts: map[string]*metrics.AdmissionCounts{}, instance: rand.Uint64(),
 		kick: make(chan struct{}, 1),
 	}
+}
+
+// Counts returns the entry side's cumulative counters as an exporter
+// snapshot: every request this replica received for admission, counted once
+// here whatever happened to its attempts at owners (moved, died, fenced),
+// and the rejections decided here before any owner answered. Owners count
+// admissions, cancellations, retries and their own rejections; the app
+// exports their received counts as zero, so received is counted once.
+func (c *Client) Counts(model, workerType string) metrics.AdmissionSnapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	out := metrics.AdmissionSnapshot{Instance: c.instance, Seq: c.seq, Model: model, WorkerType: workerType,
+		Classes: make(map[string]metrics.AdmissionCounts, len(c.counts))}
+	for class, n := range c.counts {
+		cp := *n
+		cp.Rejected = maps.Clone(n.Rejected)
+		out.Classes[class] = cp
+	}
+	return out
+}
+
+func (c *Client) countLocked(class string) *metrics.AdmissionCounts {
+	n := c.counts[class]
+	if n == nil {
+		n = &metrics.AdmissionCounts{Rejected: map[string]uint64{}}
+		c.counts[class] = n
+	}
+	return n
+}
+
+// entryReject counts a rejection decided at the entry (no owner answered).
+func (c *Client) entryReject(class string, reason scheduler.Reason) {
+	c.m.entryRejected.WithLabelValues(reason.String()).Inc()
+	c.mu.Lock()
+	c.countLocked(class).Rejected[reason.String()]++
+	c.mu.Unlock()
 }
 
 // OwnersChanged installs the cluster's current view of class owners. It
@@ -210,6 +254,11 @@ func (c *Client) checkConnection() {
 // granted booking, or the owner's typed rejection. It returns ctx.Err() when
 // ctx ends first; a queued request is then cancelled at its owner.
 func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, error) {
+	if r.Attempt == 0 && !r.Probe { // the frontend's own retries (worker failed) come with Attempt > 0
+		c.mu.Lock()
+		c.countLocked(r.Class).Received++
+		c.mu.Unlock()
+	}
 	backoff := c.cfg.BackoffMin
 	waitSince := time.Time{}
 	for {
@@ -217,7 +266,7 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 			return nil, err
 		}
 		if !r.Due.IsZero() && !time.Now().Before(r.Due) && waitSince != (time.Time{}) {
-			c.m.entryRejected.WithLabelValues(scheduler.ReasonDueTimePassed.String()).Inc()
+			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
 			return nil, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "no owner admitted the request before its deadline")
 		}
 		c.mu.Lock()
@@ -291,10 +340,10 @@ func (c *Client) waitForOwner(ctx context.Context, r *scheduler.Request, since t
 	now := time.Now()
 	if !now.Before(limit) {
 		if !r.Due.IsZero() && !limit.Before(r.Due) {
-			c.m.entryRejected.WithLabelValues(scheduler.ReasonDueTimePassed.String()).Inc()
+			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
 			return scheduler.Reject(scheduler.ReasonDueTimePassed, "", "no owner admitted the request before its deadline")
 		}
-		c.m.entryRejected.WithLabelValues(scheduler.ReasonOwnershipLost.String()).Inc()
+		c.entryReject(r.Class, scheduler.ReasonOwnershipLost)
 		return scheduler.Reject(scheduler.ReasonOwnershipLost, "", fmt.Sprintf("class %s had no owner for %v", r.Class, c.cfg.NoOwnerTimeout))
 	}
 	d := min(*backoff, limit.Sub(now))
@@ -353,7 +402,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 			return nil, false, ctx.Err()
 		case !r.Due.IsZero() && !time.Now().Before(r.Due):
 			c.cancelAt(r, owner.Replica)
-			c.m.entryRejected.WithLabelValues(scheduler.ReasonDueTimePassed.String()).Inc()
+			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
 			return nil, false, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "owner did not answer before the deadline")
 		default: // connection trouble: the loop re-evaluates (maybe degraded)
 			c.m.retries.WithLabelValues("nats_error").Inc()

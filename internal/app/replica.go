@@ -272,7 +272,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	// The exporter also pulls the actor's latest snapshot on its own refresh
 	// interval, so counters reach /metrics even when the wiring loop is busy.
 	exporter.AddSource(func() []metrics.AdmissionSnapshot {
-		return []metrics.AdmissionSnapshot{admissionSnapshot(actor.Snapshot(), cfg.Model, cfg.WorkerType)}
+		return []metrics.AdmissionSnapshot{admissionSnapshot(actor.Snapshot(), cfg.Model, cfg.WorkerType), client.Counts(cfg.Model, cfg.WorkerType)}
 	})
 	routerMetrics := metrics.NewRouter(reg)
 
@@ -333,6 +333,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 		if snap, err := flushSoon(actor); err == nil {
 			exporter.Observe(admissionSnapshot(snap, cfg.Model, cfg.WorkerType))
 		}
+		exporter.Observe(client.Counts(cfg.Model, cfg.WorkerType))
 		if grp.ctx.Err() == nil && cfg.ShutdownLinger > 0 {
 			log.Info("classes handed off; lingering before exit", zap.Duration("linger", cfg.ShutdownLinger))
 			select {
@@ -589,6 +590,7 @@ func (w *wiring) publishLoads() {
 	w.g.SetDigests(digests)
 	w.actor.Drain()
 	w.exporter.Observe(admissionSnapshot(snap, w.cfg.Model, w.cfg.WorkerType))
+	w.exporter.Observe(w.client.Counts(w.cfg.Model, w.cfg.WorkerType))
 	for class, c := range snap.Classes {
 		w.adm.QueueDepth.WithLabelValues(w.cfg.Model, w.cfg.WorkerType, class).Set(float64(c.QueueDepth))
 		w.adm.QueuePendingTokens.WithLabelValues(w.cfg.Model, w.cfg.WorkerType, class).Set(float64(c.PendingTokens))
@@ -603,7 +605,10 @@ func admissionSnapshot(s *scheduler.Snapshot, model, workerType string) metrics.
 		for r, n := range c.Counters.Rejected {
 			rej[r.String()] = n
 		}
-		out.Classes[class] = metrics.AdmissionCounts{Received: c.Counters.Received, Retried: c.Counters.Retried,
+		// Received is counted at the entry replica (admission.Client.Counts),
+		// once per request whatever moved underneath it; the owner's own
+		// count of first attempts is not exported, or it would count twice.
+		out.Classes[class] = metrics.AdmissionCounts{Retried: c.Counters.Retried,
 			Admitted: c.Counters.Admitted, Cancelled: c.Counters.Cancelled, Rejected: rej}
 	}
 	return out
