@@ -275,30 +275,22 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 		changed := c.changed
 		c.mu.Unlock()
 
-		_, ownLocal := c.server.Owns(r.Class)
+		epoch, ownLocal := c.server.Owns(r.Class)
 		switch {
-		case degraded && !ownLocal:
+		case ownLocal || degraded:
+			// This replica's own actor admits: it owns the class, or NATS
+			// is down and every class is admitted locally (degraded mode).
 			g, err := c.admitLocal(ctx, r)
 			if err == nil {
-				c.m.degradedAdmits.Inc()
-				if c.m.DegradedByClass != nil {
-					c.m.DegradedByClass.WithLabelValues(r.Class).Inc()
+				if !ownLocal {
+					c.m.degradedAdmits.Inc()
+					if c.m.DegradedByClass != nil {
+						c.m.DegradedByClass.WithLabelValues(r.Class).Inc()
+					}
 				}
-				return c.track(r, g, Owner{Replica: c.replica}, true), nil
-			}
-			if scheduler.ReasonOf(err) == scheduler.ReasonOwnershipLost { // degraded mode ended
-				r.Attempt++
-				c.m.retries.WithLabelValues("ownership_moved").Inc()
-				continue
-			}
-			return nil, err
-		case ownLocal:
-			epoch, _ := c.server.Owns(r.Class)
-			g, err := c.admitLocal(ctx, r)
-			if err == nil {
 				return c.track(r, g, Owner{Replica: c.replica, Epoch: epoch}, true), nil
 			}
-			if scheduler.ReasonOf(err) == scheduler.ReasonOwnershipLost {
+			if scheduler.ReasonOf(err) == scheduler.ReasonOwnershipLost { // the class moved, or degraded mode ended
 				r.Attempt++
 				c.m.retries.WithLabelValues("ownership_moved").Inc()
 				continue
