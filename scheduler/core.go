@@ -361,8 +361,6 @@ func (c *Core) overLimit(cls *class, e *entry) string {
 	return ""
 }
 
-func (h entryHeap) len() int { return len(h) }
-
 func (c *Core) push(e *entry) {
 	cls := e.cls
 	cls.q.push(e)

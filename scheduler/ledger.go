@@ -72,75 +72,14 @@ func (l *workerLedger) remove(b *booking) {
 
 // expiryHeap orders bookings by deadline (indexed, so acknowledging or
 // renewing a booking moves it in place and NextWake is exact).
-type expiryHeap []*booking
+type expiryHeap = indexedHeap[*booking, byDeadline]
 
-func (h expiryHeap) less(i, j int) bool {
-	if h[i].deadline != h[j].deadline {
-		return h[i].deadline < h[j].deadline
+type byDeadline struct{}
+
+func (byDeadline) less(a, b *booking) bool {
+	if a.deadline != b.deadline {
+		return a.deadline < b.deadline
 	}
-	return h[i].id < h[j].id
+	return a.id < b.id
 }
-
-func (h expiryHeap) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].ei, h[j].ei = i, j
-}
-
-func (h *expiryHeap) push(b *booking) {
-	b.ei = len(*h)
-	*h = append(*h, b)
-	h.up(b.ei)
-}
-
-func (h *expiryHeap) remove(i int) {
-	s := *h
-	last := len(s) - 1
-	b := s[i]
-	if i != last {
-		s.swap(i, last)
-	}
-	s[last] = nil
-	*h = s[:last]
-	if i != last {
-		h.fix(i)
-	}
-	b.ei = -1
-}
-
-func (h expiryHeap) fix(i int) {
-	if !h.down(i) {
-		h.up(i)
-	}
-}
-
-func (h expiryHeap) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			return
-		}
-		h.swap(i, p)
-		i = p
-	}
-}
-
-func (h expiryHeap) down(i int) bool {
-	start := i
-	n := len(h)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && h.less(r, l) {
-			m = r
-		}
-		if !h.less(m, i) {
-			break
-		}
-		h.swap(i, m)
-		i = m
-	}
-	return i > start
-}
+func (byDeadline) setPos(b *booking, i int) { b.ei = i }

@@ -53,132 +53,24 @@ func policyScore(p Policy, pj, offset float64, cost int64) float64 {
 	}
 }
 
-// entryHeap is a class's binary heap ordered by entry.before.
-type entryHeap []*entry
+// entryHeap is a class's queue, ordered by entry.before.
+type entryHeap = indexedHeap[*entry, byQueueOrder]
 
-func (h *entryHeap) push(e *entry) {
-	e.qi = len(*h)
-	*h = append(*h, e)
-	h.up(e.qi)
-}
+type byQueueOrder struct{}
 
-func (h *entryHeap) remove(i int) {
-	s := *h
-	last := len(s) - 1
-	e := s[i]
-	if i != last {
-		s[i] = s[last]
-		s[i].qi = i
-	}
-	s[last] = nil
-	*h = s[:last]
-	if i != last {
-		if !h.down(i) {
-			h.up(i)
-		}
-	}
-	e.qi = -1
-}
-
-func (h entryHeap) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h[i].before(h[p]) {
-			return
-		}
-		h[i], h[p] = h[p], h[i]
-		h[i].qi, h[p].qi = i, p
-		i = p
-	}
-}
-
-func (h entryHeap) down(i int) bool {
-	start := i
-	n := len(h)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && h[r].before(h[l]) {
-			m = r
-		}
-		if !h[m].before(h[i]) {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		h[i].qi, h[m].qi = i, m
-		i = m
-	}
-	return i > start
-}
+func (byQueueOrder) less(a, b *entry) bool  { return a.before(b) }
+func (byQueueOrder) setPos(e *entry, i int) { e.qi = i }
 
 // dueHeap indexes queued entries that have a deadline, earliest first, so the
 // timer sweep touches only expired entries.
-type dueHeap []*entry
+type dueHeap = indexedHeap[*entry, byDue]
 
-func (h *dueHeap) push(e *entry) {
-	e.di = len(*h)
-	*h = append(*h, e)
-	h.up(e.di)
-}
+type byDue struct{}
 
-func (h *dueHeap) remove(i int) {
-	s := *h
-	last := len(s) - 1
-	e := s[i]
-	if i != last {
-		s[i] = s[last]
-		s[i].di = i
+func (byDue) less(a, b *entry) bool {
+	if a.due != b.due {
+		return a.due < b.due
 	}
-	s[last] = nil
-	*h = s[:last]
-	if i != last {
-		if !h.down(i) {
-			h.up(i)
-		}
-	}
-	e.di = -1
+	return a.seq < b.seq
 }
-
-func (h dueHeap) less(i, j int) bool {
-	if h[i].due != h[j].due {
-		return h[i].due < h[j].due
-	}
-	return h[i].seq < h[j].seq
-}
-
-func (h dueHeap) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			return
-		}
-		h[i], h[p] = h[p], h[i]
-		h[i].di, h[p].di = i, p
-		i = p
-	}
-}
-
-func (h dueHeap) down(i int) bool {
-	start := i
-	n := len(h)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && h.less(r, l) {
-			m = r
-		}
-		if !h.less(m, i) {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		h[i].di, h[m].di = i, m
-		i = m
-	}
-	return i > start
-}
+func (byDue) setPos(e *entry, i int) { e.di = i }
