@@ -228,6 +228,17 @@ func (o *Ownership) Classes() []string { return slices.Clone(*o.classes.Load()) 
 
 // Owners returns the current owner of every owned class, from the etcd watch.
 func (o *Ownership) Owners() map[string]Owner {
+	owners, _ := o.OwnersView()
+	return owners
+}
+
+// OwnersView returns the current owners together with a channel that is
+// closed when that view is superseded. Both come from one snapshot, so a
+// follower that re-reads the view each time the channel closes never misses
+// a change: reading the owners and then asking for "the next change"
+// separately would lose a change that lands in between (a handoff is a delete
+// and a put milliseconds apart).
+func (o *Ownership) OwnersView() (map[string]Owner, <-chan struct{}) {
 	snap := o.owners.snapshot()
 	out := make(map[string]Owner, len(snap.Items))
 	for c, v := range snap.Items {
@@ -235,7 +246,7 @@ func (o *Ownership) Owners() map[string]Owner {
 			out[c] = v
 		}
 	}
-	return out
+	return out, snap.Changed()
 }
 
 // Owner returns the current owner of class, if any.
@@ -249,8 +260,6 @@ func (o *Ownership) Owner(class string) (Owner, bool) {
 // stale (design §4 step 8).
 func (o *Ownership) NewestEpoch(class string) int64 { return o.owners.snapshot().Items[class].Epoch }
 
-// OwnersChanged is closed when the owner view next changes.
-func (o *Ownership) OwnersChanged() <-chan struct{} { return o.owners.snapshot().Changed() }
 
 // Run keeps this replica's classes claimed until ctx ends, then releases
 // them (OnRelease with ReleaseShutdown, then the keys are deleted so the next

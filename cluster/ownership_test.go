@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"context"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -287,4 +289,57 @@ func TestOwnershipReturnsSessionExpiredWhenTheLeaseIsRevokedBehindItsBack(t *tes
 	require.Empty(t, a.heldClasses())
 	require.True(t, a.sess.Status().Done)
 	h.tl.requireNoOverlap(t)
+}
+
+// A follower that applies OwnersView and waits on the channel that came with
+// it (as the replica's main loop does) ends on etcd's final view after a
+// burst of handoffs: no change that lands while it applies one is lost.
+func TestOwnersViewFollowerEndsOnTheFinalViewAfterAHandoffBurst(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, classNames(16))
+	a := h.start("a", nodeOpts{})
+	h.requireAgreement([]*node{a}, converge, "a alone")
+
+	var mu sync.Mutex
+	var applied map[string]Owner
+	updates := 0
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		view, changed := a.own.OwnersView()
+		for {
+			mu.Lock()
+			applied, updates = view, updates+1
+			mu.Unlock()
+			time.Sleep(time.Millisecond) // applying takes time; changes keep landing
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				view, changed = a.own.OwnersView()
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	b := h.start("b", nodeOpts{})
+	c := h.start("c", nodeOpts{})
+	h.requireAgreement([]*node{a, b, c}, converge, "after b and c joined")
+	want := h.etcdOwners()
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(applied) != len(want) {
+			return false
+		}
+		for class, o := range want {
+			if applied[class].Replica != o.Replica || applied[class].Epoch != o.Epoch {
+				return false
+			}
+		}
+		return true
+	}, "the follower applies etcd's final owner view")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Greater(t, updates, 2, "the burst reached the follower as several updates")
 }

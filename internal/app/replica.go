@@ -453,7 +453,8 @@ func runWiring(ctx context.Context, w wiring) error {
 		defer close(w.ownDone)
 		return w.own.Run(w.ownCtx) // stopped first, by RunReplica's shutdown sequence
 	})
-	w.syncWorkers()
+	workersChanged := w.syncWorkers()
+	ownersChanged := w.syncOwners()
 	w.serving.Store(true)
 	if w.ready != nil {
 		w.ready(&ReplicaStatus{ID: w.cfg.ID, HTTPAddr: w.httpAddr, GossipAddr: w.g.Addr(), actor: w.actor, client: w.client, own: w.own, ix: w.ix})
@@ -461,16 +462,16 @@ func runWiring(ctx context.Context, w wiring) error {
 
 	tick := time.NewTicker(w.cfg.Gossip.Interval)
 	defer tick.Stop()
+	// Each sync returns the change channel of the very snapshot it applied,
+	// so a change landing while one is applied is never missed.
 	for {
-		workersChanged := w.workers.Snapshot().Changed()
-		ownersChanged := w.own.OwnersChanged()
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-workersChanged:
-			w.syncWorkers()
+			workersChanged = w.syncWorkers()
 		case <-ownersChanged:
-			w.syncOwners()
+			ownersChanged = w.syncOwners()
 		case <-tick.C:
 			w.publishLoads()
 		}
@@ -518,8 +519,9 @@ func (w *wiring) applyPolicy(v cluster.ConfigVersion) {
 }
 
 // syncWorkers hands the registry to the scheduler and drops departed
-// workers from the index.
-func (w *wiring) syncWorkers() {
+// workers from the index. It returns the channel that signals the next
+// registry change after the snapshot it applied.
+func (w *wiring) syncWorkers() <-chan struct{} {
 	snap := w.workers.Snapshot()
 	ws := make([]scheduler.Worker, 0, len(snap.Items))
 	for _, it := range snap.Items {
@@ -545,10 +547,14 @@ func (w *wiring) syncWorkers() {
 	for id := range snap.Items {
 		w.known[id] = struct{}{}
 	}
+	return snap.Changed()
 }
 
-func (w *wiring) syncOwners() {
-	owners := w.own.Owners()
+// syncOwners hands the owner view to the admission client and exports which
+// classes this replica owns. It returns the channel that signals the next
+// change after the view it applied.
+func (w *wiring) syncOwners() <-chan struct{} {
+	owners, changed := w.own.OwnersView()
 	out := make(map[string]admission.Owner, len(owners))
 	for class, o := range owners {
 		out[class] = admission.Owner{Replica: o.Replica, Epoch: o.Epoch}
@@ -559,6 +565,7 @@ func (w *wiring) syncOwners() {
 		w.classOwned.WithLabelValues(class).Set(owned)
 	}
 	w.client.OwnersChanged(out)
+	return changed
 }
 
 // publishLoads shares this replica's booked load and index digests over
