@@ -260,7 +260,6 @@ func (o *Ownership) Owner(class string) (Owner, bool) {
 // stale (design §4 step 8).
 func (o *Ownership) NewestEpoch(class string) int64 { return o.owners.snapshot().Items[class].Epoch }
 
-
 // Run keeps this replica's classes claimed until ctx ends, then releases
 // them (OnRelease with ReleaseShutdown, then the keys are deleted so the next
 // owners can claim at once). It returns nil on ctx end and ErrSessionExpired
