@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -61,9 +62,12 @@ type Options struct {
 	MaxModelLen int
 
 	MooncakeBlockSize int
-	Azure             AzureOptions
-	Synthetic         SyntheticConfig
-	Runner            RunnerConfig
+	// ArrivalSpread spreads requests sharing one trace timestamp evenly over
+	// this window (see SpreadArrivals); 0 replays the timestamps as they are.
+	ArrivalSpread time.Duration
+	Azure         AzureOptions
+	Synthetic     SyntheticConfig
+	Runner        RunnerConfig
 }
 
 // DefaultOptions holds every default of `switchyard bench`.
@@ -100,6 +104,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "diagnostics level: debug, info, warn, error")
 	fs.IntVar(&o.MaxModelLen, "max-model-len", o.MaxModelLen, "drop trace requests longer than this many prompt+output tokens (0: keep all)")
 	fs.IntVar(&o.MooncakeBlockSize, "mooncake-block-size", o.MooncakeBlockSize, "tokens per Mooncake hash id")
+	fs.DurationVar(&o.ArrivalSpread, "arrival-spread", o.ArrivalSpread, "spread requests that share a trace timestamp evenly over this window, in trace time (0: replay timestamps as they are)")
 	fs.IntVar(&o.Azure.PrefixGroups, "azure-prefix-groups", o.Azure.PrefixGroups, "azure: number of synthetic shared prefixes (0: none)")
 	fs.IntVar(&o.Azure.PrefixTokens, "azure-prefix-tokens", o.Azure.PrefixTokens, "azure: shared prefix length in tokens")
 	fs.Uint64Var(&o.Azure.Seed, "azure-seed", o.Azure.Seed, "azure: seed of synthesized tokens and prefix groups")
@@ -120,6 +125,9 @@ func (o Options) Validate() error {
 		}
 	default:
 		return fmt.Errorf("%w: --trace %q: want mooncake, azure or synthetic", ErrInvalidConfig, o.Trace)
+	}
+	if o.ArrivalSpread < 0 {
+		return fmt.Errorf("%w: --arrival-spread %v must not be negative", ErrInvalidConfig, o.ArrivalSpread)
 	}
 	if o.MaxModelLen < 0 {
 		return fmt.Errorf("%w: --max-model-len %d must not be negative", ErrInvalidConfig, o.MaxModelLen)
@@ -162,8 +170,8 @@ func (t *TraceSource) Skipped() ([]*LineError, int) {
 // TooLong is the number of requests dropped by --max-model-len so far.
 func (t *TraceSource) TooLong() int { return t.filter.Dropped }
 
-func newTraceSource(src Source, maxModelLen int, closer io.Closer) *TraceSource {
-	f := &LengthFilter{Src: src, MaxTotal: maxModelLen}
+func newTraceSource(src Source, maxModelLen int, spread time.Duration, closer io.Closer) *TraceSource {
+	f := &LengthFilter{Src: &SpreadArrivals{Src: src, Window: spread}, MaxTotal: maxModelLen}
 	return &TraceSource{Source: f, reader: src, filter: f, closer: closer}
 }
 
@@ -182,7 +190,7 @@ func (o Options) OpenTrace() (*TraceSource, error) {
 		if err != nil {
 			return nil, err
 		}
-		return newTraceSource(NewSliceSource(reqs), o.MaxModelLen, nil), nil
+		return newTraceSource(NewSliceSource(reqs), o.MaxModelLen, o.ArrivalSpread, nil), nil
 	}
 	f, err := os.Open(o.File)
 	if err != nil {
@@ -203,7 +211,7 @@ func (o Options) OpenTrace() (*TraceSource, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	return newTraceSource(src, o.MaxModelLen, f), nil
+	return newTraceSource(src, o.MaxModelLen, o.ArrivalSpread, f), nil
 }
 
 // SimMode is the hook for `switchyard bench --sim`: the deterministic

@@ -129,6 +129,9 @@ type SimConfig struct {
 	PredictTTL time.Duration
 	// TimeScale divides trace arrival offsets (the live runner's --speedup).
 	TimeScale float64
+	// ArrivalSpread is the trace option --arrival-spread the requests were
+	// read with (SpreadArrivals), carried into the report.
+	ArrivalSpread time.Duration
 	// MaxRequests stops after this many trace requests (0: all).
 	MaxRequests int
 	// Vocab bounds synthesized prompt tokens (as the live runner sends them).

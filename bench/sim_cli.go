@@ -200,6 +200,7 @@ func (c *simCLI) Run(ctx context.Context, env SimEnv) error {
 func (f *simFlags) expand(o Options) ([]simRun, error) {
 	base := f.base
 	base.TimeScale = o.Runner.Speedup
+	base.ArrivalSpread = o.ArrivalSpread
 	base.Vocab = o.Runner.Vocab
 	var runs []simRun
 	for _, cp := range f.classPolicies {

@@ -45,6 +45,7 @@ type SimConfigInfo struct {
 	EventDelayMs    float64 `json:"event_delay_ms"`
 	PredictTTLMs    float64 `json:"predict_ttl_ms"`
 	TimeScale       float64 `json:"time_scale"`
+	ArrivalSpreadMs float64 `json:"arrival_spread_ms"`
 	Requests        int     `json:"requests"`
 	MaxRunning      int     `json:"max_running"`
 	SingleClass     bool    `json:"single_class"`
@@ -108,7 +109,8 @@ func (s *simulation) report() *SimReport {
 			Seed: cfg.Seed, Replicas: cfg.Replicas, Workers: cfg.Workers, Policy: cfg.Policy.String(),
 			Admission: cfg.Admission.String(), Gossip: cfg.Gossip, GossipDelayMs: ms(cfg.GossipDelay),
 			EventDelayMs: ms(cfg.EventDelay), PredictTTLMs: ms(cfg.PredictTTL), TimeScale: cfg.TimeScale,
-			Requests: len(s.reqs), MaxRunning: cfg.maxRunning(), SingleClass: cfg.SingleClass,
+			ArrivalSpreadMs: ms(cfg.ArrivalSpread),
+			Requests:        len(s.reqs), MaxRunning: cfg.maxRunning(), SingleClass: cfg.SingleClass,
 			SplitClasses: cfg.SplitClasses, OverlapCredit: cfg.Scheduler.OverlapCredit, PrefillScale: cfg.Scheduler.PrefillScale,
 			IgnoreDeadlines: cfg.IgnoreDeadlines, DueMarginMs: ms(cfg.DueMargin), ClassPolicy: cfg.Class.Policy.String(),
 			QueueLimit: cfg.Class.Limits.Requests, BlockSize: cfg.Engine.BlockSize, KVBlocks: cfg.Engine.NumBlocks,
