@@ -118,5 +118,12 @@ func (w *Workers) Run(ctx context.Context) error { return w.c.run(ctx) }
 // Snapshot returns the current immutable view, keyed by worker id.
 func (w *Workers) Snapshot() *Snapshot[Worker] { return w.c.snapshot() }
 
+// PublishesEvents reports whether worker registered as publishing KV
+// events. An unknown worker counts as publishing: nothing is routed to it.
+func (w *Workers) PublishesEvents(worker string) bool {
+	it, ok := w.Snapshot().Items[worker]
+	return !ok || it.Info.PublishesEvents
+}
+
 // WaitSynced blocks until the first list has been applied or ctx ends.
 func (w *Workers) WaitSynced(ctx context.Context) error { return w.c.waitSynced(ctx) }

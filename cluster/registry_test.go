@@ -206,3 +206,26 @@ func (f lazyFloat) String() string { return prometheusFloat(f()) }
 func prometheusFloat(v float64) string { return strconvFloat(v) }
 
 func strconvFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+func TestWorkerRegistryTellsWhichWorkersPublishKVEvents(t *testing.T) {
+	e := testenv.StartEtcd(t)
+	client := e.Client(t)
+	ctx := testenv.Context(t)
+	workers, err := NewWorkers(client, RegistryConfig{Cluster: testCluster, RetryInterval: 100 * time.Millisecond}, Deps{Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	runInBackground(t, workers.Run)
+	sess, err := NewSession(client, SessionConfig{Cluster: testCluster, TTL: 2 * time.Second}, Deps{})
+	require.NoError(t, err)
+	runInBackground(t, sess.Run)
+	_, err = sess.WaitLease(ctx)
+	require.NoError(t, err)
+
+	loud, quiet := testWorker("loud"), testWorker("quiet")
+	loud.PublishesEvents = true
+	require.NoError(t, sess.RegisterWorker(ctx, loud))
+	require.NoError(t, sess.RegisterWorker(ctx, quiet))
+	testenv.Eventually(t, 5*time.Second, func() bool { return len(workers.Snapshot().Items) == 2 }, "both registered")
+	require.True(t, workers.PublishesEvents("loud"))
+	require.False(t, workers.PublishesEvents("quiet"))
+	require.True(t, workers.PublishesEvents("unknown"), "an unregistered worker gets the default (publishing) treatment")
+}

@@ -43,8 +43,13 @@ type ReplicaConfig struct {
 	PolicyYAML []byte
 	// Model and WorkerType label the admission counters.
 	Model, WorkerType string
-	// PredictTTL is how long a routing decision's predicted prefix lives.
+	// PredictTTL is how long a routing decision's predicted prefix lives on
+	// a worker that publishes KV events (they soon confirm or correct it).
 	PredictTTL time.Duration
+	// PredictTTLNoEvents is the lifetime on a worker registered without KV
+	// events (WorkerInfo.PublishesEvents false): predictions are all the
+	// index will ever know about it (design §6).
+	PredictTTLNoEvents time.Duration
 	// ShutdownLinger keeps /metrics (and the API) up this long after the
 	// replica has handed its classes off and exported its final counters,
 	// so a scraper sees the last values before the process goes away.
@@ -64,23 +69,24 @@ type ReplicaConfig struct {
 // DefaultReplicaConfig returns the defaults of every part.
 func DefaultReplicaConfig() ReplicaConfig {
 	return ReplicaConfig{
-		ID:            "router-1",
-		Cluster:       "default",
-		HTTPAddr:      "127.0.0.1:8080",
-		EtcdEndpoints: []string{"http://127.0.0.1:2379"},
-		NATSURL:       nats.DefaultURL,
-		Model:         "any",
-		WorkerType:    "simulated",
-		PredictTTL:    5 * time.Second,
-		Session:       cluster.DefaultSessionConfig(),
-		Ownership:     cluster.DefaultOwnershipConfig(),
-		Gossip:        gossip.DefaultConfig(),
-		Scheduler:     scheduler.DefaultConfig(),
-		Index:         kvindex.DefaultConfig(),
-		Ingest:        kvindex.DefaultSubscriberConfig(),
-		Frontend:      frontend.DefaultConfig(),
-		Admission:     admission.DefaultClientConfig(),
-		Exporter:      metrics.DefaultExporterConfig(),
+		ID:                 "router-1",
+		Cluster:            "default",
+		HTTPAddr:           "127.0.0.1:8080",
+		EtcdEndpoints:      []string{"http://127.0.0.1:2379"},
+		NATSURL:            nats.DefaultURL,
+		Model:              "any",
+		WorkerType:         "simulated",
+		PredictTTL:         5 * time.Second,
+		PredictTTLNoEvents: 120 * time.Second,
+		Session:            cluster.DefaultSessionConfig(),
+		Ownership:          cluster.DefaultOwnershipConfig(),
+		Gossip:             gossip.DefaultConfig(),
+		Scheduler:          scheduler.DefaultConfig(),
+		Index:              kvindex.DefaultConfig(),
+		Ingest:             kvindex.DefaultSubscriberConfig(),
+		Frontend:           frontend.DefaultConfig(),
+		Admission:          admission.DefaultClientConfig(),
+		Exporter:           metrics.DefaultExporterConfig(),
 	}
 }
 
@@ -109,6 +115,8 @@ func (c ReplicaConfig) Validate() error {
 		return errors.New("no NATS URL")
 	case c.PredictTTL <= 0:
 		return errors.New("PredictTTL must be > 0")
+	case c.PredictTTLNoEvents <= 0:
+		return errors.New("PredictTTLNoEvents must be > 0")
 	case c.ShutdownLinger < 0:
 		return errors.New("ShutdownLinger must be >= 0")
 	}
@@ -280,7 +288,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	fe, err := frontend.New(cfg.Frontend, frontend.Deps{
 		Admitter: admitter{c: client, m: admissionMetrics, model: cfg.Model, workerType: cfg.WorkerType},
 		Workers:  workerView{workersReg},
-		Index:    prefixIndex{ix: ix, g: g, ttl: cfg.PredictTTL},
+		Index:    prefixIndex{ix: ix, g: g, ttl: cfg.PredictTTL, ttlNoEvents: cfg.PredictTTLNoEvents, publishes: workersReg.PublishesEvents},
 		Policy:   policy,
 		Ready: func() error {
 			switch {
@@ -676,9 +684,11 @@ func (v workerView) Workers() []frontend.WorkerEntry {
 // prefixIndex adapts the KV index (exact and predicted entries) to the
 // frontend's port, and shares predictions with the other replicas.
 type prefixIndex struct {
-	ix  *kvindex.Index
-	g   *gossip.Gossip
-	ttl time.Duration
+	ix          *kvindex.Index
+	g           *gossip.Gossip // nil: predictions stay local
+	ttl         time.Duration  // on workers that publish KV events
+	ttlNoEvents time.Duration  // on workers that do not
+	publishes   func(worker string) bool
 }
 
 var matchPool = sync.Pool{New: func() any { s := make([]kvindex.Match, 0, 64); return &s }}
@@ -695,8 +705,14 @@ func (p prefixIndex) Overlaps(dst []scheduler.Overlap, seqHashes []uint64) []sch
 }
 
 func (p prefixIndex) Predict(worker string, seqHashes []uint64) {
-	_ = p.ix.Predict(worker, seqHashes, p.ttl)
-	p.g.Predict(worker, seqHashes, p.ttl)
+	ttl := p.ttl
+	if p.publishes != nil && !p.publishes(worker) {
+		ttl = p.ttlNoEvents
+	}
+	_ = p.ix.Predict(worker, seqHashes, ttl)
+	if p.g != nil {
+		p.g.Predict(worker, seqHashes, ttl)
+	}
 }
 
 // clusterInfo serves /debug/cluster.

@@ -33,7 +33,8 @@ func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.NATSURL, "nats-url", cfg.NATSURL, "NATS URL")
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "model label of the admission metrics")
 	fs.StringVar(&cfg.WorkerType, "worker-type", cfg.WorkerType, "worker_type label of the admission metrics")
-	fs.DurationVar(&cfg.PredictTTL, "predict-ttl", cfg.PredictTTL, "lifetime of a routing decision's predicted prefix")
+	fs.DurationVar(&cfg.PredictTTL, "predict-ttl", cfg.PredictTTL, "lifetime of a routing decision's predicted prefix on a worker that publishes KV events")
+	fs.DurationVar(&cfg.PredictTTLNoEvents, "predict-ttl-no-events", cfg.PredictTTLNoEvents, "lifetime of a routing decision's predicted prefix on a worker registered without KV events")
 	fs.DurationVar(&cfg.ShutdownLinger, "shutdown-linger", cfg.ShutdownLinger, "after handing classes off and exporting final counters, keep serving /metrics this long before exiting")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML seeded into etcd when it has none (docs/policy.md; default: the built-in policy)")
