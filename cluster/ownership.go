@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -166,20 +167,20 @@ func NewOwnership(client *clientv3.Client, session *Session, replicas *Replicas,
 	o.classes.Store(&empty)
 	f := promauto.With(deps.Registerer)
 	o.ownedGauge = f.NewGauge(prometheus.GaugeOpts{
-		Name: "switchyard_cluster_classes_owned", Help: "Classes this replica currently owns.",
+		Name: metrics.NameClusterClassesOwned, Help: "Classes this replica currently owns.",
 	})
 	o.acquisitions = f.NewCounter(prometheus.CounterOpts{
-		Name: "switchyard_cluster_ownership_acquisitions_total", Help: "Classes this replica started owning.",
+		Name: metrics.NameClusterOwnershipAcquisitions, Help: "Classes this replica started owning.",
 	})
 	o.losses = f.NewCounterVec(prometheus.CounterOpts{
-		Name: "switchyard_cluster_ownership_losses_total", Help: "Classes this replica stopped owning, by reason.",
+		Name: metrics.NameClusterOwnershipLosses, Help: "Classes this replica stopped owning, by reason.",
 	}, []string{"reason"})
 	o.handoffs = f.NewCounter(prometheus.CounterOpts{
-		Name: "switchyard_cluster_handoffs_total", Help: "Classes handed to a better placed replica.",
+		Name: metrics.NameClusterHandoffs, Help: "Classes handed to a better placed replica.",
 	})
 	o.configErrors = promauto.With(prometheus.WrapRegistererWith(prometheus.Labels{"registry": "ownership_config"}, deps.Registerer)).
 		NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_cluster_decode_errors_total",
+			Name: metrics.NameClusterDecodeErrors,
 			Help: "Records in a watched etcd registry that could not be decoded and were ignored.",
 		})
 	return o, nil

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -74,7 +75,7 @@ func newConfigWatcher(client *clientv3.Client, cfg RegistryConfig, onVersion fun
 		client: client, key: wire.NewKeys(cfg.Cluster).PolicyConfig(), retry: cfg.RetryInterval,
 		clock: deps.Clock, log: deps.Logger.Named(name),
 		relists: f.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_cluster_watch_relists_total",
+			Name: metrics.NameClusterWatchRelists,
 			Help: "Times a registry watch ended with an error and the prefix was listed again.",
 		}),
 		onList: func(_ int64, kvs []*mvccpb.KeyValue) {

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -79,11 +80,11 @@ func NewSession(client *clientv3.Client, cfg SessionConfig, deps Deps) (*Session
 		clock:      deps.Clock,
 		leaseReady: make(chan struct{}),
 		healthy: f.NewGauge(prometheus.GaugeOpts{
-			Name: "switchyard_cluster_session_healthy",
+			Name: metrics.NameClusterSessionHealthy,
 			Help: "1 while the etcd session lease was renewed within half its TTL, else 0 (fenced).",
 		}),
 		renewals: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_cluster_session_renewals_total",
+			Name: metrics.NameClusterSessionRenewals,
 			Help: "Lease renewals by result (ok, failed).",
 		}, []string{"result"}),
 	}

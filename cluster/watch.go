@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/metrics"
 )
 
 var (
@@ -132,11 +134,11 @@ func newCache[T any](client *clientv3.Client, key string, prefix bool, retry tim
 		spec:   spec,
 		synced: make(chan struct{}),
 		size: f.NewGauge(prometheus.GaugeOpts{
-			Name: "switchyard_cluster_registry_size",
+			Name: metrics.NameClusterRegistrySize,
 			Help: "Live records in a watched etcd registry.",
 		}),
 		decodeErrs: f.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_cluster_decode_errors_total",
+			Name: metrics.NameClusterDecodeErrors,
 			Help: "Records in a watched etcd registry that could not be decoded and were ignored.",
 		}),
 	}
@@ -144,7 +146,7 @@ func newCache[T any](client *clientv3.Client, key string, prefix bool, retry tim
 		client: client, key: key, prefix: prefix, retry: retry, clock: deps.Clock,
 		log: deps.Logger.Named(spec.name),
 		relists: f.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_cluster_watch_relists_total",
+			Name: metrics.NameClusterWatchRelists,
 			Help: "Times a registry watch ended with an error and the prefix was listed again.",
 		}),
 		onList: c.onList, onEvents: c.onEvents,

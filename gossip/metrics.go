@@ -3,9 +3,15 @@ package gossip
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	// Imported under another name: this package's collector set is the
+	// type metrics.
+	metricnames "github.com/switchyard/switchyard/metrics"
 )
 
 // Drop reasons (label values of switchyard_gossip_dropped_messages_total).
+// Every one is exported at zero from the start (newMetrics), so rate() sees
+// the first drop and dashboards show "no drops" rather than "no data".
 const (
 	dropInboxFull      = "inbox_full"
 	dropPredictionFull = "prediction_queue_full"
@@ -31,68 +37,74 @@ type metrics struct {
 	queued         prometheus.Gauge
 }
 
+var dropReasons = []string{dropInboxFull, dropPredictionFull, dropStopped, dropExpired, dropInvalidWorker}
+
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
 	sizeBuckets := prometheus.ExponentialBuckets(32, 2, 16) // 32 B .. 1 MiB
-	return &metrics{
+	m := &metrics{
 		lag: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "switchyard_gossip_propagation_lag_seconds",
+			Name:    metricnames.NameGossipPropagationLag,
 			Help:    "Time from an origin authoring a load or prediction message to its first receipt here (author's clock vs ours).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14), // 1 ms .. 8 s
 		}),
 		messageBytes: f.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "switchyard_gossip_message_bytes",
+			Name:    metricnames.NameGossipMessageBytes,
 			Help:    "Size of gossip messages received, by kind.",
 			Buckets: sizeBuckets,
 		}, []string{"kind"}),
 		stateBytes: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "switchyard_gossip_state_bytes",
+			Name:    metricnames.NameGossipStateBytes,
 			Help:    "Size of the full state sent on push-pull.",
 			Buckets: sizeBuckets,
 		}),
 		dropped: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_gossip_dropped_messages_total",
+			Name: metricnames.NameGossipDroppedMessages,
 			Help: "Gossip messages dropped instead of processed, by reason.",
 		}, []string{"reason"}),
 		decodeErrors: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_gossip_decode_errors_total",
+			Name: metricnames.NameGossipDecodeErrors,
 			Help: "Gossip payloads rejected by a decoder, by payload (message, state, meta).",
 		}, []string{"payload"}),
 		members: f.NewGauge(prometheus.GaugeOpts{
-			Name: "switchyard_gossip_members",
+			Name: metricnames.NameGossipMembers,
 			Help: "Live gossip members, including this replica.",
 		}),
 		healthScore: f.NewGauge(prometheus.GaugeOpts{
-			Name: "switchyard_gossip_health_score",
+			Name: metricnames.NameGossipHealthScore,
 			Help: "memberlist's awareness score: 0 is healthy; higher means this node misses probes and slows its own timers.",
 		}),
 		departing: f.NewGauge(prometheus.GaugeOpts{
-			Name: "switchyard_gossip_departing_origins",
+			Name: metricnames.NameGossipDepartingOrigins,
 			Help: "Departed replicas whose contributions wait for the grace period before removal.",
 		}),
 		broadcastBytes: f.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_gossip_broadcast_bytes_total",
+			Name: metricnames.NameGossipBroadcastBytes,
 			Help: "Bytes of gossip payload handed to memberlist for broadcast (each retransmission counted).",
 		}),
 		relayed: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_gossip_relayed_messages_total",
+			Name: metricnames.NameGossipRelayedMessages,
 			Help: "Received messages queued again for epidemic relay, by kind.",
 		}, []string{"kind"}),
 		transportSent: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_gossip_transport_sent_bytes_total",
+			Name: metricnames.NameGossipTransportSentBytes,
 			Help: "Bytes memberlist wrote to the network (UDP packets and TCP streams), all message types.",
 		}, []string{"path"}),
 		joinFailures: f.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_gossip_join_failures_total",
+			Name: metricnames.NameGossipJoinFailures,
 			Help: "Join attempts in which no seed member could be joined.",
 		}),
 		memberlistLogs: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_gossip_memberlist_log_messages_total",
+			Name: metricnames.NameGossipMemberlistLogMessages,
 			Help: "Log lines written by memberlist, by level; errors include packets from foreign clusters.",
 		}, []string{"level"}),
 		queued: f.NewGauge(prometheus.GaugeOpts{
-			Name: "switchyard_gossip_broadcast_queue",
+			Name: metricnames.NameGossipBroadcastQueue,
 			Help: "Broadcasts waiting in the transmit queue.",
 		}),
 	}
+	for _, r := range dropReasons {
+		m.dropped.WithLabelValues(r)
+	}
+	return m
 }

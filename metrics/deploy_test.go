@@ -1,31 +1,90 @@
 package metrics
 
 import (
-	"encoding/json"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"regexp"
-	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
+
+	"github.com/switchyard/switchyard/metrics/deployref"
 )
 
-// These tests keep deploy/prometheus and deploy/grafana honest: every query
-// parses and names only metrics this package registers (or recording rules,
-// or Prometheus' own `up`).
+// These tests keep deploy/prometheus and deploy/grafana consistent with
+// names.go: every query parses and names only metrics declared there (or
+// recording rules, or Prometheus' own `up`). That a running replica really
+// exports every one of them is internal/app's TestEveryMetricTheDeployConfigReadsIsExported.
 
 var (
-	promDir    = filepath.Join("..", "deploy", "prometheus")
-	grafanaDir = filepath.Join("..", "deploy", "grafana")
+	deployDir  = filepath.Join("..", "deploy")
+	promDir    = filepath.Join(deployDir, "prometheus")
+	grafanaDir = filepath.Join(deployDir, "grafana")
 )
+
+// declaredNames returns the values of the Name* constants of names.go, and
+// for each the _bucket, _sum and _count series a histogram of that name
+// would have (the names alone do not say which are histograms; the running
+// replica test checks the types).
+func declaredNames(t *testing.T) map[string]bool {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "names.go", nil, 0)
+	require.NoError(t, err)
+	names := map[string]bool{"up": true}
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, id := range vs.Names {
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				if !strings.HasPrefix(id.Name, "Name") || id.Name == "Namespace" || !ok || lit.Kind != token.STRING {
+					continue
+				}
+				v, err := strconv.Unquote(lit.Value)
+				require.NoError(t, err)
+				require.True(t, strings.HasPrefix(v, Namespace+"_"), "%s = %q lacks the namespace", id.Name, v)
+				require.False(t, names[v], "%s = %q is declared twice", id.Name, v)
+				names[v] = true
+				for _, s := range []string{"_bucket", "_sum", "_count"} {
+					names[v+s] = true
+				}
+			}
+		}
+	}
+	require.Greater(t, len(names), 50, "names.go parsed to too few constants")
+	return names
+}
+
+func TestEveryCollectorOfThisPackageIsNamedByAConstant(t *testing.T) {
+	declared := declaredNames(t)
+	reg := NewRegistry()
+	adm := NewAdmission(reg)
+	_, err := NewExporter(DefaultExporterConfig(), adm, reg, nil)
+	require.NoError(t, err)
+	for _, g := range []any{adm, NewRouter(reg)} {
+		touchEveryVec(t, g)
+	}
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		n := mf.GetName()
+		if strings.HasPrefix(n, "go_") || strings.HasPrefix(n, "process_") {
+			continue
+		}
+		require.True(t, declared[n], "%s is registered but not declared in names.go", n)
+	}
+}
 
 // touchEveryVec creates one child of every *Vec field of group (a pointer to
 // one of the collector group structs) so the registry gathers it. It finds
@@ -51,92 +110,34 @@ func touchEveryVec(t *testing.T, group any) {
 	}
 }
 
-// registeredNames gathers a registry with every collector of this package
-// instantiated and returns the queryable series names (histograms expand to
-// their _bucket, _sum and _count series).
-func registeredNames(t *testing.T) map[string]bool {
+func loadRules(t *testing.T) deployref.RuleFile {
 	t.Helper()
-	reg := NewRegistry()
-	adm := NewAdmission(reg)
-	groups := []any{adm, NewRouter(reg), NewIndex(reg), NewCluster(reg), NewGossip(reg)}
-	_, err := NewExporter(DefaultExporterConfig(), adm, reg, nil)
+	rf, err := deployref.LoadRules(filepath.Join(deployDir, deployref.RulesFile))
 	require.NoError(t, err)
-	for _, g := range groups {
-		touchEveryVec(t, g)
-	}
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	names := map[string]bool{"up": true}
-	for _, mf := range mfs {
-		n := mf.GetName()
-		names[n] = true
-		if mf.GetType() == dto.MetricType_HISTOGRAM {
-			for _, s := range []string{"_bucket", "_sum", "_count"} {
-				names[n+s] = true
-			}
-		}
-	}
-	return names
-}
-
-type ruleFile struct {
-	Groups []struct {
-		Name  string `yaml:"name"`
-		Rules []struct {
-			Record string `yaml:"record"`
-			Alert  string `yaml:"alert"`
-			Expr   string `yaml:"expr"`
-		} `yaml:"rules"`
-	} `yaml:"groups"`
-}
-
-func loadRules(t *testing.T) ruleFile {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(promDir, "rules.yml"))
-	require.NoError(t, err)
-	var rf ruleFile
-	require.NoError(t, yaml.Unmarshal(b, &rf))
 	require.NotEmpty(t, rf.Groups)
 	return rf
 }
 
-// queriedNames parses q and returns every metric name it selects.
-func queriedNames(q string) ([]string, error) {
-	expr, err := parser.NewParser(parser.Options{}).ParseExpr(q)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
-		vs, ok := n.(*parser.VectorSelector)
-		if !ok {
-			return nil
-		}
-		name := vs.Name
-		for _, m := range vs.LabelMatchers {
-			if m.Name == "__name__" {
-				name = m.Value
-			}
-		}
-		names = append(names, name)
-		return nil
-	})
-	return names, nil
+func loadDashboards(t *testing.T) map[string]deployref.Dashboard {
+	t.Helper()
+	ds, err := deployref.LoadDashboards(filepath.Join(deployDir, deployref.DashboardsDir))
+	require.NoError(t, err)
+	return ds
 }
 
 func requireKnownNames(t *testing.T, where, q string, known map[string]bool) []string {
 	t.Helper()
-	names, err := queriedNames(q)
+	names, err := deployref.QueryNames(q)
 	require.NoError(t, err, "%s: query does not parse:\n%s", where, q)
 	require.NotEmpty(t, names, "%s: query selects no metric:\n%s", where, q)
 	for _, n := range names {
-		require.True(t, known[n], "%s: %q is neither registered by metrics/ nor a recording rule:\n%s", where, n, q)
+		require.True(t, known[n], "%s: %q is neither declared in names.go nor a recording rule:\n%s", where, n, q)
 	}
 	return names
 }
 
-func TestEveryRuleParsesAndNamesOnlyRegisteredMetrics(t *testing.T) {
-	known := registeredNames(t)
+func TestEveryRuleParsesAndNamesOnlyDeclaredMetrics(t *testing.T) {
+	known := declaredNames(t)
 	rf := loadRules(t)
 	// Recording rules may use earlier recording rules (same or earlier group).
 	alerts := 0
@@ -155,65 +156,8 @@ func TestEveryRuleParsesAndNamesOnlyRegisteredMetrics(t *testing.T) {
 	require.GreaterOrEqual(t, alerts, 5, "no owner, degraded, rejection ratio, event lag and replica down alerts")
 }
 
-// grafanaVars replaces dashboard template variables with values that keep
-// the query valid PromQL.
-var grafanaVars = strings.NewReplacer(
-	"$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h",
-	"${model}", "x", "$model", "x", "${class}", "x", "$class", "x",
-)
-
-type grafanaPanel struct {
-	ID         int                `json:"id"`
-	Type       string             `json:"type"`
-	Title      string             `json:"title"`
-	Datasource map[string]string  `json:"datasource"`
-	GridPos    struct{ W, X int } `json:"gridPos"`
-	Targets    []map[string]any   `json:"targets"`
-	Panels     []grafanaPanel     `json:"panels"`
-}
-
-type grafanaDashboard struct {
-	UID        string         `json:"uid"`
-	Title      string         `json:"title"`
-	Panels     []grafanaPanel `json:"panels"`
-	Templating struct {
-		List []struct {
-			Name       string            `json:"name"`
-			Definition string            `json:"definition"`
-			Datasource map[string]string `json:"datasource"`
-		} `json:"list"`
-	} `json:"templating"`
-}
-
-func loadDashboards(t *testing.T) map[string]grafanaDashboard {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(grafanaDir, "dashboards", "*.json"))
-	require.NoError(t, err)
-	require.NotEmpty(t, files, "no dashboards in deploy/grafana/dashboards")
-	out := map[string]grafanaDashboard{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		var d grafanaDashboard
-		require.NoError(t, json.Unmarshal(b, &d), f)
-		out[filepath.Base(f)] = d
-	}
-	return out
-}
-
-func flattenPanels(ps []grafanaPanel) []grafanaPanel {
-	var out []grafanaPanel
-	for _, p := range ps {
-		out = append(out, p)
-		out = append(out, flattenPanels(p.Panels)...)
-	}
-	return out
-}
-
-var labelValuesRE = regexp.MustCompile(`^label_values\((.+),\s*[a-zA-Z_]\w*\)$`)
-
-func TestEveryDashboardQueryParsesAndNamesOnlyRegisteredMetrics(t *testing.T) {
-	known := registeredNames(t)
+func TestEveryDashboardQueryParsesAndNamesOnlyDeclaredMetrics(t *testing.T) {
+	known := declaredNames(t)
 	for _, g := range loadRules(t).Groups {
 		for _, r := range g.Rules {
 			if r.Record != "" {
@@ -224,7 +168,7 @@ func TestEveryDashboardQueryParsesAndNamesOnlyRegisteredMetrics(t *testing.T) {
 	for file, d := range loadDashboards(t) {
 		charted := map[string]bool{}
 		ids := map[int]bool{}
-		for _, p := range flattenPanels(d.Panels) {
+		for _, p := range deployref.FlattenPanels(d.Panels) {
 			where := fmt.Sprintf("%s panel %d %q", file, p.ID, p.Title)
 			require.False(t, ids[p.ID], "%s: duplicate panel id", where)
 			ids[p.ID] = true
@@ -236,15 +180,15 @@ func TestEveryDashboardQueryParsesAndNamesOnlyRegisteredMetrics(t *testing.T) {
 			for _, tg := range p.Targets {
 				expr, _ := tg["expr"].(string)
 				require.NotEmpty(t, expr, "%s: target without expr", where)
-				for _, n := range requireKnownNames(t, where, grafanaVars.Replace(expr), known) {
+				for _, n := range requireKnownNames(t, where, deployref.ExpandGrafanaVars(expr), known) {
 					charted[n] = true
 				}
 			}
 		}
 		for _, v := range d.Templating.List {
-			m := labelValuesRE.FindStringSubmatch(v.Definition)
-			require.NotNil(t, m, "%s variable %s: expected label_values(selector, label)", file, v.Name)
-			requireKnownNames(t, file+" variable "+v.Name, grafanaVars.Replace(m[1]), known)
+			sel, ok := deployref.LabelValuesSelector(v.Definition)
+			require.True(t, ok, "%s variable %s: expected label_values(selector, label)", file, v.Name)
+			requireKnownNames(t, file+" variable "+v.Name, deployref.ExpandGrafanaVars(sel), known)
 		}
 		if file != "switchyard.json" {
 			continue
@@ -293,7 +237,7 @@ func TestDashboardsUseTheProvisionedDatasource(t *testing.T) {
 
 	for file, d := range loadDashboards(t) {
 		require.NotEmpty(t, d.UID, "%s: a fixed uid keeps links stable across re-provisioning", file)
-		for _, p := range flattenPanels(d.Panels) {
+		for _, p := range deployref.FlattenPanels(d.Panels) {
 			if p.Type == "row" {
 				continue
 			}
@@ -349,14 +293,4 @@ func TestPromtoolAcceptsTheConfigRulesAndRuleTests(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "promtool %s:\n%s", strings.Join(args, " "), out)
 	}
-}
-
-func TestQueriedNamesFindsEverySelector(t *testing.T) {
-	names, err := queriedNames(`sum(rate(a_total[5m])) / on() group_left {__name__="b"} + c`)
-	require.NoError(t, err)
-	slices.Sort(names)
-	require.Equal(t, []string{"a_total", "b", "c"}, names)
-
-	_, err = queriedNames(`sum(rate(a_total[5m])`)
-	require.Error(t, err, "an unbalanced query must not pass as parsed")
 }

@@ -1,7 +1,8 @@
 // Package metrics owns Switchyard's Prometheus vocabulary: metric names, label
 // names, histogram buckets, the registry and /metrics handler, the collector
-// groups other packages record into (Admission, Router, Index, Cluster, Gossip),
-// and the admission high-water exporter.
+// groups the app and the frontend record into (Admission, Router), and the
+// admission high-water exporter. The index, cluster and gossip adapters build
+// their own collectors, under the Name* constants declared here.
 //
 // It is a leaf: it imports nothing of ours, so the scheduler, adapters and the
 // app can all depend on it without cycles. Adapters that cannot import it (the

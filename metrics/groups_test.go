@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestAdmissionCountersExportEveryReasonAtZeroForANewClass(t *testing.T) {
+func TestAdmissionCountersExportEveryReasonAndDegradedAdmissionsAtZeroForANewClass(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	adm := NewAdmission(reg)
 	exp, err := NewExporter(DefaultExporterConfig(), adm, reg, nil)
@@ -24,7 +24,8 @@ func TestAdmissionCountersExportEveryReasonAtZeroForANewClass(t *testing.T) {
 	}})
 
 	requireGolden(t, reg, "admission.golden",
-		NameAdmissionReceived, NameAdmissionRejected, NameAdmissionAdmitted, NameAdmissionRetried, NameAdmissionCancelled)
+		NameAdmissionReceived, NameAdmissionRejected, NameAdmissionAdmitted, NameAdmissionRetried, NameAdmissionCancelled,
+		NameDegradedAdmissions)
 }
 
 func TestAdmissionQueueMetricsExposition(t *testing.T) {
@@ -63,47 +64,6 @@ func TestRouterMetricsExposition(t *testing.T) {
 		NameWorkerDecodeBlocks, NameDegradedMode, NameHTTPResponses)
 }
 
-func TestIndexClusterAndGossipMetricsExposition(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	ix := NewIndex(reg)
-	ix.Blocks.Set(1 << 20)
-	ix.Bytes.Set(32 << 20)
-	ix.PredictedEntries.Set(12)
-	ix.EventsApplied.Add(500)
-	ix.DecodeErrors.WithLabelValues("event").Inc()
-	ix.Gaps.Inc()
-	ix.Dumps.WithLabelValues("ok").Inc()
-	ix.EventLag.Observe(0.004)
-	cl := NewCluster(reg)
-	cl.ClassesOwned.Set(2)
-	cl.ClassOwned.WithLabelValues("interactive").Set(1)
-	cl.ClassOwned.WithLabelValues("batch").Set(0)
-	cl.Handoffs.Inc()
-	cl.OwnershipAcquired.Add(3)
-	cl.OwnershipLost.WithLabelValues("session_lost").Inc()
-	cl.SessionHealthy.Set(1)
-	cl.Replicas.Set(3)
-	cl.Workers.Set(8)
-	cl.DecodeErrors.WithLabelValues("worker").Inc()
-	g := NewGossip(reg)
-	g.Members.Set(3)
-	g.HealthScore.Set(0)
-	g.PropagationLag.Observe(0.06)
-	g.MessagesDropped.WithLabelValues("load").Inc()
-	g.DecodeErrors.Inc()
-	g.StateBytes.Set(4096)
-	g.BroadcastBytes.Add(123456)
-
-	requireGolden(t, reg, "index_cluster_gossip.golden",
-		NameIndexBlocks, NameIndexBytes, NameIndexPredictedEntries, NameIndexEventsApplied,
-		NameIndexDecodeErrors, NameIndexGaps, NameIndexDumps, NameIndexEventLag,
-		NameClusterClassesOwned, NameClusterClassOwned, NameClusterHandoffs,
-		NameClusterOwnershipAcquired, NameClusterOwnershipLost, NameClusterSessionHealthy,
-		NameClusterReplicas, NameClusterWorkers, NameClusterDecodeErrors,
-		NameGossipMembers, NameGossipHealthScore, NameGossipPropagationLag,
-		NameGossipMessagesDropped, NameGossipDecodeErrors, NameGossipStateBytes, NameGossipBroadcastBytes)
-}
-
 func TestUnknownLabelValuesFoldIntoOther(t *testing.T) {
 	require.Equal(t, ReasonQueueFull, Reason("queue_full"))
 	require.Equal(t, ReasonOther, Reason("req-7f3a9"), "a request id must never become a reason label")
@@ -120,9 +80,6 @@ func TestEachReplicaGetsItsOwnRegistry(t *testing.T) {
 		reg := NewRegistry()
 		NewAdmission(reg)
 		NewRouter(reg)
-		NewIndex(reg)
-		NewCluster(reg)
-		NewGossip(reg)
 		_, err := reg.Gather()
 		require.NoError(t, err)
 	}

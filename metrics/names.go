@@ -17,9 +17,13 @@ const (
 )
 
 // Full metric names. Rules (deploy/prometheus/rules.yml) and the Grafana
-// dashboard use these strings; metrics_deploy_test.go checks that they only
-// name metrics this package registers.
+// dashboard use these strings. Every constant is the name of a collector some
+// component registers (the package named per block); metrics/deploy_test.go
+// checks that the deploy configuration names only these (or recording
+// rules), and internal/app/metrics_names_test.go that a running replica
+// exports every name the configuration reads.
 const (
+	// Admission (this package: NewAdmission).
 	NameAdmissionReceived  = "switchyard_router_admission_received_total"
 	NameAdmissionRejected  = "switchyard_router_admission_rejected_total"
 	NameAdmissionAdmitted  = "switchyard_router_admission_admitted_total"
@@ -31,6 +35,7 @@ const (
 	NameDecision           = "switchyard_router_admission_decision_seconds"
 	NameDegradedAdmissions = "switchyard_router_degraded_admissions_total"
 
+	// Requests, streams and worker load (this package: NewRouter).
 	NameTTFT                  = "switchyard_router_ttft_seconds"
 	NameITL                   = "switchyard_router_itl_seconds"
 	NameE2E                   = "switchyard_router_e2e_seconds"
@@ -44,6 +49,7 @@ const (
 	NameDegradedMode          = "switchyard_router_degraded_mode"
 	NameHTTPResponses         = "switchyard_http_responses_total"
 
+	// KV index (kvindex/metrics.go).
 	NameIndexBlocks           = "switchyard_index_blocks"
 	NameIndexBytes            = "switchyard_index_bytes"
 	NameIndexPredictedEntries = "switchyard_index_predicted_entries"
@@ -53,22 +59,36 @@ const (
 	NameIndexDumps            = "switchyard_index_dumps_total"
 	NameIndexEventLag         = "switchyard_index_event_lag_seconds"
 
-	NameClusterClassesOwned       = "switchyard_cluster_classes_owned"
-	NameClusterClassOwned         = "switchyard_cluster_class_owned"
-	NameClusterHandoffs           = "switchyard_cluster_handoffs_total"
-	NameClusterOwnershipAcquired  = "switchyard_cluster_ownership_acquisitions_total"
-	NameClusterOwnershipLost      = "switchyard_cluster_ownership_losses_total"
-	NameClusterSessionHealthy     = "switchyard_cluster_session_healthy"
-	NameClusterReplicas           = "switchyard_cluster_replicas"
-	NameClusterWorkers            = "switchyard_cluster_workers"
-	NameClusterDecodeErrors       = "switchyard_cluster_decode_errors_total"
-	NameGossipMembers             = "switchyard_gossip_members"
-	NameGossipHealthScore         = "switchyard_gossip_health_score"
-	NameGossipPropagationLag      = "switchyard_gossip_propagation_lag_seconds"
-	NameGossipMessagesDropped     = "switchyard_gossip_dropped_messages_total"
-	NameGossipDecodeErrors        = "switchyard_gossip_decode_errors_total"
-	NameGossipStateBytes          = "switchyard_gossip_state_bytes"
-	NameGossipBroadcastBytes      = "switchyard_gossip_broadcast_bytes_total"
+	// etcd session, registries and class ownership (cluster/; ClassOwned:
+	// internal/app, from the ownership view).
+	NameClusterSessionHealthy        = "switchyard_cluster_session_healthy"
+	NameClusterSessionRenewals       = "switchyard_cluster_session_renewals_total"
+	NameClusterClassesOwned          = "switchyard_cluster_classes_owned"
+	NameClusterClassOwned            = "switchyard_cluster_class_owned"
+	NameClusterHandoffs              = "switchyard_cluster_handoffs_total"
+	NameClusterOwnershipAcquisitions = "switchyard_cluster_ownership_acquisitions_total"
+	NameClusterOwnershipLosses       = "switchyard_cluster_ownership_losses_total"
+	NameClusterRegistrySize          = "switchyard_cluster_registry_size"
+	NameClusterWatchRelists          = "switchyard_cluster_watch_relists_total"
+	NameClusterDecodeErrors          = "switchyard_cluster_decode_errors_total"
+
+	// memberlist gossip (gossip/metrics.go).
+	NameGossipMembers               = "switchyard_gossip_members"
+	NameGossipHealthScore           = "switchyard_gossip_health_score"
+	NameGossipDepartingOrigins      = "switchyard_gossip_departing_origins"
+	NameGossipPropagationLag        = "switchyard_gossip_propagation_lag_seconds"
+	NameGossipMessageBytes          = "switchyard_gossip_message_bytes"
+	NameGossipStateBytes            = "switchyard_gossip_state_bytes"
+	NameGossipBroadcastBytes        = "switchyard_gossip_broadcast_bytes_total"
+	NameGossipBroadcastQueue        = "switchyard_gossip_broadcast_queue"
+	NameGossipRelayedMessages       = "switchyard_gossip_relayed_messages_total"
+	NameGossipTransportSentBytes    = "switchyard_gossip_transport_sent_bytes_total"
+	NameGossipDroppedMessages       = "switchyard_gossip_dropped_messages_total"
+	NameGossipDecodeErrors          = "switchyard_gossip_decode_errors_total"
+	NameGossipJoinFailures          = "switchyard_gossip_join_failures_total"
+	NameGossipMemberlistLogMessages = "switchyard_gossip_memberlist_log_messages_total"
+
+	// The high-water exporter's own health (this package: NewExporter).
 	NameExporterSnapshots         = "switchyard_metrics_admission_snapshots_total"
 	NameExporterInstances         = "switchyard_metrics_admission_instances"
 	NameExporterCounterRegression = "switchyard_metrics_admission_counter_regressions_total"

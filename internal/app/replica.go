@@ -416,8 +416,9 @@ type wiring struct {
 	ownCtx   context.Context
 	ownDone  chan struct{}
 
-	classOwned *prometheus.GaugeVec
-	known      map[string]struct{} // workers with metric series (wiring goroutine only)
+	classOwned  *prometheus.GaugeVec
+	ownedSeries map[string]struct{} // classes with a classOwned series (wiring goroutine only)
+	known       map[string]struct{} // workers with metric series (wiring goroutine only)
 }
 
 // runWiring connects the components once the session and registries are up:
@@ -566,12 +567,25 @@ func (w *wiring) syncOwners() <-chan struct{} {
 	out := make(map[string]admission.Owner, len(owners))
 	for class, o := range owners {
 		out[class] = admission.Owner{Replica: o.Replica, Epoch: o.Epoch}
+	}
+	// Every class of the policy has a series, 0 while this replica does not
+	// own it (also while nobody does), so the sum over replicas is the
+	// number of owners and 0 shows; classes gone from the policy lose theirs.
+	exported := make(map[string]struct{}, len(owners))
+	for _, class := range w.own.Classes() {
 		owned := 0.0
-		if o.Replica == w.cfg.ID {
+		if owners[class].Replica == w.cfg.ID {
 			owned = 1
 		}
 		w.classOwned.WithLabelValues(class).Set(owned)
+		exported[class] = struct{}{}
 	}
+	for class := range w.ownedSeries {
+		if _, ok := exported[class]; !ok {
+			w.classOwned.DeleteLabelValues(class)
+		}
+	}
+	w.ownedSeries = exported
 	w.client.OwnersChanged(out)
 	return changed
 }
