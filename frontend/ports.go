@@ -17,8 +17,9 @@ type Admitter interface {
 }
 
 // Ticket is an admitted request's booking. The frontend calls Dispatched once
-// it has taken the grant, FirstToken when the worker's first byte of output
-// arrives, and Finish exactly once at the end (aborted when the stream did not
+// it has taken the grant (while the request to the worker is already on its
+// way), FirstToken once the worker's first output has been flushed to the
+// client, and Finish exactly once at the end (aborted when the stream did not
 // complete normally). Implementations must be safe to call from the request
 // goroutine and must not block on the network for long.
 type Ticket interface {

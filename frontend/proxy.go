@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -37,14 +38,22 @@ type usageBody struct {
 	} `json:"usage"`
 }
 
-// proxy sends the request to the granted worker and relays the answer. It
-// finishes t exactly once on every path except retry, where it finishes t as
-// aborted and reports retry = true: nothing has been written to the client
-// yet, so the caller may admit the request to another worker.
+// roundTrip is the outcome of one request to a worker.
+type roundTrip struct {
+	resp *http.Response
+	err  error
+}
+
+// proxy marks t dispatched, sends the request to the granted worker and
+// relays the answer. It finishes t exactly once on every path except retry,
+// where it finishes t as aborted and reports retry = true: nothing has been
+// written to the client yet, so the caller may admit the request to another
+// worker.
 func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 	ctx := x.r.Context()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.WorkerURL+x.p.endpoint.path(), bytes.NewReader(x.p.forward))
 	if err != nil {
+		t.Dispatched()
 		t.Finish(true)
 		return x.fail(http.StatusBadGateway, "bad worker url "+g.WorkerURL), false
 	}
@@ -53,7 +62,19 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 	if x.p.stream {
 		req.Header.Set("Accept", "text/event-stream")
 	}
-	resp, err := x.s.client.Do(req)
+	// The request goes out while the dispatch mark is delivered, not after:
+	// with a local admitter the mark waits its turn on the admission actor,
+	// behind every admission of a burst, and the worker need not wait too.
+	// The round trip's goroutine is owned here: it ends when Do returns,
+	// which the receive below waits for on every path.
+	sent := make(chan roundTrip, 1) // size one: the single result, received below
+	go func() {
+		resp, err := x.s.client.Do(req)
+		sent <- roundTrip{resp, err}
+	}()
+	t.Dispatched()
+	rt := <-sent
+	resp, err := rt.resp, rt.err
 	if err != nil {
 		t.Finish(true)
 		if ctx.Err() != nil {
@@ -122,13 +143,16 @@ func (x *exchange) relayBody(t Ticket, g scheduler.Grant, resp *http.Response) (
 		}
 		return x.fail(http.StatusBadGateway, "the worker's response broke off: "+err.Error()), false
 	}
-	t.FirstToken()
 	now := x.s.now()
 	h := x.w.Header()
 	h.Set("Content-Type", resp.Header.Get("Content-Type"))
 	h.Set(HeaderRoutedWorker, g.Worker)
 	x.w.WriteHeader(http.StatusOK)
 	_, werr := x.w.Write(body)
+	// The first-token mark waits on the admission actor, which is busy
+	// exactly when many requests arrive at once: send it after the client
+	// has its answer, not before.
+	t.FirstToken()
 	t.Finish(werr != nil)
 	labels := []string{x.p.model, x.class}
 	x.s.m.TTFT.WithLabelValues(labels...).Observe(now.Sub(x.ingress).Seconds())
@@ -147,18 +171,42 @@ var (
 	usageKey   = []byte(`"usage"`)
 )
 
-// relayStream passes the worker's SSE stream through, flushing per event.
-// Response headers are held back until the worker's first event, so a worker
-// that dies before producing anything is retried invisibly.
+// relayReaders recycles the 16 KiB upstream read buffers across streams: at
+// hundreds of concurrent streams a fresh one per request was most of the
+// router's allocation.
+var relayReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+
+// relayStream passes the worker's SSE stream through. Events are written as
+// they are read and flushed once the upstream has nothing more buffered, so
+// a burst costs one write and a lone event (the first one included) is sent
+// at once. Response headers are held back until the worker's first event, so
+// a worker that dies before producing anything is retried invisibly.
 func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response) (int, bool) {
 	ctx := x.r.Context()
 	flusher, _ := x.w.(http.Flusher)
-	br := bufio.NewReaderSize(resp.Body, 16<<10)
+	br := relayReaders.Get().(*bufio.Reader)
+	br.Reset(resp.Body)
+	defer func() {
+		br.Reset(nil) // drop the body, keep the buffer
+		relayReaders.Put(br)
+	}()
 	labels := []string{x.p.model, x.class}
 	itl := x.s.m.ITL.WithLabelValues(labels...)
 	started := false
 	sawDone := false
-	var last time.Time
+	var first, last time.Time
+	// The first-token mark (and the TTFT sample, timed at the worker's first
+	// event) waits for the flush that carries that event: the mark goes
+	// through the admission actor, which must not delay the first event on
+	// its way to the client. markFirst runs once the stream has started.
+	marked := false
+	markFirst := func() {
+		if !marked {
+			marked = true
+			t.FirstToken()
+			x.s.m.TTFT.WithLabelValues(labels...).Observe(first.Sub(x.ingress).Seconds())
+		}
+	}
 	var usageLine []byte
 	var pending []byte // lines before the first data line (event:, id:, comments)
 	for {
@@ -181,15 +229,15 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 				now := x.s.now()
 				if !started {
 					started = true
-					t.FirstToken()
+					first = now
 					h := x.w.Header()
 					h.Set("Content-Type", "text/event-stream")
 					h.Set("Cache-Control", "no-cache")
 					h.Set(HeaderRoutedWorker, g.Worker)
 					x.w.WriteHeader(http.StatusOK)
-					x.s.m.TTFT.WithLabelValues(labels...).Observe(now.Sub(x.ingress).Seconds())
 					if len(pending) > 0 {
 						if _, werr := x.w.Write(pending); werr != nil {
+							markFirst()
 							t.Finish(true)
 							return statusClientClosed, false
 						}
@@ -213,14 +261,15 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 				}
 			} else {
 				if _, werr := x.w.Write(line); werr != nil {
+					markFirst()
 					t.Finish(true)
 					return statusClientClosed, false
 				}
 				// Flush at the end of an event unless the next one is
-				// already buffered: a burst costs one write, a lone
-				// event is sent at once.
+				// already buffered.
 				if flusher != nil && len(bytes.TrimSpace(line)) == 0 && br.Buffered() == 0 {
 					flusher.Flush()
+					markFirst()
 				}
 			}
 		}
@@ -230,6 +279,9 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 		// End of the upstream body: clean or not.
 		if flusher != nil && started {
 			flusher.Flush()
+		}
+		if started {
+			markFirst()
 		}
 		switch {
 		case ctx.Err() != nil:

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/switchyard/switchyard/tokenizer"
 	"github.com/switchyard/switchyard/wire"
@@ -187,9 +188,11 @@ func promptTokens(raw json.RawMessage, tok Tokenizer) ([]uint32, *APIError) {
 	}
 	switch raw[0] {
 	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, badRequest("prompt", "invalid_type", "prompt is not a valid string")
+		s, ok := plainString(raw)
+		if !ok {
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return nil, badRequest("prompt", "invalid_type", "prompt is not a valid string")
+			}
 		}
 		return tok.Encode(s), nil
 	case '[':
@@ -255,9 +258,11 @@ func messageText(raw json.RawMessage, i int) (string, *APIError) {
 	}
 	switch raw[0] {
 	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", badRequest(param, "invalid_type", "content is not a valid string")
+		s, ok := plainString(raw)
+		if !ok {
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return "", badRequest(param, "invalid_type", "content is not a valid string")
+			}
 		}
 		return s, nil
 	case '[':
@@ -276,6 +281,23 @@ func messageText(raw json.RawMessage, i int) (string, *APIError) {
 		return b.String(), nil
 	}
 	return "", badRequest(param, "invalid_type", "content must be a string or an array of text parts")
+}
+
+// plainString returns the text of a JSON string literal that needs no
+// unescaping: no backslash and valid UTF-8, so json.Unmarshal would return
+// exactly the bytes between the quotes. raw must come from a document that
+// json.Unmarshal already accepted (no raw control characters or stray
+// quotes inside). Prompts are the request's largest field, and this saves
+// validating and decoding them a second time.
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	if bytes.IndexByte(in, '\\') >= 0 || !utf8.Valid(in) {
+		return "", false
+	}
+	return string(in), true
 }
 
 // parseHints merges body hints with header hints; headers win.

@@ -553,7 +553,6 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 			e.write(w)
 			return e.Status
 		}
-		t.Dispatched()
 		g := t.Grant()
 		if s.deps.Index != nil && len(req.BlockHashes) > 0 {
 			s.deps.Index.Predict(g.Worker, req.BlockHashes)
