@@ -69,7 +69,7 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 	// which the receive below waits for on every path.
 	sent := make(chan roundTrip, 1) // size one: the single result, received below
 	go func() {
-		resp, err := x.s.client.Do(req)
+		resp, err := x.s.client.Do(req) //nolint:bodyclose // handed over on sent and closed below (defer resp.Body.Close)
 		sent <- roundTrip{resp, err}
 	}()
 	t.Dispatched()
