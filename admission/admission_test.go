@@ -277,13 +277,17 @@ func TestAnOwnershipNoticeOvertakingTheOldOwnersReplyStillCountsEachRequestRecei
 	waitQueued(t, a, "gold", 3)
 
 	// The etcd watch reports the new owner before a's ownership_lost
-	// replies arrive: c claims, every replica learns it, and only then
-	// does a let go of its queue.
+	// replies arrive: c claims, the entry replicas learn it, and only then
+	// does a let go of its queue. (a's own client learns last: its notice
+	// re-homes busy to c, and if that freed a's slot before a let go, a
+	// could still grant one queued request, legitimately, as the owner it
+	// was when the request was sent; this test is about the retries.)
 	require.NoError(t, c.server.Own("gold", 2))
-	for _, r := range h.replicas {
-		r.client.OwnersChanged(map[string]Owner{"gold": {Replica: "c", Epoch: 2}})
-	}
+	moved := map[string]Owner{"gold": {Replica: "c", Epoch: 2}}
+	b.client.OwnersChanged(moved)
+	c.client.OwnersChanged(moved)
 	a.server.Disown("gold")
+	a.client.OwnersChanged(moved)
 	// The in-flight booking moves to c with the class (it holds c's only
 	// slot); it ends, and c has one slot for the three moved requests.
 	busy.Finish(false)
