@@ -87,13 +87,19 @@ func TestReplicaRegistryReflectsRegistrationsReadinessAndDeletes(t *testing.T) {
 	require.Equal(t, float64(0), testutil.ToFloat64(reps.c.size))
 }
 
-func TestWorkerRegistryDropsAWorkerWhoseLeaseExpired(t *testing.T) {
-	e := testenv.StartEtcd(t)
-	admin := e.Client(t)
-	ctx := testenv.Context(t)
-	workers, err := NewWorkers(admin, RegistryConfig{Cluster: testCluster, RetryInterval: 100 * time.Millisecond}, Deps{Registerer: prometheus.NewRegistry()})
+// runWorkerRegistry starts a worker registry on client for the test's life.
+func runWorkerRegistry(t *testing.T, client *clientv3.Client) *Workers {
+	t.Helper()
+	workers, err := NewWorkers(client, RegistryConfig{Cluster: testCluster, RetryInterval: 100 * time.Millisecond}, Deps{Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	runInBackground(t, workers.Run)
+	return workers
+}
+
+func TestWorkerRegistryDropsAWorkerWhoseLeaseExpired(t *testing.T) {
+	e := testenv.StartEtcd(t)
+	ctx := testenv.Context(t)
+	workers := runWorkerRegistry(t, e.Client(t))
 
 	// The worker has its own client and session, and dies without revoking.
 	wc, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second})
@@ -211,9 +217,7 @@ func TestWorkerRegistryTellsWhichWorkersPublishKVEvents(t *testing.T) {
 	e := testenv.StartEtcd(t)
 	client := e.Client(t)
 	ctx := testenv.Context(t)
-	workers, err := NewWorkers(client, RegistryConfig{Cluster: testCluster, RetryInterval: 100 * time.Millisecond}, Deps{Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	runInBackground(t, workers.Run)
+	workers := runWorkerRegistry(t, client)
 	sess, err := NewSession(client, SessionConfig{Cluster: testCluster, TTL: 2 * time.Second}, Deps{})
 	require.NoError(t, err)
 	runInBackground(t, sess.Run)
