@@ -329,6 +329,20 @@ func TestReadinessGatesTheAPIAndReadyz(t *testing.T) {
 	assert.Equal(t, 200, resp.StatusCode)
 }
 
+func TestReadyzAddsTheServingDetailToAReadyAnswer(t *testing.T) {
+	s, _ := newTestServer(t, DefaultConfig(), Deps{
+		Admitter:    admitNever(t),
+		Workers:     staticWorkers{},
+		ReadyDetail: func() []string { return []string{"degraded: NATS unreachable"} },
+	})
+	resp, err := http.Get(startServer(t, s) + "/readyz")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, 200, resp.StatusCode, "a degraded replica still serves")
+	assert.Equal(t, "ok\ndegraded: NATS unreachable\n", string(b))
+}
+
 func TestModelsListsTheRegisteredModels(t *testing.T) {
 	s, _ := newTestServer(t, DefaultConfig(), Deps{
 		Admitter: admitNever(t),

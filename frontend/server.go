@@ -39,6 +39,9 @@ type Deps struct {
 	Policy *Policy
 	// Ready gates /readyz and the API; nil means always ready.
 	Ready ReadyFunc
+	// ReadyDetail, if set, adds lines to a ready /readyz answer about how
+	// the replica serves (e.g. degraded mode); nil or empty adds none.
+	ReadyDetail func() []string
 	// ClusterInfo serves /debug/cluster; nil answers 404.
 	ClusterInfo ClusterInfoFunc
 	// MetricsHandler serves /metrics; nil answers 404.
@@ -293,6 +296,11 @@ func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request) int {
 		return http.StatusServiceUnavailable
 	}
 	_, _ = io.WriteString(w, "ok\n")
+	if s.deps.ReadyDetail != nil {
+		for _, line := range s.deps.ReadyDetail() {
+			_, _ = io.WriteString(w, line+"\n")
+		}
+	}
 	return http.StatusOK
 }
 

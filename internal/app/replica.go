@@ -302,6 +302,12 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 			// no_endpoints, which tells clients more.
 			return nil
 		},
+		ReadyDetail: func() []string {
+			if client.Degraded() {
+				return []string{"degraded: NATS unreachable; every class is admitted by this replica's own scheduler until it is back"}
+			}
+			return nil
+		},
 		ClusterInfo:    clusterInfo(cfg.ID, replicasReg, workersReg, own, actor, g, client),
 		MetricsHandler: metrics.Handler(reg),
 		Metrics:        routerMetrics,
