@@ -6,7 +6,7 @@ import (
 	"sort"
 )
 
-// Wire format, version 1. Every message starts with the magic "SG", the codec
+// Wire format, version 2. Every message starts with the magic "SG", the codec
 // version and a kind byte. Integers are varints (zigzag for signed values);
 // strings are a uvarint length (at most maxStringLen) and the bytes.
 //
@@ -18,16 +18,19 @@ import (
 //	                     floor uvarint | version u64 | n uvarint | n × entry)
 //	entry:               worker | version_lag uvarint (version − entry version) |
 //	                     active varint | prefill varint | decode varint |
-//	                     last_event_id uvarint | blocks varint
+//	                     last_event_id uvarint | blocks varint | instance uvarint
+//
+// Version 2 added the digest's engine instance; version 1 messages are
+// rejected (ErrVersion) like any other version.
 //
 // Timestamps and expiry times are Unix nanoseconds of the author's clock.
 const (
-	codecVersion = 1
+	codecVersion = 2
 	maxStringLen = 1024
 	// minEntryBytes is the smallest encoded entry: a one-byte worker length
-	// and six one-byte varints. Decoders use it to bound counts before they
+	// and seven one-byte varints. Decoders use it to bound counts before they
 	// allocate.
-	minEntryBytes = 7
+	minEntryBytes = 8
 )
 
 type msgKind uint8
@@ -108,6 +111,7 @@ func appendEntry(b []byte, version uint64, w string, e Entry) []byte {
 	b = binary.AppendVarint(b, int64(e.Load.DecodeBlocks))
 	b = binary.AppendUvarint(b, e.Digest.LastEventID)
 	b = binary.AppendVarint(b, int64(e.Digest.Blocks))
+	b = binary.AppendUvarint(b, e.Digest.Instance)
 	return b
 }
 
@@ -346,6 +350,7 @@ func (r *reader) entry(version uint64) (string, Entry) {
 	e.Load.DecodeBlocks = r.int()
 	e.Digest.LastEventID = r.uvarint()
 	e.Digest.Blocks = r.int()
+	e.Digest.Instance = r.uvarint()
 	if r.err == nil && lag > version {
 		r.fail("entry version lag %d exceeds version %d", lag, version)
 	}

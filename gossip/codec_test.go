@@ -14,7 +14,7 @@ func sampleLoads() *loadsMsg {
 	return &loadsMsg{
 		Origin: "r1", Version: 1_700_000_000_123, Timestamp: 1_700_000_000_456, ShardBits: 6, Shard: 17, Part: 1,
 		Entries: []workerEntry{
-			{Worker: "w-a", Entry: Entry{Version: 1_700_000_000_000, Load: WorkerLoad{3, 4096, 70}, Digest: Digest{LastEventID: 99, Blocks: 512}}},
+			{Worker: "w-a", Entry: Entry{Version: 1_700_000_000_000, Load: WorkerLoad{3, 4096, 70}, Digest: Digest{LastEventID: 99, Blocks: 512, Instance: 1 << 63}}},
 			{Worker: "w-b", Entry: Entry{Version: 1_700_000_000_123, Load: WorkerLoad{-1, 0, 0}}},
 		},
 	}
@@ -27,7 +27,7 @@ func samplePrediction() *predictionMsg {
 func sampleState() State {
 	return State{
 		Origins: map[string]map[string]Entry{
-			"r1": {"w-a": {Version: 10, Load: WorkerLoad{1, 2, 3}}, "w-b": {Version: 12, Digest: Digest{7, 8}}},
+			"r1": {"w-a": {Version: 10, Load: WorkerLoad{1, 2, 3}}, "w-b": {Version: 12, Digest: Digest{LastEventID: 7, Blocks: 8, Instance: 9}}},
 			"r3": {"w-a": {Version: 4, Load: WorkerLoad{5, 0, 0}}},
 		},
 		Floors: map[string]uint64{"r3": 2, "gone": 40},

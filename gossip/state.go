@@ -20,11 +20,13 @@ func (l WorkerLoad) add(o WorkerLoad) WorkerLoad {
 }
 
 // Digest summarises one replica's KV index for one worker: the last applied
-// KV event id and the block count. Comparing digests across replicas shows a
-// replica that lags behind.
+// KV event id, the block count, and the engine instance the ids belong to.
+// Comparing digests of the same instance across replicas shows a replica
+// that lags behind.
 type Digest struct {
 	LastEventID uint64
 	Blocks      int
+	Instance    uint64
 }
 
 // Entry is what one origin says about one worker, stamped with the origin's
@@ -53,8 +55,8 @@ func (e Entry) wins(o Entry) bool {
 }
 
 func valueLess(a, b Entry) bool {
-	av := [5]int64{int64(a.Load.ActiveRequests), int64(a.Load.PrefillTokens), int64(a.Load.DecodeBlocks), int64(a.Digest.LastEventID), int64(a.Digest.Blocks)}
-	bv := [5]int64{int64(b.Load.ActiveRequests), int64(b.Load.PrefillTokens), int64(b.Load.DecodeBlocks), int64(b.Digest.LastEventID), int64(b.Digest.Blocks)}
+	av := [6]int64{int64(a.Load.ActiveRequests), int64(a.Load.PrefillTokens), int64(a.Load.DecodeBlocks), int64(a.Digest.LastEventID), int64(a.Digest.Blocks), int64(a.Digest.Instance)}
+	bv := [6]int64{int64(b.Load.ActiveRequests), int64(b.Load.PrefillTokens), int64(b.Load.DecodeBlocks), int64(b.Digest.LastEventID), int64(b.Digest.Blocks), int64(b.Digest.Instance)}
 	for i := range av {
 		if av[i] != bv[i] {
 			return av[i] < bv[i]

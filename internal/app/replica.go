@@ -422,9 +422,10 @@ type wiring struct {
 	ownCtx   context.Context
 	ownDone  chan struct{}
 
-	classOwned  *prometheus.GaugeVec
-	ownedSeries map[string]struct{} // classes with a classOwned series (wiring goroutine only)
-	known       map[string]struct{} // workers with metric series (wiring goroutine only)
+	peersCheckedAt time.Time // last catchUpWithPeers (wiring goroutine only)
+	classOwned     *prometheus.GaugeVec
+	ownedSeries    map[string]struct{} // classes with a classOwned series (wiring goroutine only)
+	known          map[string]struct{} // workers with metric series (wiring goroutine only)
 }
 
 // runWiring connects the components once the session and registries are up:
@@ -533,6 +534,35 @@ func (w *wiring) applyPolicy(v cluster.ConfigVersion) {
 	w.log.Info("policy applied", zap.Int64("revision", v.Revision), zap.Strings("classes", p.ClassNames()))
 }
 
+// catchUpWithPeers compares this replica's index with the digests other
+// replicas gossip. For each worker it notes the newest event id a peer
+// applied from the same engine instance; an index that lags a peer on a
+// worker gone quiet has lost a trailing batch that no later batch will
+// reveal, and noting the same id twice while still behind resets the worker
+// and fetches its dump (kvindex.Index.NoteLastEventID, which the workers'
+// own load reports feed too). It returns how many workers it sent to repair.
+func catchUpWithPeers(ix *kvindex.Index, peers map[string]map[string]gossip.Digest) int {
+	ahead := map[string]gossip.Digest{} // worker -> newest peer digest of our instance
+	for _, ws := range peers {
+		for worker, d := range ws {
+			own, ok := ix.Digest(worker)
+			if !ok || own.Instance != d.Instance || d.LastEventID <= own.LastID {
+				continue
+			}
+			if d.LastEventID > ahead[worker].LastEventID {
+				ahead[worker] = d
+			}
+		}
+	}
+	repaired := 0
+	for worker, d := range ahead {
+		if ix.NoteLastEventID(worker, d.Instance, d.LastEventID) == kvindex.OutcomeResync {
+			repaired++
+		}
+	}
+	return repaired
+}
+
 // syncWorkers hands the registry to the scheduler and drops departed
 // workers from the index. It returns the channel that signals the next
 // registry change after the snapshot it applied.
@@ -620,9 +650,13 @@ func (w *wiring) publishLoads() {
 	w.router.DegradedMode.Set(degraded)
 	digests := map[string]gossip.Digest{}
 	for _, d := range w.ix.Digests(nil) {
-		digests[d.Worker] = gossip.Digest{LastEventID: d.LastID, Blocks: d.Blocks}
+		digests[d.Worker] = gossip.Digest{LastEventID: d.LastID, Blocks: d.Blocks, Instance: d.Instance}
 	}
 	w.g.SetDigests(digests)
+	if now := time.Now(); now.Sub(w.peersCheckedAt) >= w.cfg.Gossip.DigestInterval {
+		w.peersCheckedAt = now
+		catchUpWithPeers(w.ix, w.g.RemoteDigests())
+	}
 	w.actor.Drain()
 	w.exporter.Observe(admissionSnapshot(snap, w.cfg.Model, w.cfg.WorkerType))
 	w.exporter.Observe(w.client.Counts(w.cfg.Model, w.cfg.WorkerType))
