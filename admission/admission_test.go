@@ -346,3 +346,51 @@ func TestTheEntryCountsTheRejectionsItDecidesItself(t *testing.T) {
 	require.Equal(t, uint64(1), got.Received)
 	require.Equal(t, uint64(1), got.Rejected[scheduler.ReasonDueTimePassed.String()])
 }
+
+// An owner fenced for a moment (its etcd lease not renewed within TTL/2)
+// lets go of its class and takes it back with the same epoch; nobody else
+// ever owned it, so the entry replicas see no owner change. Admit requests
+// that had reached the owner's subscription but not its handler must still
+// get an answer: dropped on the floor, they would wait forever.
+func TestAnOwnerFencedForAMomentAnswersEveryRequestItHadReceived(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
+	a, b := h.start("a", nil), h.start("b", nil)
+	h.own("gold", "a", 1)
+
+	// Hold a's actor so the admit handler blocks and the rest pile up in
+	// the subscription.
+	release := make(chan struct{})
+	held := make(chan struct{})
+	go func() {
+		_ = a.actor.Do(context.Background(), func(*scheduler.Core) { close(held); <-release })
+	}()
+	<-held
+	ctx, cancel := context.WithTimeout(testenv.Context(t), 20*time.Second)
+	defer cancel()
+	var pending []<-chan admitResult
+	for range 5 {
+		pending = append(pending, admitAsync(ctx, b.client, request("gold", 0)))
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		subs := a.server.subscriptions("gold")
+		delivered := 0
+		for _, s := range subs {
+			n, _, _ := s.Pending()
+			delivered += n
+		}
+		return len(subs) > 0 && delivered >= 4 // the fifth is in the handler
+	}, "the requests reach a's subscription")
+
+	fenced := make(chan struct{})
+	go func() { a.server.Disown("gold"); close(fenced) }() // its queue rejection waits for the actor
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	<-fenced
+	require.NoError(t, a.server.Own("gold", 1), "the lease survived: same epoch")
+
+	for r := range merge(pending) {
+		require.NoError(t, r.err, "request %s must be answered, not left waiting", r.req.ID)
+		r.t.Dispatched()
+		r.t.Finish(false)
+	}
+}

@@ -180,3 +180,13 @@ func merge(chans []<-chan admitResult) <-chan admitResult {
 	go func() { wg.Wait(); close(out) }()
 	return out
 }
+
+// subscriptions returns the owner side's current subscriptions for class.
+func (s *Server) subscriptions(class string) []*nats.Subscription {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if oc, ok := s.owned[class]; ok {
+		return oc.subs
+	}
+	return nil
+}

@@ -104,8 +104,12 @@ func (s *Server) Own(class string, epoch int64) error {
 	return nil
 }
 
-// Disown stops admitting class: unsubscribe first, so no new request
-// arrives, then reject what is queued with ownership_lost so that entry
+// Disown stops admitting class: it stops owning it, drains the class's
+// subscriptions (no new request arrives, and the ones already delivered to
+// this replica but not yet handled are answered "class moved", uncounted, so
+// their entries resubmit; a plain unsubscribe would drop them and leave their
+// entries waiting forever when the owner does not change, as after a brief
+// fence), then rejects what is queued with ownership_lost so that entry
 // replicas resubmit to the next owner.
 func (s *Server) Disown(class string) {
 	s.mu.Lock()
@@ -116,7 +120,9 @@ func (s *Server) Disown(class string) {
 		return
 	}
 	for _, sub := range oc.subs {
-		_ = sub.Unsubscribe()
+		if err := sub.Drain(); err != nil {
+			_ = sub.Unsubscribe() // the connection is closed: nothing is pending
+		}
 	}
 	s.actor.RejectQueued(class, scheduler.ReasonOwnershipLost)
 	s.log.Info("disowned class", zap.String("class", class), zap.Int64("epoch", oc.epoch))
