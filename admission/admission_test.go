@@ -48,9 +48,7 @@ func TestStrictPriorityHoldsAcrossReplicas(t *testing.T) {
 	h.own("gold", "a", 1)
 	ctx := testenv.Context(t)
 
-	busy, err := a.client.Admit(ctx, request("gold", 0)) // occupies the only slot
-	require.NoError(t, err)
-	busy.Dispatched()
+	busy := occupy(t, ctx, a) // the only slot
 
 	low1 := admitAsync(ctx, a.client, request("gold", 0))
 	low2 := admitAsync(ctx, c.client, request("gold", 0))
@@ -87,9 +85,7 @@ func TestTheClassQueueLimitHoldsClusterWide(t *testing.T) {
 	h.own("gold", "b", 1)
 	ctx := testenv.Context(t)
 
-	busy, err := a.client.Admit(ctx, request("gold", 0))
-	require.NoError(t, err)
-	busy.Dispatched()
+	busy := occupy(t, ctx, a)
 
 	var pending []<-chan admitResult
 	for i := 0; i < 5; i++ { // 15 requests spread evenly over three entry replicas
@@ -123,13 +119,8 @@ func TestQueuedRequestsMoveToTheNewOwnerAsRetries(t *testing.T) {
 	h.own("gold", "a", 1)
 	ctx := testenv.Context(t)
 
-	busy, err := a.client.Admit(ctx, request("gold", 0))
-	require.NoError(t, err)
-	busy.Dispatched()
-	var pending []<-chan admitResult
-	for i := 0; i < 3; i++ {
-		pending = append(pending, admitAsync(ctx, b.client, request("gold", 0)))
-	}
+	busy := occupy(t, ctx, a)
+	pending := admitMany(ctx, b.client, 3)
 	waitQueued(t, a, "gold", 3)
 
 	busy.Finish(false)                                 // the slot frees at a...
@@ -138,14 +129,7 @@ func TestQueuedRequestsMoveToTheNewOwnerAsRetries(t *testing.T) {
 	}, "one request admitted at a")
 	h.own("gold", "c", 2) // graceful move: a rejects its queue with ownership_lost
 
-	admitted := 0
-	for r := range merge(pending) {
-		require.NoError(t, r.err)
-		admitted++
-		r.t.Dispatched()
-		r.t.Finish(false)
-	}
-	require.Equal(t, 3, admitted, "nothing is lost in the move")
+	require.Equal(t, 3, finishAll(t, pending), "nothing is lost in the move")
 	ac, cc := a.counters(t, "gold"), c.counters(t, "gold")
 	require.Equal(t, uint64(4), ac.Received, "the old owner received every request once")
 	require.Zero(t, cc.Received, "the new owner counts no new arrivals")
@@ -177,9 +161,7 @@ func TestAClientGoneWhileQueuedIsCancelledAtTheOwner(t *testing.T) {
 	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(1, 1))
 	a, b := h.start("a", nil), h.start("b", nil)
 	h.own("gold", "a", 1)
-	busy, err := a.client.Admit(testenv.Context(t), request("gold", 0))
-	require.NoError(t, err)
-	busy.Dispatched()
+	busy := occupy(t, testenv.Context(t), a)
 
 	ctx, cancel := context.WithCancel(testenv.Context(t))
 	ch := admitAsync(ctx, b.client, request("gold", 0))
@@ -267,13 +249,8 @@ func TestAnOwnershipNoticeOvertakingTheOldOwnersReplyStillCountsEachRequestRecei
 	a, b, c := h.start("a", nil), h.start("b", nil), h.start("c", nil)
 	h.own("gold", "a", 1)
 	ctx := testenv.Context(t)
-	busy, err := a.client.Admit(ctx, request("gold", 0))
-	require.NoError(t, err)
-	busy.Dispatched()
-	var pending []<-chan admitResult
-	for i := 0; i < 3; i++ {
-		pending = append(pending, admitAsync(ctx, b.client, request("gold", 0)))
-	}
+	busy := occupy(t, ctx, a)
+	pending := admitMany(ctx, b.client, 3)
 	waitQueued(t, a, "gold", 3)
 
 	// The etcd watch reports the new owner before a's ownership_lost
@@ -291,11 +268,7 @@ func TestAnOwnershipNoticeOvertakingTheOldOwnersReplyStillCountsEachRequestRecei
 	// The in-flight booking moves to c with the class (it holds c's only
 	// slot); it ends, and c has one slot for the three moved requests.
 	busy.Finish(false)
-	for r := range merge(pending) {
-		require.NoError(t, r.err)
-		r.t.Dispatched()
-		r.t.Finish(false)
-	}
+	finishAll(t, pending)
 	ac, cc := a.counters(t, "gold"), c.counters(t, "gold")
 	require.Equal(t, uint64(4), ac.Received, "the old owner received every request")
 	require.Zero(t, cc.Received, "the new owner counts none of them as new arrivals")
@@ -367,10 +340,7 @@ func TestAnOwnerFencedForAMomentAnswersEveryRequestItHadReceived(t *testing.T) {
 	<-held
 	ctx, cancel := context.WithTimeout(testenv.Context(t), 20*time.Second)
 	defer cancel()
-	var pending []<-chan admitResult
-	for range 5 {
-		pending = append(pending, admitAsync(ctx, b.client, request("gold", 0)))
-	}
+	pending := admitMany(ctx, b.client, 5)
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		subs := a.server.subscriptions("gold")
 		delivered := 0
@@ -388,9 +358,5 @@ func TestAnOwnerFencedForAMomentAnswersEveryRequestItHadReceived(t *testing.T) {
 	<-fenced
 	require.NoError(t, a.server.Own("gold", 1), "the lease survived: same epoch")
 
-	for r := range merge(pending) {
-		require.NoError(t, r.err, "request %s must be answered, not left waiting", r.req.ID)
-		r.t.Dispatched()
-		r.t.Finish(false)
-	}
+	finishAll(t, pending)
 }

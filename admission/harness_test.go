@@ -190,3 +190,36 @@ func (s *Server) subscriptions(class string) []*nats.Subscription {
 	}
 	return nil
 }
+
+// occupy admits one request through r and dispatches it: with one slot per
+// worker it holds the slot until the test finishes it.
+func occupy(t *testing.T, ctx context.Context, r *replica) *Ticket {
+	t.Helper()
+	tk, err := r.client.Admit(ctx, request("gold", 0))
+	require.NoError(t, err)
+	tk.Dispatched()
+	return tk
+}
+
+// admitMany starts n admissions of class gold through c.
+func admitMany(ctx context.Context, c *Client, n int) []<-chan admitResult {
+	var pending []<-chan admitResult
+	for range n {
+		pending = append(pending, admitAsync(ctx, c, request("gold", 0)))
+	}
+	return pending
+}
+
+// finishAll requires every pending admission to succeed, dispatches and
+// finishes each, and returns how many there were.
+func finishAll(t *testing.T, pending []<-chan admitResult) int {
+	t.Helper()
+	n := 0
+	for r := range merge(pending) {
+		require.NoError(t, r.err, "request %s must be admitted, not rejected or left waiting", r.req.ID)
+		r.t.Dispatched()
+		r.t.Finish(false)
+		n++
+	}
+	return n
+}
