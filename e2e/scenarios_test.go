@@ -437,32 +437,28 @@ func TestARouterCutOffFromTheNetworkLosesItsClassesAndGetsThemBackWhenReconnecte
 }
 
 func TestRestartingNATSServesEveryRequest(t *testing.T) {
-	s := newSuite(t)
-	r := newReport(t, "3 restart NATS")
-	l := s.startLoad()
-	s.pause(time.Duration(loadSeconds/3) * time.Second)
-	start := time.Now()
-	require.NoError(t, s.compose.Restart(s.ctx, "nats", 10))
-	s.waitHealthy("nats")
-	s.waitSettled(routerIDs, settleBound)
-	r.Failover = time.Since(start).Round(100 * time.Millisecond).String()
-	s.pause(time.Duration(2*loadSeconds/3) * time.Second)
-	l.stop()
-	l.verdict(r, none, true, true)
+	restartServesEveryRequest(t, "3 restart NATS", "nats", 10)
 }
 
 func TestRestartingEtcdServesEveryRequest(t *testing.T) {
-	s := newSuite(t)
-	r := newReport(t, "4 restart etcd")
-	l := s.startLoad()
-	s.pause(time.Duration(loadSeconds/3) * time.Second)
-	start := time.Now()
 	// SIGTERM, then SIGKILL after 2 s: a graceful etcd stop waits up to ~7 s
 	// for its clients' streams, longer than the routers' 5 s session TTL, and
 	// this scenario is about a restart the sessions can ride out.
-	r.Notes = append(r.Notes, "etcd restarted with a 2 s stop timeout")
-	require.NoError(t, s.compose.Restart(s.ctx, "etcd", 2))
-	s.waitHealthy("etcd")
+	restartServesEveryRequest(t, "4 restart etcd", "etcd", 2, "etcd restarted with a 2 s stop timeout")
+}
+
+// restartServesEveryRequest restarts service (SIGKILL after stopTimeout
+// seconds) under load and requires every request to succeed with exact
+// counts; the failover time is until every router has settled again.
+func restartServesEveryRequest(t *testing.T, name, service string, stopTimeout int, notes ...string) {
+	s := newSuite(t)
+	r := newReport(t, name)
+	r.Notes = append(r.Notes, notes...)
+	l := s.startLoad()
+	s.pause(time.Duration(loadSeconds/3) * time.Second)
+	start := time.Now()
+	require.NoError(t, s.compose.Restart(s.ctx, service, stopTimeout))
+	s.waitHealthy(service)
 	s.waitSettled(routerIDs, settleBound)
 	r.Failover = time.Since(start).Round(100 * time.Millisecond).String()
 	s.pause(time.Duration(2*loadSeconds/3) * time.Second)
