@@ -34,9 +34,9 @@ func TestALaggingIndexCatchesUpWithItsPeersDigests(t *testing.T) {
 	out, err := ix.ApplyBatch(stored(1, 100, 101, 102))
 	require.NoError(t, err)
 	require.Equal(t, kvindex.OutcomeApplied, out)
-	own, ok := ix.Digest("w1")
+	d, ok := ix.Digest("w1")
 	require.True(t, ok)
-	require.Equal(t, uint64(3), own.LastID)
+	require.Equal(t, uint64(3), d.LastID)
 
 	// Events 4 and 5 reached the peers but were lost here, and the worker
 	// went quiet: no later batch reveals the gap.
@@ -45,9 +45,9 @@ func TestALaggingIndexCatchesUpWithItsPeersDigests(t *testing.T) {
 		"r3": {"w1": {LastEventID: 4, Blocks: 4, Instance: instance}},
 		"r4": {"w1": {LastEventID: 90, Blocks: 9, Instance: instance + 1}}, // another engine start: not comparable
 	}
-	require.Zero(t, catchUpWithPeers(ix, peers), "one digest is not proof: the batch may still be on its way")
+	require.Zero(t, catchUpWithPeers(ix, gossipDigests(ix), peers), "one digest is not proof: the batch may still be on its way")
 	require.False(t, ix.NeedsDump("w1"))
-	require.Equal(t, 1, catchUpWithPeers(ix, peers), "noted again while still behind: repair")
+	require.Equal(t, 1, catchUpWithPeers(ix, gossipDigests(ix), peers), "noted again while still behind: repair")
 	require.True(t, ix.NeedsDump("w1"), "the worker waits for its dump")
 
 	// A replica that is not behind leaves the worker alone.
@@ -57,7 +57,7 @@ func TestALaggingIndexCatchesUpWithItsPeersDigests(t *testing.T) {
 	require.NoError(t, err)
 	behind := map[string]map[string]gossip.Digest{"r2": {"w1": {LastEventID: 2, Blocks: 2, Instance: instance}}}
 	for range 3 {
-		require.Zero(t, catchUpWithPeers(ix2, behind))
+		require.Zero(t, catchUpWithPeers(ix2, gossipDigests(ix2), behind))
 	}
 	require.False(t, ix2.NeedsDump("w1"))
 }

@@ -534,19 +534,29 @@ func (w *wiring) applyPolicy(v cluster.ConfigVersion) {
 	w.log.Info("policy applied", zap.Int64("revision", v.Revision), zap.Strings("classes", p.ClassNames()))
 }
 
+// gossipDigests is the index's per-worker digests in their gossiped form.
+func gossipDigests(ix *kvindex.Index) map[string]gossip.Digest {
+	out := map[string]gossip.Digest{}
+	for _, d := range ix.Digests(nil) {
+		out[d.Worker] = gossip.Digest{LastEventID: d.LastID, Blocks: d.Blocks, Instance: d.Instance}
+	}
+	return out
+}
+
 // catchUpWithPeers compares this replica's index with the digests other
 // replicas gossip. For each worker it notes the newest event id a peer
 // applied from the same engine instance; an index that lags a peer on a
 // worker gone quiet has lost a trailing batch that no later batch will
 // reveal, and noting the same id twice while still behind resets the worker
 // and fetches its dump (kvindex.Index.NoteLastEventID, which the workers'
-// own load reports feed too). It returns how many workers it sent to repair.
-func catchUpWithPeers(ix *kvindex.Index, peers map[string]map[string]gossip.Digest) int {
+// own load reports feed too). own is this replica's digests, as it gossips
+// them. It returns how many workers it sent to repair.
+func catchUpWithPeers(ix *kvindex.Index, own map[string]gossip.Digest, peers map[string]map[string]gossip.Digest) int {
 	ahead := map[string]gossip.Digest{} // worker -> newest peer digest of our instance
 	for _, ws := range peers {
 		for worker, d := range ws {
-			own, ok := ix.Digest(worker)
-			if !ok || own.Instance != d.Instance || d.LastEventID <= own.LastID {
+			mine, ok := own[worker]
+			if !ok || mine.Instance != d.Instance || d.LastEventID <= mine.LastEventID {
 				continue
 			}
 			if d.LastEventID > ahead[worker].LastEventID {
@@ -648,14 +658,11 @@ func (w *wiring) publishLoads() {
 		degraded = 1
 	}
 	w.router.DegradedMode.Set(degraded)
-	digests := map[string]gossip.Digest{}
-	for _, d := range w.ix.Digests(nil) {
-		digests[d.Worker] = gossip.Digest{LastEventID: d.LastID, Blocks: d.Blocks, Instance: d.Instance}
-	}
+	digests := gossipDigests(w.ix)
 	w.g.SetDigests(digests)
 	if now := time.Now(); now.Sub(w.peersCheckedAt) >= w.cfg.Gossip.DigestInterval {
 		w.peersCheckedAt = now
-		catchUpWithPeers(w.ix, w.g.RemoteDigests())
+		catchUpWithPeers(w.ix, digests, w.g.RemoteDigests())
 	}
 	w.actor.Drain()
 	w.exporter.Observe(admissionSnapshot(snap, w.cfg.Model, w.cfg.WorkerType))
