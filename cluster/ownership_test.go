@@ -210,7 +210,10 @@ switchyard_cluster_session_healthy 0
 	}, "b did not take over the cut-off replica's classes")
 	for c, old := range victim {
 		require.Greater(t, b.heldClasses()[c], old, "class %s: the successor's epoch must be newer", c)
-		require.Greater(t, b.own.NewestEpoch(c), old)
+		// b learns its claim from the transaction; its watched owner view
+		// catches up a moment later.
+		testenv.Eventually(t, 5*time.Second, func() bool { return b.own.NewestEpoch(c) > old },
+			"class %s: b's owner view shows the newer epoch", c)
 	}
 	h.tl.requireNoOverlap(t)
 }

@@ -2,10 +2,13 @@ package testenv
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,17 +135,49 @@ func (n *NATS) Conn(t testing.TB) *nats.Conn {
 	return nc
 }
 
-// FreePort asks the kernel for a free TCP port on 127.0.0.1. There is a small
-// window in which another process could take it; tests that can pass port 0
-// directly should prefer that.
+// FreePort returns a TCP port on 127.0.0.1 that is free now, for tests that
+// must know an address before the server that binds it starts (e.g. a
+// Prometheus scrape config). It picks from below the kernel's ephemeral
+// range: a port the kernel hands out for ":0" is also what it hands to the
+// next outgoing connection or ":0" listener of a test running in parallel,
+// which can take it before the test binds it. Ports below the range are only
+// ever taken on purpose.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	lo, hi := 20000, ephemeralLow()
+	if hi <= lo {
+		lo, hi = 10000, 20000
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	start := rand.IntN(hi - lo)
+	for i := range hi - lo {
+		port := lo + (start+i)%(hi-lo)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return port
+	}
+	t.Fatalf("free port: none free in [%d, %d)", lo, hi)
+	return 0
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
 }
 
 // Eventually polls cond every 10ms until it returns true or the timeout
