@@ -3,6 +3,8 @@ package admission
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/switchyard/switchyard/metrics"
 )
 
 // Metrics are the remote-admission collectors of one replica.
@@ -29,48 +31,48 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	m := &Metrics{
 		remoteSeconds: f.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "switchyard_admission_remote_seconds",
+			Name:    metrics.NameAdmissionRemoteSeconds,
 			Help:    "Time from sending an admit request to a remote owner to its reply, by result.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
-		}, []string{"result"}),
+		}, []string{metrics.LabelResult}),
 		retries: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_admission_entry_retries_total",
+			Name: metrics.NameAdmissionEntryRetries,
 			Help: "Admission attempts an entry replica repeated, by cause (no_owner, ownership_moved, owner_changed, stale_grant, nats_error).",
 		}, []string{"cause"}),
 		staleGrants: f.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_admission_stale_grants_total",
+			Name: metrics.NameAdmissionStaleGrants,
 			Help: "Grants ignored because their epoch was older than the newest known for the class (fencing).",
 		}),
 		degraded: f.NewGauge(prometheus.GaugeOpts{
-			Name: "switchyard_admission_degraded",
+			Name: metrics.NameAdmissionDegraded,
 			Help: "1 while NATS is unreachable and this replica admits every class locally.",
 		}),
 		degradedAdmits: f.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_admission_degraded_admissions_total",
+			Name: metrics.NameAdmissionDegradedAdmissions,
 			Help: "Requests of classes owned elsewhere that this replica admitted locally in degraded mode.",
 		}),
 		decodeErrors: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_admission_decode_errors_total",
+			Name: metrics.NameAdmissionDecodeErrors,
 			Help: "Malformed admission messages received, by message.",
 		}, []string{"message"}),
 		adopted: f.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_admission_adopted_bookings_total",
+			Name: metrics.NameAdmissionAdoptedBookings,
 			Help: "In-flight bookings this replica adopted as a class's new owner.",
 		}),
 		rehomed: f.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_admission_rehomed_bookings_total",
+			Name: metrics.NameAdmissionRehomedBookings,
 			Help: "In-flight bookings this entry replica moved to a class's new owner.",
 		}),
 		entryRejected: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_admission_entry_rejected_total",
+			Name: metrics.NameAdmissionEntryRejected,
 			Help: "Requests the entry replica gave up on before any owner answered, by reason.",
-		}, []string{"reason"}),
+		}, []string{metrics.LabelReason}),
 		inflightBookings: f.NewGauge(prometheus.GaugeOpts{
-			Name: "switchyard_admission_inflight_bookings",
+			Name: metrics.NameAdmissionInflightBookings,
 			Help: "Granted requests this entry replica is streaming.",
 		}),
 		renewalsPublished: f.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_admission_renewals_total",
+			Name: metrics.NameAdmissionRenewals,
 			Help: "Renewal marks sent for in-flight bookings.",
 		}),
 	}

@@ -85,7 +85,7 @@ func TestStreamingResponsePassesThroughEventByEventAndMarksTheLifecycle(t *testi
 	assert.Equal(t, 40.0, testutil.ToFloat64(m.PromptTokens.WithLabelValues("m", "default")))
 	assert.Equal(t, uint64(1), histogramCount(t, m.TTFT.WithLabelValues("m", "default")))
 	assert.Equal(t, uint64(4), histogramCount(t, m.ITL.WithLabelValues("m", "default")), "5 tokens have 4 gaps; [DONE] and usage are not tokens")
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.HTTPResponses.WithLabelValues(routeCompletions, "200")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.HTTPResponses.WithLabelValues(metrics.RouteCompletions, "200")))
 }
 
 func TestNonStreamingResponseIsRelayedWithItsUsage(t *testing.T) {

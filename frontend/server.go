@@ -119,35 +119,24 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	s.policy.Store(p)
 	s.idle = sync.NewCond(&s.inflightMu)
 	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("POST /v1/chat/completions", s.instrument(routeChat, func(w http.ResponseWriter, r *http.Request) int {
+	s.mux.HandleFunc("POST /v1/chat/completions", s.instrument(metrics.RouteChatCompletions, func(w http.ResponseWriter, r *http.Request) int {
 		return s.handleCompletion(w, r, endpointChat)
 	}))
-	s.mux.HandleFunc("POST /v1/completions", s.instrument(routeCompletions, func(w http.ResponseWriter, r *http.Request) int {
+	s.mux.HandleFunc("POST /v1/completions", s.instrument(metrics.RouteCompletions, func(w http.ResponseWriter, r *http.Request) int {
 		return s.handleCompletion(w, r, endpointCompletions)
 	}))
-	s.mux.HandleFunc("GET /v1/models", s.instrument(routeModels, s.handleModels))
-	s.mux.HandleFunc("GET /healthz", s.instrument(routeHealthz, s.handleHealthz))
-	s.mux.HandleFunc("GET /readyz", s.instrument(routeReadyz, s.handleReadyz))
-	s.mux.HandleFunc("GET /debug/cluster", s.instrument(routeDebug, s.handleDebugCluster))
+	s.mux.HandleFunc("GET /v1/models", s.instrument(metrics.RouteModels, s.handleModels))
+	s.mux.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
+	s.mux.HandleFunc("GET /readyz", s.instrument(metrics.RouteReadyz, s.handleReadyz))
+	s.mux.HandleFunc("GET /debug/cluster", s.instrument(metrics.RouteDebugCluster, s.handleDebugCluster))
 	if deps.MetricsHandler != nil {
 		s.mux.Handle("GET /metrics", deps.MetricsHandler)
 	}
 	// Everything else gets an OpenAI-shaped 404 or 405, so clients that parse
 	// error bodies never see net/http's plain-text ones.
-	s.mux.HandleFunc("/", s.instrument(routeOther, s.handleUnknown))
+	s.mux.HandleFunc("/", s.instrument(metrics.RouteOther, s.handleUnknown))
 	return s, nil
 }
-
-// Route label values of switchyard_http_responses_total: a fixed set.
-const (
-	routeChat        = "chat_completions"
-	routeCompletions = "completions"
-	routeModels      = "models"
-	routeHealthz     = "healthz"
-	routeReadyz      = "readyz"
-	routeDebug       = "debug_cluster"
-	routeOther       = "other"
-)
 
 // SetPolicy replaces the policy used for classification; requests already
 // classified keep their class.

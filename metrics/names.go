@@ -49,6 +49,21 @@ const (
 	NameDegradedMode          = "switchyard_router_degraded_mode"
 	NameHTTPResponses         = "switchyard_http_responses_total"
 
+	// Remote admission between replicas (admission/metrics.go): the
+	// switchyard_admission_* metrics, each constant named after its metric
+	// (unlike the router's admission counters above).
+	NameAdmissionRemoteSeconds      = "switchyard_admission_remote_seconds"
+	NameAdmissionEntryRetries       = "switchyard_admission_entry_retries_total"
+	NameAdmissionEntryRejected      = "switchyard_admission_entry_rejected_total"
+	NameAdmissionStaleGrants        = "switchyard_admission_stale_grants_total"
+	NameAdmissionDegraded           = "switchyard_admission_degraded"
+	NameAdmissionDegradedAdmissions = "switchyard_admission_degraded_admissions_total"
+	NameAdmissionInflightBookings   = "switchyard_admission_inflight_bookings"
+	NameAdmissionRenewals           = "switchyard_admission_renewals_total"
+	NameAdmissionAdoptedBookings    = "switchyard_admission_adopted_bookings_total"
+	NameAdmissionRehomedBookings    = "switchyard_admission_rehomed_bookings_total"
+	NameAdmissionDecodeErrors       = "switchyard_admission_decode_errors_total"
+
 	// KV index (kvindex/metrics.go).
 	NameIndexBlocks           = "switchyard_index_blocks"
 	NameIndexBytes            = "switchyard_index_bytes"
@@ -138,33 +153,18 @@ func reasonIndex(r string) int {
 	return numReasons - 1
 }
 
-// HTTP route label values: the API's fixed surface (design §10).
+// HTTP route label values of switchyard_http_responses_total: one per handler
+// the frontend instruments (frontend/server.go), so raw URL paths never become
+// labels; every other path counts as RouteOther. /metrics is not counted.
 const (
 	RouteChatCompletions = "chat_completions"
 	RouteCompletions     = "completions"
 	RouteModels          = "models"
-	RouteHealth          = "health"
-	RouteMetrics         = "metrics"
-	RouteDebug           = "debug"
+	RouteHealthz         = "healthz"
+	RouteReadyz          = "readyz"
+	RouteDebugCluster    = "debug_cluster"
 	RouteOther           = "other"
 )
-
-var routes = []string{
-	RouteChatCompletions, RouteCompletions, RouteModels, RouteHealth, RouteMetrics,
-	RouteDebug, RouteOther,
-}
-
-// Route returns r if it is a known route label, else RouteOther. Raw URL paths
-// must never become labels (a scanner hitting random paths would explode the
-// series count), so the frontend maps its handlers to these names.
-func Route(r string) string {
-	for _, k := range routes {
-		if r == k {
-			return r
-		}
-	}
-	return RouteOther
-}
 
 // Histogram buckets, in seconds. Each set spans the range its quantity
 // realistically takes, with roughly 2-2.5x steps so p50/p99 interpolation
