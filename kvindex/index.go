@@ -467,7 +467,8 @@ func (ix *Index) walkFew(pl *preloader, depth int, ids [lanes]uint16, n int, nam
 		s := ix.shardOf(h)
 		if n == 1 {
 			// The common case, a prompt only one worker still matches,
-			// without holding's generality: 20% faster per block.
+			// without holding's generality (3% off the lookup p50 in
+			// an interleaved run: 9.16 to 8.88 µs).
 			v1 := s.seq.Load()
 			v := s.tab.Load().get(h)
 			if v1&1 == 0 && !isBig(v) && laneHolds(v, ids[0]) && s.seq.Load() == v1 {
