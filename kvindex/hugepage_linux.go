@@ -12,11 +12,14 @@ const hugePage = 2 << 20
 // slots with transparent huge pages. A lookup reads hundreds of random lines
 // of a table far larger than the TLB covers with 4 KiB pages, and in a
 // virtual machine every TLB miss is a two-level page walk; with 2 MiB pages
-// the tables' translations fit in the TLB. It is called on a fresh table
-// before it is written, so its pages fault in huge; with THP set to
-// "madvise" (the common default) nothing else would make them huge, with
-// "always" it changes nothing, with "never" the kernel ignores it. Errors
-// are ignored: huge pages are an optimisation.
+// the tables' translations fit in the TLB (the fleet benchmark's lookups:
+// see the shard-count comment in index.go). It is called on a new table
+// before it is written: memory the Go heap takes fresh from the kernel then
+// faults in as huge pages; memory it reuses was faulted already and is only
+// marked, for khugepaged to collapse later. With THP set to "madvise" (the
+// common default) nothing else would make the tables huge, with "always" it
+// changes nothing, with "never" the kernel ignores it. Errors are ignored:
+// huge pages are an optimisation.
 func adviseHugePages(slots []slot) {
 	if len(slots) == 0 {
 		return
