@@ -104,7 +104,7 @@ type Ownership struct {
 
 	owners  *cache[Owner]
 	config  *ConfigWatcher
-	classes atomic.Pointer[[]string]
+	classes atomic.Pointer[classSet]
 	poke    chan struct{} // size one: "the class set changed"
 	started atomic.Bool
 
@@ -163,8 +163,7 @@ func NewOwnership(client *clientv3.Client, session *Session, replicas *Replicas,
 	if err != nil {
 		return nil, err
 	}
-	empty := []string{}
-	o.classes.Store(&empty)
+	o.classes.Store(&classSet{names: []string{}, changed: make(chan struct{})})
 	f := promauto.With(deps.Registerer)
 	o.ownedGauge = f.NewGauge(prometheus.GaugeOpts{
 		Name: metrics.NameClusterClassesOwned, Help: "Classes this replica currently owns.",
@@ -217,15 +216,32 @@ func (o *Ownership) onConfig(v ConfigVersion) {
 	}
 	slices.Sort(set)
 	set = slices.Compact(set)
-	o.classes.Store(&set)
+	close(o.classes.Swap(&classSet{names: set, changed: make(chan struct{})}).changed)
 	select {
 	case o.poke <- struct{}{}:
 	default: // a poke is already pending; it will read the newest set
 	}
 }
 
+// classSet is one version of the policy's class names; changed is closed
+// when a newer version replaces it.
+type classSet struct {
+	names   []string
+	changed chan struct{}
+}
+
 // Classes returns the class names from the newest usable policy config.
-func (o *Ownership) Classes() []string { return slices.Clone(*o.classes.Load()) }
+func (o *Ownership) Classes() []string { return slices.Clone(o.classes.Load().names) }
+
+// ClassesView returns the class names together with a channel that is
+// closed when a newer policy replaces them: like OwnersView, so a follower
+// of both never misses a change. The class set and the owners change
+// separately: when a class leaves the policy, its owner deletes the key, and
+// another replica may see that deletion before its own copy of the policy.
+func (o *Ownership) ClassesView() ([]string, <-chan struct{}) {
+	cs := o.classes.Load()
+	return slices.Clone(cs.names), cs.changed
+}
 
 // Owners returns the current owner of every owned class, from the etcd watch.
 func (o *Ownership) Owners() map[string]Owner {
@@ -415,7 +431,7 @@ func (o *Ownership) reconcile(ctx context.Context, lease clientv3.LeaseID, owner
 			o.retryAt = time.Time{}
 		}
 	}
-	classes := *o.classes.Load()
+	classes := o.classes.Load().names
 	opCtx, cancel := context.WithTimeout(ctx, o.cfg.OpTimeout)
 	defer cancel()
 	failed := false

@@ -274,6 +274,44 @@ func TestOwnershipFollowsThePolicyConfigClassSet(t *testing.T) {
 	h.tl.requireNoOverlap(t)
 }
 
+// The app exports a class_owned series per policy class, so it follows the
+// class set as well as the owners; ClassesView's channel must close on every
+// new class set (and only then), or a class removed from the policy keeps a
+// stale series on a replica that saw the owner's key go before the policy.
+func TestClassesViewSignalsEachNewClassSetAndNothingElse(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, []string{"alpha", "beta"})
+	a := h.start("a", nodeOpts{})
+	h.requireAgreement([]*node{a}, converge, "initial")
+	names, changed := a.own.ClassesView()
+	require.Equal(t, []string{"alpha", "beta"}, names)
+
+	ctx := testenv.Context(t)
+	_, err := SeedConfig(ctx, h.admin, testCluster, []byte("classes: [unterminated"), true)
+	require.NoError(t, err)
+	testenv.Eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(a.own.configErrors) == 1 },
+		"the unusable config is counted")
+	select {
+	case <-changed:
+		t.Fatal("a config without a usable class list must not supersede the class set")
+	default:
+	}
+
+	_, err = SeedConfig(ctx, h.admin, testCluster, policyYAML("beta", "gamma"), true)
+	require.NoError(t, err)
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a new class set did not close the previous view's channel")
+	}
+	names, changed = a.own.ClassesView()
+	require.Equal(t, []string{"beta", "gamma"}, names)
+	select {
+	case <-changed:
+		t.Fatal("the newest view's channel is closed")
+	default:
+	}
+}
+
 func TestOwnershipReturnsSessionExpiredWhenTheLeaseIsRevokedBehindItsBack(t *testing.T) {
 	h := newTestCluster(t, testTTL, testSettle, classNames(3))
 	a := h.start("a", nodeOpts{})

@@ -470,7 +470,7 @@ func runWiring(ctx context.Context, w wiring) error {
 		return w.own.Run(w.ownCtx) // stopped first, by RunReplica's shutdown sequence
 	})
 	workersChanged := w.syncWorkers()
-	ownersChanged := w.syncOwners()
+	ownersChanged, classesChanged := w.syncOwners()
 	w.serving.Store(true)
 	if w.ready != nil {
 		w.ready(&ReplicaStatus{ID: w.cfg.ID, HTTPAddr: w.httpAddr, GossipAddr: w.g.Addr(), actor: w.actor, client: w.client, own: w.own, ix: w.ix})
@@ -487,7 +487,9 @@ func runWiring(ctx context.Context, w wiring) error {
 		case <-workersChanged:
 			workersChanged = w.syncWorkers()
 		case <-ownersChanged:
-			ownersChanged = w.syncOwners()
+			ownersChanged, classesChanged = w.syncOwners()
+		case <-classesChanged:
+			ownersChanged, classesChanged = w.syncOwners()
 		case <-tick.C:
 			w.publishLoads()
 		}
@@ -606,10 +608,12 @@ func (w *wiring) syncWorkers() <-chan struct{} {
 }
 
 // syncOwners hands the owner view to the admission client and exports which
-// classes this replica owns. It returns the channel that signals the next
-// change after the view it applied.
-func (w *wiring) syncOwners() <-chan struct{} {
-	owners, changed := w.own.OwnersView()
+// classes this replica owns. It returns the channels that signal the next
+// change of the owners and of the policy's classes after the views it
+// applied: the exported series depend on both.
+func (w *wiring) syncOwners() (ownersChanged, classesChanged <-chan struct{}) {
+	classes, classesChanged := w.own.ClassesView()
+	owners, ownersChanged := w.own.OwnersView()
 	out := make(map[string]admission.Owner, len(owners))
 	for class, o := range owners {
 		out[class] = admission.Owner{Replica: o.Replica, Epoch: o.Epoch}
@@ -617,8 +621,8 @@ func (w *wiring) syncOwners() <-chan struct{} {
 	// Every class of the policy has a series, 0 while this replica does not
 	// own it (also while nobody does), so the sum over replicas is the
 	// number of owners and 0 shows; classes gone from the policy lose theirs.
-	exported := make(map[string]struct{}, len(owners))
-	for _, class := range w.own.Classes() {
+	exported := make(map[string]struct{}, len(classes))
+	for _, class := range classes {
 		owned := 0.0
 		if owners[class].Replica == w.cfg.ID {
 			owned = 1
@@ -633,7 +637,7 @@ func (w *wiring) syncOwners() <-chan struct{} {
 	}
 	w.ownedSeries = exported
 	w.client.OwnersChanged(out)
-	return changed
+	return ownersChanged, classesChanged
 }
 
 // publishLoads shares this replica's booked load and index digests over
