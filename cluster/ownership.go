@@ -230,14 +230,12 @@ type classSet struct {
 	changed chan struct{}
 }
 
-// Classes returns the class names from the newest usable policy config.
-func (o *Ownership) Classes() []string { return slices.Clone(o.classes.Load().names) }
-
-// ClassesView returns the class names together with a channel that is
-// closed when a newer policy replaces them: like OwnersView, so a follower
-// of both never misses a change. The class set and the owners change
-// separately: when a class leaves the policy, its owner deletes the key, and
-// another replica may see that deletion before its own copy of the policy.
+// ClassesView returns the class names from the newest usable policy config
+// together with a channel that is closed when a newer policy replaces them:
+// like OwnersView, so a follower of both never misses a change. The class
+// set and the owners change separately: when a class leaves the policy, its
+// owner deletes the key, and another replica may see that deletion before
+// its own copy of the policy.
 func (o *Ownership) ClassesView() ([]string, <-chan struct{}) {
 	cs := o.classes.Load()
 	return slices.Clone(cs.names), cs.changed
