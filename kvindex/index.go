@@ -467,8 +467,10 @@ func (ix *Index) walkFew(pl *preloader, depth int, ids [lanes]uint16, n int, nam
 		s := ix.shardOf(h)
 		if n == 1 {
 			// The common case, a prompt only one worker still matches,
-			// without holding's generality (3% off the lookup p50 in
-			// an interleaved run: 9.16 to 8.88 µs).
+			// without the call and loops of holding, which remains the
+			// fallback. Alternating binaries with and without it, three
+			// runs each: p50 8.2-8.4 against 8.5-8.6 µs, p99 15.1-16.2
+			// against 16.5-17.3 µs.
 			v1 := s.seq.Load()
 			v := s.tab.Load().get(h)
 			if v1&1 == 0 && !isBig(v) && laneHolds(v, ids[0]) && s.seq.Load() == v1 {
