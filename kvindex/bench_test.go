@@ -48,7 +48,7 @@ var (
 
 func convSeed(w, c int) uint64 { return uint64(1_000_000 + w*fleetConvs + c) }
 
-func buildFleet(b testing.TB) *fleet {
+func buildFleet(b *testing.B) *fleet {
 	fleetOnce.Do(func() {
 		rng := rand.New(rand.NewPCG(7, 7))
 		f := &fleet{}
