@@ -80,3 +80,10 @@ func AppendSequenceHashes(dst []uint64, tokens []uint32, blockSize int, seed uin
 	}
 	return dst
 }
+
+// ModelSeed is the seed a request's blocks are hashed with, on routers and
+// workers alike: the served model name the request asked for, which for a
+// LoRA request is the adapter's name (the name the engine reports as a
+// stored block's lora_name). Requests for different models therefore never
+// share cache entries, even on a worker that serves several.
+func ModelSeed(model string) uint64 { return Salt(model) }

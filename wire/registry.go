@@ -25,6 +25,47 @@ type WorkerInfo struct {
 	// PublishesEvents is false for engines that publish no KV events; routers
 	// then keep longer-lived predicted entries for it.
 	PublishesEvents bool `json:"publishes_events"`
+	// Models are further names the worker serves besides Model (a base
+	// model's LoRA adapters, aliases). Routers route a request to any worker
+	// that serves its model name (Serves). Absent in records written before
+	// it existed, which read as serving Model only.
+	Models []string `json:"models,omitempty"`
+	// MaxModelLen is the engine's context length in tokens (0: unknown).
+	MaxModelLen int `json:"max_model_len,omitempty"`
+	// Tokenizer, when set, says where routers can fetch the tokenizer files
+	// of the worker's models (an adapter serving the engine's model
+	// directory), so a fleet needs no tokenizer configuration on routers.
+	Tokenizer *TokenizerSource `json:"tokenizer,omitempty"`
+}
+
+// TokenizerSource advertises a model's tokenizer files served over HTTP.
+type TokenizerSource struct {
+	// Spec names a built-in tokenizer instead of files (for example
+	// "tiktoken:o200k_base"); URL and SHA256 are then empty.
+	Spec string `json:"spec,omitempty"`
+	// URL is the base URL the files are served under: URL + "/" + name.
+	URL string `json:"url,omitempty"`
+	// Files are the file names served (tokenizer.json, tokenizer_config.json,
+	// chat_template.jinja, ...).
+	Files []string `json:"files,omitempty"`
+	// SHA256 is the hex SHA-256 over the files in Files order, each as its
+	// name, a NUL byte, its length as 8 little-endian bytes and its bytes;
+	// a router checks it before using what it fetched.
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// Serves reports whether the worker serves the model name (Model or one of
+// Models).
+func (w *WorkerInfo) Serves(model string) bool {
+	if w.Model == model {
+		return true
+	}
+	for _, m := range w.Models {
+		if m == model {
+			return true
+		}
+	}
+	return false
 }
 
 // Validate reports what is wrong with a registration.
@@ -42,6 +83,16 @@ func (w *WorkerInfo) Validate() error {
 		return fmt.Errorf("%w: worker %s kv_blocks %d", ErrMalformed, w.ID, w.KVBlocks)
 	case w.MaxNumSeqs < 0 || w.MaxBatchedTokens < 0:
 		return fmt.Errorf("%w: worker %s has negative batch limits", ErrMalformed, w.ID)
+	case w.MaxModelLen < 0:
+		return fmt.Errorf("%w: worker %s max_model_len %d", ErrMalformed, w.ID, w.MaxModelLen)
+	}
+	for _, m := range w.Models {
+		if m == "" {
+			return fmt.Errorf("%w: worker %s has an empty model name in models", ErrMalformed, w.ID)
+		}
+	}
+	if t := w.Tokenizer; t != nil && t.Spec == "" && (t.URL == "" || len(t.Files) == 0 || len(t.SHA256) != 64) {
+		return fmt.Errorf("%w: worker %s tokenizer source needs a spec, or a url, files and a sha256", ErrMalformed, w.ID)
 	}
 	return nil
 }
