@@ -16,9 +16,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/tokenizer"
 )
 
 // fakeAdmitter is a function-field Admitter for pure request-path tests.
@@ -200,6 +203,9 @@ func startServer(t *testing.T, s *Server) string {
 func newTestServer(t *testing.T, cfg Config, deps Deps) (*Server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
+	if deps.Prompts == nil {
+		deps.Prompts = toyPrompts(t, "m", "other")
+	}
 	s, err := New(cfg, deps, zaptest.NewLogger(t), reg)
 	require.NoError(t, err)
 	return s, reg
@@ -235,4 +241,22 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// toyPrompts is a prompt registry whose models all use the toy tokenizer
+// with the plain ChatML rendering: the frontend's tests are about the
+// request path, not tokenization (package prompt and internal/app test the
+// real tokenizers).
+func toyPrompts(tb testing.TB, models ...string) *prompt.Registry {
+	tb.Helper()
+	cfg := prompt.DefaultConfig()
+	cfg.Tokenizers = map[string]string{}
+	for _, m := range models {
+		cfg.Tokenizers[m] = "toy"
+	}
+	reg, err := prompt.NewRegistry(cfg, prompt.Deps{LoadSpec: func(string, int64) (*prompt.Model, error) {
+		return &prompt.Model{Spec: "toy", Encode: tokenizer.Encode, Template: prompt.PlainChat{}}, nil
+	}}, zap.NewNop(), nil)
+	require.NoError(tb, err)
+	return reg
 }

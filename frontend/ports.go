@@ -3,7 +3,9 @@ package frontend
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
+	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
 )
 
@@ -41,6 +43,13 @@ type WorkerEntry struct {
 	URL       string
 	Model     string
 	BlockSize int
+	// Models are further names the worker serves (wire.WorkerInfo.Models).
+	Models []string
+}
+
+// Serves reports whether the worker serves the model name.
+func (w *WorkerEntry) Serves(model string) bool {
+	return w.Model == model || slices.Contains(w.Models, model)
 }
 
 // PrefixIndex answers prefix-cache overlaps for a prompt's sequence hashes.
@@ -61,7 +70,10 @@ type ReadyFunc func() error
 // (replicas, class owners, workers, projected loads).
 type ClusterInfoFunc func(ctx context.Context) (json.RawMessage, error)
 
-// Tokenizer turns prompt text into token ids, exactly as the workers do.
-type Tokenizer interface {
-	Encode(text string) []uint32
+// Prompts turns a request's prompt into the model's token ids, exactly as
+// the model's engines do (*prompt.Registry). engines are the base URLs of
+// the workers serving the model, for a registry that may ask one of them.
+// Errors are the client's (prompt.ErrBadRequest, prompt.ErrRender).
+type Prompts interface {
+	Tokenize(ctx context.Context, model string, in *prompt.Input, engines []string) (prompt.Result, error)
 }

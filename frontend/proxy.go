@@ -27,15 +27,28 @@ type exchange struct {
 	ingress time.Time
 }
 
-// usageBody is the part of a response the router reads for metrics.
+// usageBody is the part of a response the router reads for metrics: the
+// usage of chat, completions and embeddings, or of a Responses API answer
+// (input/output tokens; in a stream, inside the response.completed event's
+// response object).
 type usageBody struct {
-	Usage *struct {
-		PromptTokens        int `json:"prompt_tokens"`
-		CompletionTokens    int `json:"completion_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
+	Usage    *usage `json:"usage"`
+	Response *struct {
+		Usage *usage `json:"usage"`
+	} `json:"response"`
+}
+
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	InputTokens         int `json:"input_tokens"`
+	OutputTokens        int `json:"output_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	InputTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
 }
 
 // roundTrip is the outcome of one request to a worker.
@@ -169,7 +182,21 @@ var (
 	dataPrefix = []byte("data:")
 	doneData   = []byte("[DONE]")
 	usageKey   = []byte(`"usage"`)
+	// A Responses API stream has no [DONE]: it ends with one of these
+	// events, the last carrying the usage.
+	responseEnds = [][]byte{[]byte(`"response.completed"`), []byte(`"response.incomplete"`), []byte(`"response.failed"`)}
 )
+
+// isResponseEnd reports whether a Responses API event payload is the
+// stream's terminal event.
+func isResponseEnd(payload []byte) bool {
+	for _, e := range responseEnds {
+		if bytes.Contains(payload, e) {
+			return true
+		}
+	}
+	return false
+}
 
 // relayReaders recycles the 16 KiB upstream read buffers across streams: at
 // hundreds of concurrent streams a fresh one per request was most of the
@@ -225,7 +252,16 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 			if isData {
 				payload = bytes.TrimSpace(payload)
 				done := bytes.Equal(payload, doneData)
-				usage := !done && bytes.Contains(payload, usageKey)
+				var usage bool
+				if x.p.endpoint == endpointResponses {
+					// Every Responses event embeds the response object (and
+					// its usage, null until the end): only the terminal
+					// event is the usage line.
+					done = isResponseEnd(payload)
+					usage = done
+				} else {
+					usage = !done && bytes.Contains(payload, usageKey)
+				}
 				now := x.s.now()
 				if !started {
 					started = true
@@ -328,14 +364,24 @@ func (x *exchange) recordUsage(doc []byte) {
 	if len(doc) == 0 {
 		return
 	}
-	var u usageBody
-	if json.Unmarshal(doc, &u) != nil || u.Usage == nil {
+	var b usageBody
+	if json.Unmarshal(doc, &b) != nil {
+		return
+	}
+	u := b.Usage
+	if u == nil && b.Response != nil {
+		u = b.Response.Usage
+	}
+	if u == nil {
 		return
 	}
 	m, labels := x.s.m, []string{x.p.model, x.class}
-	m.PromptTokens.WithLabelValues(labels...).Add(float64(u.Usage.PromptTokens))
-	m.GeneratedTokens.WithLabelValues(labels...).Add(float64(u.Usage.CompletionTokens))
-	if d := u.Usage.PromptTokensDetails; d != nil {
+	m.PromptTokens.WithLabelValues(labels...).Add(float64(u.PromptTokens + u.InputTokens))
+	m.GeneratedTokens.WithLabelValues(labels...).Add(float64(u.CompletionTokens + u.OutputTokens))
+	if d := u.PromptTokensDetails; d != nil {
+		m.CachedTokens.WithLabelValues(labels...).Add(float64(d.CachedTokens))
+	}
+	if d := u.InputTokensDetails; d != nil {
 		m.CachedTokens.WithLabelValues(labels...).Add(float64(d.CachedTokens))
 	}
 }

@@ -1,7 +1,6 @@
 package frontend
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,9 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
-	"github.com/switchyard/switchyard/tokenizer"
+	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -22,13 +20,44 @@ type endpoint int
 const (
 	endpointChat endpoint = iota + 1
 	endpointCompletions
+	endpointEmbeddings
+	endpointResponses
 )
 
 func (e endpoint) path() string {
-	if e == endpointChat {
+	switch e {
+	case endpointChat:
 		return "/v1/chat/completions"
+	case endpointEmbeddings:
+		return "/v1/embeddings"
+	case endpointResponses:
+		return "/v1/responses"
 	}
 	return "/v1/completions"
+}
+
+// kind is the prompt form the endpoint carries.
+func (e endpoint) kind() prompt.Kind {
+	switch e {
+	case endpointChat:
+		return prompt.KindChat
+	case endpointEmbeddings:
+		return prompt.KindEmbedding
+	case endpointResponses:
+		return prompt.KindResponse
+	}
+	return prompt.KindCompletion
+}
+
+// promptParam is the body field a prompt-length error names.
+func (e endpoint) promptParam() string {
+	switch e {
+	case endpointChat:
+		return "messages"
+	case endpointEmbeddings, endpointResponses:
+		return "input"
+	}
+	return "prompt"
 }
 
 // Scheduling hint headers (docs/api.md).
@@ -44,17 +73,19 @@ const (
 	HeaderRoutedWorker = "X-Switchyard-Routed-Worker"
 )
 
-// openAIRequest is the subset of a (chat) completion request the router
-// reads; everything else passes through to the worker untouched.
+// openAIRequest is the subset of a request the router reads; everything
+// else passes through to the worker untouched. The prompt-bearing fields
+// (prompt, messages, input, tools, ...) are prompt.Fields, kept raw for
+// package prompt to parse.
 type openAIRequest struct {
-	Model               *string         `json:"model"`
-	Prompt              json.RawMessage `json:"prompt"`
-	Messages            json.RawMessage `json:"messages"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Stream              bool            `json:"stream"`
-	User                string          `json:"user"`
-	Switchyard          *hintBody       `json:"switchyard"`
+	prompt.Fields
+	Model               *string   `json:"model"`
+	MaxTokens           *int      `json:"max_tokens"`
+	MaxCompletionTokens *int      `json:"max_completion_tokens"`
+	MaxOutputTokens     *int      `json:"max_output_tokens"`
+	Stream              bool      `json:"stream"`
+	User                string    `json:"user"`
+	Switchyard          *hintBody `json:"switchyard"`
 }
 
 // hintBody is the "switchyard" object in a request body.
@@ -66,16 +97,6 @@ type hintBody struct {
 	AllowedWorkers []string `json:"allowed_workers"`
 }
 
-type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-type contentPart struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
-}
-
 // hints are the scheduling hints after merging headers over the body.
 type hints struct {
 	class    string
@@ -85,23 +106,29 @@ type hints struct {
 	allowed  []string
 }
 
-// parsedRequest is a validated request, ready to classify and admit.
+// parsedRequest is a validated request, ready to tokenize, classify and
+// admit.
 type parsedRequest struct {
 	endpoint  endpoint
 	model     string
 	stream    bool
 	maxTokens int // 0 = not set
 	user      string
-	tokens    []uint32
-	hints     hints
+	input     *prompt.Input
+	// tokens are the ids the request is hashed by (the first prompt of a
+	// batch); promptTokens is the load it books (every prompt).
+	tokens       []uint32
+	promptTokens int
+	hints        hints
 	// forward is the body sent to the worker: the client's bytes, minus the
 	// switchyard object when there was one.
 	forward []byte
 }
 
-// parseRequest decodes and validates body for ep, tokenizing the prompt with
-// tok. It returns an *APIError for every client mistake.
-func parseRequest(ep endpoint, body []byte, h http.Header, tok Tokenizer, maxPromptTokens int) (*parsedRequest, *APIError) {
+// parseRequest decodes and validates body for ep. It returns an *APIError
+// for every client mistake. Tokenization is the caller's next step
+// (tokenize), once the model is known to be served.
+func parseRequest(ep endpoint, body []byte, h http.Header) (*parsedRequest, *APIError) {
 	var req openAIRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, jsonError(err)
@@ -111,34 +138,31 @@ func parseRequest(ep endpoint, body []byte, h http.Header, tok Tokenizer, maxPro
 	}
 	p := &parsedRequest{endpoint: ep, model: *req.Model, stream: req.Stream, user: req.User, forward: body}
 	switch {
+	case ep == endpointEmbeddings:
+		p.stream = false // embeddings never stream
+		p.maxTokens = 1  // a pooling request books no decode
 	case req.MaxCompletionTokens != nil && ep == endpointChat:
 		p.maxTokens = *req.MaxCompletionTokens
 		if p.maxTokens <= 0 {
 			return nil, badRequest("max_completion_tokens", "invalid_value", fmt.Sprintf("max_completion_tokens must be at least 1, got %d", p.maxTokens))
 		}
-	case req.MaxTokens != nil:
+	case req.MaxOutputTokens != nil && ep == endpointResponses:
+		p.maxTokens = *req.MaxOutputTokens
+		if p.maxTokens <= 0 {
+			return nil, badRequest("max_output_tokens", "invalid_value", fmt.Sprintf("max_output_tokens must be at least 1, got %d", p.maxTokens))
+		}
+	case req.MaxTokens != nil && ep != endpointResponses:
 		p.maxTokens = *req.MaxTokens
 		if p.maxTokens <= 0 {
 			return nil, badRequest("max_tokens", "invalid_value", fmt.Sprintf("max_tokens must be at least 1, got %d", p.maxTokens))
 		}
 	}
+	in, err := prompt.Parse(ep.kind(), &req.Fields)
+	if err != nil {
+		return nil, promptError(err)
+	}
+	p.input = in
 	var apiErr *APIError
-	if ep == endpointChat {
-		p.tokens, apiErr = chatTokens(req.Messages, tok)
-	} else {
-		p.tokens, apiErr = promptTokens(req.Prompt, tok)
-	}
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	if len(p.tokens) > maxPromptTokens {
-		param := "prompt"
-		if ep == endpointChat {
-			param = "messages"
-		}
-		return nil, badRequest(param, "context_length_exceeded",
-			fmt.Sprintf("the prompt has %d tokens, more than the maximum of %d", len(p.tokens), maxPromptTokens))
-	}
 	if p.hints, apiErr = parseHints(req.Switchyard, h); apiErr != nil {
 		return nil, apiErr
 	}
@@ -150,6 +174,20 @@ func parseRequest(ep endpoint, body []byte, h http.Header, tok Tokenizer, maxPro
 		p.forward = fwd
 	}
 	return p, nil
+}
+
+// promptError maps a prompt package error to the OpenAI error shape: a
+// malformed prompt names its field; a template that failed on the request
+// is a 400 carrying the template's message.
+func promptError(err error) *APIError {
+	var re *prompt.RequestError
+	if errors.As(err, &re) {
+		return badRequest(re.Param, re.Code, re.Message)
+	}
+	if errors.Is(err, prompt.ErrRender) {
+		return badRequest("messages", "invalid_value", "the model's chat template failed on these messages: "+err.Error())
+	}
+	return &APIError{Status: http.StatusInternalServerError, Type: typeServer, Code: "internal_error", Message: err.Error(), err: err}
 }
 
 // jsonError explains a JSON decoding failure, naming the field when the
@@ -171,133 +209,12 @@ func goTypeName(t string) string {
 		return "number"
 	case t == "string" || t == "*string":
 		return "string"
-	case t == "bool":
+	case t == "bool" || t == "*bool":
 		return "boolean"
 	case strings.HasPrefix(t, "[]"):
 		return "array"
 	}
 	return "object"
-}
-
-// promptTokens accepts a string, an array of one string, or an array of token
-// ids (OpenAI's completions prompt forms, minus batching).
-func promptTokens(raw json.RawMessage, tok Tokenizer) ([]uint32, *APIError) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, badRequest("prompt", "missing_required_parameter", "you must provide a prompt")
-	}
-	switch raw[0] {
-	case '"':
-		s, ok := plainString(raw)
-		if !ok {
-			if err := json.Unmarshal(raw, &s); err != nil {
-				return nil, badRequest("prompt", "invalid_type", "prompt is not a valid string")
-			}
-		}
-		return tok.Encode(s), nil
-	case '[':
-		var items []json.RawMessage
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return nil, badRequest("prompt", "invalid_type", "prompt must be a string, an array of strings or an array of token ids")
-		}
-		if len(items) == 0 {
-			return nil, badRequest("prompt", "invalid_value", "prompt must not be an empty array")
-		}
-		if first := bytes.TrimSpace(items[0]); len(first) > 0 && first[0] == '"' {
-			if len(items) != 1 {
-				return nil, badRequest("prompt", "invalid_value", "batched prompts are not supported: send one prompt per request")
-			}
-			return promptTokens(first, tok)
-		}
-		tokens := make([]uint32, len(items))
-		for i, it := range items {
-			v, err := strconv.ParseInt(string(bytes.TrimSpace(it)), 10, 64)
-			if err != nil || v < 0 || v > math.MaxUint32 {
-				return nil, badRequest("prompt", "invalid_value", fmt.Sprintf("prompt[%d] is not a token id (a non-negative integer)", i))
-			}
-			tokens[i] = uint32(v)
-		}
-		return tokens, nil
-	}
-	return nil, badRequest("prompt", "invalid_type", "prompt must be a string, an array of strings or an array of token ids")
-}
-
-// chatTokens flattens messages (string or text-part content) with the
-// default chat template and tokenizes the result.
-func chatTokens(raw json.RawMessage, tok Tokenizer) ([]uint32, *APIError) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, badRequest("messages", "missing_required_parameter", "you must provide messages")
-	}
-	var msgs []chatMessage
-	if err := json.Unmarshal(raw, &msgs); err != nil {
-		return nil, badRequest("messages", "invalid_type", "messages must be an array of {role, content} objects")
-	}
-	if len(msgs) == 0 {
-		return nil, badRequest("messages", "invalid_value", "messages must not be empty")
-	}
-	flat := make([]tokenizer.Message, len(msgs))
-	for i, m := range msgs {
-		if m.Role == "" {
-			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "missing_required_parameter", "every message needs a role")
-		}
-		text, apiErr := messageText(m.Content, i)
-		if apiErr != nil {
-			return nil, apiErr
-		}
-		flat[i] = tokenizer.Message{Role: m.Role, Content: text}
-	}
-	return tok.Encode(tokenizer.ChatPrompt(flat)), nil
-}
-
-func messageText(raw json.RawMessage, i int) (string, *APIError) {
-	raw = bytes.TrimSpace(raw)
-	param := fmt.Sprintf("messages[%d].content", i)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil // assistant turns with tool calls carry no content
-	}
-	switch raw[0] {
-	case '"':
-		s, ok := plainString(raw)
-		if !ok {
-			if err := json.Unmarshal(raw, &s); err != nil {
-				return "", badRequest(param, "invalid_type", "content is not a valid string")
-			}
-		}
-		return s, nil
-	case '[':
-		var parts []contentPart
-		if err := json.Unmarshal(raw, &parts); err != nil {
-			return "", badRequest(param, "invalid_type", "content must be a string or an array of text parts")
-		}
-		var b strings.Builder
-		for j, part := range parts {
-			if part.Type != "text" {
-				return "", badRequest(fmt.Sprintf("%s[%d].type", param, j), "invalid_value",
-					fmt.Sprintf("content part type %q is not supported (only text)", part.Type))
-			}
-			b.WriteString(part.Text)
-		}
-		return b.String(), nil
-	}
-	return "", badRequest(param, "invalid_type", "content must be a string or an array of text parts")
-}
-
-// plainString returns the text of a JSON string literal that needs no
-// unescaping: no backslash and valid UTF-8, so json.Unmarshal would return
-// exactly the bytes between the quotes. raw must come from a document that
-// json.Unmarshal already accepted (no raw control characters or stray
-// quotes inside). Prompts are the request's largest field, and this saves
-// validating and decoding them a second time.
-func plainString(raw []byte) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return "", false
-	}
-	in := raw[1 : len(raw)-1]
-	if bytes.IndexByte(in, '\\') >= 0 || !utf8.Valid(in) {
-		return "", false
-	}
-	return string(in), true
 }
 
 // parseHints merges body hints with header hints; headers win.

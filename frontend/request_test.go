@@ -58,9 +58,9 @@ func TestBadInputsGetTheRightOpenAIError(t *testing.T) {
 		{"missing prompt", "/v1/completions", `{"model":"m"}`, nil, 400, "missing_required_parameter", "prompt"},
 		{"prompt object", "/v1/completions", `{"model":"m","prompt":{"a":1}}`, nil, 400, "invalid_type", "prompt"},
 		{"empty prompt array", "/v1/completions", `{"model":"m","prompt":[]}`, nil, 400, "invalid_value", "prompt"},
-		{"batched prompts", "/v1/completions", `{"model":"m","prompt":["a","b"]}`, nil, 400, "invalid_value", "prompt"},
-		{"negative token id", "/v1/completions", `{"model":"m","prompt":[1,-2]}`, nil, 400, "invalid_value", "prompt"},
-		{"fractional token id", "/v1/completions", `{"model":"m","prompt":[1.5]}`, nil, 400, "invalid_value", "prompt"},
+		{"batch mixing strings and ids", "/v1/completions", `{"model":"m","prompt":["a",[1]]}`, nil, 400, "invalid_type", "prompt[1]"},
+		{"negative token id", "/v1/completions", `{"model":"m","prompt":[1,-2]}`, nil, 400, "invalid_value", "prompt[1]"},
+		{"fractional token id", "/v1/completions", `{"model":"m","prompt":[1.5]}`, nil, 400, "invalid_value", "prompt[0]"},
 		{"zero max_tokens", "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":0}`, nil, 400, "invalid_value", "max_tokens"},
 		{"negative max_tokens", "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":-3}`, nil, 400, "invalid_value", "max_tokens"},
 		{"max_tokens of the wrong type", "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":"ten"}`, nil, 400, "invalid_type", "max_tokens"},
@@ -70,7 +70,10 @@ func TestBadInputsGetTheRightOpenAIError(t *testing.T) {
 		{"empty messages", "/v1/chat/completions", `{"model":"m","messages":[]}`, nil, 400, "invalid_value", "messages"},
 		{"messages not an array", "/v1/chat/completions", `{"model":"m","messages":"hi"}`, nil, 400, "invalid_type", "messages"},
 		{"message without role", "/v1/chat/completions", `{"model":"m","messages":[{"content":"hi"}]}`, nil, 400, "missing_required_parameter", "messages[0].role"},
-		{"image content part", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, nil, 400, "invalid_value", "messages[0].content[0].type"},
+		{"content part without a type", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":[{"text":"a"}]}]}`, nil, 400, "invalid_type", "messages[0].content[0]"},
+		{"embeddings without input", "/v1/embeddings", `{"model":"m"}`, nil, 400, "missing_required_parameter", "input"},
+		{"responses without input", "/v1/responses", `{"model":"m"}`, nil, 400, "missing_required_parameter", "input"},
+		{"zero max_output_tokens", "/v1/responses", `{"model":"m","input":"hi","max_output_tokens":0}`, nil, 400, "invalid_value", "max_output_tokens"},
 		{"numeric content", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":5}]}`, nil, 400, "invalid_type", "messages[0].content"},
 		{"prompt over the token limit", "/v1/completions", `{"model":"m","prompt":"` + strings.Repeat("word ", 60) + `"}`, nil, 400, "context_length_exceeded", "prompt"},
 		{"body over the size limit", "/v1/completions", `{"model":"m","prompt":"` + strings.Repeat("x", 4096) + `"}`, nil, 413, "request_too_large", ""},
@@ -111,7 +114,7 @@ func TestUnknownPathsAndMethodsGetOpenAIShapedErrors(t *testing.T) {
 	assert.Equal(t, "POST", resp.Header.Get("Allow"))
 	assert.Equal(t, "method_not_allowed", deref(apiErr(t, string(b)).Code))
 
-	status, _, body := post(t, base+"/v1/embeddings", `{}`, nil)
+	status, _, body := post(t, base+"/v1/audio/speech", `{}`, nil)
 	assert.Equal(t, http.StatusNotFound, status)
 	assert.Equal(t, "not_found", deref(apiErr(t, body).Code))
 
@@ -194,7 +197,7 @@ classes: [{name: a, priority: 3, priority_jump: 1.5, deadline_ms: 9000}, {name: 
 	assert.Equal(t, t0.Add(100*time.Millisecond), r.Due, "the body deadline overrides the class default")
 	tokens := tokenizer.Encode(prompt)
 	assert.Equal(t, len(tokens), r.PromptTokens)
-	assert.Equal(t, kvindex.SequenceHashes(tokens, 4, kvindex.BaseSeed), r.BlockHashes, "hashed at the workers' block size")
+	assert.Equal(t, kvindex.SequenceHashes(tokens, 4, kvindex.ModelSeed("m")), r.BlockHashes, "hashed at the workers' block size, seeded by the model name")
 	assert.Equal(t, []scheduler.Overlap{{Worker: "w2", Blocks: 2}}, r.Overlaps)
 	assert.Equal(t, []string{"w2"}, r.Allowed, "the allow-list is narrowed to the workers serving the model")
 	assert.Equal(t, 7, r.ExpectedOutputTokens)
@@ -217,27 +220,6 @@ func TestHeaderHintsOverrideBodyHintsAndZeroDeadlineMeansNone(t *testing.T) {
 	assert.Equal(t, "w2", got.worker)
 	require.NotNil(t, got.deadline)
 	assert.Equal(t, time.Duration(0), *got.deadline)
-}
-
-func TestPromptFormsTokenizeLikeTheWorker(t *testing.T) {
-	tok := tokenizer.Default{}
-	text := "Hello, world"
-	for name, raw := range map[string]string{
-		"string":              `"Hello, world"`,
-		"array of one string": `["Hello, world"]`,
-	} {
-		got, apiErr := promptTokens(json.RawMessage(raw), tok)
-		require.Nil(t, apiErr, name)
-		assert.Equal(t, tokenizer.Encode(text), got, name)
-	}
-	got, apiErr := promptTokens(json.RawMessage(`[1, 2, 4294967295]`), tok)
-	require.Nil(t, apiErr)
-	assert.Equal(t, []uint32{1, 2, 4294967295}, got, "token arrays are used as is")
-
-	chat, apiErr := chatTokens(json.RawMessage(`[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"Hel"},{"type":"text","text":"lo"}]},{"role":"assistant","content":null}]`), tok)
-	require.Nil(t, apiErr)
-	want := tokenizer.Encode(tokenizer.ChatPrompt([]tokenizer.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "Hello"}, {Role: "assistant"}}))
-	assert.Equal(t, want, chat, "text parts are concatenated and rendered with the shared chat template")
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -263,7 +245,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		if chat {
 			ep = endpointChat
 		}
-		p, apiErr := parseRequest(ep, body, http.Header{}, tokenizer.Default{}, 1<<16)
+		p, apiErr := parseRequest(ep, body, http.Header{})
 		if apiErr != nil {
 			if apiErr.Status != http.StatusBadRequest || apiErr.Message == "" || !errors.Is(apiErr, ErrBadRequest) {
 				t.Fatalf("refusal is not a described 400: %+v", apiErr)
@@ -274,7 +256,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			return
 		}
-		if p.model == "" || p.maxTokens < 0 || len(p.tokens) > 1<<16 {
+		if p.model == "" || p.maxTokens < 0 || p.input == nil {
 			t.Fatalf("accepted an invalid request: %+v", p)
 		}
 	})
@@ -320,18 +302,3 @@ func FuzzDecodePolicy(f *testing.F) {
 	})
 }
 
-// BenchmarkRequestPath is the per-request work before admission: parse,
-// validate, tokenize (a 1k-token prompt) and hash.
-func BenchmarkRequestPath(b *testing.B) {
-	body := []byte(`{"model":"m","stream":true,"max_tokens":64,"prompt":"` + strings.Repeat("the quick brown fox jumps over the lazy dog ", 110) + `"}`)
-	tok := tokenizer.Default{}
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		p, apiErr := parseRequest(endpointCompletions, body, http.Header{}, tok, 1<<16)
-		if apiErr != nil {
-			b.Fatal(apiErr)
-		}
-		_ = kvindex.SequenceHashes(p.tokens, 16, kvindex.BaseSeed)
-	}
-}

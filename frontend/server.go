@@ -21,8 +21,8 @@ import (
 
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
-	"github.com/switchyard/switchyard/tokenizer"
 )
 
 // Deps are the ports the frontend consumes. Admitter and Workers are
@@ -32,8 +32,9 @@ type Deps struct {
 	Workers  WorkerView
 	// Index gives prefix overlaps; nil routes without cache knowledge.
 	Index PrefixIndex
-	// Tokenizer defaults to tokenizer.Default{}.
-	Tokenizer Tokenizer
+	// Prompts tokenizes prompts; nil is a prompt.Registry with no
+	// tokenizers (every prompt is hashed approximately).
+	Prompts Prompts
 	// Policy is the initial policy; nil means DefaultPolicy(). SetPolicy
 	// replaces it at run time.
 	Policy *Policy
@@ -84,8 +85,12 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	if deps.Admitter == nil || deps.Workers == nil {
 		return nil, errors.New("frontend: Deps.Admitter and Deps.Workers are required")
 	}
-	if deps.Tokenizer == nil {
-		deps.Tokenizer = tokenizer.Default{}
+	if deps.Prompts == nil {
+		reg, err := prompt.NewRegistry(prompt.DefaultConfig(), prompt.Deps{}, log, nil)
+		if err != nil {
+			return nil, fmt.Errorf("frontend: prompt registry: %w", err)
+		}
+		deps.Prompts = reg
 	}
 	if deps.Now == nil {
 		deps.Now = time.Now
@@ -124,6 +129,12 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	}))
 	s.mux.HandleFunc("POST /v1/completions", s.instrument(metrics.RouteCompletions, func(w http.ResponseWriter, r *http.Request) int {
 		return s.handleCompletion(w, r, endpointCompletions)
+	}))
+	s.mux.HandleFunc("POST /v1/embeddings", s.instrument(metrics.RouteEmbeddings, func(w http.ResponseWriter, r *http.Request) int {
+		return s.handleCompletion(w, r, endpointEmbeddings)
+	}))
+	s.mux.HandleFunc("POST /v1/responses", s.instrument(metrics.RouteResponses, func(w http.ResponseWriter, r *http.Request) int {
+		return s.handleCompletion(w, r, endpointResponses)
 	}))
 	s.mux.HandleFunc("GET /v1/models", s.instrument(metrics.RouteModels, s.handleModels))
 	s.mux.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
@@ -245,7 +256,7 @@ func (s *Server) leave() {
 func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) int {
 	allow := ""
 	switch r.URL.Path {
-	case endpointChat.path(), endpointCompletions.path():
+	case endpointChat.path(), endpointCompletions.path(), endpointEmbeddings.path(), endpointResponses.path():
 		allow = http.MethodPost
 	case "/v1/models", "/healthz", "/readyz", "/debug/cluster", "/metrics":
 		allow = http.MethodGet
@@ -327,10 +338,16 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) int {
 	counts := map[string]int{}
 	var ids []string
 	for _, wk := range s.deps.Workers.Workers() {
-		if counts[wk.Model] == 0 {
-			ids = append(ids, wk.Model)
+		names := append([]string{wk.Model}, wk.Models...)
+		for i, name := range names {
+			if name == "" || slices.Contains(names[:i], name) {
+				continue // a name listed twice by one worker counts once
+			}
+			if counts[name] == 0 {
+				ids = append(ids, name)
+			}
+			counts[name]++
 		}
-		counts[wk.Model]++
 	}
 	slices.Sort(ids)
 	out := modelList{Object: "list", Data: make([]modelObject, 0, len(ids))}
@@ -355,6 +372,9 @@ type routing struct {
 	// worker does; nil when every worker serves it.
 	eligible []string
 	all      []string
+	// engines are the base URLs of the workers serving the model (for a
+	// tokenizer registry that may ask one of them).
+	engines []string
 }
 
 // route resolves the model against the registry. With no workers at all the
@@ -368,13 +388,15 @@ func (s *Server) route(model string) (routing, *APIError) {
 	rt.all = make([]string, 0, len(ws))
 	found := false
 	mixed := false
-	for _, w := range ws {
+	for i := range ws {
+		w := &ws[i]
 		rt.all = append(rt.all, w.ID)
-		if w.Model == model {
+		if w.Serves(model) {
 			if !found && w.BlockSize > 0 {
 				rt.blockSize = w.BlockSize
 			}
 			found = true
+			rt.engines = append(rt.engines, w.URL)
 		} else {
 			mixed = true
 		}
@@ -384,13 +406,28 @@ func (s *Server) route(model string) (routing, *APIError) {
 			Message: fmt.Sprintf("the model %q is not served by any registered worker (see GET /v1/models)", model), err: ErrUnknownModel}
 	}
 	if mixed {
-		for _, w := range ws {
-			if w.Model == model {
-				rt.eligible = append(rt.eligible, w.ID)
+		for i := range ws {
+			if ws[i].Serves(model) {
+				rt.eligible = append(rt.eligible, ws[i].ID)
 			}
 		}
 	}
 	return rt, nil
+}
+
+// tokenize turns p's prompt into token ids for the model and checks the
+// context length.
+func (s *Server) tokenize(ctx context.Context, p *parsedRequest, rt routing) *APIError {
+	res, err := s.deps.Prompts.Tokenize(ctx, p.model, p.input, rt.engines)
+	if err != nil {
+		return promptError(err)
+	}
+	p.tokens, p.promptTokens = res.Tokens, res.Total
+	if res.Longest > s.cfg.MaxPromptTokens {
+		return badRequest(p.endpoint.promptParam(), "context_length_exceeded",
+			fmt.Sprintf("the prompt has %d tokens, more than the maximum of %d", res.Longest, s.cfg.MaxPromptTokens))
+	}
+	return nil
 }
 
 // constrain intersects the client's allow-list with the model's workers and
@@ -472,13 +509,17 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		apiErr.write(w)
 		return apiErr.Status
 	}
-	p, apiErr := parseRequest(ep, body, r.Header, s.deps.Tokenizer, s.cfg.MaxPromptTokens)
+	p, apiErr := parseRequest(ep, body, r.Header)
 	if apiErr != nil {
 		apiErr.write(w)
 		return apiErr.Status
 	}
 	rt, apiErr := s.route(p.model)
 	if apiErr != nil {
+		apiErr.write(w)
+		return apiErr.Status
+	}
+	if apiErr := s.tokenize(r.Context(), p, rt); apiErr != nil {
 		apiErr.write(w)
 		return apiErr.Status
 	}
@@ -498,8 +539,8 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		StrictPriority:       def.Priority,
 		PriorityJump:         def.PriorityJump,
 		Ingress:              ingress,
-		PromptTokens:         len(p.tokens),
-		BlockHashes:          kvindex.SequenceHashes(p.tokens, rt.blockSize, kvindex.BaseSeed),
+		PromptTokens:         p.promptTokens,
+		BlockHashes:          kvindex.SequenceHashes(p.tokens, rt.blockSize, kvindex.ModelSeed(p.model)),
 		Pinned:               p.hints.worker,
 		ExpectedOutputTokens: p.maxTokens,
 	}

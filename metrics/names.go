@@ -14,6 +14,7 @@ const (
 	LabelCode       = "code"
 	LabelKind       = "kind"
 	LabelResult     = "result"
+	LabelPath       = "path"
 )
 
 // Full metric names. Rules (deploy/prometheus/rules.yml) and the Grafana
@@ -48,6 +49,10 @@ const (
 	NameWorkerDecodeBlocks    = "switchyard_router_worker_projected_decode_blocks"
 	NameDegradedMode          = "switchyard_router_degraded_mode"
 	NameHTTPResponses         = "switchyard_http_responses_total"
+
+	// Tokenization (prompt.NewRegistry): which path turned each request's
+	// prompt into token ids.
+	NameRouterTokenize = "switchyard_router_tokenize_total"
 
 	// Remote admission between replicas (admission/metrics.go): the
 	// switchyard_admission_* metrics, each constant named after its metric
@@ -159,6 +164,8 @@ func reasonIndex(r string) int {
 const (
 	RouteChatCompletions = "chat_completions"
 	RouteCompletions     = "completions"
+	RouteEmbeddings      = "embeddings"
+	RouteResponses       = "responses"
 	RouteModels          = "models"
 	RouteHealthz         = "healthz"
 	RouteReadyz          = "readyz"

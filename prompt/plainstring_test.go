@@ -1,4 +1,4 @@
-package frontend
+package prompt
 
 import (
 	"encoding/json"
