@@ -301,4 +301,3 @@ func FuzzDecodePolicy(f *testing.F) {
 		}
 	})
 }
-

@@ -608,3 +608,40 @@ func sortedValues(m map[string]string) []string {
 	}
 	return out
 }
+
+// TokenizeEach returns the ids of every prompt of in (a chat is one) as an
+// engine computes them: with the model's tokenizer when it has one, else as
+// approximate pseudo-tokens. The simulated engine uses it, so its KV blocks
+// are the ones routers hash by Tokenize.
+func (r *Registry) TokenizeEach(model string, in *Input) ([][]uint32, error) {
+	m, _ := r.Model(model)
+	if in.IsChat() {
+		var res Result
+		var err error
+		if m != nil {
+			res, err = tokenizeWith(m, in)
+		} else {
+			res, err = approximate(in)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return [][]uint32{res.Tokens}, nil
+	}
+	out := make([][]uint32, len(in.Prompts))
+	for i, p := range in.Prompts {
+		one := &Input{Kind: in.Kind, Prompts: []Prompt{p}, AddSpecial: in.AddSpecial}
+		var res Result
+		var err error
+		if m != nil {
+			res, err = tokenizeWith(m, one)
+		} else {
+			res, err = approximate(one)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[i] = res.Tokens
+	}
+	return out, nil
+}

@@ -32,8 +32,15 @@ type WorkerConfig struct {
 	ID string
 	// Cluster scopes every etcd key and NATS subject.
 	Cluster string
-	// Model is the only model name the worker serves.
+	// Model is the model name the worker serves.
 	Model string
+	// Models are further names it serves (aliases, as vLLM's
+	// --served-model-name lists several); registered as WorkerInfo.Models.
+	Models []string
+	// Tokenizer is the spec of the tokenizer the simulated engine tokenizes
+	// prompts and decodes output with (package prompt: a Hugging Face
+	// directory, a tokenizer.json, or tiktoken:ENCODING built in).
+	Tokenizer string
 	// Listen is the HTTP listen address; port 0 picks a free port.
 	Listen string
 	// AdvertiseURL is the base URL registered in etcd; empty derives it from
@@ -76,6 +83,7 @@ func DefaultWorkerConfig() WorkerConfig {
 		ID:               "worker-1",
 		Cluster:          "default",
 		Model:            "switchyard-sim",
+		Tokenizer:        DefaultSimTokenizer,
 		Listen:           "127.0.0.1:9001",
 		LeaseTTL:         5 * time.Second,
 		LoadInterval:     100 * time.Millisecond,
@@ -97,6 +105,8 @@ func (c *WorkerConfig) Validate() error {
 		return fmt.Errorf("worker config: Cluster %q must be 1-128 of [A-Za-z0-9_-]", c.Cluster)
 	case c.Model == "":
 		return errors.New("worker config: Model must not be empty")
+	case c.Tokenizer == "":
+		return errors.New("worker config: Tokenizer must not be empty")
 	case c.Listen == "":
 		return errors.New("worker config: Listen must not be empty")
 	case c.LeaseTTL < time.Second:
@@ -126,6 +136,11 @@ func (c *WorkerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.StringVar(&c.ID, prefix+"id", c.ID, "worker id (etcd key and NATS subject token)")
 	fs.StringVar(&c.Cluster, prefix+"cluster", c.Cluster, "cluster name")
 	fs.StringVar(&c.Model, prefix+"model", c.Model, "model name served")
+	fs.Func(prefix+"served-model-names", "comma-separated further names the worker serves (aliases)", func(s string) error {
+		c.Models = splitList(s)
+		return nil
+	})
+	fs.StringVar(&c.Tokenizer, prefix+"tokenizer", c.Tokenizer, "tokenizer spec: a Hugging Face model directory, a tokenizer.json, or tiktoken:o200k_base|cl100k_base (built in)")
 	fs.StringVar(&c.Listen, prefix+"listen", c.Listen, "HTTP listen address")
 	fs.StringVar(&c.AdvertiseURL, prefix+"advertise-url", c.AdvertiseURL, "base URL registered in etcd (default: from the bound address)")
 	fs.Func(prefix+"etcd-endpoints", "comma-separated etcd endpoints (empty: do not register)", func(s string) error {
@@ -237,6 +252,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	}
 	log = log.Named("worker").With(zap.String("worker", cfg.ID))
 	w := &worker{cfg: cfg, log: log}
+	var err error
+	if w.prompts, err = newWorkerPrompts(cfg, log); err != nil {
+		return fmt.Errorf("worker %s: %w", cfg.ID, err)
+	}
 	w.metrics = newWorkerMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"worker": cfg.ID}, reg))
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		w.gatherer = g
@@ -386,6 +405,7 @@ func (w *worker) register(ctx context.Context) (*workerRegistration, error) {
 		BlockSize: w.cfg.Engine.BlockSize, KVBlocks: w.cfg.Engine.NumBlocks,
 		MaxNumSeqs: w.cfg.Engine.MaxNumSeqs, MaxBatchedTokens: w.cfg.Engine.MaxNumBatchedTokens,
 		Labels: w.cfg.Labels, PublishesEvents: w.nc != nil,
+		Models: w.cfg.Models, MaxModelLen: w.cfg.Engine.MaxModelLen, Tokenizer: w.tokenizerSource(),
 	}
 	val, err := wire.EncodeWorkerInfo(info)
 	if err != nil {

@@ -2,12 +2,16 @@ package app
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,9 +21,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/zeebo/xxh3"
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/tokenizer"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -38,6 +45,7 @@ type worker struct {
 	ready    atomic.Bool
 	handlers handlerTracker
 	nextID   atomic.Uint64
+	prompts  *prompt.Registry
 }
 
 // handlerTracker counts in-flight API handlers so shutdown can wait for them (the
@@ -85,8 +93,11 @@ func (t *handlerTracker) Wait() {
 
 func (w *worker) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/completions", w.handleGenerate(false))
-	mux.HandleFunc("POST /v1/chat/completions", w.handleGenerate(true))
+	mux.HandleFunc("POST /v1/completions", w.handle("completions", w.handleGenerate(prompt.KindCompletion)))
+	mux.HandleFunc("POST /v1/chat/completions", w.handle("chat_completions", w.handleGenerate(prompt.KindChat)))
+	mux.HandleFunc("POST /v1/responses", w.handle("responses", w.handleGenerate(prompt.KindResponse)))
+	mux.HandleFunc("POST /v1/embeddings", w.handle("embeddings", w.handleEmbeddings))
+	mux.HandleFunc("POST /tokenize", w.handle("tokenize", w.handleTokenize))
 	mux.HandleFunc("GET /v1/models", w.handleModels)
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(rw, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
@@ -107,9 +118,51 @@ func (w *worker) routes() http.Handler {
 }
 
 func (w *worker) handleModels(rw http.ResponseWriter, _ *http.Request) {
-	writeWorkerJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{
-		{"id": w.cfg.Model, "object": "model", "created": 0, "owned_by": "switchyard"},
-	}})
+	data := []map[string]any{}
+	for _, m := range w.servedNames() {
+		data = append(data, map[string]any{"id": m, "object": "model", "created": 0, "owned_by": "switchyard"})
+	}
+	writeWorkerJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// servedNames is the model name and its aliases.
+func (w *worker) servedNames() []string {
+	return append([]string{w.cfg.Model}, w.cfg.Models...)
+}
+
+func (w *worker) serves(model string) bool { return slices.Contains(w.servedNames(), model) }
+
+// newWorkerPrompts is the worker's tokenizer registry: every served name
+// uses the worker's one tokenizer spec.
+func newWorkerPrompts(cfg WorkerConfig, log *zap.Logger) (*prompt.Registry, error) {
+	pc := prompt.DefaultConfig()
+	pc.Tokenizers = map[string]string{}
+	for _, m := range append([]string{cfg.Model}, cfg.Models...) {
+		pc.Tokenizers[m] = cfg.Tokenizer
+	}
+	return prompt.NewRegistry(pc, prompt.Deps{}, log, nil)
+}
+
+// tokenize is the worker's tokenizeFunc.
+func (w *worker) tokenize(model string, in *prompt.Input) ([][]uint32, error) {
+	return w.prompts.TokenizeEach(model, in)
+}
+
+// piece is the text of one generated token under the model's tokenizer.
+func (w *worker) piece(model string, id uint32) string {
+	if m, _ := w.prompts.Model(model); m != nil && m.Decode != nil {
+		return m.Decode([]uint32{id})
+	}
+	return tokenizer.Piece(id)
+}
+
+// tokenizerSource is what the worker advertises in its registration: its
+// tokenizer spec when routers have it built in.
+func (w *worker) tokenizerSource() *wire.TokenizerSource {
+	if prompt.BuiltinSpec(w.cfg.Tokenizer) {
+		return &wire.TokenizerSource{Spec: w.cfg.Tokenizer}
+	}
+	return nil
 }
 
 // workerAPIError is an OpenAI-shaped error response.
@@ -144,34 +197,44 @@ func writeWorkerJSON(rw http.ResponseWriter, status int, v any) {
 	_, _ = rw.Write(append(b, '\n'))
 }
 
-// genRequest is a validated completions or chat completions request.
+// genRequest is a validated generation, embeddings or responses request.
 type genRequest struct {
-	Model        string
-	Prompt       []uint32
+	Kind  prompt.Kind
+	Model string
+	// Prompts are the prompt token ids, one per batched prompt (a chat or a
+	// responses input is one).
+	Prompts      [][]uint32
 	MaxTokens    int
 	Stream       bool
 	IncludeUsage bool
 	Priority     int
+	// Base64 asks for embeddings as base64 little-endian float32.
+	Base64 bool
 }
 
 type rawGenRequest struct {
-	Model               string          `json:"model"`
-	Prompt              json.RawMessage `json:"prompt"`
-	Messages            json.RawMessage `json:"messages"`
-	MaxTokens           *int64          `json:"max_tokens"`
-	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
-	Stream              *bool           `json:"stream"`
+	prompt.Fields
+	Model               string `json:"model"`
+	MaxTokens           *int64 `json:"max_tokens"`
+	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
+	MaxOutputTokens     *int64 `json:"max_output_tokens"`
+	Stream              *bool  `json:"stream"`
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	N        *int64 `json:"n"`
-	Priority *int64 `json:"priority"`
+	N              *int64 `json:"n"`
+	Priority       *int64 `json:"priority"`
+	EncodingFormat string `json:"encoding_format"`
 }
 
-// parseGenRequest decodes and validates a request body. maxLen bounds
-// prompt plus output; defaultMax applies when no max_tokens is given (capped
-// to what fits).
-func parseGenRequest(body []byte, chat bool, defaultMax, maxLen int) (*genRequest, *workerAPIError) {
+// tokenizeFunc turns a parsed prompt into per-prompt token ids for a model
+// (the worker's prompt registry: the same code routers hash with).
+type tokenizeFunc func(model string, in *prompt.Input) ([][]uint32, error)
+
+// parseGenRequest decodes and validates a request body of kind. maxLen
+// bounds prompt plus output; defaultMax applies when no max_tokens is given
+// (capped to what fits). tok tokenizes the prompt.
+func parseGenRequest(body []byte, kind prompt.Kind, tok tokenizeFunc, defaultMax, maxLen int) (*genRequest, *workerAPIError) {
 	var raw rawGenRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&raw); err != nil {
@@ -187,43 +250,58 @@ func parseGenRequest(body []byte, chat bool, defaultMax, maxLen int) (*genReques
 	if raw.Model == "" {
 		return nil, workerBadRequest("model", "missing_required_parameter", "you must provide a model")
 	}
-	req := &genRequest{Model: raw.Model}
-	var apiErr *workerAPIError
-	if chat {
-		req.Prompt, apiErr = chatPromptTokens(raw.Messages)
-	} else {
-		req.Prompt, apiErr = promptTokenIDs(raw.Prompt)
+	req := &genRequest{Kind: kind, Model: raw.Model, Base64: raw.EncodingFormat == "base64"}
+	in, err := prompt.Parse(kind, &raw.Fields)
+	if err != nil {
+		return nil, promptAPIError(err)
 	}
-	if apiErr != nil {
-		return nil, apiErr
+	if req.Prompts, err = tok(raw.Model, in); err != nil {
+		return nil, promptAPIError(err)
 	}
-	if len(req.Prompt) == 0 {
-		return nil, workerBadRequest(map[bool]string{true: "messages", false: "prompt"}[chat], "invalid_value", "the prompt has no tokens")
+	param := map[prompt.Kind]string{prompt.KindChat: "messages", prompt.KindCompletion: "prompt"}[kind]
+	if param == "" {
+		param = "input"
+	}
+	longest := 0
+	for _, p := range req.Prompts {
+		if len(p) == 0 {
+			return nil, workerBadRequest(param, "invalid_value", "the prompt has no tokens")
+		}
+		longest = max(longest, len(p))
 	}
 	if raw.N != nil && *raw.N != 1 {
 		return nil, workerBadRequest("n", "invalid_value", "only n=1 is supported")
 	}
-	mt := raw.MaxTokens
-	param := "max_tokens"
-	if raw.MaxCompletionTokens != nil {
-		mt, param = raw.MaxCompletionTokens, "max_completion_tokens"
+	if kind == prompt.KindEmbedding {
+		if longest > maxLen {
+			return nil, &workerAPIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param,
+				Code: "context_length_exceeded", Message: fmt.Sprintf("this model's maximum context length is %d tokens; the input has %d", maxLen, longest)}
+		}
+		return req, nil
 	}
-	room := maxLen - len(req.Prompt)
+	mt, mparam := raw.MaxTokens, "max_tokens"
+	switch {
+	case kind == prompt.KindResponse:
+		mt, mparam = raw.MaxOutputTokens, "max_output_tokens"
+	case raw.MaxCompletionTokens != nil:
+		mt, mparam = raw.MaxCompletionTokens, "max_completion_tokens"
+	}
+	room := maxLen - longest
 	switch {
 	case mt == nil:
 		req.MaxTokens = min(defaultMax, room)
 	case *mt < 1:
-		return nil, workerBadRequest(param, "invalid_value", fmt.Sprintf("%s must be at least 1, got %d", param, *mt))
+		return nil, workerBadRequest(mparam, "invalid_value", fmt.Sprintf("%s must be at least 1, got %d", mparam, *mt))
 	case *mt > int64(room):
 		req.MaxTokens = math.MaxInt32 // reported below as too long
 	default:
 		req.MaxTokens = int(*mt)
 	}
 	if room < 1 || req.MaxTokens > room {
-		return nil, &workerAPIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param,
+		return nil, &workerAPIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: mparam,
 			Code: "context_length_exceeded", Message: fmt.Sprintf(
 				"this model's maximum context length is %d tokens; the prompt has %d tokens and leaves no room for the requested output",
-				maxLen, len(req.Prompt))}
+				maxLen, longest)}
 	}
 	if raw.Stream != nil {
 		req.Stream = *raw.Stream
@@ -240,105 +318,13 @@ func parseGenRequest(body []byte, chat bool, defaultMax, maxLen int) (*genReques
 	return req, nil
 }
 
-// promptTokenIDs accepts a string, an array of one string, or an array of
-// token ids. Strings go through the default tokenizer, exactly like the
-// router, so both compute the same block hashes.
-func promptTokenIDs(raw json.RawMessage) ([]uint32, *workerAPIError) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, workerBadRequest("prompt", "missing_required_parameter", "you must provide a prompt")
+// promptAPIError maps a prompt package error to a 400.
+func promptAPIError(err error) *workerAPIError {
+	var re *prompt.RequestError
+	if errors.As(err, &re) {
+		return workerBadRequest(re.Param, re.Code, re.Message)
 	}
-	switch raw[0] {
-	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, workerBadRequest("prompt", "invalid_type", "prompt is not a valid string")
-		}
-		return tokenizer.Encode(s), nil
-	case '[':
-		var items []json.RawMessage
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return nil, workerBadRequest("prompt", "invalid_type", "prompt must be a string, an array of strings or an array of token ids")
-		}
-		if len(items) == 0 {
-			return nil, workerBadRequest("prompt", "invalid_value", "prompt must not be an empty array")
-		}
-		if first := bytes.TrimSpace(items[0]); len(first) > 0 && first[0] == '"' {
-			if len(items) != 1 {
-				return nil, workerBadRequest("prompt", "invalid_value", "batched prompts are not supported: send one prompt per request")
-			}
-			return promptTokenIDs(first)
-		}
-		ids := make([]uint32, len(items))
-		for i, it := range items {
-			v, err := strconv.ParseUint(string(bytes.TrimSpace(it)), 10, 32)
-			if err != nil {
-				return nil, workerBadRequest("prompt", "invalid_value", fmt.Sprintf("prompt[%d] is not a token id (an integer in [0, 2^32))", i))
-			}
-			ids[i] = uint32(v)
-		}
-		return ids, nil
-	}
-	return nil, workerBadRequest("prompt", "invalid_type", "prompt must be a string, an array of strings or an array of token ids")
-}
-
-type chatMessageIn struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-// chatPromptTokens renders messages with the shared chat template. Content
-// is a string or an array of text parts, concatenated without separators
-// (the router flattens the same way), and null for content-less turns.
-func chatPromptTokens(raw json.RawMessage) ([]uint32, *workerAPIError) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, workerBadRequest("messages", "missing_required_parameter", "you must provide messages")
-	}
-	var msgs []chatMessageIn
-	if err := json.Unmarshal(raw, &msgs); err != nil {
-		return nil, workerBadRequest("messages", "invalid_type", "messages must be an array of {role, content} objects")
-	}
-	if len(msgs) == 0 {
-		return nil, workerBadRequest("messages", "invalid_value", "messages must not be empty")
-	}
-	flat := make([]tokenizer.Message, len(msgs))
-	for i, m := range msgs {
-		if m.Role == "" {
-			return nil, workerBadRequest(fmt.Sprintf("messages[%d].role", i), "missing_required_parameter", "every message needs a role")
-		}
-		param := fmt.Sprintf("messages[%d].content", i)
-		c := bytes.TrimSpace(m.Content)
-		var text string
-		switch {
-		case len(c) == 0 || bytes.Equal(c, []byte("null")):
-		case c[0] == '"':
-			if err := json.Unmarshal(c, &text); err != nil {
-				return nil, workerBadRequest(param, "invalid_type", "content is not a valid string")
-			}
-		case c[0] == '[':
-			var parts []struct {
-				Type string `json:"type"`
-				Text string `json:"text"`
-			}
-			if err := json.Unmarshal(c, &parts); err != nil {
-				return nil, workerBadRequest(param, "invalid_type", "content must be a string or an array of text parts")
-			}
-			var b strings.Builder
-			for j, p := range parts {
-				if p.Type != "text" {
-					return nil, workerBadRequest(fmt.Sprintf("%s[%d].type", param, j), "invalid_value",
-						fmt.Sprintf("content part type %q is not supported (only text)", p.Type))
-				}
-				b.WriteString(p.Text)
-			}
-			text = b.String()
-		default:
-			return nil, workerBadRequest(param, "invalid_type", "content must be a string or an array of text parts")
-		}
-		flat[i] = tokenizer.Message{Role: m.Role, Content: text}
-	}
-	return tokenizer.Encode(tokenizer.ChatPrompt(flat)), nil
+	return workerBadRequest("messages", "invalid_value", err.Error())
 }
 
 // Response shapes (OpenAI).
@@ -374,11 +360,9 @@ type responseOut struct {
 	Usage   *usageOut   `json:"usage,omitempty"`
 }
 
-func (w *worker) handleGenerate(chat bool) http.HandlerFunc {
-	endpoint := "completions"
-	if chat {
-		endpoint = "chat_completions"
-	}
+// handle wraps an API handler with the shutdown tracker, the body limit and
+// the request counter (endpoint label).
+func (w *worker) handle(endpoint string, h func(rw http.ResponseWriter, r *http.Request, body []byte) string) http.HandlerFunc {
 	count := func(outcome string) { w.metrics.requests.WithLabelValues(endpoint, outcome).Inc() }
 	return func(rw http.ResponseWriter, r *http.Request) {
 		if !w.handlers.enter() {
@@ -400,41 +384,63 @@ func (w *worker) handleGenerate(chat bool) http.HandlerFunc {
 			count("cancelled")
 			return // the client went away while sending
 		}
-		req, apiErr := parseGenRequest(body, chat, w.cfg.DefaultMaxTokens, w.cfg.Engine.MaxModelLen)
-		if apiErr == nil && req.Model != w.cfg.Model {
-			apiErr = &workerAPIError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model",
-				Code: "model_not_found", Message: fmt.Sprintf("the model %q does not exist; this worker serves %q", req.Model, w.cfg.Model)}
-		}
-		if apiErr == nil {
-			if v := r.Header.Get("x-switchyard-priority"); v != "" {
-				p, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
-				if err != nil {
-					apiErr = workerBadRequest("x-switchyard-priority", "invalid_value", "the priority header must be an integer")
-				}
-				req.Priority = int(p)
+		count(h(rw, r, body))
+	}
+}
+
+// parse validates a request of kind for this worker: a model it serves,
+// the prompt tokenized as routers tokenize it.
+func (w *worker) parse(r *http.Request, body []byte, kind prompt.Kind) (*genRequest, *workerAPIError) {
+	req, apiErr := parseGenRequest(body, kind, w.tokenize, w.cfg.DefaultMaxTokens, w.cfg.Engine.MaxModelLen)
+	if apiErr == nil && !w.serves(req.Model) {
+		apiErr = &workerAPIError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model",
+			Code: "model_not_found", Message: fmt.Sprintf("the model %q does not exist; this worker serves %q", req.Model, w.cfg.Model)}
+	}
+	if apiErr == nil {
+		if v := r.Header.Get("x-switchyard-priority"); v != "" {
+			p, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
+			if err != nil {
+				apiErr = workerBadRequest("x-switchyard-priority", "invalid_value", "the priority header must be an integer")
 			}
+			req.Priority = int(p)
 		}
+	}
+	return req, apiErr
+}
+
+func (w *worker) handleGenerate(kind prompt.Kind) func(http.ResponseWriter, *http.Request, []byte) string {
+	return func(rw http.ResponseWriter, r *http.Request, body []byte) string {
+		req, apiErr := w.parse(r, body, kind)
 		if apiErr != nil {
-			count("bad_request")
 			writeWorkerError(rw, apiErr)
-			return
+			return "bad_request"
 		}
 		id := fmt.Sprintf("%s-%d", w.cfg.ID, w.nextID.Add(1))
 		if v := r.Header.Get("x-request-id"); v != "" && len(v) <= 128 {
 			id = v // a caller-chosen id makes the synthetic output reproducible
 		}
-		stream, err := w.eng.Submit(&engine.Request{ID: id, Prompt: req.Prompt, MaxTokens: req.MaxTokens, Priority: req.Priority})
-		if err != nil {
-			count("rejected")
-			writeWorkerError(rw, submitAPIError(err))
-			return
+		resp := &responder{w: w, rw: rw, kind: kind, req: req, id: id, created: time.Now().Unix()}
+		// A batch runs as one engine request per prompt, side by side.
+		seed := kvindex.ModelSeed(req.Model)
+		for i, p := range req.Prompts {
+			sid := id
+			if i > 0 {
+				sid = id + "-" + strconv.Itoa(i)
+			}
+			stream, err := w.eng.Submit(&engine.Request{ID: sid, Prompt: p, MaxTokens: req.MaxTokens, Priority: req.Priority, HashSeed: seed})
+			if err != nil {
+				for _, c := range resp.choices {
+					w.eng.Cancel(c.id)
+				}
+				writeWorkerError(rw, submitAPIError(err))
+				return "rejected"
+			}
+			resp.choices = append(resp.choices, &choiceState{id: sid, s: stream})
 		}
-		resp := &responder{w: w, rw: rw, chat: chat, req: req, id: id, created: time.Now().Unix()}
 		if req.Stream {
-			count(resp.stream(r, stream))
-		} else {
-			count(resp.complete(r, stream))
+			return resp.stream(r)
 		}
+		return resp.complete(r)
 	}
 }
 
@@ -452,20 +458,46 @@ func submitAPIError(err error) *workerAPIError {
 	return &workerAPIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_value", Message: err.Error()}
 }
 
+// choiceState is one engine request of a response (one per batched prompt).
+type choiceState struct {
+	id       string
+	s        *engine.Stream
+	text     strings.Builder
+	usage    usageOut
+	finish   engine.FinishReason
+	buf      []engine.Delta
+	sentRole bool
+}
+
+func (c *choiceState) account(d engine.Delta) {
+	c.usage.PromptTokens = d.PromptTokens
+	c.usage.PromptTokensDetails.CachedTokens = d.CachedTokens
+	if d.HasToken {
+		c.usage.CompletionTokens = d.Index + 1
+	}
+	c.usage.TotalTokens = c.usage.PromptTokens + c.usage.CompletionTokens
+	if d.Finish != 0 {
+		c.finish = d.Finish
+	}
+}
+
 // responder relays one request's deliveries to its HTTP response.
 type responder struct {
 	w       *worker
 	rw      http.ResponseWriter
-	chat    bool
+	kind    prompt.Kind
 	req     *genRequest
 	id      string
 	created int64
-	usage   usageOut
+	choices []*choiceState
+	seq     int // Responses API event sequence number
 }
+
+func (p *responder) chat() bool { return p.kind == prompt.KindChat }
 
 func (p *responder) object(chunk bool) string {
 	switch {
-	case !p.chat:
+	case !p.chat():
 		return "text_completion"
 	case chunk:
 		return "chat.completion.chunk"
@@ -474,65 +506,116 @@ func (p *responder) object(chunk bool) string {
 }
 
 func (p *responder) respID() string {
-	if p.chat {
+	switch p.kind {
+	case prompt.KindChat:
 		return "chatcmpl-" + p.id
+	case prompt.KindResponse:
+		return "resp_" + p.id
 	}
 	return "cmpl-" + p.id
 }
 
-func (p *responder) account(d engine.Delta) {
-	p.usage.PromptTokens = d.PromptTokens
-	p.usage.PromptTokensDetails.CachedTokens = d.CachedTokens
-	if d.HasToken {
-		p.usage.CompletionTokens = d.Index + 1
+// usage sums the choices' usage (a batch reports one usage for all).
+func (p *responder) usage() usageOut {
+	var u usageOut
+	for _, c := range p.choices {
+		u.PromptTokens += c.usage.PromptTokens
+		u.CompletionTokens += c.usage.CompletionTokens
+		u.PromptTokensDetails.CachedTokens += c.usage.PromptTokensDetails.CachedTokens
 	}
-	p.usage.TotalTokens = p.usage.PromptTokens + p.usage.CompletionTokens
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
 }
 
-// complete answers a non-streaming request once it finishes.
-func (p *responder) complete(r *http.Request, s *engine.Stream) string {
-	var text strings.Builder
-	var buf []engine.Delta
-	for {
-		select {
-		case <-r.Context().Done():
-			p.w.eng.Cancel(p.id)
-			return "cancelled"
-		case <-s.Notify():
+func (p *responder) cancelAll() {
+	for _, c := range p.choices {
+		p.w.eng.Cancel(c.id)
+	}
+}
+
+// wait blocks until one of the unfinished choices has deliveries (it
+// returns its index) or the client leaves (-1).
+func (p *responder) wait(r *http.Request) int {
+	cases := make([]reflect.SelectCase, 0, len(p.choices)+1)
+	idx := make([]int, 0, len(p.choices))
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.Context().Done())})
+	for i, c := range p.choices {
+		if c.finish == 0 {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.s.Notify())})
+			idx = append(idx, i)
 		}
-		buf = s.Take(buf[:0])
-		for _, d := range buf {
-			p.account(d)
+	}
+	chosen, _, _ := reflect.Select(cases)
+	if chosen == 0 {
+		return -1
+	}
+	return idx[chosen-1]
+}
+
+func (p *responder) done() bool {
+	for _, c := range p.choices {
+		if c.finish == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// outcome is the request's result once every choice finished.
+func (p *responder) outcome() (string, bool) {
+	for _, c := range p.choices {
+		if c.finish != engine.FinishLength {
+			return "aborted", false
+		}
+	}
+	return "ok", true
+}
+
+// complete answers a non-streaming request once every choice finished.
+func (p *responder) complete(r *http.Request) string {
+	for !p.done() {
+		i := p.wait(r)
+		if i < 0 {
+			p.cancelAll()
+			return "cancelled"
+		}
+		c := p.choices[i]
+		c.buf = c.s.Take(c.buf[:0])
+		for _, d := range c.buf {
+			c.account(d)
 			if d.HasToken {
-				text.WriteString(tokenizer.Piece(d.Token))
-			}
-			switch d.Finish {
-			case 0:
-				continue
-			case engine.FinishLength:
-				fr := "length"
-				c := choiceOut{FinishReason: &fr}
-				t := text.String()
-				if p.chat {
-					c.Message = &chatContent{Role: "assistant", Content: t}
-				} else {
-					c.Text = &t
-				}
-				u := p.usage
-				writeWorkerJSON(p.rw, http.StatusOK, responseOut{ID: p.respID(), Object: p.object(false), Created: p.created,
-					Model: p.req.Model, Choices: []choiceOut{c}, Usage: &u})
-				return "ok"
-			default:
-				writeWorkerError(p.rw, &workerAPIError{Status: http.StatusServiceUnavailable, Type: "server_error",
-					Code: "aborted", Message: "the worker stopped before the request finished"})
-				return "aborted"
+				c.text.WriteString(p.w.piece(p.req.Model, d.Token))
 			}
 		}
 	}
+	if outcome, ok := p.outcome(); !ok {
+		writeWorkerError(p.rw, &workerAPIError{Status: http.StatusServiceUnavailable, Type: "server_error",
+			Code: "aborted", Message: "the worker stopped before the request finished"})
+		return outcome
+	}
+	u := p.usage()
+	if p.kind == prompt.KindResponse {
+		writeWorkerJSON(p.rw, http.StatusOK, p.responseObject("incomplete", p.choices[0].text.String(), &u))
+		return "ok"
+	}
+	out := responseOut{ID: p.respID(), Object: p.object(false), Created: p.created, Model: p.req.Model, Usage: &u}
+	for i, c := range p.choices {
+		fr := "length"
+		co := choiceOut{Index: i, FinishReason: &fr}
+		t := c.text.String()
+		if p.chat() {
+			co.Message = &chatContent{Role: "assistant", Content: t}
+		} else {
+			co.Text = &t
+		}
+		out.Choices = append(out.Choices, co)
+	}
+	writeWorkerJSON(p.rw, http.StatusOK, out)
+	return "ok"
 }
 
 // stream relays deliveries as server-sent events.
-func (p *responder) stream(r *http.Request, s *engine.Stream) string {
+func (p *responder) stream(r *http.Request) string {
 	h := p.rw.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -544,72 +627,85 @@ func (p *responder) stream(r *http.Request, s *engine.Stream) string {
 			flusher.Flush()
 		}
 	}
-	flush()
 	var out bytes.Buffer
-	var buf []engine.Delta
-	for {
-		select {
-		case <-r.Context().Done():
-			p.w.eng.Cancel(p.id)
+	if p.kind == prompt.KindResponse {
+		p.responseStart(&out)
+	}
+	if _, err := p.rw.Write(out.Bytes()); err != nil {
+		p.cancelAll()
+		return "cancelled"
+	}
+	flush()
+	for !p.done() {
+		i := p.wait(r)
+		if i < 0 {
+			p.cancelAll()
 			return "cancelled"
-		case <-s.Notify():
 		}
-		buf = s.Take(buf[:0])
+		c := p.choices[i]
+		c.buf = c.s.Take(c.buf[:0])
 		out.Reset()
-		finish := engine.FinishReason(0)
-		for _, d := range buf {
-			p.account(d)
+		for _, d := range c.buf {
+			c.account(d)
 			if d.HasToken {
-				p.event(&out, d)
-			}
-			if d.Finish != 0 {
-				finish = d.Finish
+				p.event(&out, i, c, d)
 			}
 		}
-		switch finish {
-		case engine.FinishLength:
-			if p.req.IncludeUsage {
-				u := p.usage
-				p.data(&out, responseOut{ID: p.respID(), Object: p.object(true), Created: p.created,
-					Model: p.req.Model, Choices: []choiceOut{}, Usage: &u})
+		if p.done() {
+			outcome, ok := p.outcome()
+			switch {
+			case !ok:
+				p.data(&out, map[string]*workerAPIError{"error": {Status: http.StatusServiceUnavailable, Type: "server_error",
+					Code: "aborted", Message: "the worker stopped before the request finished"}})
+			case p.kind == prompt.KindResponse:
+				p.responseEnd(&out)
+			default:
+				if p.req.IncludeUsage {
+					u := p.usage()
+					p.data(&out, responseOut{ID: p.respID(), Object: p.object(true), Created: p.created,
+						Model: p.req.Model, Choices: []choiceOut{}, Usage: &u})
+				}
+				out.WriteString("data: [DONE]\n\n")
 			}
-			out.WriteString("data: [DONE]\n\n")
-		case engine.FinishAborted, engine.FinishCancelled:
-			p.data(&out, map[string]*workerAPIError{"error": {Status: http.StatusServiceUnavailable, Type: "server_error",
-				Code: "aborted", Message: "the worker stopped before the request finished"}})
+			if _, err := p.rw.Write(out.Bytes()); err != nil {
+				return "cancelled"
+			}
+			flush()
+			return outcome
 		}
 		if _, err := p.rw.Write(out.Bytes()); err != nil {
-			p.w.eng.Cancel(p.id)
+			p.cancelAll()
 			return "cancelled"
 		}
 		flush()
-		switch finish {
-		case 0:
-		case engine.FinishLength:
-			return "ok"
-		default:
-			return "aborted"
-		}
 	}
+	return "ok" // unreachable: the loop returns when the last choice finishes
 }
 
-func (p *responder) event(out *bytes.Buffer, d engine.Delta) {
-	piece := tokenizer.Piece(d.Token)
-	c := choiceOut{}
+func (p *responder) event(out *bytes.Buffer, i int, c *choiceState, d engine.Delta) {
+	piece := p.w.piece(p.req.Model, d.Token)
+	c.text.WriteString(piece)
+	if p.kind == prompt.KindResponse {
+		p.sse(out, "response.output_text.delta", map[string]any{"item_id": "msg_" + p.id, "output_index": 0,
+			"content_index": 0, "delta": piece})
+		return
+	}
+	co := choiceOut{Index: i}
 	if d.Finish == engine.FinishLength {
 		fr := "length"
-		c.FinishReason = &fr
+		co.FinishReason = &fr
 	}
-	if p.chat {
-		c.Delta = &chatContent{Content: piece}
-		if d.Index == 0 {
-			c.Delta.Role = "assistant"
+	if p.chat() {
+		co.Delta = &chatContent{Content: piece}
+		if !c.sentRole {
+			co.Delta.Role = "assistant"
+			c.sentRole = true
 		}
 	} else {
-		c.Text = &piece
+		co.Text = &piece
 	}
 	p.data(out, responseOut{ID: p.respID(), Object: p.object(true), Created: p.created, Model: p.req.Model,
-		Choices: []choiceOut{c}})
+		Choices: []choiceOut{co}})
 }
 
 func (p *responder) data(out *bytes.Buffer, v any) {
@@ -621,3 +717,166 @@ func (p *responder) data(out *bytes.Buffer, v any) {
 	out.Write(b)
 	out.WriteString("\n\n")
 }
+
+// Responses API shapes (OpenAI's Response object, reduced to what the
+// simulated engine produces: one assistant message of output text).
+
+func (p *responder) responseObject(status, text string, u *usageOut) map[string]any {
+	msg := map[string]any{"type": "message", "id": "msg_" + p.id, "status": "completed", "role": "assistant",
+		"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}}}
+	if status == "in_progress" {
+		msg["status"] = "in_progress"
+	}
+	obj := map[string]any{"id": p.respID(), "object": "response", "created_at": p.created, "status": status,
+		"model": p.req.Model, "output": []any{msg}, "error": nil, "incomplete_details": nil}
+	if status == "in_progress" {
+		obj["output"] = []any{}
+	}
+	if status == "incomplete" {
+		// The simulated engine has no end-of-sequence token: every answer
+		// stops at max_output_tokens.
+		obj["incomplete_details"] = map[string]any{"reason": "max_output_tokens"}
+	}
+	if u != nil {
+		obj["usage"] = map[string]any{"input_tokens": u.PromptTokens,
+			"input_tokens_details":  map[string]any{"cached_tokens": u.PromptTokensDetails.CachedTokens},
+			"output_tokens":         u.CompletionTokens,
+			"output_tokens_details": map[string]any{"reasoning_tokens": 0}, "total_tokens": u.TotalTokens}
+	} else {
+		obj["usage"] = nil
+	}
+	return obj
+}
+
+// sse writes one Responses API event (event: line, then data).
+func (p *responder) sse(out *bytes.Buffer, typ string, fields map[string]any) {
+	fields["type"] = typ
+	fields["sequence_number"] = p.seq
+	p.seq++
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return
+	}
+	out.WriteString("event: ")
+	out.WriteString(typ)
+	out.WriteString("\ndata: ")
+	out.Write(b)
+	out.WriteString("\n\n")
+}
+
+func (p *responder) responseStart(out *bytes.Buffer) {
+	p.sse(out, "response.created", map[string]any{"response": p.responseObject("in_progress", "", nil)})
+	p.sse(out, "response.output_item.added", map[string]any{"output_index": 0, "item": map[string]any{
+		"type": "message", "id": "msg_" + p.id, "status": "in_progress", "role": "assistant", "content": []any{}}})
+	p.sse(out, "response.content_part.added", map[string]any{"item_id": "msg_" + p.id, "output_index": 0, "content_index": 0,
+		"part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}})
+}
+
+func (p *responder) responseEnd(out *bytes.Buffer) {
+	text := p.choices[0].text.String()
+	part := map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
+	p.sse(out, "response.output_text.done", map[string]any{"item_id": "msg_" + p.id, "output_index": 0, "content_index": 0, "text": text})
+	p.sse(out, "response.content_part.done", map[string]any{"item_id": "msg_" + p.id, "output_index": 0, "content_index": 0, "part": part})
+	p.sse(out, "response.output_item.done", map[string]any{"output_index": 0, "item": map[string]any{
+		"type": "message", "id": "msg_" + p.id, "status": "completed", "role": "assistant", "content": []any{part}}})
+	u := p.usage()
+	p.sse(out, "response.incomplete", map[string]any{"response": p.responseObject("incomplete", text, &u)})
+}
+
+// handleEmbeddings answers /v1/embeddings with deterministic vectors: each
+// a function of the input's token ids alone, so equal inputs embed equally.
+func (w *worker) handleEmbeddings(rw http.ResponseWriter, r *http.Request, body []byte) string {
+	req, apiErr := w.parse(r, body, prompt.KindEmbedding)
+	if apiErr != nil {
+		writeWorkerError(rw, apiErr)
+		return "bad_request"
+	}
+	data := make([]map[string]any, len(req.Prompts))
+	total := 0
+	for i, ids := range req.Prompts {
+		total += len(ids)
+		vec := embedding(ids)
+		var v any = vec
+		if req.Base64 {
+			buf := make([]byte, 0, 4*len(vec))
+			for _, f := range vec {
+				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(f))
+			}
+			v = base64.StdEncoding.EncodeToString(buf)
+		}
+		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": v}
+	}
+	writeWorkerJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": data, "model": req.Model,
+		"usage": map[string]any{"prompt_tokens": total, "total_tokens": total}})
+	return "ok"
+}
+
+// embeddingDims is the simulated embedding size.
+const embeddingDims = 32
+
+// embedding is a unit vector derived from ids.
+func embedding(ids []uint32) []float32 {
+	seed := kvindex.BlockHash(ids, kvindex.BaseSeed)
+	out := make([]float32, embeddingDims)
+	var norm float64
+	for i := range out {
+		v := xxh3.HashSeed([]byte{byte(i)}, seed)
+		f := float64(int64(v))/math.MaxInt64 + 1e-9
+		out[i] = float32(f)
+		norm += f * f
+	}
+	norm = math.Sqrt(norm)
+	for i := range out {
+		out[i] = float32(float64(out[i]) / norm)
+	}
+	return out
+}
+
+// handleTokenize answers vLLM's POST /tokenize: {"model","prompt"} or
+// {"model","messages",...} → {"count","max_model_len","tokens"}, with the
+// tokenizer the worker generates with. Routers with no tokenizer of their
+// own for the model ask this (prompt's engine path).
+func (w *worker) handleTokenize(rw http.ResponseWriter, r *http.Request, body []byte) string {
+	var probe struct {
+		Model    string          `json:"model"`
+		Messages json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &probe); err != nil {
+		writeWorkerError(rw, workerBadRequest("", "invalid_json", "the body is not valid JSON: "+err.Error()))
+		return "bad_request"
+	}
+	kind := prompt.KindCompletion
+	if len(bytes.TrimSpace(probe.Messages)) > 0 {
+		kind = prompt.KindChat
+	}
+	model := probe.Model
+	if model == "" {
+		model = w.cfg.Model
+	}
+	if !w.serves(model) {
+		writeWorkerError(rw, &workerAPIError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model",
+			Code: "model_not_found", Message: fmt.Sprintf("the model %q does not exist", model)})
+		return "bad_request"
+	}
+	var f prompt.Fields
+	_ = json.Unmarshal(body, &f) // the probe above already accepted the document
+	in, err := prompt.Parse(kind, &f)
+	if err != nil {
+		writeWorkerError(rw, promptAPIError(err))
+		return "bad_request"
+	}
+	ids, err := w.tokenize(model, in)
+	if err != nil {
+		writeWorkerError(rw, promptAPIError(err))
+		return "bad_request"
+	}
+	writeWorkerJSON(rw, http.StatusOK, map[string]any{"count": len(ids[0]), "max_model_len": w.cfg.Engine.MaxModelLen, "tokens": ids[0]})
+	return "ok"
+}
+
+// DefaultSimTokenizer is the tokenizer of the simulated engine's
+// switchyard-sim model, on workers and routers alike: a real encoding that
+// ships inside a Go module (github.com/tiktoken-go/tokenizer embeds it), so
+// the local cluster routes on real token ids with nothing to download.
+// Chats render with ChatML.
+const DefaultSimTokenizer = "tiktoken:o200k_base"
