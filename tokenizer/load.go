@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/text/unicode/norm"
@@ -302,6 +303,11 @@ func Load(tokenizerJSON, tokenizerConfigJSON []byte) (*Model, error) {
 
 	if err := m.parsePostProcessor(f.PostProcessor); err != nil {
 		return nil, err
+	}
+	for _, id := range append(slices.Clone(m.prefix), m.suffix...) {
+		if int(id) >= m.vocabSize {
+			return nil, malformed("tokenizer.json post_processor", fmt.Errorf("special token id %d outside the vocabulary", id))
+		}
 	}
 	if !m.byteLevel {
 		m.dec = parseDecoder(f.Decoder)

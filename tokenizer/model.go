@@ -311,6 +311,12 @@ func (m *Model) merge(syms []uint32, sc *scratch) []uint32 {
 	if len(syms) > heapThreshold {
 		return m.mergeHeap(syms)
 	}
+	return m.mergeScan(syms, sc)
+}
+
+// mergeScan is merge by scanning every pair for the best one, the fastest
+// way for short words.
+func (m *Model) mergeScan(syms []uint32, sc *scratch) []uint32 {
 	vals := sc.vals[:0]
 	for i := 0; i+1 < len(syms); i++ {
 		vals = append(vals, m.pair(syms[i], syms[i+1]))
