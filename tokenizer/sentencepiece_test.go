@@ -71,7 +71,7 @@ func TestSentencePieceBPEWithByteFallbackGivesHandDerivedIDs(t *testing.T) {
 	}{
 		{"hello world", []uint32{271, 276}},
 		{"hello wé", []uint32{271, 272, 3 + 0xC3, 3 + 0xA9}}, // é is not a piece: <0xC3><0xA9>
-		{"<s>hi", []uint32{1, 259, 260, 3 + 'i'}},           // the segment after <s> is prefixed too (Prepend)
+		{"<s>hi", []uint32{1, 259, 260, 3 + 'i'}},            // the segment after <s> is prefixed too (Prepend)
 		{"he", []uint32{269}},
 	}
 	for _, c := range cases {
