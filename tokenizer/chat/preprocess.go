@@ -143,6 +143,7 @@ func nextTag(src string, pos int) (int, tagKind) {
 func scanTagEnd(src string, from int, kind tagKind) (body string, right byte, end int, err error) {
 	closer := map[tagKind]string{tagExpr: "}}", tagBlock: "%}", tagComment: "#}"}[kind]
 	var quote byte
+	depth := 0 // Jinja2 ends a tag only where its brackets balance
 	for j := from; j < len(src); j++ {
 		c := src[j]
 		if quote != 0 {
@@ -153,11 +154,22 @@ func scanTagEnd(src string, from int, kind tagKind) (body string, right byte, en
 			}
 			continue
 		}
-		if kind != tagComment && (c == '\'' || c == '"') {
-			quote = c
-			continue
+		if kind != tagComment {
+			switch c {
+			case '\'', '"':
+				quote = c
+				continue
+			case '(', '[', '{':
+				depth++
+				continue
+			case ')', ']', '}':
+				if depth > 0 {
+					depth--
+					continue
+				}
+			}
 		}
-		if strings.HasPrefix(src[j:], closer) {
+		if depth == 0 && strings.HasPrefix(src[j:], closer) {
 			body = src[from:j]
 			if n := len(body); n > 0 && (body[n-1] == '-' || body[n-1] == '+') {
 				right = body[n-1]
@@ -309,6 +321,13 @@ func rewriteBody(body string) (string, error) {
 				out.WriteString(filterPrefix)
 				out.WriteString(body[k:e])
 				j = e - 1
+			}
+		case '}', '%':
+			// Keep "}}" and "%}" inside the tag from reading as its end: the
+			// library does not balance brackets as Jinja2 does.
+			out.WriteByte(c)
+			if j+1 < len(body) && body[j+1] == '}' {
+				out.WriteByte(' ')
 			}
 		default:
 			out.WriteByte(c)
