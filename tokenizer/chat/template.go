@@ -347,18 +347,28 @@ func SpecialTokens(configJSON []byte) (map[string]any, error) {
 	return out, nil
 }
 
+// tokenContent reads a token given as a string or an AddedToken object;
+// null and empty tokens are absent, as transformers' special_tokens_map
+// keeps only set ones.
 func tokenContent(raw json.RawMessage) (string, bool) {
-	var s string
+	var s *string
 	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, true
+		return deref(s), s != nil && *s != ""
 	}
 	var obj struct {
 		Content *string `json:"content"`
 	}
-	if err := json.Unmarshal(raw, &obj); err == nil && obj.Content != nil {
+	if err := json.Unmarshal(raw, &obj); err == nil && obj.Content != nil && *obj.Content != "" {
 		return *obj.Content, true
 	}
 	return "", false
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // chatMLSource is the ChatML layout (Qwen's, and transformers' old default
