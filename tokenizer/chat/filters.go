@@ -1,0 +1,331 @@
+package chat
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/ardanlabs/jinja"
+)
+
+// printValue is Python's str() as Jinja2 prints {{ value }}: None is
+// "None", floats use repr, lists and dicts their Python repr; an undefined
+// value prints nothing.
+func printValue(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.NewString(""), nil
+	}
+	v := args[0]
+	if v.IsString() {
+		return v, nil
+	}
+	return jinja.NewString(pyStr(v)), nil
+}
+
+// pyStr is str(v).
+func pyStr(v jinja.Value) string {
+	switch {
+	case v.IsUndefined():
+		return ""
+	case v.IsString():
+		return v.AsString()
+	}
+	var sb strings.Builder
+	writeRepr(&sb, v, 0)
+	return sb.String()
+}
+
+// writeRepr is repr(v) (str(v) for everything but strings, which it quotes).
+func writeRepr(sb *strings.Builder, v jinja.Value, depth int) {
+	if depth > maxDepth {
+		sb.WriteString("...")
+		return
+	}
+	switch {
+	case v.IsUndefined():
+		// A container never holds Undefined in Python; print what str does.
+	case v.IsNone():
+		sb.WriteString("None")
+	case v.IsBool():
+		if v.AsBool() {
+			sb.WriteString("True")
+		} else {
+			sb.WriteString("False")
+		}
+	case v.IsInt():
+		sb.WriteString(strconv.FormatInt(v.AsInt(), 10))
+	case v.IsFloat():
+		sb.WriteString(pyFloatRepr(v.AsFloat()))
+	case v.IsString():
+		writeStrRepr(sb, v.AsString())
+	case v.IsList():
+		sb.WriteByte('[')
+		for i, it := range v.AsList().Items {
+			if i > 0 {
+				sb.WriteString(", ")
+			}
+			writeRepr(sb, it, depth+1)
+		}
+		sb.WriteByte(']')
+	case v.IsDict():
+		d := v.AsDict()
+		sb.WriteByte('{')
+		for i, k := range d.Keys {
+			if i > 0 {
+				sb.WriteString(", ")
+			}
+			writeStrRepr(sb, k)
+			sb.WriteString(": ")
+			writeRepr(sb, d.Data[k], depth+1)
+		}
+		sb.WriteByte('}')
+	default:
+		sb.WriteString(v.String())
+	}
+}
+
+// writeStrRepr is Python's repr of a str: single quotes unless the string
+// holds a single quote and no double quote, backslash escapes for the
+// quote, backslash, \n \r \t and unprintable characters.
+func writeStrRepr(sb *strings.Builder, s string) {
+	q := byte('\'')
+	if strings.IndexByte(s, '\'') >= 0 && strings.IndexByte(s, '"') < 0 {
+		q = '"'
+	}
+	sb.WriteByte(q)
+	for _, r := range s {
+		switch {
+		case r == rune(q) || r == '\\':
+			sb.WriteByte('\\')
+			sb.WriteRune(r)
+		case r == '\n':
+			sb.WriteString(`\n`)
+		case r == '\r':
+			sb.WriteString(`\r`)
+		case r == '\t':
+			sb.WriteString(`\t`)
+		case r == utf8.RuneError:
+			sb.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(sb, `\x%02x`, r)
+		case r < 0x7f || unicode.IsPrint(r):
+			sb.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(sb, `\x%02x`, r)
+		case r < 0x10000:
+			fmt.Fprintf(sb, `\u%04x`, r)
+		default:
+			fmt.Fprintf(sb, `\U%08x`, r)
+		}
+	}
+	sb.WriteByte(q)
+}
+
+// lengthFilter is Jinja2's length/count: len() of a string (in code points),
+// list or dict; 0 for an undefined value; a TypeError for anything else.
+func lengthFilter(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Value{}, fmt.Errorf("length: missing value")
+	}
+	v := args[0]
+	switch {
+	case v.IsString():
+		return jinja.NewInt(int64(utf8.RuneCountInString(v.AsString()))), nil
+	case v.IsList():
+		return jinja.NewInt(int64(v.AsList().Len())), nil
+	case v.IsDict():
+		return jinja.NewInt(int64(v.AsDict().Len())), nil
+	case v.IsUndefined():
+		return jinja.NewInt(0), nil
+	}
+	return jinja.Value{}, fmt.Errorf("TypeError: object of type '%s' has no len()", pyTypeName(v))
+}
+
+func pyTypeName(v jinja.Value) string {
+	switch {
+	case v.IsNone():
+		return "NoneType"
+	case v.IsBool():
+		return "bool"
+	case v.IsInt():
+		return "int"
+	case v.IsFloat():
+		return "float"
+	case v.IsString():
+		return "str"
+	case v.IsList():
+		return "list"
+	case v.IsDict():
+		return "dict"
+	case v.IsCallable():
+		return "function"
+	}
+	return "Undefined"
+}
+
+// sortFilter is Jinja2's sort(value, reverse=False, case_sensitive=False,
+// attribute=None): a stable sort, strings compared case-insensitively unless
+// asked, by an attribute or item (dotted path) when given. Values Python
+// cannot order against each other are a TypeError, as in Python.
+func sortFilter(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Value{}, fmt.Errorf("sort: missing value")
+	}
+	params := map[string]jinja.Value{}
+	names := []string{"reverse", "case_sensitive", "attribute"}
+	for i, a := range args[1:] {
+		if i >= len(names) {
+			return jinja.Value{}, fmt.Errorf("sort: too many arguments")
+		}
+		params[names[i]] = a
+	}
+	for k, v := range kwargs {
+		params[k] = v
+	}
+	reverse := params["reverse"].IsTruthy()
+	caseSensitive := params["case_sensitive"].IsTruthy()
+	var items []jinja.Value
+	v := args[0]
+	switch {
+	case v.IsList():
+		items = append(items, v.AsList().Items...)
+	case v.IsDict():
+		for _, k := range v.AsDict().Keys {
+			items = append(items, jinja.NewString(k))
+		}
+	case v.IsString():
+		for _, r := range v.AsString() {
+			items = append(items, jinja.NewString(string(r)))
+		}
+	case v.IsUndefined():
+	default:
+		return jinja.Value{}, fmt.Errorf("TypeError: '%s' object is not iterable", pyTypeName(v))
+	}
+	keys := make([]jinja.Value, len(items))
+	attr, hasAttr := params["attribute"]
+	for i, it := range items {
+		k := it
+		if hasAttr && !attr.IsNone() && !attr.IsUndefined() {
+			k = lookupPath(it, pyStr(attr))
+		}
+		if k.IsString() && !caseSensitive {
+			k = jinja.NewString(strings.ToLower(k.AsString()))
+		}
+		keys[i] = k
+	}
+	idx := make([]int, len(items))
+	for i := range idx {
+		idx[i] = i
+	}
+	var cmpErr error
+	sort.SliceStable(idx, func(a, b int) bool {
+		x, y := keys[idx[a]], keys[idx[b]]
+		if reverse {
+			x, y = y, x
+		}
+		less, err := pyLess(x, y)
+		if err != nil && cmpErr == nil {
+			cmpErr = err
+		}
+		return less
+	})
+	if cmpErr != nil {
+		return jinja.Value{}, cmpErr
+	}
+	out := make([]jinja.Value, len(items))
+	for i, j := range idx {
+		out[i] = items[j]
+	}
+	return jinja.NewList(out), nil
+}
+
+// lookupPath is Jinja2's attribute getter for "a.b.0": items of dicts,
+// indexes of lists, undefined when missing.
+func lookupPath(v jinja.Value, path string) jinja.Value {
+	for _, part := range strings.Split(path, ".") {
+		switch {
+		case v.IsDict():
+			nv, ok := v.AsDict().Get(part)
+			if !ok {
+				return jinja.Undefined()
+			}
+			v = nv
+		case v.IsList():
+			i, err := strconv.Atoi(part)
+			if err != nil || i < 0 || i >= v.AsList().Len() {
+				return jinja.Undefined()
+			}
+			v = v.AsList().Items[i]
+		default:
+			return jinja.Undefined()
+		}
+	}
+	return v
+}
+
+// pyLess is Python's x < y for the values templates sort.
+func pyLess(x, y jinja.Value) (bool, error) {
+	num := func(v jinja.Value) (float64, bool) {
+		switch {
+		case v.IsInt():
+			return float64(v.AsInt()), true
+		case v.IsFloat():
+			return v.AsFloat(), true
+		case v.IsBool():
+			if v.AsBool() {
+				return 1, true
+			}
+			return 0, true
+		}
+		return 0, false
+	}
+	if a, ok := num(x); ok {
+		if b, ok := num(y); ok {
+			if x.IsInt() && y.IsInt() {
+				return x.AsInt() < y.AsInt(), nil
+			}
+			return a < b, nil
+		}
+	}
+	if x.IsString() && y.IsString() {
+		return x.AsString() < y.AsString(), nil
+	}
+	if x.IsList() && y.IsList() {
+		xs, ys := x.AsList().Items, y.AsList().Items
+		for i := 0; i < len(xs) && i < len(ys); i++ {
+			if xs[i].Equals(ys[i]) {
+				continue
+			}
+			return pyLess(xs[i], ys[i])
+		}
+		return len(xs) < len(ys), nil
+	}
+	return false, fmt.Errorf("TypeError: '<' not supported between instances of '%s' and '%s'", pyTypeName(x), pyTypeName(y))
+}
+
+// trimFilter is Jinja2's trim(value, chars=None): str(value).strip(chars).
+func trimFilter(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Value{}, fmt.Errorf("trim: missing value")
+	}
+	s := pyStr(args[0])
+	chars, ok := kwargs["chars"]
+	if len(args) > 1 {
+		chars, ok = args[1], true
+	}
+	if ok && !chars.IsNone() && !chars.IsUndefined() {
+		return jinja.NewString(strings.Trim(s, pyStr(chars))), nil
+	}
+	return jinja.NewString(strings.TrimFunc(s, unicode.IsSpace)), nil
+}
+
+// stringFilter is Jinja2's string: str(value).
+func stringFilter(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Value{}, fmt.Errorf("string: missing value")
+	}
+	return jinja.NewString(pyStr(args[0])), nil
+}

@@ -1,0 +1,89 @@
+package chat
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// snippets exercise one behaviour of transformers' environment each:
+// whitespace control, printing, string escapes, tojson's options, the
+// filters Switchyard overrides, strftime_now. Each renders against the
+// same variables in Go and in python3-jinja2.
+var snippets = []struct{ name, src string }{
+	{"trim-marker-after-expression", "Effort: {{ x }}{%- if true %} y{% endif %}|"},
+	{"lstrip-and-trim-blocks", "a\n    {% if true %}\n    b\n    {% endif %}\nc\n"},
+	{"lstrip-at-template-start", "   {% if true %}x{% endif %}"},
+	{"plus-markers-opt-out", "a\n  {%+ if true +%}\nb{% endif %}"},
+	{"indented-expression-is-not-stripped", "a\n    {{ x }}\n  {#- c #}\nd"},
+	{"comment-lstrip-and-trim", "a\n  {# note #}\nb"},
+	{"raw-block", "{% raw %}{{ not evaluated }}{% endraw %}\n{%- raw -%}  x  {%- endraw %}|"},
+	{"trailing-newline-dropped", "x\n"},
+	{"crlf-newlines", "a\r\n{% if true %}\r\nb\r\n{% endif %}"},
+	{"print-none-bool-float", "{{ none }} {{ true }} {{ 1.0 }} {{ 1234567.5 }} {{ 0.0001 }} {{ v.a }} {{ 3 / 2 }} {{ 7 // 2 }}"},
+	{"print-containers", "{{ [1, 'a', none, 1.5, true] }} {{ {'k': \"it's\", 'n': {'m': []}} }} {{ ['x\\ny'] }}"},
+	{"string-escapes", "{{ '\\u00e9\\x41\\t\\\\' }}|{{ \"a'b\" }}|{{ 'a\\'b' }}"},
+	{"tojson-default", "{{ v | tojson }}"},
+	{"tojson-indent", "{{ v | tojson(indent=2) }}"},
+	{"tojson-indent-string", "{{ v | tojson(indent='\\t') }}"},
+	{"tojson-separators", "{{ v | tojson(separators=(',', ':')) }}"},
+	{"tojson-sort-keys", "{{ v | tojson(sort_keys=true) }}"},
+	{"tojson-ensure-ascii", "{{ v | tojson(ensure_ascii=true) }}"},
+	{"tojson-empty-containers-indented", "{{ {'a': [], 'b': {}} | tojson(indent=4) }}"},
+	{"tojson-strings-python-does-not-escape", "{{ '<a href=\"x\">&</a> \\u2028 é \\x7f' | tojson }}"},
+	{"sort-by-attribute", "{{ items | sort(attribute='type') | map(attribute='type') | join(',') }}"},
+	{"sort-case-insensitive-and-reverse", "{{ ['b', 'A', 'c'] | sort | join(',') }} {{ [3, 1, 2] | sort(reverse=true) | join(',') }}"},
+	{"length-counts-code-points", "{{ 'héllo😀' | length }} {{ v | length }} {{ undefined_thing | length }}"},
+	{"trim-none-and-chars", "[{{ none | trim }}] [{{ 'xxhixx' | trim('x') }}] [{{ '  pad  ' | trim }}]"},
+	{"string-filter", "{{ none | string }} {{ [1] | string }} {{ 1.5 | string }}"},
+	{"namespace-and-loop-controls", "{% set ns = namespace(n=0) %}{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"},
+	{"string-methods", "{{ '  Hi There  '.strip().lower().split(' ') }} {{ 'abc'.startswith('a') }} {{ 'abc'.endswith('bc') }} {{ 'a-b'.replace('-', '+') }} {{ 'hello world'.title() }} {{ 'X'.upper() }} {{ 'xxa'.lstrip('x') }} {{ 'axx'.rstrip('x') }}"},
+	{"dict-methods", "{% for k, val in v.items() %}{{ k }}={{ val }};{% endfor %} {{ v.get('missing', 'dflt') }} {{ v.keys() | list }}"},
+	{"strftime-now", "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%A %B %-d %H:%M:%S %j %y %p %I') }} {{ strftime_now('%Y-%m-%d') }}"},
+	{"generation-tag", "{% generation %}gen{% endgeneration %}"},
+	{"raise-exception", "{{ raise_exception('no ' ~ x) }}"},
+	{"undefined-prints-empty", "[{{ nothing }}] [{{ v.nothing }}]"},
+}
+
+const snippetVar = `{"z": 1, "é": "ü 😀", "a": [1, 2.5, 1.0, 1e16, 1234567.5, -0.0001, true, null, "x\"y\\z\n\u0001"], "m": {}}`
+
+// TestSnippetsRenderAsPythonJinja2 checks each behaviour in isolation,
+// against python3-jinja2 in transformers' environment.
+func TestSnippetsRenderAsPythonJinja2(t *testing.T) {
+	v, err := DecodeJSON([]byte(snippetVar))
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := decodeList(t, `[{"type": "text"}, {"type": "image_url"}, {"type": "audio"}]`)
+	kwargs := `{"x": "max", "v": ` + snippetVar + `, "items": [{"type": "text"}, {"type": "image_url"}, {"type": "audio"}]}`
+	cases := make([]pyCase, len(snippets))
+	for i, s := range snippets {
+		cases[i] = pyCase{ID: s.name, Template: s.src, Messages: []byte("[]"), Kwargs: []byte(kwargs), Now: fixedNowISO}
+	}
+	results := renderPython(t, cases)
+	for i, s := range snippets {
+		want := results[i]
+		tmpl, err := ParseNamed(s.name, s.src)
+		if err != nil {
+			t.Errorf("%s: parse: %v", s.name, err)
+			continue
+		}
+		got, err := tmpl.Render(Input{
+			Kwargs: map[string]any{"x": "max", "v": v, "items": items},
+			Now:    func() time.Time { return fixedNow },
+		})
+		switch {
+		case want.OK && err != nil:
+			t.Errorf("%s: python rendered %q, Go failed: %v", s.name, want.Text, err)
+		case want.OK && got != want.Text:
+			t.Errorf("%s:\n  go:     %q\n  python: %q", s.name, got, want.Text)
+		case !want.OK && want.Raised:
+			var re *RaisedError
+			if !errors.As(err, &re) || re.Message != want.Error {
+				t.Errorf("%s: python raised %q, Go: %v", s.name, want.Error, err)
+			}
+		case !want.OK && err == nil:
+			t.Errorf("%s: python failed (%s), Go rendered %q", s.name, want.Error, got)
+		}
+	}
+}
