@@ -28,6 +28,10 @@ type Policy struct {
 	DefaultClass string
 	// Rules are tried in order; the first match classifies.
 	Rules []Rule
+	// Tokenizers maps served model names to tokenizer specs (package
+	// prompt: a model directory, a tokenizer.json, tiktoken:ENCODING), for
+	// every replica of the cluster; a router's -tokenizer flags win.
+	Tokenizers map[string]string
 
 	defaults map[string]ClassDefaults
 }
@@ -53,9 +57,10 @@ type Rule struct {
 
 // policyFile is the YAML schema (docs/policy.md).
 type policyFile struct {
-	DefaultClass string      `yaml:"default_class"`
-	Classes      []classFile `yaml:"classes"`
-	Rules        []ruleFile  `yaml:"rules"`
+	DefaultClass string            `yaml:"default_class"`
+	Classes      []classFile       `yaml:"classes"`
+	Rules        []ruleFile        `yaml:"rules"`
+	Tokenizers   map[string]string `yaml:"tokenizers"`
 }
 
 type classFile struct {
@@ -192,6 +197,14 @@ func ParsePolicy(doc []byte) (*Policy, error) {
 			}
 		}
 		p.Rules = append(p.Rules, rule)
+	}
+	for name, spec := range f.Tokenizers {
+		if name == "" || spec == "" {
+			bad("tokenizers: %q: %q: the model name and the spec must be non-empty", name, spec)
+		}
+	}
+	if len(f.Tokenizers) > 0 {
+		p.Tokenizers = f.Tokenizers
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

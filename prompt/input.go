@@ -113,6 +113,10 @@ type Message struct {
 	// NullContent is set when the client sent no content (an assistant
 	// turn that only calls tools).
 	NullContent bool
+	// Parts are the content's parts as text (placeholders for non-text
+	// parts) when the content was an array; nil for string content. A
+	// template that iterates over content gets them as text parts.
+	Parts []string
 	// Raw is the client's message object (tool_calls, name, tool_call_id
 	// and any other key the template may read).
 	Raw json.RawMessage
@@ -230,11 +234,11 @@ func parseMessage(raw json.RawMessage, param string) (Message, error) {
 		m.NullContent = true
 		return m, nil
 	}
-	text, err := flattenContent(wm.Content, param+".content")
+	text, parts, err := contentParts(wm.Content, param+".content")
 	if err != nil {
 		return Message{}, err
 	}
-	m.Content = text
+	m.Content, m.Parts = text, parts
 	return m, nil
 }
 
@@ -251,42 +255,46 @@ type contentPart struct {
 // same image shares a prefix and a different one does not. The parts
 // themselves reach the engine untouched: only hashing uses placeholders.
 func flattenContent(raw json.RawMessage, param string) (string, error) {
+	s, _, err := contentParts(raw, param)
+	return s, err
+}
+
+// contentParts is flattenContent that also returns the parts' texts (nil
+// for string content).
+func contentParts(raw json.RawMessage, param string) (string, []string, error) {
 	raw = bytes.TrimSpace(raw)
 	switch raw[0] {
 	case '"':
 		s, ok := plainString(raw)
 		if !ok {
 			if err := json.Unmarshal(raw, &s); err != nil {
-				return "", badField(param, "invalid_type", "content is not a valid string")
+				return "", nil, badField(param, "invalid_type", "content is not a valid string")
 			}
 		}
-		return s, nil
+		return s, nil, nil
 	case '[':
 		var parts []json.RawMessage
 		if err := json.Unmarshal(raw, &parts); err != nil {
-			return "", badField(param, "invalid_type", "content must be a string or an array of content parts")
+			return "", nil, badField(param, "invalid_type", "content must be a string or an array of content parts")
 		}
-		var b strings.Builder
+		texts := make([]string, len(parts))
 		for j, pr := range parts {
 			var p contentPart
 			if err := json.Unmarshal(pr, &p); err != nil || p.Type == "" {
-				return "", badField(fmt.Sprintf("%s[%d]", param, j), "invalid_type", "every content part must be an object with a type")
-			}
-			if j > 0 {
-				b.WriteByte('\n')
+				return "", nil, badField(fmt.Sprintf("%s[%d]", param, j), "invalid_type", "every content part must be an object with a type")
 			}
 			switch p.Type {
 			case "text", "input_text", "output_text":
-				b.WriteString(p.Text)
+				texts[j] = p.Text
 			case "refusal":
-				b.WriteString(p.Refusal)
+				texts[j] = p.Refusal
 			default:
-				b.WriteString(Placeholder(p.Type, pr))
+				texts[j] = Placeholder(p.Type, pr)
 			}
 		}
-		return b.String(), nil
+		return strings.Join(texts, "\n"), texts, nil
 	}
-	return "", badField(param, "invalid_type", "content must be a string or an array of content parts")
+	return "", nil, badField(param, "invalid_type", "content must be a string or an array of content parts")
 }
 
 // Placeholder is the text that stands for a non-text content part when a

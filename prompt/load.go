@@ -1,35 +1,272 @@
 package prompt
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/switchyard/switchyard/tokenizer"
+	"github.com/switchyard/switchyard/tokenizer/chat"
+)
+
+// The files of a Hugging Face model directory that decide tokenization.
+const (
+	fileTokenizer    = "tokenizer.json"
+	fileConfig       = "tokenizer_config.json"
+	fileChatTemplate = "chat_template.jinja"
 )
 
 // BuiltinSpec reports whether spec names a tokenizer compiled into the
-// binary, which a worker may advertise by name.
+// binary (tiktoken:o200k_base, tiktoken:cl100k_base), which a worker may
+// advertise by name.
 func BuiltinSpec(spec string) bool {
-	return spec == "toy"
+	name, ok := strings.CutPrefix(spec, "tiktoken:")
+	return ok && slices.Contains(tokenizer.TiktokenEncodings(), name)
 }
 
-// OpenSpec loads a tokenizer spec.
+// OpenSpec loads a tokenizer spec: tiktoken:ENCODING (built in; chats
+// render with ChatML), a Hugging Face model directory (tokenizer.json,
+// tokenizer_config.json and chat_template.jinja where present), or a
+// tokenizer.json file (its directory's config and template are used). A
+// tokenizer.json whose model type is not supported fails here, naming it.
 func OpenSpec(spec string, prefixCacheBytes int64) (*Model, error) {
-	if spec == "toy" {
-		return &Model{Spec: spec, Encode: tokenizer.Encode, Decode: decodeToy, Template: PlainChat{}, Describe: "toy"}, nil
+	if strings.HasPrefix(spec, "tiktoken:") {
+		return openBuiltin(spec, prefixCacheBytes)
 	}
-	return nil, fmt.Errorf("%w: %q", ErrBadSpec, spec)
+	dir := spec
+	st, err := os.Stat(spec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadSpec, spec, err)
+	}
+	tjPath := filepath.Join(spec, fileTokenizer)
+	if !st.IsDir() {
+		dir, tjPath = filepath.Dir(spec), spec
+	}
+	names := []string{fileTokenizer}
+	tj, err := os.ReadFile(tjPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadSpec, spec, err)
+	}
+	files := [][]byte{tj}
+	var cfg, tmpl []byte
+	for _, f := range []struct {
+		name string
+		dst  *[]byte
+	}{{fileConfig, &cfg}, {fileChatTemplate, &tmpl}} {
+		b, err := os.ReadFile(filepath.Join(dir, f.name))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("%w: %s: %v", ErrBadSpec, spec, err)
+		}
+		*f.dst = b
+		names, files = append(names, f.name), append(files, b)
+	}
+	tok, err := tokenizer.Load(tj, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadSpec, spec, err)
+	}
+	return newModel(spec, Digest(names, files), tok, cfg, tmpl, prefixCacheBytes)
 }
 
-// OpenFiles loads fetched tokenizer files.
+// builtins memoizes built-in encodings per process: loading one takes
+// seconds of CPU and tens of MB, and `switchyard up` runs every router and
+// worker in one process. A Model is immutable and safe to share (its chat
+// cache locks internally).
+var builtins sync.Map // builtinKey → *builtinOnce
+
+type builtinKey struct {
+	spec  string
+	bytes int64
+}
+
+type builtinOnce struct {
+	once sync.Once
+	m    *Model
+	err  error
+}
+
+func openBuiltin(spec string, prefixCacheBytes int64) (*Model, error) {
+	v, _ := builtins.LoadOrStore(builtinKey{spec, prefixCacheBytes}, &builtinOnce{})
+	b := v.(*builtinOnce)
+	b.once.Do(func() {
+		tok, err := tokenizer.Open(spec)
+		if err != nil {
+			b.err = fmt.Errorf("%w: %s: %v", ErrBadSpec, spec, err)
+			return
+		}
+		b.m, b.err = newModel(spec, "", tok, nil, nil, prefixCacheBytes)
+	})
+	return b.m, b.err
+}
+
+// OpenFiles loads tokenizer files fetched from a worker: tokenizer.json
+// (required), tokenizer_config.json and chat_template.jinja when present.
 func OpenFiles(files map[string][]byte, prefixCacheBytes int64) (*Model, error) {
-	return nil, fmt.Errorf("%w: no loader", ErrBadSpec)
+	tj, ok := files[fileTokenizer]
+	if !ok {
+		return nil, fmt.Errorf("%w: the advertised files have no %s", ErrBadSpec, fileTokenizer)
+	}
+	tok, err := tokenizer.Load(tj, files[fileConfig])
+	if err != nil {
+		return nil, fmt.Errorf("%w: fetched %s: %v", ErrBadSpec, fileTokenizer, err)
+	}
+	return newModel("fetched", "", tok, files[fileConfig], files[fileChatTemplate], prefixCacheBytes)
 }
 
-func decodeToy(ids []uint32) string {
-	var b strings.Builder
-	for _, id := range ids {
-		b.WriteString(tokenizer.Piece(id))
+// newModel wires a loaded tokenizer with its chat template (the model's
+// own, else ChatML), its BOS and its incremental chat cache.
+func newModel(spec, digest string, tok *tokenizer.Model, cfg, tmpl []byte, prefixCacheBytes int64) (*Model, error) {
+	ct := &chatTemplate{t: chat.ChatML(), vars: map[string]any{}}
+	templateName := "ChatML"
+	if cfg != nil || tmpl != nil {
+		t, err := chat.FromTokenizerConfig(orEmptyObject(cfg), tmpl)
+		switch {
+		case errors.Is(err, chat.ErrNoTemplate):
+			// A base model: clients should not send it chats, but when they
+			// do, ChatML shapes the prefix the same on every router.
+		case err != nil:
+			return nil, fmt.Errorf("%w: %s: chat template: %v", ErrBadSpec, spec, err)
+		default:
+			ct.t, templateName = t, t.Name()
+		}
+		if cfg != nil {
+			if ct.vars, err = chat.SpecialTokens(cfg); err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrBadSpec, spec, err)
+			}
+		}
 	}
-	return b.String()
+	if ct.vars["bos_token"] == nil && tok.BOSToken() != "" {
+		ct.vars["bos_token"] = tok.BOSToken()
+	}
+	if ct.vars["eos_token"] == nil && tok.EOSToken() != "" {
+		ct.vars["eos_token"] = tok.EOSToken()
+	}
+	ct.openAIContent = iteratesContent.MatchString(ct.t.Source())
+	m := &Model{Spec: spec, Digest: digest, Encode: tok.Encode, Decode: tok.Decode, Template: ct,
+		Describe: fmt.Sprintf("%d ids, template %s", tok.VocabSize(), templateName)}
+	if tok.AddBOS() {
+		id, ok := tok.TokenID(tok.BOSToken())
+		if !ok {
+			return nil, fmt.Errorf("%w: %s: adds BOS %q, which is not in its vocabulary", ErrBadSpec, spec, tok.BOSToken())
+		}
+		m.BOS = []uint32{id}
+		m.Describe += ", adds BOS"
+	}
+	if prefixCacheBytes > 0 {
+		cache := tokenizer.NewPrefixCache(prefixCacheBytes)
+		m.EncodeChat = func(text string) []uint32 { return tok.EncodeCached(cache, text) }
+	}
+	return m, nil
+}
+
+func orEmptyObject(b []byte) []byte {
+	if b == nil {
+		return []byte("{}")
+	}
+	return b
+}
+
+// iteratesContent spots templates that loop over a message's content (the
+// "openai" content format vLLM detects from the template): those get the
+// content as a list of text parts, the others as one string.
+var iteratesContent = regexp.MustCompile(`for\s+\w+\s+in\s+\w+(\[\s*['"]content['"]\s*\]|\.content)`)
+
+// chatTemplate renders an Input with a chat.Template.
+type chatTemplate struct {
+	t             *chat.Template
+	vars          map[string]any
+	openAIContent bool
+}
+
+func (c *chatTemplate) Render(in *Input) (string, error) {
+	msgs := make([]any, len(in.Messages))
+	for i := range in.Messages {
+		v, err := c.message(&in.Messages[i])
+		if err != nil {
+			return "", fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		msgs[i] = v
+	}
+	var tools []any
+	if in.Tools != nil {
+		tools = make([]any, len(in.Tools))
+		for i, t := range in.Tools {
+			v, err := chat.DecodeJSON(t)
+			if err != nil {
+				return "", fmt.Errorf("tools[%d]: %w", i, err)
+			}
+			tools[i] = v
+		}
+	}
+	var kwargs map[string]any
+	if in.Kwargs != nil {
+		v, err := chat.DecodeJSON(in.Kwargs)
+		if err != nil {
+			return "", fmt.Errorf("chat_template_kwargs: %w", err)
+		}
+		obj, _ := v.(chat.Object)
+		kwargs = make(map[string]any, len(obj))
+		for _, m := range obj {
+			kwargs[m.Key] = m.Value
+		}
+	}
+	out, err := c.t.Render(chat.Input{Messages: msgs, Tools: tools, AddGenerationPrompt: in.AddGenerationPrompt, Vars: c.vars, Kwargs: kwargs})
+	if err != nil {
+		return "", err
+	}
+	if in.ContinueFinalMessage && len(in.Messages) > 0 {
+		// As transformers does: cut the rendering right after the final
+		// message's content, so the model continues it.
+		final := strings.TrimSpace(in.Messages[len(in.Messages)-1].Content)
+		if i := strings.LastIndex(out, final); final != "" && i >= 0 {
+			out = out[:i+len(final)]
+		}
+	}
+	return out, nil
+}
+
+// message is one message as the template sees it: the client's object in
+// its key order, with content replaced by the text the router hashes (a
+// string, or text parts for templates that iterate over content).
+func (c *chatTemplate) message(m *Message) (chat.Object, error) {
+	v, err := chat.DecodeJSON(m.Raw)
+	if err != nil {
+		return nil, err
+	}
+	obj, ok := v.(chat.Object)
+	if !ok {
+		return nil, errors.New("not an object")
+	}
+	// vLLM renders a null content as no parts: "" in the string format,
+	// an empty list in the openai format.
+	var content any = m.Content
+	switch {
+	case c.openAIContent && m.NullContent:
+		content = []any{}
+	case c.openAIContent:
+		texts := m.Parts
+		if texts == nil {
+			texts = []string{m.Content}
+		}
+		parts := make([]any, len(texts))
+		for i, t := range texts {
+			parts[i] = chat.Object{{Key: "type", Value: "text"}, {Key: "text", Value: t}}
+		}
+		content = parts
+	}
+	for i := range obj {
+		if obj[i].Key == "content" {
+			obj[i].Value = content
+			return obj, nil
+		}
+	}
+	return append(obj, chat.Member{Key: "content", Value: content}), nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/switchyard/switchyard/gossip"
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -64,6 +65,9 @@ type ReplicaConfig struct {
 	Frontend  frontend.Config
 	Admission admission.ClientConfig
 	Exporter  metrics.ExporterConfig
+	// Prompt maps served model names to tokenizers (-tokenizer NAME=SPEC)
+	// and tunes the fallbacks for models without one.
+	Prompt prompt.Config
 }
 
 // DefaultReplicaConfig returns the defaults of every part.
@@ -87,7 +91,16 @@ func DefaultReplicaConfig() ReplicaConfig {
 		Frontend:           frontend.DefaultConfig(),
 		Admission:          admission.DefaultClientConfig(),
 		Exporter:           metrics.DefaultExporterConfig(),
+		Prompt:             defaultPromptConfig(),
 	}
+}
+
+// defaultPromptConfig gives the simulated engine's model its real
+// tokenizer on every router, as the workers have it (DefaultSimTokenizer).
+func defaultPromptConfig() prompt.Config {
+	c := prompt.DefaultConfig()
+	c.Tokenizers = map[string]string{DefaultWorkerConfig().Model: DefaultSimTokenizer}
+	return c
 }
 
 // normalize copies the shared fields (id, cluster) into every part.
@@ -120,7 +133,7 @@ func (c ReplicaConfig) Validate() error {
 	case c.ShutdownLinger < 0:
 		return errors.New("ShutdownLinger must be >= 0")
 	}
-	for _, v := range []interface{ Validate() error }{c.Session, c.Ownership, c.Gossip, c.Scheduler, c.Index, c.Ingest, c.Frontend, c.Admission, c.Exporter} {
+	for _, v := range []interface{ Validate() error }{c.Session, c.Ownership, c.Gossip, c.Scheduler, c.Index, c.Ingest, c.Frontend, c.Admission, c.Exporter, c.Prompt} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
@@ -283,11 +296,17 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 		return []metrics.AdmissionSnapshot{admissionSnapshot(actor.Snapshot(), cfg.Model, cfg.WorkerType), client.Counts(cfg.Model, cfg.WorkerType)}
 	})
 	routerMetrics := metrics.NewRouter(reg)
+	prompts, err := prompt.NewRegistry(cfg.Prompt, prompt.Deps{}, log, reg)
+	if err != nil {
+		return fmt.Errorf("tokenizers: %w", err)
+	}
+	prompts.SetPolicy(policy.Tokenizers)
 
 	var serving atomic.Bool
 	fe, err := frontend.New(cfg.Frontend, frontend.Deps{
 		Admitter: admitter{c: client, m: admissionMetrics, model: cfg.Model, workerType: cfg.WorkerType},
 		Workers:  workerView{workersReg},
+		Prompts:  prompts,
 		Index:    prefixIndex{ix: ix, g: g, ttl: cfg.PredictTTL, ttlNoEvents: cfg.PredictTTLNoEvents, publishes: workersReg.PublishesEvents},
 		Policy:   policy,
 		Ready: func() error {
@@ -308,7 +327,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 			}
 			return nil
 		},
-		ClusterInfo:    clusterInfo(cfg.ID, replicasReg, workersReg, own, actor, g, client),
+		ClusterInfo:    clusterInfo(cfg.ID, replicasReg, workersReg, own, actor, g, client, prompts),
 		MetricsHandler: metrics.Handler(reg),
 		Metrics:        routerMetrics,
 	}, log, reg)
@@ -366,12 +385,13 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	grp.go_("admission_server", server.Run)
 	grp.go_("admission_client", client.Run)
 	grp.go_("exporter", exporter.Run)
+	grp.go_("tokenizers", prompts.Run)
 	grp.go_("http", func(ctx context.Context) error { return fe.Serve(ctx, ln) })
 	grp.go_("wiring", func(ctx context.Context) error {
 		return runWiring(ctx, wiring{
 			cfg: cfg, nc: nc, reg: reg, log: log, etcd: etcd, session: session, workers: workersReg, replicas: replicasReg,
 			own: own, actor: actor, ix: ix, g: g, client: client, fe: fe, classes: &classes,
-			exporter: exporter, adm: admissionMetrics, router: routerMetrics, httpAddr: httpAddr,
+			exporter: exporter, adm: admissionMetrics, router: routerMetrics, httpAddr: httpAddr, prompts: prompts,
 			serving: &serving, ready: ready, grp: grp, ownCtx: ownCtx, ownDone: ownDone,
 		})
 	})
@@ -415,6 +435,7 @@ type wiring struct {
 	exporter *metrics.Exporter
 	adm      *metrics.Admission
 	router   *metrics.Router
+	prompts  *prompt.Registry
 	httpAddr string
 	serving  *atomic.Bool
 	ready    func(*ReplicaStatus)
@@ -530,6 +551,7 @@ func (w *wiring) applyPolicy(v cluster.ConfigVersion) {
 	w.classes.Store(&p.Classes)
 	w.actor.SetClasses(p.Classes)
 	w.fe.SetPolicy(p)
+	w.prompts.SetPolicy(p.Tokenizers)
 	for _, c := range p.Classes {
 		w.adm.InitClass(w.cfg.Model, w.cfg.WorkerType, c.Name)
 	}
@@ -588,6 +610,7 @@ func (w *wiring) syncWorkers() <-chan struct{} {
 	}
 	sort.Slice(ws, func(i, j int) bool { return ws[i].ID < ws[j].ID })
 	w.actor.SetWorkers(ws)
+	w.prompts.SetAdvertised(advertisedTokenizers(snap.Items))
 	for _, d := range w.ix.Digests(nil) {
 		if _, ok := snap.Items[d.Worker]; !ok {
 			w.ix.RemoveWorker(d.Worker)
@@ -740,7 +763,7 @@ func (v workerView) Workers() []frontend.WorkerEntry {
 	snap := v.w.Snapshot()
 	out := make([]frontend.WorkerEntry, 0, len(snap.Items))
 	for _, it := range snap.Items {
-		out = append(out, frontend.WorkerEntry{ID: it.Info.ID, URL: it.Info.URL, Model: it.Info.Model, BlockSize: it.Info.BlockSize})
+		out = append(out, frontend.WorkerEntry{ID: it.Info.ID, URL: it.Info.URL, Model: it.Info.Model, BlockSize: it.Info.BlockSize, Models: it.Info.Models})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -781,7 +804,7 @@ func (p prefixIndex) Predict(worker string, seqHashes []uint64) {
 }
 
 // clusterInfo serves /debug/cluster.
-func clusterInfo(id string, reps *cluster.Replicas, ws *cluster.Workers, own *cluster.Ownership, actor *scheduler.Actor, g *gossip.Gossip, client *admission.Client) frontend.ClusterInfoFunc {
+func clusterInfo(id string, reps *cluster.Replicas, ws *cluster.Workers, own *cluster.Ownership, actor *scheduler.Actor, g *gossip.Gossip, client *admission.Client, prompts *prompt.Registry) frontend.ClusterInfoFunc {
 	return func(context.Context) (json.RawMessage, error) {
 		type replica struct {
 			ID, HTTPAddr, GossipAddr string
@@ -789,6 +812,7 @@ func clusterInfo(id string, reps *cluster.Replicas, ws *cluster.Workers, own *cl
 		}
 		type worker struct {
 			ID, URL, Model      string
+			Models              []string `json:",omitempty"`
 			BlockSize, KVBlocks int
 			LocalLoad           scheduler.WorkerLoad
 			RemoteLoad          gossip.WorkerLoad
@@ -805,7 +829,11 @@ func clusterInfo(id string, reps *cluster.Replicas, ws *cluster.Workers, own *cl
 			Workers  []worker                           `json:"workers"`
 			Members  []gossip.Member                    `json:"gossip_members"`
 			Classes  map[string]scheduler.ClassSnapshot `json:"classes"`
-		}{Self: id, Degraded: client.Degraded(), Owners: map[string]owner{}}
+			// Tokenizers are each known model's tokenizer: its source,
+			// spec, path (local, fetched; engine|approximate while it has
+			// none), digest and last load error.
+			Tokenizers []prompt.ModelInfo `json:"tokenizers"`
+		}{Self: id, Degraded: client.Degraded(), Owners: map[string]owner{}, Tokenizers: prompts.Info()}
 		for _, r := range reps.Snapshot().Items {
 			doc.Replicas = append(doc.Replicas, replica{r.Info.ID, r.Info.HTTPAddr, r.Info.GossipAddr, r.Info.Ready})
 		}
@@ -815,7 +843,7 @@ func clusterInfo(id string, reps *cluster.Replicas, ws *cluster.Workers, own *cl
 		}
 		snap := actor.Snapshot()
 		for _, it := range ws.Snapshot().Items {
-			doc.Workers = append(doc.Workers, worker{it.Info.ID, it.Info.URL, it.Info.Model, it.Info.BlockSize, it.Info.KVBlocks,
+			doc.Workers = append(doc.Workers, worker{it.Info.ID, it.Info.URL, it.Info.Model, it.Info.Models, it.Info.BlockSize, it.Info.KVBlocks,
 				snap.Workers[it.Info.ID], g.RemoteLoad(it.Info.ID)})
 		}
 		slices.SortFunc(doc.Workers, func(a, b worker) int {
@@ -835,3 +863,24 @@ func clusterInfo(id string, reps *cluster.Replicas, ws *cluster.Workers, own *cl
 }
 
 var _ http.Handler = http.NotFoundHandler()
+
+// advertisedTokenizers collects, per served model name, the tokenizer
+// sources the workers' registrations advertise, in worker id order.
+func advertisedTokenizers(items map[string]cluster.Worker) map[string][]wire.TokenizerSource {
+	ids := make([]string, 0, len(items))
+	for id := range items {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := map[string][]wire.TokenizerSource{}
+	for _, id := range ids {
+		wi := items[id].Info
+		if wi.Tokenizer == nil {
+			continue
+		}
+		for _, m := range append([]string{wi.Model}, wi.Models...) {
+			out[m] = append(out[m], *wi.Tokenizer)
+		}
+	}
+	return out
+}

@@ -46,6 +46,7 @@ func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.DurationVar(&cfg.Session.TTL, "session-ttl", cfg.Session.TTL, "etcd session lease TTL")
 	cfg.Ownership.RegisterFlags(fs, "")
 	cfg.Ingest.RegisterFlags(fs, "ingest.")
+	cfg.Prompt.RegisterFlags(fs, "tokenizer.")
 	level := zapcore.InfoLevel
 	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
 	if err := parseFlags(fs, args, stderr); err != nil {

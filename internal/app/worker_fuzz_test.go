@@ -4,7 +4,21 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/prompt"
 )
+
+// simPrompts is the prompt registry of a simulated worker serving model
+// "m" with the default (real, built-in) tokenizer.
+func simPrompts(tb testing.TB) *prompt.Registry {
+	tb.Helper()
+	cfg := DefaultWorkerConfig()
+	cfg.Model = "m"
+	reg, err := newWorkerPrompts(cfg, zap.NewNop())
+	require.NoError(tb, err)
+	return reg
+}
 
 // FuzzDecodeGenRequest checks that no body makes the request decoder panic,
 // that every rejection is a 4xx OpenAI error, and that every accepted request
@@ -28,8 +42,14 @@ func FuzzDecodeGenRequest(f *testing.F) {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
 	}
+	reg := simPrompts(f)
+	tok := func(model string, in *prompt.Input) ([][]uint32, error) { return reg.TokenizeEach(model, in) }
 	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
-		req, apiErr := parseGenRequest(body, chat, 16, 1000)
+		kind := prompt.KindCompletion
+		if chat {
+			kind = prompt.KindChat
+		}
+		req, apiErr := parseGenRequest(body, kind, tok, 16, 1000)
 		if apiErr != nil {
 			require.Nil(t, req)
 			require.GreaterOrEqual(t, apiErr.Status, 400)
@@ -39,8 +59,11 @@ func FuzzDecodeGenRequest(f *testing.F) {
 			return
 		}
 		require.NotEmpty(t, req.Model)
-		require.NotEmpty(t, req.Prompt)
+		require.NotEmpty(t, req.Prompts)
 		require.GreaterOrEqual(t, req.MaxTokens, 1)
-		require.LessOrEqual(t, len(req.Prompt)+req.MaxTokens, 1000)
+		for _, p := range req.Prompts {
+			require.NotEmpty(t, p)
+			require.LessOrEqual(t, len(p)+req.MaxTokens, 1000)
+		}
 	})
 }
