@@ -30,12 +30,6 @@ type tokenizeChat struct {
 	ChatTemplateKwargs   json.RawMessage   `json:"chat_template_kwargs,omitempty"`
 }
 
-// tokenizeResponse is vLLM's TokenizeResponse (count and max_model_len are
-// not needed).
-type tokenizeResponse struct {
-	Tokens []int64 `json:"tokens"`
-}
-
 // engineBody is the /tokenize request for in's first prompt or its chat.
 // Messages whose content had parts are sent with the flattened content:
 // an engine would fetch and decode every image to tokenize it, which no

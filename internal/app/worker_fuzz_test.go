@@ -1,6 +1,7 @@
 package app
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,11 +11,11 @@ import (
 )
 
 // simPrompts is the prompt registry of a simulated worker serving model
-// "m" with the default (real, built-in) tokenizer.
-func simPrompts(tb testing.TB) *prompt.Registry {
+// with the default (real, built-in) tokenizer.
+func simPrompts(tb testing.TB, model string) *prompt.Registry {
 	tb.Helper()
 	cfg := DefaultWorkerConfig()
-	cfg.Model = "m"
+	cfg.Model = model
 	reg, err := newWorkerPrompts(cfg, zap.NewNop())
 	require.NoError(tb, err)
 	return reg
@@ -42,7 +43,7 @@ func FuzzDecodeGenRequest(f *testing.F) {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
 	}
-	reg := simPrompts(f)
+	reg := simPrompts(f, "m")
 	tok := func(model string, in *prompt.Input) ([][]uint32, error) { return reg.TokenizeEach(model, in) }
 	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
 		kind := prompt.KindCompletion
@@ -66,4 +67,17 @@ func FuzzDecodeGenRequest(f *testing.F) {
 			require.LessOrEqual(t, len(p)+req.MaxTokens, 1000)
 		}
 	})
+}
+
+// simTokens is what a simulated worker serving model tokenizes a request's
+// prompt part to (fields as a JSON object, e.g. {"prompt":"hi"}).
+func simTokens(tb testing.TB, model string, kind prompt.Kind, fields string) []uint32 {
+	tb.Helper()
+	var f prompt.Fields
+	require.NoError(tb, json.Unmarshal([]byte(fields), &f))
+	in, err := prompt.Parse(kind, &f)
+	require.NoError(tb, err)
+	ids, err := simPrompts(tb, model).TokenizeEach(model, in)
+	require.NoError(tb, err)
+	return ids[0]
 }

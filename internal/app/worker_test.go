@@ -21,7 +21,7 @@ import (
 
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/kvindex"
-	"github.com/switchyard/switchyard/tokenizer"
+	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -125,7 +125,7 @@ func TestWorkerServesTheOfficialOpenAIClient(t *testing.T) {
 		assert.NotEmpty(t, c.Choices[0].Text)
 		assert.Equal(t, "length", string(c.Choices[0].FinishReason))
 		assert.Equal(t, int64(5), c.Usage.CompletionTokens)
-		assert.Equal(t, int64(len(tokenizer.Encode("Say hello"))), c.Usage.PromptTokens)
+		assert.Equal(t, int64(len(simTokens(t, testModel, prompt.KindCompletion, `{"prompt":"Say hello"}`))), c.Usage.PromptTokens)
 	})
 
 	t.Run("completions streaming with usage", func(t *testing.T) {
@@ -165,8 +165,8 @@ func TestWorkerServesTheOfficialOpenAIClient(t *testing.T) {
 		require.Len(t, c.Choices, 1)
 		assert.Equal(t, "assistant", string(c.Choices[0].Message.Role))
 		assert.NotEmpty(t, c.Choices[0].Message.Content)
-		want := tokenizer.Encode(tokenizer.ChatPrompt([]tokenizer.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "Hello"}}))
-		assert.Equal(t, int64(len(want)), c.Usage.PromptTokens, "chat prompts use the shared template and tokenizer")
+		want := simTokens(t, testModel, prompt.KindChat, `{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"Hello"}]}`)
+		assert.Equal(t, int64(len(want)), c.Usage.PromptTokens, "chat prompts use the model's template and tokenizer")
 	})
 
 	t.Run("chat streaming with usage", func(t *testing.T) {
@@ -196,7 +196,7 @@ func TestWorkerServesTheOfficialOpenAIClient(t *testing.T) {
 		second, err := client.Completions.New(ctx, params)
 		require.NoError(t, err)
 		assert.Zero(t, first.Usage.PromptTokensDetails.CachedTokens)
-		n := len(tokenizer.Encode(p))
+		n := len(simTokens(t, testModel, prompt.KindCompletion, `{"prompt":"`+p+`"}`))
 		assert.Equal(t, int64((n-1)/16*16), second.Usage.PromptTokensDetails.CachedTokens,
 			"every full block but a last one that must be recomputed")
 	})
@@ -240,7 +240,7 @@ func TestWorkerRegistersInEtcdPublishesOnNATSAndDeregistersOnStop(t *testing.T) 
 	require.NoError(t, err)
 
 	// The prompt's blocks arrive as stored events keyed like the router's hashes.
-	want := kvindex.SequenceHashes(tokenizer.Encode(p), 16, kvindex.BaseSeed)
+	want := kvindex.SequenceHashes(simTokens(t, testModel, prompt.KindCompletion, `{"prompt":"`+p+`"}`), 16, kvindex.ModelSeed(testModel))
 	stored := map[uint64]bool{}
 	var lastID uint64
 	var instance uint64
