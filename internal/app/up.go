@@ -218,6 +218,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 	for _, s := range statuses {
 		_, _ = fmt.Fprintf(stdout, "  OpenAI API  http://%s/v1   (readiness /readyz, metrics /metrics, cluster /debug/cluster)\n", s.HTTPAddr)
 	}
+	_, _ = fmt.Fprintf(stdout, "  model %s tokenized with %s on routers and workers alike\n", cfg.Worker.Model, cfg.Worker.Tokenizer)
 	_, _ = fmt.Fprintf(stdout, "Try: curl -s http://%s/v1/completions -H 'content-type: application/json' -d '{\"model\":\"%s\",\"prompt\":\"hello\",\"max_tokens\":8}'\n", statuses[0].HTTPAddr, cfg.Worker.Model)
 	_, _ = fmt.Fprintln(stdout, "Ctrl-C stops the cluster.")
 	if cfg.Status > 0 {

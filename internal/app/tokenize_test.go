@@ -1,0 +1,262 @@
+package app
+
+// The local cluster (RunUp, the wiring of `make up`) on its real embedded
+// tokenizer: every request form through a router to simulated workers,
+// with the official OpenAI Go client.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/switchyard/switchyard/internal/testenv"
+	"github.com/switchyard/switchyard/prompt"
+)
+
+// startUp runs RunUp with one replica until the test ends and returns the
+// replica's address.
+func startUp(t *testing.T, mutate func(*UpConfig)) string {
+	t.Helper()
+	cfg := DefaultUpConfig()
+	cfg.Replicas, cfg.Workers = 1, 2
+	cfg.HTTPBase, cfg.WorkerPort, cfg.EtcdPort, cfg.NATSPort = 0, 0, 0, 0
+	cfg.Speedup = 50
+	cfg.Status = 0
+	cfg.DataDir = t.TempDir()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- RunUp(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)), pw)
+		_ = pw.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(60 * time.Second):
+			t.Error("up did not stop within 60s")
+		}
+	})
+	endpoint := regexp.MustCompile(`OpenAI API  http://(\S+)/v1`)
+	lines := bufio.NewScanner(pr)
+	addr := ""
+	for addr == "" && lines.Scan() {
+		if m := endpoint.FindStringSubmatch(lines.Text()); m != nil {
+			addr = m[1]
+		}
+	}
+	require.NotEmpty(t, addr, "up prints the replica's endpoint")
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	return addr
+}
+
+func upClient(addr string) openai.Client {
+	return openai.NewClient(option.WithBaseURL("http://"+addr+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+}
+
+// metricSum scrapes addr's /metrics and sums the series of name whose labels
+// include every pair of match.
+func metricSum(t *testing.T, addr, name string, match map[string]string) float64 {
+	t.Helper()
+	mfs, err := scrape("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	sum := 0.0
+	mf := mfs[name]
+	if mf == nil {
+		return 0
+	}
+	for _, m := range mf.GetMetric() {
+		ok := true
+		for k, v := range match {
+			found := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == k && l.GetValue() == v {
+					found = true
+				}
+			}
+			ok = ok && found
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		}
+	}
+	return sum
+}
+
+func longConversation() []openai.ChatCompletionMessageParamUnion {
+	var sys strings.Builder
+	for i := range 80 {
+		sys.WriteString("Rule ")
+		sys.WriteString(strings.Repeat("ab", i%7+1))
+		sys.WriteString(": route every request to the worker that already holds its prefix, unless it is busy. ")
+	}
+	return []openai.ChatCompletionMessageParamUnion{
+		openai.SystemMessage(sys.String()),
+		openai.UserMessage("Which worker should take a request whose prefix is cached on two?"),
+		openai.AssistantMessage("The less loaded of the two."),
+		openai.UserMessage("And when both are busy?"),
+	}
+}
+
+func TestTheLocalClusterRoutesOnTheRealTokenizerAndPredictsTheEnginesCachedTokens(t *testing.T) {
+	addr := startUp(t, func(c *UpConfig) {
+		// Predictions expire at once: the overlap the router sees for the
+		// second request can only come from the worker's own KV events,
+		// so a prediction equal to the engine's cached tokens means the
+		// router hashed exactly the blocks the engine stored.
+		c.Replica.PredictTTL = time.Millisecond
+	})
+	cl := upClient(addr)
+	ctx := testenv.Context(t)
+	params := openai.ChatCompletionNewParams{Model: "switchyard-sim", Messages: longConversation(), MaxTokens: openai.Int(4)}
+
+	first, err := cl.Chat.Completions.New(ctx, params)
+	require.NoError(t, err)
+	raw, err := json.Marshal(params)
+	require.NoError(t, err)
+	var fields struct {
+		Messages json.RawMessage `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &fields))
+	want := simTokens(t, "switchyard-sim", prompt.KindChat, `{"messages":`+string(fields.Messages)+`}`)
+	require.Equal(t, int64(len(want)), first.Usage.PromptTokens, "the worker tokenized with o200k_base and ChatML")
+	require.Greater(t, len(want), 1000)
+
+	blocks := float64(len(want) / 16)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return metricSum(t, addr, "switchyard_index_blocks", nil) >= blocks
+	}, "the worker's KV events reach the router's index")
+	predicted0 := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil)
+	second, err := cl.Chat.Completions.New(ctx, params)
+	require.NoError(t, err)
+	predicted := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil) - predicted0
+	cached := second.Usage.PromptTokensDetails.CachedTokens
+	assert.Greater(t, cached, int64(1000), "the engine served the repeated conversation from its cache")
+	assert.Equal(t, float64(cached), predicted, "the router predicted exactly the engine's cached tokens")
+	assert.Equal(t, 2.0, metricSum(t, addr, "switchyard_router_tokenize_total",
+		map[string]string{"model": "switchyard-sim", "path": "local"}), "both chats were tokenized by the router's own tokenizer")
+
+	resp, err := http.Get("http://" + addr + "/debug/cluster")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var doc struct {
+		Tokenizers []prompt.ModelInfo `json:"tokenizers"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
+	require.NotEmpty(t, doc.Tokenizers)
+	assert.Equal(t, prompt.ModelInfo{Model: "switchyard-sim", Source: prompt.SourceFlag, Spec: DefaultSimTokenizer, Path: "local",
+		Describe: doc.Tokenizers[0].Describe}, doc.Tokenizers[0])
+}
+
+func TestEveryRequestFormReachesASimulatedWorkerThroughTheLocalCluster(t *testing.T) {
+	addr := startUp(t, func(c *UpConfig) { c.Worker.Models = []string{"sim-alias"} })
+	cl := upClient(addr)
+	ctx := testenv.Context(t)
+
+	t.Run("models lists every served name", func(t *testing.T) {
+		list, err := cl.Models.List(ctx)
+		require.NoError(t, err)
+		var ids []string
+		for _, m := range list.Data {
+			ids = append(ids, m.ID)
+		}
+		assert.Equal(t, []string{"sim-alias", "switchyard-sim"}, ids)
+	})
+
+	t.Run("a chat with an image part", func(t *testing.T) {
+		c, err := cl.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "switchyard-sim", MaxTokens: openai.Int(3),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{
+				openai.TextContentPart("What is in this picture?"),
+				openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: "data:image/png;base64,iVBORw0KGgo="}),
+			})}})
+		require.NoError(t, err)
+		assert.Equal(t, int64(3), c.Usage.CompletionTokens)
+		assert.NotEmpty(t, c.Choices[0].Message.Content, "the output decodes to text with the model's tokenizer")
+	})
+
+	t.Run("batched completion prompts", func(t *testing.T) {
+		c, err := cl.Completions.New(ctx, openai.CompletionNewParams{Model: "switchyard-sim", MaxTokens: openai.Int(2),
+			Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"first prompt", "second, longer prompt of the batch"}}})
+		require.NoError(t, err)
+		require.Len(t, c.Choices, 2)
+		assert.Equal(t, int64(0), c.Choices[0].Index)
+		assert.Equal(t, int64(1), c.Choices[1].Index)
+		a := simTokens(t, "switchyard-sim", prompt.KindCompletion, `{"prompt":"first prompt"}`)
+		b := simTokens(t, "switchyard-sim", prompt.KindCompletion, `{"prompt":"second, longer prompt of the batch"}`)
+		assert.Equal(t, int64(len(a)+len(b)), c.Usage.PromptTokens)
+	})
+
+	t.Run("an alias routes like the model", func(t *testing.T) {
+		c, err := cl.Completions.New(ctx, openai.CompletionNewParams{Model: "sim-alias", MaxTokens: openai.Int(2),
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hello alias")}})
+		require.NoError(t, err)
+		assert.Equal(t, "sim-alias", c.Model)
+	})
+
+	t.Run("embeddings", func(t *testing.T) {
+		e, err := cl.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "switchyard-sim",
+			Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"alpha", "beta", "alpha"}}})
+		require.NoError(t, err)
+		require.Len(t, e.Data, 3)
+		assert.Len(t, e.Data[0].Embedding, 32)
+		assert.Equal(t, e.Data[0].Embedding, e.Data[2].Embedding, "equal inputs embed equally")
+		assert.NotEqual(t, e.Data[0].Embedding, e.Data[1].Embedding)
+		assert.Positive(t, e.Usage.PromptTokens)
+	})
+
+	t.Run("responses", func(t *testing.T) {
+		r, err := cl.Responses.New(ctx, responses.ResponseNewParams{Model: "switchyard-sim", MaxOutputTokens: openai.Int(5),
+			Instructions: openai.String("be brief"),
+			Input:        responses.ResponseNewParamsInputUnion{OfString: openai.String("Say something about switchyards.")}})
+		require.NoError(t, err)
+		assert.NotEmpty(t, r.OutputText())
+		assert.Equal(t, int64(5), r.Usage.OutputTokens)
+		want := simTokens(t, "switchyard-sim", prompt.KindResponse, `{"instructions":"be brief","input":"Say something about switchyards."}`)
+		assert.Equal(t, int64(len(want)), r.Usage.InputTokens)
+	})
+
+	t.Run("streamed responses", func(t *testing.T) {
+		s := cl.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "switchyard-sim", MaxOutputTokens: openai.Int(4),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Stream a reply.")}})
+		var text strings.Builder
+		var final responses.Response
+		for s.Next() {
+			ev := s.Current()
+			switch ev.Type {
+			case "response.output_text.delta":
+				text.WriteString(ev.Delta)
+			case "response.completed", "response.incomplete":
+				final = ev.Response
+			}
+		}
+		require.NoError(t, s.Err())
+		assert.NotEmpty(t, text.String())
+		assert.Equal(t, text.String(), final.OutputText(), "the deltas add up to the final text")
+		assert.Equal(t, int64(4), final.Usage.OutputTokens)
+	})
+}
