@@ -3,12 +3,17 @@ package frontend
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"math"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime/metrics"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +25,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
 )
 
@@ -46,17 +53,69 @@ import (
 // requests reach the router within about a millisecond every half second.
 // That worst case mostly measures how fast the router clears a burst on the
 // machine's cores.
+//
+// Prompts are tokenized with a real tokenizer (o200k_base, chats rendered
+// with ChatML): the 1k-token completion prompt of the earlier runs, and a
+// 4k-token chat (chat=4k), the case issue 14 sets its goal on.
 func BenchmarkRouterOverhead(b *testing.B) {
-	b.Run("streams=1", func(b *testing.B) { benchRouterOverhead(b, 1, false) })
-	b.Run("streams=200", func(b *testing.B) { benchRouterOverhead(b, 200, false) })
-	b.Run("streams=200/lockstep", func(b *testing.B) { benchRouterOverhead(b, 200, true) })
+	completion := `{"model":"m","stream":true,"max_tokens":20,"prompt":"` + strings.Repeat("the quick brown fox jumps over the lazy dog ", 24) + `"}`
+	chat := chatBody(b, 4096)
+	b.Run("streams=1", func(b *testing.B) { benchRouterOverhead(b, 1, false, completion, "/v1/completions") })
+	b.Run("streams=1/chat=4k", func(b *testing.B) { benchRouterOverhead(b, 1, false, chat, "/v1/chat/completions") })
+	b.Run("streams=200", func(b *testing.B) { benchRouterOverhead(b, 200, false, completion, "/v1/completions") })
+	b.Run("streams=200/chat=4k", func(b *testing.B) { benchRouterOverhead(b, 200, false, chat, "/v1/chat/completions") })
+	b.Run("streams=200/lockstep", func(b *testing.B) { benchRouterOverhead(b, 200, true, completion, "/v1/completions") })
+}
+
+// realPrompts is a prompt registry serving model "m" with o200k_base.
+func realPrompts(b testing.TB) *prompt.Registry {
+	cfg := prompt.DefaultConfig()
+	cfg.Tokenizers = map[string]string{"m": "tiktoken:o200k_base"}
+	reg, err := prompt.NewRegistry(cfg, prompt.Deps{}, zap.NewNop(), nil)
+	require.NoError(b, err)
+	return reg
+}
+
+// chatBody is a streaming chat request of about tokens o200k tokens: a
+// system prompt and alternating turns of varied English and code.
+func chatBody(b testing.TB, tokens int) string {
+	m, err := prompt.OpenSpec("tiktoken:o200k_base", 0)
+	require.NoError(b, err)
+	sentences := []string{
+		"Routers admit requests per class and pick the worker whose cache holds the longest prefix.",
+		"If a worker is busy, the scheduler weighs the cached blocks against its queued prefill tokens.",
+		"func (c *Core) Admit(r *Request) (Grant, error) { return c.pick(r) } // the hot path",
+		"Deadlines order the queue; a request past its due time is rejected with 429 exactly once.",
+		"The quick brown fox jumps over the lazy dog, twice, while 1234 tokens stream back at 25 ms each.",
+	}
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	var msgs []msg
+	var text strings.Builder
+	for i := 0; len(m.Encode(text.String())) < tokens; i++ {
+		var turn strings.Builder
+		for j := range 6 {
+			turn.WriteString(sentences[(i*7+j*3)%len(sentences)])
+			turn.WriteString(" (")
+			turn.WriteString(strconv.Itoa(i*10 + j))
+			turn.WriteString(") ")
+		}
+		role := []string{"system", "user", "assistant"}[min(i, 1+(i+1)%2)]
+		msgs = append(msgs, msg{role, turn.String()})
+		text.WriteString(turn.String())
+	}
+	raw, err := json.Marshal(map[string]any{"model": "m", "stream": true, "max_tokens": 20, "messages": msgs})
+	require.NoError(b, err)
+	return string(raw)
 }
 
 // streamDuration is how long one benchmark stream lasts at 200 streams: 20
 // tokens, 25 ms apart.
 const streamDuration = 500 * time.Millisecond
 
-func benchRouterOverhead(b *testing.B, streams int, lockstep bool) {
+func benchRouterOverhead(b *testing.B, streams int, lockstep bool, body, path string) {
 	// Each stream lasts about half a second (20 tokens, 25 ms apart), so 200
 	// concurrent streams are a realistic load, not a CPU saturation test.
 	// (A single stream runs back to back, so it measures the bare path.)
@@ -84,7 +143,7 @@ func benchRouterOverhead(b *testing.B, streams int, lockstep bool) {
 	wg.Go(func() { _ = actor.Run(ctx) })
 	actor.SetClasses(pol.Classes)
 	actor.SetWorkers(sw)
-	s, err := New(DefaultConfig(), Deps{Admitter: NewLocalAdmitter(actor), Workers: ws, Policy: pol}, zap.NewNop(), prometheus.NewRegistry())
+	s, err := New(DefaultConfig(), Deps{Admitter: NewLocalAdmitter(actor), Workers: ws, Policy: pol, Prompts: realPrompts(b)}, zap.NewNop(), prometheus.NewRegistry())
 	require.NoError(b, err)
 	srv := newBenchServer(b, s)
 	defer func() {
@@ -95,19 +154,19 @@ func benchRouterOverhead(b *testing.B, streams int, lockstep bool) {
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * streams, DisableCompression: true}}
 	defer client.CloseIdleConnections()
-	prompt := `{"model":"m","stream":true,"max_tokens":20,"prompt":"` + strings.Repeat("the quick brown fox jumps over the lazy dog ", 24) + `"}`
+	prompt := body
 
 	// Warm both paths (connections, pools) outside the measurement.
-	runStreams(b, client, up.URL()+"/v1/completions", prompt, 2*streams, streams, stagger)
-	runStreams(b, client, srv.url+"/v1/completions", prompt, 2*streams, streams, stagger)
+	runStreams(b, client, up.URL()+path, prompt, 2*streams, streams, stagger)
+	runStreams(b, client, srv.url+path, prompt, 2*streams, streams, stagger)
 
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuTime()
-	direct := runStreams(b, client, up.URL()+"/v1/completions", prompt, b.N, streams, stagger)
+	direct := runStreams(b, client, up.URL()+path, prompt, b.N, streams, stagger)
 	cpu1 := cpuTime()
 	sched0 := schedLatencies()
-	routed := runStreams(b, client, srv.url+"/v1/completions", prompt, b.N, streams, stagger)
+	routed := runStreams(b, client, srv.url+path, prompt, b.N, streams, stagger)
 	sched1 := schedLatencies()
 	cpu2 := cpuTime()
 	b.StopTimer()
@@ -116,7 +175,7 @@ func benchRouterOverhead(b *testing.B, streams int, lockstep bool) {
 	// Two numbers bound it, outside the timed part: how long runnable
 	// goroutines waited for a core during the routed pass, and how far a
 	// second routed pass, identical to the first, lands from it.
-	rerun := runStreams(b, client, srv.url+"/v1/completions", prompt, b.N, streams, stagger)
+	rerun := runStreams(b, client, srv.url+path, prompt, b.N, streams, stagger)
 
 	p50d, p50r := percentile(direct, 0.5), percentile(routed, 0.5)
 	p99d, p99r := percentile(direct, 0.99), percentile(routed, 0.99)
@@ -236,4 +295,70 @@ func newBenchServer(b *testing.B, s *Server) *benchServer {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
 	return &benchServer{url: "http://" + ln.Addr().String(), stop: func() { cancel(); <-done }} //nolint:errcheck // Serve's exit error is not what the benchmark measures
+}
+
+// BenchmarkRequestPath is the per-request work before admission on one
+// goroutine: parse, validate, tokenize and hash. The toy tokenizer on the
+// 1k-token completion prompt is the baseline of earlier runs; the others
+// use real tokenizers. chat=4k/tokenizer=llama3 renders Llama 3's own
+// template (Jinja) and, the conversation being resent as multi-turn
+// clients do, reuses its rendered prefix's ids from the incremental cache.
+func BenchmarkRequestPath(b *testing.B) {
+	completion := []byte(`{"model":"m","stream":true,"max_tokens":64,"prompt":"` + strings.Repeat("the quick brown fox jumps over the lazy dog ", 110) + `"}`)
+	chat := []byte(chatBody(b, 4096))
+	b.Run("completion=1k/tokenizer=toy", func(b *testing.B) { benchRequestPath(b, toyPrompts(b, "m"), endpointCompletions, completion) })
+	b.Run("completion=1k/tokenizer=o200k", func(b *testing.B) { benchRequestPath(b, realPrompts(b), endpointCompletions, completion) })
+	b.Run("chat=4k/tokenizer=o200k", func(b *testing.B) { benchRequestPath(b, realPrompts(b), endpointChat, chat) })
+	b.Run("chat=4k/tokenizer=llama3", func(b *testing.B) {
+		dir := llama3Dir(b)
+		cfg := prompt.DefaultConfig()
+		cfg.Tokenizers = map[string]string{"m": dir}
+		reg, err := prompt.NewRegistry(cfg, prompt.Deps{}, zap.NewNop(), nil)
+		require.NoError(b, err)
+		benchRequestPath(b, reg, endpointChat, chat)
+	})
+}
+
+func benchRequestPath(b *testing.B, prompts Prompts, ep endpoint, body []byte) {
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	tokens := 0
+	cpu0 := cpuTime()
+	for b.Loop() {
+		p, apiErr := parseRequest(ep, body, http.Header{})
+		if apiErr != nil {
+			b.Fatal(apiErr)
+		}
+		res, err := prompts.Tokenize(context.Background(), "m", p.input, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tokens = len(res.Tokens)
+		_ = kvindex.SequenceHashes(res.Tokens, 16, kvindex.ModelSeed("m"))
+	}
+	// On a shared machine wall time per op includes waiting for a core;
+	// process CPU per op is the router's cost.
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(tokens), "tokens/op")
+}
+
+// llama3Dir is a model directory of Meta-Llama-3-8B-Instruct's tokenizer
+// files from the daulet/tokenizers module zip (go mod download, offline
+// from the module cache), symlinked into a temporary directory; it skips
+// when the module cannot be had.
+func llama3Dir(b *testing.B) string {
+	const mod = "github.com/daulet/tokenizers@v1.24.0"
+	out, err := exec.Command("go", "mod", "download", "-json", mod).Output()
+	var v struct{ Dir, Error string }
+	if err == nil {
+		err = json.Unmarshal(out, &v)
+	}
+	if err != nil || v.Dir == "" {
+		b.Skipf("the reference module %s is not available (%v %s), so the Llama 3 tokenizer cannot be loaded", mod, err, v.Error)
+	}
+	dir := b.TempDir()
+	data := filepath.Join(v.Dir, "test", "data")
+	require.NoError(b, os.Symlink(filepath.Join(data, "Meta-Llama-3-8B-Instruct.json"), filepath.Join(dir, "tokenizer.json")))
+	require.NoError(b, os.Symlink(filepath.Join(data, "meta-llama-3-8b-instruct", "tokenizer_config.json"), filepath.Join(dir, "tokenizer_config.json")))
+	return dir
 }

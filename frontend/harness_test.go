@@ -97,6 +97,7 @@ type upstream struct {
 	// cancelled counts requests whose client (the router) went away.
 	cancelled atomic.Int32
 	lastBody  atomic.Value // string
+	lastPath  atomic.Value // string
 }
 
 func newUpstream(t testing.TB, tokens int) *upstream {
@@ -112,6 +113,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.requests.Add(1)
 	body, _ := io.ReadAll(r.Body)
 	u.lastBody.Store(string(body))
+	u.lastPath.Store(r.URL.Path)
 	if s := u.failStatus.Load(); s != 0 {
 		http.Error(w, `{"error":{"message":"injected","type":"server_error"}}`, int(s))
 		return
