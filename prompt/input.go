@@ -120,6 +120,10 @@ type Message struct {
 	// Raw is the client's message object (tool_calls, name, tool_call_id
 	// and any other key the template may read).
 	Raw json.RawMessage
+	// plain is set when Raw holds role and content only; roleFirst says
+	// which came first. A template then gets the message without decoding
+	// Raw again, most of a long conversation's rendering cost.
+	plain, roleFirst bool
 }
 
 // Parse validates the prompt part of a request of kind k and returns it.
@@ -230,6 +234,9 @@ func parseMessage(raw json.RawMessage, param string) (Message, error) {
 		return Message{}, badField(param+".role", "missing_required_parameter", "every message needs a role")
 	}
 	m := Message{Role: wm.Role, Raw: raw}
+	if n, first := topLevelMembers(raw); n == 2 && (first == "role" || first == "content") {
+		m.plain, m.roleFirst = true, first == "role"
+	}
 	if isNull(wm.Content) {
 		m.NullContent = true
 		return m, nil
@@ -607,4 +614,39 @@ func plainString(raw []byte) (string, bool) {
 		return "", false
 	}
 	return string(s), true
+}
+
+// topLevelMembers counts the members of a JSON object that json.Unmarshal
+// accepted and returns its first key when that key needs no unescaping. It
+// is one pass over the bytes: strings are skipped, commas at depth one
+// separate members.
+func topLevelMembers(obj []byte) (int, string) {
+	depth, n := 0, 0
+	first := ""
+	for i := 0; i < len(obj); i++ {
+		switch c := obj[i]; c {
+		case '"':
+			j := i + 1
+			for j < len(obj) && obj[j] != '"' {
+				if obj[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if depth == 1 && n == 0 && first == "" {
+				first = string(obj[i+1 : min(j, len(obj))])
+				n = 1
+			}
+			i = j
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		case ',':
+			if depth == 1 {
+				n++
+			}
+		}
+	}
+	return n, first
 }

@@ -237,13 +237,21 @@ func (c *chatTemplate) Render(in *Input) (string, error) {
 // its key order, with content replaced by the text the router hashes (a
 // string, or text parts for templates that iterate over content).
 func (c *chatTemplate) message(m *Message) (chat.Object, error) {
-	v, err := chat.DecodeJSON(m.Raw)
-	if err != nil {
-		return nil, err
-	}
-	obj, ok := v.(chat.Object)
-	if !ok {
-		return nil, errors.New("not an object")
+	var obj chat.Object
+	switch {
+	case m.plain && m.roleFirst:
+		obj = chat.Object{{Key: "role", Value: m.Role}, {Key: "content"}}
+	case m.plain:
+		obj = chat.Object{{Key: "content"}, {Key: "role", Value: m.Role}}
+	default:
+		v, err := chat.DecodeJSON(m.Raw)
+		if err != nil {
+			return nil, err
+		}
+		var ok bool
+		if obj, ok = v.(chat.Object); !ok {
+			return nil, errors.New("not an object")
+		}
 	}
 	// vLLM renders a null content as no parts: "" in the string format,
 	// an empty list in the openai format.

@@ -490,3 +490,29 @@ func FuzzDecodeTokenizeResponse(f *testing.F) {
 		}
 	})
 }
+
+func TestPlainMessagesRenderExactlyAsTheirDecodedObjects(t *testing.T) {
+	// tojson of the whole message shows its keys in order: the fast path
+	// for role-and-content messages must keep the client's order.
+	tmpl, err := chat.Parse(`{% for m in messages %}{{ m | tojson }}|{{ m.content }}
+{% endfor %}`)
+	require.NoError(t, err)
+	ct := &chatTemplate{t: tmpl, vars: map[string]any{}}
+	in := parse(t, KindChat, `{"messages":[{"role":"user","content":"a \"quoted\" word"},{"content":"b","role":"assistant"},
+		{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"u"}}]},
+		{"role":"assistant","content":"c","name":"bot"},{"role":"user","content":null}]}`)
+	plain := []bool{}
+	for _, m := range in.Messages {
+		plain = append(plain, m.plain)
+	}
+	assert.Equal(t, []bool{true, true, true, false, true}, plain)
+	fast, err := ct.Render(in)
+	require.NoError(t, err)
+	for i := range in.Messages {
+		in.Messages[i].plain = false
+	}
+	slow, err := ct.Render(in)
+	require.NoError(t, err)
+	assert.Equal(t, slow, fast)
+	assert.Contains(t, fast, `{"content": "b", "role": "assistant"}`)
+}
