@@ -122,3 +122,12 @@ func TestNegativeQuantumIsRejectedByTheSchedulersValidation(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "classes[0]")
 }
+
+func TestThePolicyFileMapsModelsToTokenizers(t *testing.T) {
+	p, err := ParsePolicy([]byte("classes: [{name: a}]\ntokenizers: {llama: /models/llama, sim: 'tiktoken:o200k_base'}"))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"llama": "/models/llama", "sim": "tiktoken:o200k_base"}, p.Tokenizers)
+	_, err = ParsePolicy([]byte("classes: [{name: a}]\ntokenizers: {llama: ''}"))
+	require.ErrorIs(t, err, ErrBadPolicy)
+	assert.Contains(t, err.Error(), "tokenizers")
+}
