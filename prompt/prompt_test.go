@@ -2,6 +2,8 @@ package prompt
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -515,4 +517,14 @@ func TestPlainMessagesRenderExactlyAsTheirDecodedObjects(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, slow, fast)
 	assert.Contains(t, fast, `{"content": "b", "role": "assistant"}`)
+}
+
+func TestDigestFramesEachFileByNameAndLength(t *testing.T) {
+	// wire.TokenizerSource.SHA256: name, NUL, 8-byte little-endian length,
+	// bytes, per file in order.
+	frame := []byte("a.json\x00\x02\x00\x00\x00\x00\x00\x00\x00{}b\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+	sum := sha256.Sum256(frame)
+	assert.Equal(t, hex.EncodeToString(sum[:]), Digest([]string{"a.json", "b"}, [][]byte{[]byte("{}"), nil}))
+	assert.NotEqual(t, Digest([]string{"a", "b"}, [][]byte{[]byte("xy"), nil}), Digest([]string{"a", "b"}, [][]byte{[]byte("x"), []byte("y")}),
+		"moving bytes between files changes the digest")
 }

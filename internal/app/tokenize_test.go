@@ -10,6 +10,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -259,4 +262,59 @@ func TestEveryRequestFormReachesASimulatedWorkerThroughTheLocalCluster(t *testin
 		assert.Equal(t, text.String(), final.OutputText(), "the deltas add up to the final text")
 		assert.Equal(t, int64(4), final.Usage.OutputTokens)
 	})
+}
+
+// llama3Dir is a model directory of Meta-Llama-3-8B-Instruct's tokenizer
+// files from the daulet/tokenizers module zip (go mod download, offline
+// from the module cache), symlinked into a temporary directory; the test
+// skips when the module cannot be had.
+func llama3Dir(t *testing.T) string {
+	t.Helper()
+	const mod = "github.com/daulet/tokenizers@v1.24.0"
+	out, err := exec.Command("go", "mod", "download", "-json", mod).Output()
+	var v struct{ Dir, Error string }
+	if err == nil {
+		err = json.Unmarshal(out, &v)
+	}
+	if err != nil || v.Dir == "" {
+		t.Skipf("the reference module %s is not available (%v %s), so the Llama 3 tokenizer cannot be loaded", mod, err, v.Error)
+	}
+	dir := t.TempDir()
+	data := filepath.Join(v.Dir, "test", "data")
+	require.NoError(t, os.Symlink(filepath.Join(data, "Meta-Llama-3-8B-Instruct.json"), filepath.Join(dir, "tokenizer.json")))
+	require.NoError(t, os.Symlink(filepath.Join(data, "meta-llama-3-8b-instruct", "tokenizer_config.json"), filepath.Join(dir, "tokenizer_config.json")))
+	return dir
+}
+
+func TestARouterWithoutTheModelsTokenizerAsksTheEngineAndStillPredictsItsCache(t *testing.T) {
+	// The worker runs Llama 3's tokenizer from a directory, which it does
+	// not advertise (only built-in specs are): the router has no tokenizer
+	// for the model and asks the worker's POST /tokenize.
+	dir := llama3Dir(t)
+	c := routerTestCluster(t)
+	c.addWorker("w1", func(cfg *WorkerConfig) { cfg.Tokenizer = dir })
+	r := c.startReplicaWith("r1", "127.0.0.1:0", func(cfg *ReplicaConfig) { cfg.PredictTTL = time.Millisecond })
+	c.waitOwned(defaultClasses, "r1")
+	addr := r.status.HTTPAddr
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		n, err := r.status.SchedulableWorkers(testenv.Context(t))
+		return err == nil && n == 1
+	}, "the replica sees the worker")
+	cl := upClient(addr)
+	ctx := testenv.Context(t)
+	params := openai.ChatCompletionNewParams{Model: testModel, Messages: longConversation(), MaxTokens: openai.Int(4)}
+	first, err := cl.Chat.Completions.New(ctx, params)
+	require.NoError(t, err)
+	require.Greater(t, first.Usage.PromptTokens, int64(1000))
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return metricSum(t, addr, "switchyard_index_blocks", nil) >= float64(first.Usage.PromptTokens/16)
+	}, "the worker's KV events reach the router's index")
+	predicted0 := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil)
+	second, err := cl.Chat.Completions.New(ctx, params)
+	require.NoError(t, err)
+	predicted := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil) - predicted0
+	assert.Greater(t, second.Usage.PromptTokensDetails.CachedTokens, int64(1000))
+	assert.Equal(t, float64(second.Usage.PromptTokensDetails.CachedTokens), predicted,
+		"the engine's ids, asked over /tokenize, hash to the blocks it stored")
+	assert.Equal(t, 2.0, metricSum(t, addr, "switchyard_router_tokenize_total", map[string]string{"model": testModel, "path": "engine"}))
 }
