@@ -1,6 +1,8 @@
-// Package frontend is a router replica's OpenAI-compatible HTTP API: it
-// parses and validates requests, classifies them into policy classes,
-// tokenizes and hashes prompts, looks up prefix overlaps, asks an Admitter
+// Package frontend is a router replica's OpenAI-compatible HTTP API
+// (chat completions, completions, embeddings, responses): it parses and
+// validates requests, classifies them into policy classes, has package
+// prompt tokenize them with the model's tokenizer (the Prompts port),
+// hashes them with the model's seed, looks up prefix overlaps, asks an Admitter
 // for a worker, and proxies the response (SSE pass-through or a plain body)
 // from the granted worker, marking the booking's lifecycle on the way.
 //

@@ -36,20 +36,21 @@ func FuzzDecodeGenRequest(f *testing.F) {
 		`{"model":"m","prompt":"x","n":2}`,
 		`{"model":"m","prompt":"x","priority":99999999999}`,
 		`{"model":"m","prompt":"x","max_tokens":-1}`,
+		`{"model":"m","input":["a","b"],"encoding_format":"base64"}`,
+		`{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"max_output_tokens":4}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`,
 		`{"model":1}`,
 		`{} {}`,
 		``,
 	} {
-		f.Add([]byte(s), false)
-		f.Add([]byte(s), true)
+		for k := prompt.KindCompletion; k <= prompt.KindResponse; k++ {
+			f.Add([]byte(s), uint8(k))
+		}
 	}
 	reg := simPrompts(f, "m")
 	tok := func(model string, in *prompt.Input) ([][]uint32, error) { return reg.TokenizeEach(model, in) }
-	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
-		kind := prompt.KindCompletion
-		if chat {
-			kind = prompt.KindChat
-		}
+	f.Fuzz(func(t *testing.T, body []byte, k uint8) {
+		kind := prompt.Kind(k%4 + 1)
 		req, apiErr := parseGenRequest(body, kind, tok, 16, 1000)
 		if apiErr != nil {
 			require.Nil(t, req)
@@ -61,10 +62,12 @@ func FuzzDecodeGenRequest(f *testing.F) {
 		}
 		require.NotEmpty(t, req.Model)
 		require.NotEmpty(t, req.Prompts)
-		require.GreaterOrEqual(t, req.MaxTokens, 1)
 		for _, p := range req.Prompts {
 			require.NotEmpty(t, p)
 			require.LessOrEqual(t, len(p)+req.MaxTokens, 1000)
+		}
+		if kind != prompt.KindEmbedding {
+			require.GreaterOrEqual(t, req.MaxTokens, 1)
 		}
 	})
 }

@@ -391,15 +391,16 @@ func TestBadRequestsGetOpenAIShapedErrors(t *testing.T) {
 		{"unknown model", "/v1/completions", `{"model":"other","prompt":"x"}`, 404, "model_not_found", "model"},
 		{"no prompt", "/v1/completions", `{"model":"sim-model"}`, 400, "missing_required_parameter", "prompt"},
 		{"prompt of wrong type", "/v1/completions", `{"model":"sim-model","prompt":{}}`, 400, "invalid_type", "prompt"},
-		{"batched prompts", "/v1/completions", `{"model":"sim-model","prompt":["a","b"]}`, 400, "invalid_value", "prompt"},
-		{"negative token id", "/v1/completions", `{"model":"sim-model","prompt":[1,-2]}`, 400, "invalid_value", "prompt"},
+		{"a batch mixing strings and ids", "/v1/completions", `{"model":"sim-model","prompt":["a",[1]]}`, 400, "invalid_type", "prompt[1]"},
+		{"negative token id", "/v1/completions", `{"model":"sim-model","prompt":[1,-2]}`, 400, "invalid_value", "prompt[1]"},
 		{"zero max_tokens", "/v1/completions", `{"model":"sim-model","prompt":"x","max_tokens":0}`, 400, "invalid_value", "max_tokens"},
 		{"too long", "/v1/completions", `{"model":"sim-model","prompt":"x","max_tokens":5000}`, 400, "context_length_exceeded", "max_tokens"},
 		{"n above one", "/v1/completions", `{"model":"sim-model","prompt":"x","n":2}`, 400, "invalid_value", "n"},
 		{"no messages", "/v1/chat/completions", `{"model":"sim-model","messages":[]}`, 400, "invalid_value", "messages"},
-		{"image content", "/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400, "invalid_value", "messages[0].content[0].type"},
+		{"content part without a type", "/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":[{"text":"a"}]}]}`, 400, "invalid_type", "messages[0].content[0]"},
+		{"embeddings without input", "/v1/embeddings", `{"model":"sim-model"}`, 400, "missing_required_parameter", "input"},
 		{"body too large", "/v1/completions", `{"model":"sim-model","prompt":"` + strings.Repeat("x", 5000) + `"}`, 413, "body_too_large", ""},
-		{"unknown route", "/v1/embeddings", `{}`, 404, "not_found", ""},
+		{"unknown route", "/v1/audio/speech", `{}`, 404, "not_found", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
