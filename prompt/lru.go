@@ -64,10 +64,3 @@ func (c *tokenCache) put(key uint64, tokens []uint32, total int) {
 		c.cur -= int64(len(ent.tokens))*4 + cacheEntryOverhead
 	}
 }
-
-// stats returns the entry count and bytes in use.
-func (c *tokenCache) stats() (int, int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.items), c.cur
-}
