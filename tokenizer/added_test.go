@@ -59,7 +59,7 @@ func TestAddedTokensHonourLstripRstripSingleWordAndLongestMatch(t *testing.T) {
 		tok("<mask>", "lstrip"), // 256
 		tok("[X]", "rstrip"),    // 257
 		tok("word", "single_word"),
-		tok("<m"),        // 259, a prefix of <mask>: the longer one wins
+		tok("<m"),         // 259, a prefix of <mask>: the longer one wins
 		tok("<mask>more"), // 260
 	), nil)
 	if err != nil {
