@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -104,7 +103,7 @@ func BenchmarkIncrementalChat(b *testing.B) {
 			m.EncodeCached(c, prev) // the previous turn warmed the cache
 			b.StartTimer()
 			if got := m.EncodeCached(c, next); len(got) != tokens {
-				b.Fatal(fmt.Sprintf("cached encode has %d tokens; want %d", len(got), tokens))
+				b.Fatalf("cached encode has %d tokens; want %d", len(got), tokens)
 			}
 		}
 		b.ReportMetric(float64(tokens), "tokens/op")

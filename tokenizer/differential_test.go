@@ -89,10 +89,11 @@ func (embeddedRanks) LoadTiktokenBpe(url string) (map[string]int, error) {
 		return nil, errNoRanks(url)
 	}
 	ranks := map[string]int{}
+	// Ranks are dense from 0: Decode fails at the first id past them.
 	for id := 0; ; id++ {
 		tok, err := c.Decode([]uint{uint(id)})
 		if err != nil {
-			return ranks, nil
+			return ranks, nil //nolint:nilerr // the error marks the end of the ranks
 		}
 		ranks[tok] = id
 	}

@@ -427,7 +427,7 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		return prependNorm{c.Prepend}, nil
 	case "Replace":
 		if c.Pattern == nil {
-			return nil, malformed("tokenizer.json normalizer", errors.New("Replace without pattern"))
+			return nil, malformed("tokenizer.json normalizer", errors.New("a Replace has no pattern"))
 		}
 		if c.Pattern.Regex != nil {
 			re, err := compileSplitRegex(*c.Pattern.Regex)
@@ -437,7 +437,7 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 			return replaceNorm{re: re, content: c.Content}, nil
 		}
 		if c.Pattern.String == nil {
-			return nil, malformed("tokenizer.json normalizer", errors.New("Replace pattern is neither String nor Regex"))
+			return nil, malformed("tokenizer.json normalizer", errors.New("a Replace pattern is neither String nor Regex"))
 		}
 		return replaceNorm{literal: *c.Pattern.String, content: c.Content}, nil
 	case "Sequence":
@@ -543,7 +543,7 @@ func (m *Model) preSteps(c *jsonComponent) ([]preTokenizer, error) {
 		}
 		switch {
 		case c.Pattern == nil:
-			return nil, malformed("tokenizer.json pre_tokenizer", errors.New("Split without pattern"))
+			return nil, malformed("tokenizer.json pre_tokenizer", errors.New("a Split has no pattern"))
 		case c.Pattern.Regex != nil:
 			if h := handSplitterFor(*c.Pattern.Regex); h != nil {
 				sp.hand = h
@@ -557,7 +557,7 @@ func (m *Model) preSteps(c *jsonComponent) ([]preTokenizer, error) {
 		case c.Pattern.String != nil:
 			sp.literal = *c.Pattern.String
 		default:
-			return nil, malformed("tokenizer.json pre_tokenizer", errors.New("Split pattern is neither String nor Regex"))
+			return nil, malformed("tokenizer.json pre_tokenizer", errors.New("a Split pattern is neither String nor Regex"))
 		}
 		return []preTokenizer{sp}, nil
 	case "Metaspace":
