@@ -35,10 +35,20 @@ func BenchmarkEncode(b *testing.B) {
 	text := benchText(b)
 	ranks, specials := llama3Ranks(m)
 	ref := pkoukkEncoder(b, ranks, specials, llama3Pattern)
+	cold := new(scratch)
 	impls := []struct {
 		name   string
 		encode func(string) []uint32
-	}{{"switchyard", m.Encode}, {"tiktoken-go", ref}}
+	}{
+		{"switchyard", m.Encode},
+		// Each call with an empty word cache: the cost of text whose words
+		// the encoding goroutine has not seen before.
+		{"switchyard-coldcache", func(s string) []uint32 {
+			cold.resetWords(m)
+			return m.appendEncode(nil, s, cold)
+		}},
+		{"tiktoken-go", ref},
+	}
 	for _, impl := range impls {
 		b.Run("impl="+impl.name, func(b *testing.B) {
 			n := len(impl.encode(text))
