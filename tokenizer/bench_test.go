@@ -92,7 +92,7 @@ func BenchmarkIncrementalChat(b *testing.B) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	msgs := [][2]string{{"system", "You are a helpful assistant."}}
 	for len(msgs) < 60 { // 30 turns: user and assistant
-		msgs = append(msgs, [2]string{"user", chatMessage(rng, 300)}, [2]string{"assistant", chatMessage(rng, 300)})
+		msgs = append(msgs, [2]string{"user", chatMessage(rng, 185)}, [2]string{"assistant", chatMessage(rng, 185)})
 	}
 	prev := llama3Chat(msgs[:len(msgs)-2], true)
 	next := llama3Chat(msgs, true)

@@ -82,16 +82,20 @@ func LoadDir(dir string) (*Model, error) {
 	return m, nil
 }
 
-// LoadFile reads a tokenizer.json file, and tokenizer_config.json beside it
-// when present.
+// LoadFile reads a tokenizer.json file and, when the file is named
+// tokenizer.json, the tokenizer_config.json beside it if present (a file of
+// another name may share its directory with other models' files).
 func LoadFile(path string) (*Model, error) {
 	tj, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer %q: %w", path, err)
 	}
-	cfg, err := os.ReadFile(filepath.Join(filepath.Dir(path), "tokenizer_config.json"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("tokenizer %q: %w", path, err)
+	var cfg []byte
+	if filepath.Base(path) == "tokenizer.json" {
+		cfg, err = os.ReadFile(filepath.Join(filepath.Dir(path), "tokenizer_config.json"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("tokenizer %q: %w", path, err)
+		}
 	}
 	m, err := Load(tj, cfg)
 	if err != nil {

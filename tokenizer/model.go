@@ -67,6 +67,9 @@ type Model struct {
 	vocabSize      int
 }
 
+// A Model is a Tokenizer, so callers of the toy move over unchanged.
+var _ Tokenizer = (*Model)(nil)
+
 // scratch is per-call working memory, pooled so Encode allocates only its
 // result.
 type scratch struct {
