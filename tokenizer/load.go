@@ -225,8 +225,11 @@ func Load(tokenizerJSON, tokenizerConfigJSON []byte) (*Model, error) {
 	// Unmarshal fills a non-nil map: sizing it up front saves the rehashing
 	// of a growing 128k-entry map, the largest part of the load time.
 	modelVocab := make(map[string]uint32, bytes.Count(jm.Vocab, []byte(`":`)))
-	if err := json.Unmarshal(jm.Vocab, &modelVocab); err != nil {
-		return nil, malformed("tokenizer.json model.vocab", err)
+	if !fastVocab(jm.Vocab, modelVocab) {
+		clear(modelVocab)
+		if err := json.Unmarshal(jm.Vocab, &modelVocab); err != nil {
+			return nil, malformed("tokenizer.json model.vocab", err)
+		}
 	}
 	if len(modelVocab) == 0 {
 		return nil, malformed("tokenizer.json model.vocab", errors.New("empty vocabulary"))
@@ -349,25 +352,33 @@ func (m *Model) parseMerges(raw json.RawMessage, vocab map[string]uint32) error 
 		m.merges = map[uint64]uint64{}
 		return nil
 	}
-	var pairs [][2]string
-	var lines []string
-	if err := json.Unmarshal(raw, &lines); err == nil {
+	lines, pairs, ok := fastMerges(raw)
+	if !ok {
+		lines, pairs = nil, nil
+		if err := json.Unmarshal(raw, &lines); err != nil {
+			lines = nil
+			if err := json.Unmarshal(raw, &pairs); err != nil {
+				return malformed("tokenizer.json model.merges", err)
+			}
+		}
+	}
+	if lines != nil {
 		pairs = make([][2]string, len(lines))
 		for i, l := range lines {
-			parts := strings.Split(l, " ")
-			if len(parts) != 2 {
+			a, b, found := strings.Cut(l, " ")
+			if !found || strings.Contains(b, " ") {
 				return malformed("tokenizer.json model.merges", fmt.Errorf("merge %d %q is not two tokens", i, l))
 			}
-			pairs[i] = [2]string{parts[0], parts[1]}
+			pairs[i] = [2]string{a, b}
 		}
-	} else if err := json.Unmarshal(raw, &pairs); err != nil {
-		return malformed("tokenizer.json model.merges", err)
 	}
 	m.merges = make(map[uint64]uint64, len(pairs))
+	var buf []byte
 	for rank, p := range pairs {
 		a, okA := vocab[p[0]]
 		b, okB := vocab[p[1]]
-		ab, okAB := vocab[p[0]+p[1]]
+		buf = append(append(buf[:0], p[0]...), p[1]...)
+		ab, okAB := vocab[string(buf)]
 		if !okA || !okB || !okAB {
 			return malformed("tokenizer.json model.merges", fmt.Errorf("merge %d (%q, %q) uses a token outside the vocabulary", rank, p[0], p[1]))
 		}
