@@ -47,6 +47,7 @@ func BenchmarkEncode(b *testing.B) {
 			cold.resetWords(m)
 			return m.appendEncode(nil, s, cold)
 		}},
+		{"switchyard-nowordcache", func(s string) []uint32 { return m.appendEncode(nil, s, &scratch{noWordCache: true}) }},
 		{"tiktoken-go", ref},
 	}
 	for _, impl := range impls {

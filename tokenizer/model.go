@@ -86,6 +86,9 @@ type scratch struct {
 	words      map[string]uint32 // piece → offset<<8 | count into wordIDs
 	wordIDs    []uint32
 	wordKeys   []byte // arena the keys point into; a full one is left to the keys and replaced
+	// noWordCache turns the word cache off, for the benchmark that
+	// measures what it saves.
+	noWordCache bool
 }
 
 // maxCachedWords bounds a scratch's word cache; it is cleared when full.
@@ -258,7 +261,7 @@ func (m *Model) appendWord(dst []uint32, w string, sc *scratch) []uint32 {
 	if m.byteLevel && len(w) == 1 && m.byteOK[w[0]] {
 		return append(dst, m.byteID[w[0]])
 	}
-	cache := len(w) <= maxCachedWordLen
+	cache := len(w) <= maxCachedWordLen && !sc.noWordCache
 	if cache {
 		if sc.wordsModel != m || sc.words == nil {
 			sc.resetWords(m)
