@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -36,10 +35,21 @@ func BenchmarkEncode(b *testing.B) {
 	text := benchText(b)
 	ranks, specials := llama3Ranks(m)
 	ref := pkoukkEncoder(b, ranks, specials, llama3Pattern)
+	cold := new(scratch)
 	impls := []struct {
 		name   string
 		encode func(string) []uint32
-	}{{"switchyard", m.Encode}, {"tiktoken-go", ref}}
+	}{
+		{"switchyard", m.Encode},
+		// Each call with an empty word cache: the cost of text whose words
+		// the encoding goroutine has not seen before.
+		{"switchyard-coldcache", func(s string) []uint32 {
+			cold.resetWords(m)
+			return m.appendEncode(nil, s, cold)
+		}},
+		{"switchyard-nowordcache", func(s string) []uint32 { return m.appendEncode(nil, s, &scratch{noWordCache: true}) }},
+		{"tiktoken-go", ref},
+	}
 	for _, impl := range impls {
 		b.Run("impl="+impl.name, func(b *testing.B) {
 			n := len(impl.encode(text))
@@ -83,7 +93,7 @@ func BenchmarkIncrementalChat(b *testing.B) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	msgs := [][2]string{{"system", "You are a helpful assistant."}}
 	for len(msgs) < 60 { // 30 turns: user and assistant
-		msgs = append(msgs, [2]string{"user", chatMessage(rng, 300)}, [2]string{"assistant", chatMessage(rng, 300)})
+		msgs = append(msgs, [2]string{"user", chatMessage(rng, 185)}, [2]string{"assistant", chatMessage(rng, 185)})
 	}
 	prev := llama3Chat(msgs[:len(msgs)-2], true)
 	next := llama3Chat(msgs, true)
@@ -104,7 +114,7 @@ func BenchmarkIncrementalChat(b *testing.B) {
 			m.EncodeCached(c, prev) // the previous turn warmed the cache
 			b.StartTimer()
 			if got := m.EncodeCached(c, next); len(got) != tokens {
-				b.Fatal(fmt.Sprintf("cached encode has %d tokens; want %d", len(got), tokens))
+				b.Fatalf("cached encode has %d tokens; want %d", len(got), tokens)
 			}
 		}
 		b.ReportMetric(float64(tokens), "tokens/op")

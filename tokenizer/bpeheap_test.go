@@ -11,7 +11,11 @@ func TestHeapMergeEqualsScanMergeOnLongWords(t *testing.T) {
 	m := llama3(t)
 	rng := rand.New(rand.NewPCG(9, 9))
 	alphabets := []string{"ab", "abcdefghijklmnopqrstuvwxyz", "-=", "e\u0301", "0123456789", "aaaaab ", "th", "😀"}
-	for i := 0; i < 1000; i++ {
+	words := 1000
+	if raceBuild {
+		words = 100
+	}
+	for i := 0; i < words; i++ {
 		alpha := []rune(alphabets[rng.IntN(len(alphabets))])
 		var b strings.Builder
 		for n := 2 + rng.IntN(400); b.Len() < n; {

@@ -60,7 +60,7 @@ func diffEncoders(t *testing.T, what string, texts []string, got, want func(stri
 		if !slices.Equal(a, b) {
 			diffs++
 			if diffs <= 5 {
-				t.Errorf("%q:\n switchyard  %v\n tiktoken-go %v", s, a, b)
+				t.Errorf("%q:\n switchyard %v\n reference  %v", s, a, b)
 			}
 		}
 	}
@@ -89,10 +89,11 @@ func (embeddedRanks) LoadTiktokenBpe(url string) (map[string]int, error) {
 		return nil, errNoRanks(url)
 	}
 	ranks := map[string]int{}
+	// Ranks are dense from 0: Decode fails at the first id past them.
 	for id := 0; ; id++ {
 		tok, err := c.Decode([]uint{uint(id)})
 		if err != nil {
-			return ranks, nil
+			return ranks, nil //nolint:nilerr // the error marks the end of the ranks
 		}
 		ranks[tok] = id
 	}
@@ -109,6 +110,9 @@ func TestEmbeddedTiktokenEncodingsEqualTiktokenGoOwnEncodings(t *testing.T) {
 	defer pkoukk.SetBpeLoader(pkoukk.NewDefaultBpeLoader())
 	for _, name := range []string{"cl100k_base", "o200k_base"} {
 		t.Run(name, func(t *testing.T) {
+			if raceBuild && name == "o200k_base" {
+				t.Skip("race build: building the 200k-token o200k vocabulary takes ~20 s under the race detector; this test has no concurrency and the non-race build runs it")
+			}
 			m, err := LoadTiktoken(name)
 			if err != nil {
 				t.Fatal(err)

@@ -82,16 +82,20 @@ func LoadDir(dir string) (*Model, error) {
 	return m, nil
 }
 
-// LoadFile reads a tokenizer.json file, and tokenizer_config.json beside it
-// when present.
+// LoadFile reads a tokenizer.json file and, when the file is named
+// tokenizer.json, the tokenizer_config.json beside it if present (a file of
+// another name may share its directory with other models' files).
 func LoadFile(path string) (*Model, error) {
 	tj, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer %q: %w", path, err)
 	}
-	cfg, err := os.ReadFile(filepath.Join(filepath.Dir(path), "tokenizer_config.json"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("tokenizer %q: %w", path, err)
+	var cfg []byte
+	if filepath.Base(path) == "tokenizer.json" {
+		cfg, err = os.ReadFile(filepath.Join(filepath.Dir(path), "tokenizer_config.json"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("tokenizer %q: %w", path, err)
+		}
 	}
 	m, err := Load(tj, cfg)
 	if err != nil {
@@ -218,9 +222,14 @@ func Load(tokenizerJSON, tokenizerConfigJSON []byte) (*Model, error) {
 	}
 
 	m := &Model{name: "tokenizer.json", ignoreMerges: jm.IgnoreMerges, byteFallback: jm.ByteFallback, fuseUnk: jm.FuseUnk}
-	var modelVocab map[string]uint32
-	if err := json.Unmarshal(jm.Vocab, &modelVocab); err != nil {
-		return nil, malformed("tokenizer.json model.vocab", err)
+	// Unmarshal fills a non-nil map: sizing it up front saves the rehashing
+	// of a growing 128k-entry map, the largest part of the load time.
+	modelVocab := make(map[string]uint32, bytes.Count(jm.Vocab, []byte(`":`)))
+	if !fastVocab(jm.Vocab, modelVocab) {
+		clear(modelVocab)
+		if err := json.Unmarshal(jm.Vocab, &modelVocab); err != nil {
+			return nil, malformed("tokenizer.json model.vocab", err)
+		}
 	}
 	if len(modelVocab) == 0 {
 		return nil, malformed("tokenizer.json model.vocab", errors.New("empty vocabulary"))
@@ -343,25 +352,33 @@ func (m *Model) parseMerges(raw json.RawMessage, vocab map[string]uint32) error 
 		m.merges = map[uint64]uint64{}
 		return nil
 	}
-	var pairs [][2]string
-	var lines []string
-	if err := json.Unmarshal(raw, &lines); err == nil {
+	lines, pairs, ok := fastMerges(raw)
+	if !ok {
+		lines, pairs = nil, nil
+		if err := json.Unmarshal(raw, &lines); err != nil {
+			lines = nil
+			if err := json.Unmarshal(raw, &pairs); err != nil {
+				return malformed("tokenizer.json model.merges", err)
+			}
+		}
+	}
+	if lines != nil {
 		pairs = make([][2]string, len(lines))
 		for i, l := range lines {
-			parts := strings.Split(l, " ")
-			if len(parts) != 2 {
+			a, b, found := strings.Cut(l, " ")
+			if !found || strings.Contains(b, " ") {
 				return malformed("tokenizer.json model.merges", fmt.Errorf("merge %d %q is not two tokens", i, l))
 			}
-			pairs[i] = [2]string{parts[0], parts[1]}
+			pairs[i] = [2]string{a, b}
 		}
-	} else if err := json.Unmarshal(raw, &pairs); err != nil {
-		return malformed("tokenizer.json model.merges", err)
 	}
 	m.merges = make(map[uint64]uint64, len(pairs))
+	var buf []byte
 	for rank, p := range pairs {
 		a, okA := vocab[p[0]]
 		b, okB := vocab[p[1]]
-		ab, okAB := vocab[p[0]+p[1]]
+		buf = append(append(buf[:0], p[0]...), p[1]...)
+		ab, okAB := vocab[string(buf)]
 		if !okA || !okB || !okAB {
 			return malformed("tokenizer.json model.merges", fmt.Errorf("merge %d (%q, %q) uses a token outside the vocabulary", rank, p[0], p[1]))
 		}
@@ -425,7 +442,7 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		return prependNorm{c.Prepend}, nil
 	case "Replace":
 		if c.Pattern == nil {
-			return nil, malformed("tokenizer.json normalizer", errors.New("Replace without pattern"))
+			return nil, malformed("tokenizer.json normalizer", errors.New("a Replace has no pattern"))
 		}
 		if c.Pattern.Regex != nil {
 			re, err := compileSplitRegex(*c.Pattern.Regex)
@@ -435,7 +452,7 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 			return replaceNorm{re: re, content: c.Content}, nil
 		}
 		if c.Pattern.String == nil {
-			return nil, malformed("tokenizer.json normalizer", errors.New("Replace pattern is neither String nor Regex"))
+			return nil, malformed("tokenizer.json normalizer", errors.New("a Replace pattern is neither String nor Regex"))
 		}
 		return replaceNorm{literal: *c.Pattern.String, content: c.Content}, nil
 	case "Sequence":
@@ -541,7 +558,7 @@ func (m *Model) preSteps(c *jsonComponent) ([]preTokenizer, error) {
 		}
 		switch {
 		case c.Pattern == nil:
-			return nil, malformed("tokenizer.json pre_tokenizer", errors.New("Split without pattern"))
+			return nil, malformed("tokenizer.json pre_tokenizer", errors.New("a Split has no pattern"))
 		case c.Pattern.Regex != nil:
 			if h := handSplitterFor(*c.Pattern.Regex); h != nil {
 				sp.hand = h
@@ -555,7 +572,7 @@ func (m *Model) preSteps(c *jsonComponent) ([]preTokenizer, error) {
 		case c.Pattern.String != nil:
 			sp.literal = *c.Pattern.String
 		default:
-			return nil, malformed("tokenizer.json pre_tokenizer", errors.New("Split pattern is neither String nor Regex"))
+			return nil, malformed("tokenizer.json pre_tokenizer", errors.New("a Split pattern is neither String nor Regex"))
 		}
 		return []preTokenizer{sp}, nil
 	case "Metaspace":

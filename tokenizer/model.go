@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"unsafe"
 )
 
 var (
@@ -66,6 +67,9 @@ type Model struct {
 	vocabSize      int
 }
 
+// A Model is a Tokenizer, so callers of the toy move over unchanged.
+var _ Tokenizer = (*Model)(nil)
+
 // scratch is per-call working memory, pooled so Encode allocates only its
 // result.
 type scratch struct {
@@ -74,7 +78,25 @@ type scratch struct {
 	pieces  []piece
 	pieces2 []piece
 	matches []addedMatch
+
+	// words caches the ids of recent pre-tokens of one model. Text repeats
+	// its words, and this small map stays in the CPU cache where the
+	// vocabulary and merge tables (megabytes) do not.
+	wordsModel *Model
+	words      map[string]uint32 // piece → offset<<8 | count into wordIDs
+	wordIDs    []uint32
+	wordKeys   []byte // arena the keys point into; a full one is left to the keys and replaced
+	// noWordCache turns the word cache off, for the benchmark that
+	// measures what it saves.
+	noWordCache bool
 }
+
+// maxCachedWords bounds a scratch's word cache; it is cleared when full.
+// maxCachedWordLen keeps long pieces, which rarely repeat, out of it.
+const (
+	maxCachedWords   = 8192
+	maxCachedWordLen = 32
+)
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
@@ -134,6 +156,12 @@ func (m *Model) Encode(text string) []uint32 {
 // AppendEncode appends the ids of text (as Encode) to dst.
 func (m *Model) AppendEncode(dst []uint32, text string) []uint32 {
 	sc := scratchPool.Get().(*scratch)
+	dst = m.appendEncode(dst, text, sc)
+	scratchPool.Put(sc)
+	return dst
+}
+
+func (m *Model) appendEncode(dst []uint32, text string, sc *scratch) []uint32 {
 	sc.matches = m.rawAdded.find(text, sc.matches[:0])
 	matches := sc.matches
 	prev := 0
@@ -143,9 +171,7 @@ func (m *Model) AppendEncode(dst []uint32, text string) []uint32 {
 		dst = append(dst, mt.id)
 		prev = mt.stop
 	}
-	dst = m.appendSegment(dst, text[prev:], prev == 0, sc)
-	scratchPool.Put(sc)
-	return dst
+	return m.appendSegment(dst, text[prev:], prev == 0, sc)
 }
 
 // EncodeWithSpecialTokens returns the ids of text with the tokens the
@@ -235,6 +261,49 @@ func (m *Model) appendWord(dst []uint32, w string, sc *scratch) []uint32 {
 	if m.byteLevel && len(w) == 1 && m.byteOK[w[0]] {
 		return append(dst, m.byteID[w[0]])
 	}
+	cache := len(w) <= maxCachedWordLen && !sc.noWordCache
+	if cache {
+		if sc.wordsModel != m || sc.words == nil {
+			sc.resetWords(m)
+		}
+		if v, ok := sc.words[w]; ok {
+			off := v >> 8
+			return append(dst, sc.wordIDs[off:off+v&0xff]...)
+		}
+	}
+	start := len(dst)
+	dst = m.appendWordUncached(dst, w, sc)
+	if cache && len(dst)-start <= maxCachedWordLen {
+		if len(sc.words) >= maxCachedWords {
+			sc.resetWords(m)
+		}
+		// The key is copied into the arena: w points into the caller's text.
+		if len(sc.wordKeys)+len(w) > cap(sc.wordKeys) {
+			sc.wordKeys = make([]byte, 0, 64<<10)
+		}
+		k := len(sc.wordKeys)
+		sc.wordKeys = append(sc.wordKeys, w...)
+		key := unsafe.String(&sc.wordKeys[k], len(w))
+		sc.words[key] = uint32(len(sc.wordIDs))<<8 | uint32(len(dst)-start)
+		sc.wordIDs = append(sc.wordIDs, dst[start:]...)
+	}
+	return dst
+}
+
+func (sc *scratch) resetWords(m *Model) {
+	sc.wordsModel = m
+	if sc.words == nil {
+		sc.words = make(map[string]uint32, maxCachedWords)
+	} else {
+		clear(sc.words)
+	}
+	sc.wordIDs = sc.wordIDs[:0]
+	// Keys of the cleared map may still point into the arena's bytes only
+	// through the map, which no longer holds them: the arena can be reused.
+	sc.wordKeys = sc.wordKeys[:0]
+}
+
+func (m *Model) appendWordUncached(dst []uint32, w string, sc *scratch) []uint32 {
 	if m.ignoreMerges {
 		if id, ok := m.raw[w]; ok {
 			return append(dst, id)

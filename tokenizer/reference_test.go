@@ -178,7 +178,7 @@ func TestCohereByteLevelTokenizerLoadsWithNFCAndItsTemplate(t *testing.T) {
 	if len(got) < 3 || got[0] != 5 || got[len(got)-1] != 7 {
 		t.Errorf("EncodeWithSpecialTokens = %v; want <BOS_TOKEN>(5) ... <EOP_TOKEN>(7)", got)
 	}
-	texts := corpus(2000, 3)
+	texts := corpus(corpusSize/10, 3)
 	for _, s := range texts {
 		if d := m.Decode(m.Encode(s)); d != norm.NFC.String(s) {
 			t.Fatalf("round trip of %q gave %q", s, d)

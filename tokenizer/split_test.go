@@ -18,19 +18,6 @@ func handPieces(h handSplitter, s string) []string {
 	return out
 }
 
-func regexPieces(t *testing.T, pattern, s string) []string {
-	re, err := compileSplitRegex(pattern)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp := &splitPre{re: re, behavior: behaviorIsolated}
-	var out []string
-	for _, p := range sp.split(nil, piece{s: s}) {
-		out = append(out, p.s)
-	}
-	return out
-}
-
 func TestHandSplittersEqualRegexp2(t *testing.T) {
 	patterns := map[string]string{"cl100k/llama3": patternCL100K, "qwen2": patternQwen2, "o200k": patternO200K, "gpt2": patternGPT2}
 	texts := corpus(corpusSize, 1)
