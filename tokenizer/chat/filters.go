@@ -329,3 +329,54 @@ func stringFilter(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, er
 	}
 	return jinja.NewString(pyStr(args[0])), nil
 }
+
+// maxRange is Jinja2's sandbox limit on range() (MAX_RANGE): a template
+// cannot make the render build an enormous list.
+const maxRange = 100000
+
+// rangeGlobal is range(stop) / range(start, stop[, step]) with the
+// sandbox's limit.
+func rangeGlobal(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	var n [3]int64
+	for i, a := range args {
+		if i >= 3 || !a.IsInt() && !a.IsBool() {
+			return jinja.Value{}, fmt.Errorf("TypeError: range() takes 1 to 3 integers")
+		}
+		if a.IsBool() {
+			if a.AsBool() {
+				n[i] = 1
+			}
+			continue
+		}
+		n[i] = a.AsInt()
+	}
+	start, stop, step := int64(0), int64(0), int64(1)
+	switch len(args) {
+	case 1:
+		stop = n[0]
+	case 2:
+		start, stop = n[0], n[1]
+	case 3:
+		start, stop, step = n[0], n[1], n[2]
+	default:
+		return jinja.Value{}, fmt.Errorf("TypeError: range expected at least 1 argument, got 0")
+	}
+	if step == 0 {
+		return jinja.Value{}, fmt.Errorf("ValueError: range() arg 3 must not be zero")
+	}
+	var count int64
+	switch {
+	case step > 0 && stop > start:
+		count = (stop - start + step - 1) / step
+	case step < 0 && stop < start:
+		count = (start - stop - step - 1) / -step
+	}
+	if count < 0 || count > maxRange {
+		return jinja.Value{}, fmt.Errorf("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", maxRange)
+	}
+	items := make([]jinja.Value, count)
+	for i := range items {
+		items[i] = jinja.NewInt(start + int64(i)*step)
+	}
+	return jinja.NewList(items), nil
+}

@@ -191,6 +191,7 @@ func (t *Template) data(in Input) (map[string]jinja.Value, error) {
 	data[filterPrefix+"count"] = jinja.NewCallable("count", lengthFilter)
 	data[filterPrefix+"trim"] = jinja.NewCallable("trim", trimFilter)
 	data[filterPrefix+"string"] = jinja.NewCallable("string", stringFilter)
+	data["range"] = jinja.NewCallable("range", rangeGlobal)
 	data[printFilter] = jinja.NewCallable("print", printValue)
 	return data, nil
 }
