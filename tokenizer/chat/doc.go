@@ -28,10 +28,10 @@
 // after rendering the 17 templates of ardanlabs' testdata over its 17
 // sample requests with both, out of the box, against python3-jinja2: jinja
 // matched on 200 of the 265 renderings Python completed, gonja on 112
-// (gonja failed to parse Kimi-K3, LFM2.5 and others outright, lacks the
-// generation tag, and pulls in logrus and json-iterator). jinja is built
-// for chat templates, has no dependencies and exposes ordered dicts, which
-// byte-exact tojson needs.
+// (gonja could not parse Kimi-K3, LFM2.5, Mistral-Medium-3.5 or gpt-oss,
+// nor laguna and rnj-1, which use the generation tag; it also pulls in
+// logrus and json-iterator). jinja is built for chat templates, has no
+// dependencies and exposes ordered dicts, which byte-exact tojson needs.
 //
 // # Transformers' behaviour reproduced
 //
@@ -54,7 +54,9 @@
 //     list and dict repr);
 //   - renames tojson, sort (attribute=, case-insensitive), length/count
 //     (code points; None is a TypeError), trim and string (str() of None) to
-//     Python-faithful versions; range() has the sandbox's MAX_RANGE.
+//     Python-faithful versions; range() has the sandbox's MAX_RANGE;
+//   - counts macro nesting, failing the render past 200 levels where the
+//     library would overflow the Go stack (Python raises RecursionError).
 //
 // Before rendering, an assistant message's tool_calls[*].function.arguments
 // given as a JSON string is parsed into an object (invalid JSON or a
@@ -64,10 +66,12 @@
 // Not reproduced: where Python raises TypeError the library is lenient
 // ("str" + list or None concatenates, iterating or testing membership in
 // None yields nothing), and a template's .append()/.update() calls succeed
-// on the render's private copy where the sandbox raises. These only concern
-// inputs the template cannot render in any engine. vLLM also rewrites
-// message content before rendering (parts to a string or to {"type": ...}
-// dicts depending on the template): that is the caller's step, not this
+// on the render's private copy where the sandbox raises; both only concern
+// inputs the template cannot render in any engine. Recursive for loops
+// (loop(...)) are a render error, as the library has none: a real gap,
+// though none of the reference templates uses one. vLLM also rewrites
+// message content before rendering (parts to a string, or to {"type": ...}
+// dicts, depending on the template): that is the caller's step, not this
 // package's.
 //
 // # References read

@@ -372,7 +372,7 @@ func rangeGlobal(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, err
 		count = (start - stop - step - 1) / -step
 	}
 	if count < 0 || count > maxRange {
-		return jinja.Value{}, fmt.Errorf("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", maxRange)
+		return jinja.Value{}, fmt.Errorf("OverflowError: range too big, the sandbox blocks ranges larger than MAX_RANGE (%d)", maxRange)
 	}
 	items := make([]jinja.Value, count)
 	for i := range items {

@@ -41,6 +41,30 @@ var overriddenFilters = map[string]bool{
 
 const printFilter = filterPrefix + "print"
 
+// The library recurses on the Go stack for each macro call, and a Go stack
+// overflow kills the process. Python stops such a template with
+// RecursionError; here every macro body counts its depth and the render
+// fails past maxRecursion. (The library has no recursive for loops: loop()
+// is not callable, a render error.)
+const (
+	enterFunc = filterPrefix + "enter"
+	leaveFunc = filterPrefix + "leave"
+	enterCall = "{{ " + enterFunc + "() }}"
+	leaveCall = "{{ " + leaveFunc + "() }}"
+)
+
+const maxRecursion = 200
+
+// firstWord is a block tag's keyword.
+func firstWord(body string) string {
+	body = strings.TrimLeft(body, " \t\n")
+	e := 0
+	for e < len(body) && isIdentByte(body[e]) {
+		e++
+	}
+	return body[:e]
+}
+
 type tagKind int
 
 const (
@@ -107,9 +131,16 @@ func preprocess(src string) (string, error) {
 			if err != nil {
 				return "", err
 			}
+			kw := firstWord(body)
+			if kw == "endmacro" {
+				out.WriteString(leaveCall)
+			}
 			out.WriteString("{%")
 			out.WriteString(nb)
 			out.WriteString("%}")
+			if kw == "macro" {
+				out.WriteString(enterCall)
+			}
 		}
 		pos = applyRight(src, end, right, kind)
 		if pos >= len(src) {
@@ -147,9 +178,10 @@ func scanTagEnd(src string, from int, kind tagKind) (body string, right byte, en
 	for j := from; j < len(src); j++ {
 		c := src[j]
 		if quote != 0 {
-			if c == '\\' {
+			switch c {
+			case '\\':
 				j++
-			} else if c == quote {
+			case quote:
 				quote = 0
 			}
 			continue

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -38,11 +37,7 @@ func findModuleDir(module string) (string, error) {
 	if d, ok := moduleDirs.Load(module); ok {
 		return d.(string), nil
 	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
-	}
-	out, err := exec.Command(goBin, "mod", "download", "-json", module).Output()
+	out, err := exec.Command("go", "mod", "download", "-json", module).Output()
 	var info struct{ Dir, Error string }
 	if jerr := json.Unmarshal(out, &info); jerr != nil || info.Dir == "" {
 		return "", fmt.Errorf("go mod download: %v %s", err, info.Error)

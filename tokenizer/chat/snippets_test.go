@@ -42,10 +42,14 @@ var snippets = []struct{ name, src string }{
 	{"strftime-now", "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%A %B %-d %H:%M:%S %j %y %p %I') }} {{ strftime_now('%Y-%m-%d') }}"},
 	{"generation-tag", "{% generation %}gen{% endgeneration %}"},
 	{"raise-exception", "{{ raise_exception('no ' ~ x) }}"},
+	{"recursive-macro", "{% macro walk(v) %}{% if v is mapping %}{% for k, x in v.items() %}{{ k }}:{{ walk(x) }};{% endfor %}{% else %}{{ v }}{% endif %}{% endmacro %}{{ walk(v) }}"},
+	{"unbounded-recursion-fails", "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}"},
 	{"undefined-prints-empty", "[{{ nothing }}] [{{ v.nothing }}]"},
 }
 
 const snippetVar = `{"z": 1, "é": "ü 😀", "a": [1, 2.5, 1.0, 1e16, 1234567.5, -0.0001, true, null, "x\"y\\z\n\u0001"], "m": {}}`
+
+const snippetTree = `[{"name": "a", "kids": [{"name": "b", "kids": [{"name": "c", "kids": []}]}, {"name": "d"}]}, {"name": "e"}]`
 
 // TestSnippetsRenderAsPythonJinja2 checks each behaviour in isolation,
 // against python3-jinja2 in transformers' environment.
@@ -54,8 +58,9 @@ func TestSnippetsRenderAsPythonJinja2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tree := decodeList(t, snippetTree)
 	items := decodeList(t, `[{"type": "text"}, {"type": "image_url"}, {"type": "audio"}]`)
-	kwargs := `{"x": "max", "v": ` + snippetVar + `, "items": [{"type": "text"}, {"type": "image_url"}, {"type": "audio"}]}`
+	kwargs := `{"x": "max", "v": ` + snippetVar + `, "items": [{"type": "text"}, {"type": "image_url"}, {"type": "audio"}], "tree": ` + snippetTree + `}`
 	cases := make([]pyCase, len(snippets))
 	for i, s := range snippets {
 		cases[i] = pyCase{ID: s.name, Template: s.src, Messages: []byte("[]"), Kwargs: []byte(kwargs), Now: fixedNowISO}
@@ -69,7 +74,7 @@ func TestSnippetsRenderAsPythonJinja2(t *testing.T) {
 			continue
 		}
 		got, err := tmpl.Render(Input{
-			Kwargs: map[string]any{"x": "max", "v": v, "items": items},
+			Kwargs: map[string]any{"x": "max", "v": v, "items": items, "tree": tree},
 			Now:    func() time.Time { return fixedNow },
 		})
 		switch {

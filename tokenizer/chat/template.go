@@ -192,6 +192,19 @@ func (t *Template) data(in Input) (map[string]jinja.Value, error) {
 	data[filterPrefix+"trim"] = jinja.NewCallable("trim", trimFilter)
 	data[filterPrefix+"string"] = jinja.NewCallable("string", stringFilter)
 	data["range"] = jinja.NewCallable("range", rangeGlobal)
+	depth := 0
+	// enter and leave open and close a macro body; they print nothing.
+	data[enterFunc] = jinja.NewCallable("enter", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		depth++
+		if depth > maxRecursion {
+			return jinja.Value{}, fmt.Errorf("RecursionError: macros or recursive loops nested deeper than %d", maxRecursion)
+		}
+		return jinja.NewString(""), nil
+	})
+	data[leaveFunc] = jinja.NewCallable("leave", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		depth--
+		return jinja.NewString(""), nil
+	})
 	data[printFilter] = jinja.NewCallable("print", printValue)
 	return data, nil
 }

@@ -286,3 +286,19 @@ func TestPyFloatReprMatchesPython(t *testing.T) {
 		}
 	}
 }
+
+func TestUnboundedRecursionIsATypedErrorNotACrash(t *testing.T) {
+	for name, src := range map[string]string{
+		"macro":          "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+		"recursive-loop": "{% for m in messages recursive %}{{ loop(messages) }}{% endfor %}",
+	} {
+		tmpl, err := ParseNamed(name, src)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		_, err = tmpl.Render(Input{Messages: []any{map[string]any{"role": "user"}}})
+		if !errors.Is(err, ErrTemplate) {
+			t.Errorf("%s: want ErrTemplate, got %v", name, err)
+		}
+	}
+}
