@@ -147,7 +147,7 @@ func TestRenderingEqualsPythonJinja2(t *testing.T) {
 	}
 	results := renderPython(t, pys)
 
-	type tally struct{ cases, identical, bothRejected, lenient, differing int }
+	type tally struct{ cases, identical, bothRejected, differing int }
 	perTemplate := map[string]*tally{}
 	var order []string
 	total := tally{}
@@ -167,10 +167,6 @@ func TestRenderingEqualsPythonJinja2(t *testing.T) {
 			problem = fmt.Sprintf("python rendered, Go failed: %v", err)
 		case want.OK && got != want.Text:
 			problem = "rendering differs:\n" + firstDifference(got, want.Text)
-		case !want.OK && err == nil && libraryLeniency(want.Error):
-			tl.lenient++
-			t.Logf("known leniency: %s: python: %s; Go rendered it", want.ID, want.Error)
-			continue
 		case !want.OK && err == nil:
 			problem = fmt.Sprintf("python rejected the input (%s), Go rendered it", want.Error)
 		case !want.OK && want.Raised && !errors.Is(err, ErrRaised):
@@ -191,34 +187,13 @@ func TestRenderingEqualsPythonJinja2(t *testing.T) {
 	}
 	for _, name := range order {
 		tl := perTemplate[name]
-		t.Logf("%-36s cases=%d identical=%d both-rejected=%d python-only-rejected=%d differing=%d", name, tl.cases, tl.identical, tl.bothRejected, tl.lenient, tl.differing)
+		t.Logf("%-36s cases=%d identical=%d both-rejected=%d differing=%d", name, tl.cases, tl.identical, tl.bothRejected, tl.differing)
 		total.cases += tl.cases
-		total.lenient += tl.lenient
 		total.identical += tl.identical
 		total.bothRejected += tl.bothRejected
 		total.differing += tl.differing
 	}
-	t.Logf("templates=%d cases=%d identical=%d both-rejected=%d python-only-rejected=%d differing=%d", len(order), total.cases, total.identical, total.bothRejected, total.lenient, total.differing)
-}
-
-// libraryLeniency tells the inputs a template cannot render at all in
-// Python (so an engine answers 400) that the Jinja library renders anyway:
-// its "+" concatenates a string with a list or None, and "in" and "for"
-// treat None as empty, where Python raises TypeError. The router's rendering
-// of such a request never meets an engine's, so these are counted apart, not
-// hidden: every one is logged.
-func libraryLeniency(pyErr string) bool {
-	for _, p := range []string{
-		"TypeError: can only concatenate str (not \"list\") to str",
-		"TypeError: can only concatenate str (not \"NoneType\") to str",
-		"TypeError: 'NoneType' object is not iterable",
-		"TypeError: argument of type 'NoneType' is not iterable",
-	} {
-		if pyErr == p {
-			return true
-		}
-	}
-	return false
+	t.Logf("templates=%d cases=%d identical=%d both-rejected=%d differing=%d", len(order), total.cases, total.identical, total.bothRejected, total.differing)
 }
 
 // firstDifference shows where two renderings part.

@@ -55,6 +55,10 @@
 //   - renames tojson, sort (attribute=, case-insensitive), length/count
 //     (code points; None is a TypeError), trim and string (str() of None) to
 //     Python-faithful versions; range() has the sandbox's MAX_RANGE;
+//   - re-parses expressions with Jinja2's grammar (expr.go) so that "+",
+//     "**", "in", "not in" and for-loop iterables follow Python: "str" +
+//     list or None, iterating None and membership in None are TypeErrors
+//     as in Python, where the library would render something;
 //   - counts macro nesting, failing the render past 200 levels where the
 //     library would overflow the Go stack (Python raises RecursionError).
 //
@@ -63,16 +67,15 @@
 // non-container becomes {}) and an empty tool_calls list is dropped, as
 // vLLM's chat_utils._postprocess_messages does.
 //
-// Not reproduced: where Python raises TypeError the library is lenient
-// ("str" + list or None concatenates, iterating or testing membership in
-// None yields nothing), and a template's .append()/.update() calls succeed
-// on the render's private copy where the sandbox raises; both only concern
-// inputs the template cannot render in any engine. Recursive for loops
-// (loop(...)) are a render error, as the library has none: a real gap,
-// though none of the reference templates uses one. vLLM also rewrites
-// message content before rendering (parts to a string, or to {"type": ...}
-// dicts, depending on the template): that is the caller's step, not this
-// package's.
+// Not reproduced (library gaps no reference template reaches): a
+// template's .append()/.update() calls succeed on the render's private copy
+// where the sandbox raises; recursive for loops (loop(...)) are a render
+// error; a destructuring loop's condition ("for k, v in x if k") does not
+// see k and v; tests the library lacks (divisibleby) and float literals in
+// exponent form (1e5) fail to render. vLLM also rewrites message content
+// before rendering (parts to a string, or to {"type": ...} dicts, depending
+// on the template): [VLLMMessages] and [Template.ContentFormat] do that,
+// for the caller to apply.
 //
 // # References read
 //

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -379,4 +380,128 @@ func rangeGlobal(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, err
 		items[i] = jinja.NewInt(start + int64(i)*step)
 	}
 	return jinja.NewList(items), nil
+}
+
+func isNumber(v jinja.Value) bool { return v.IsInt() || v.IsFloat() || v.IsBool() }
+
+func asFloat(v jinja.Value) float64 {
+	switch {
+	case v.IsInt():
+		return float64(v.AsInt())
+	case v.IsFloat():
+		return v.AsFloat()
+	case v.IsBool() && v.AsBool():
+		return 1
+	}
+	return 0
+}
+
+func asInt(v jinja.Value) int64 {
+	if v.IsInt() {
+		return v.AsInt()
+	}
+	if v.IsBool() && v.AsBool() {
+		return 1
+	}
+	return 0
+}
+
+// addOp is Python's a + b: numbers add, strings and lists concatenate,
+// anything else is a TypeError (the library joins a string with anything).
+func addOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 2 {
+		return jinja.Value{}, fmt.Errorf("add: want two operands")
+	}
+	a, b := args[0], args[1]
+	switch {
+	case a.IsUndefined() || b.IsUndefined():
+		return jinja.Value{}, fmt.Errorf("UndefinedError: an operand of + is undefined")
+	case isNumber(a) && isNumber(b):
+		if (a.IsInt() || a.IsBool()) && (b.IsInt() || b.IsBool()) {
+			return jinja.NewInt(asInt(a) + asInt(b)), nil
+		}
+		return jinja.NewFloat(asFloat(a) + asFloat(b)), nil
+	case a.IsString() && b.IsString():
+		return jinja.NewString(a.AsString() + b.AsString()), nil
+	case a.IsList() && b.IsList():
+		items := make([]jinja.Value, 0, a.AsList().Len()+b.AsList().Len())
+		items = append(items, a.AsList().Items...)
+		items = append(items, b.AsList().Items...)
+		return jinja.NewList(items), nil
+	case a.IsString() || a.IsList():
+		return jinja.Value{}, fmt.Errorf("TypeError: can only concatenate %s (not \"%s\") to %s", pyTypeName(a), pyTypeName(b), pyTypeName(a))
+	}
+	return jinja.Value{}, fmt.Errorf("TypeError: unsupported operand type(s) for +: '%s' and '%s'", pyTypeName(a), pyTypeName(b))
+}
+
+// pyEqual is Python's ==, under which 1 == 1.0 == True.
+func pyEqual(a, b jinja.Value) bool {
+	if isNumber(a) && isNumber(b) {
+		return asFloat(a) == asFloat(b)
+	}
+	return a.Equals(b)
+}
+
+// inOp is Python's a in b: a substring, a list member, a dict key; an
+// undefined container holds nothing; None and numbers are a TypeError.
+func inOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 2 {
+		return jinja.Value{}, fmt.Errorf("in: want two operands")
+	}
+	a, b := args[0], args[1]
+	switch {
+	case b.IsString():
+		if !a.IsString() {
+			return jinja.Value{}, fmt.Errorf("TypeError: 'in <string>' requires string as left operand, not %s", pyTypeName(a))
+		}
+		return jinja.NewBool(strings.Contains(b.AsString(), a.AsString())), nil
+	case b.IsList():
+		for _, it := range b.AsList().Items {
+			if pyEqual(a, it) {
+				return jinja.NewBool(true), nil
+			}
+		}
+		return jinja.NewBool(false), nil
+	case b.IsDict():
+		if !a.IsString() {
+			return jinja.NewBool(false), nil
+		}
+		return jinja.NewBool(b.AsDict().Has(a.AsString())), nil
+	case b.IsUndefined():
+		return jinja.NewBool(false), nil
+	}
+	return jinja.Value{}, fmt.Errorf("TypeError: argument of type '%s' is not iterable", pyTypeName(b))
+}
+
+// iterOp lets a for loop run over what Python can iterate and fails on the
+// rest (None, numbers), where the library would loop zero times.
+func iterOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 1 {
+		return jinja.Value{}, fmt.Errorf("iter: want one operand")
+	}
+	v := args[0]
+	if v.IsNone() || isNumber(v) || v.IsCallable() {
+		return jinja.Value{}, fmt.Errorf("TypeError: '%s' object is not iterable", pyTypeName(v))
+	}
+	return v, nil
+}
+
+// powOp is Python's a ** b: an int for ints with a non-negative exponent
+// (the library always makes a float).
+func powOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 2 || !isNumber(args[0]) || !isNumber(args[1]) {
+		return jinja.Value{}, fmt.Errorf("TypeError: unsupported operand type(s) for ** or pow()")
+	}
+	a, b := args[0], args[1]
+	if !a.IsFloat() && !b.IsFloat() && asInt(b) >= 0 {
+		r, base, e := int64(1), asInt(a), asInt(b)
+		if e > 4096 {
+			return jinja.Value{}, fmt.Errorf("OverflowError: exponent %d too large", e)
+		}
+		for range e {
+			r *= base
+		}
+		return jinja.NewInt(r), nil
+	}
+	return jinja.NewFloat(math.Pow(asFloat(a), asFloat(b))), nil
 }

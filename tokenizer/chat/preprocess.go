@@ -121,6 +121,7 @@ func preprocess(src string) (string, error) {
 			if err != nil {
 				return "", err
 			}
+			nb = rewriteExpr(nb)
 			out.WriteString("{{ (")
 			out.WriteString(nb)
 			out.WriteString(") | ")
@@ -131,6 +132,7 @@ func preprocess(src string) (string, error) {
 			if err != nil {
 				return "", err
 			}
+			nb = rewriteStatement(nb)
 			kw := firstWord(body)
 			if kw == "endmacro" {
 				out.WriteString(leaveCall)

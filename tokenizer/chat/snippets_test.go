@@ -44,6 +44,15 @@ var snippets = []struct{ name, src string }{
 	{"raise-exception", "{{ raise_exception('no ' ~ x) }}"},
 	{"recursive-macro", "{% macro walk(v) %}{% if v is mapping %}{% for k, x in v.items() %}{{ k }}:{{ walk(x) }};{% endfor %}{% else %}{{ v }}{% endif %}{% endmacro %}{{ walk(v) }}"},
 	{"unbounded-recursion-fails", "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}"},
+	{"add-numbers-strings-lists", "{{ 1 + 2 }} {{ 1 + 2.5 }} {{ 'a' + 'b' }} {{ [1] + [2] }} {{ true + 1 }} {{ -1 + +2 }} {{ 2 ** 3 + 7 // 2 - 1 }}"},
+	{"in-operator", "{{ 'a' in 'cat' }} {{ 2 in [1, 2.0] }} {{ 'k' in {'k': 1} }} {{ 'x' not in ['y'] }} {{ not 1 in v.a }} {{ 'q' in nothing }}"},
+	{"string-plus-list-is-an-error", "{{ 'a' + [1] }}"},
+	{"string-plus-none-is-an-error", "{{ 'a' + none }}"},
+	{"for-over-none-is-an-error", "{% for x in none %}x{% endfor %}"},
+	{"in-none-is-an-error", "{{ 'a' in none }}"},
+	{"for-with-condition-and-else", "{% for x in [1, 2, 3] if x > 1 %}{{ x }}{% else %}empty{% endfor %}{% for x in [] %}{% else %}none{% endfor %}{% for k, val in v | items %}{{ k }}{% endfor %}"},
+	{"conditional-and-tuple", "{{ 'y' if 1 + 1 == 2 else 'n' }} {{ (1, 2) | length }} {{ ('a' ~ 'b') if v else 'c' }}"},
+	{"tests-with-arguments", "{{ v.z is sameas 1 }} {{ v.z is eq 1 }} {{ v is mapping and v.a is not string }} {{ x is string }}"},
 	{"undefined-prints-empty", "[{{ nothing }}] [{{ v.nothing }}]"},
 }
 

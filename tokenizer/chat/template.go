@@ -192,6 +192,10 @@ func (t *Template) data(in Input) (map[string]jinja.Value, error) {
 	data[filterPrefix+"trim"] = jinja.NewCallable("trim", trimFilter)
 	data[filterPrefix+"string"] = jinja.NewCallable("string", stringFilter)
 	data["range"] = jinja.NewCallable("range", rangeGlobal)
+	data[addFunc] = jinja.NewCallable("add", addOp)
+	data[inFunc] = jinja.NewCallable("in", inOp)
+	data[iterFunc] = jinja.NewCallable("iter", iterOp)
+	data[powFunc] = jinja.NewCallable("pow", powOp)
 	depth := 0
 	// enter and leave open and close a macro body; they print nothing.
 	data[enterFunc] = jinja.NewCallable("enter", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
