@@ -74,7 +74,8 @@
 // see k and v; tests the library lacks (divisibleby) and float literals in
 // exponent form (1e5) fail to render. vLLM also rewrites message content
 // before rendering (parts to a string, or to {"type": ...} dicts, depending
-// on the template): [VLLMMessages] and [Template.ContentFormat] do that,
+// on the template) and its tools (pydantic field order, nulls):
+// [VLLMMessages], [VLLMTools] and [Template.ContentFormat] do that,
 // for the caller to apply.
 //
 // # References read

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -172,9 +173,14 @@ func asObject(v any) (Object, bool) {
 	case Object:
 		return x, true
 	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
 		o := make(Object, 0, len(x))
-		for k, val := range x {
-			o = append(o, Member{Key: k, Value: val})
+		for _, k := range keys {
+			o = append(o, Member{Key: k, Value: x[k]})
 		}
 		return o, true
 	}
@@ -256,4 +262,61 @@ func toolTextContent(parts []any) any {
 		texts = append(texts, s)
 	}
 	return strings.Join(texts, "\n")
+}
+
+// VLLMTools rebuilds a request's tools the way vLLM hands them to the
+// template, as pydantic's model_dump of its ChatCompletionToolsParam:
+// "type" then "function", whose fields come in the model's order, name,
+// description and parameters (null when absent), followed by any other
+// fields in request order (the models allow extra fields). vLLM versions
+// whose FunctionDefinition declares "strict" also emit "strict": null when
+// it is absent; this follows the versions without it. Tools that are not
+// objects, or whose function is not an object, pass through unchanged.
+func VLLMTools(tools []any) []any {
+	if tools == nil {
+		return nil
+	}
+	out := make([]any, len(tools))
+	for i, t := range tools {
+		obj, ok := asObject(t)
+		if !ok {
+			out[i] = t
+			continue
+		}
+		fnv, _ := obj.Get("function")
+		fn, ok := asObject(fnv)
+		if !ok {
+			out[i] = t
+			continue
+		}
+		typ, ok := obj.Get("type")
+		if !ok {
+			typ = "function"
+		}
+		nf := Object{}
+		for _, k := range []string{"name", "description", "parameters"} {
+			v, _ := fn.Get(k)
+			nf = append(nf, Member{Key: k, Value: v})
+		}
+		nf = appendExtra(nf, fn, "name", "description", "parameters")
+		nt := Object{{Key: "type", Value: typ}, {Key: "function", Value: nf}}
+		out[i] = appendExtra(nt, obj, "type", "function")
+	}
+	return out
+}
+
+// appendExtra appends o's members other than known, in o's order (sorted
+// when o came from a Go map).
+func appendExtra(dst, o Object, known ...string) Object {
+	extra := Object{}
+	for _, m := range o {
+		isKnown := false
+		for _, k := range known {
+			isKnown = isKnown || m.Key == k
+		}
+		if !isKnown {
+			extra = append(extra, m)
+		}
+	}
+	return append(dst, extra...)
 }

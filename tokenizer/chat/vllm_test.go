@@ -67,3 +67,19 @@ func TestVLLMMessagesRebuildsContentAsVLLMDoes(t *testing.T) {
 		}
 	}
 }
+
+func TestVLLMToolsFollowsPydanticsFieldOrderWithNulls(t *testing.T) {
+	in := decodeList(t, `[{"function": {"parameters": {"type": "object"}, "x-extra": 1, "name": "f"}, "type": "function"}, {"type": "function", "function": {"name": "g", "strict": true}}]`)
+	got, err := json.Marshal(VLLMTools(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"type":"function","function":{"name":"f","description":null,"parameters":{"type":"object"},"x-extra":1}},` +
+		`{"type":"function","function":{"name":"g","description":null,"parameters":null,"strict":true}}]`
+	if string(got) != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	if VLLMTools(nil) != nil {
+		t.Errorf("no tools must stay nil (None for the template)")
+	}
+}
