@@ -58,7 +58,9 @@
 //   - re-parses expressions with Jinja2's grammar (expr.go) so that "+",
 //     "**", "in", "not in" and for-loop iterables follow Python: "str" +
 //     list or None, iterating None and membership in None are TypeErrors
-//     as in Python, where the library would render something;
+//     as in Python, where the library would render something, and the
+//     list and dict methods the sandbox refuses (append, pop, update, ...)
+//     fail the render;
 //   - counts macro nesting, failing the render past 200 levels where the
 //     library would overflow the Go stack (Python raises RecursionError).
 //
@@ -67,9 +69,8 @@
 // non-container becomes {}) and an empty tool_calls list is dropped, as
 // vLLM's chat_utils._postprocess_messages does.
 //
-// Not reproduced (library gaps no reference template reaches): a
-// template's .append()/.update() calls succeed on the render's private copy
-// where the sandbox raises; recursive for loops (loop(...)) are a render
+// Not reproduced (library gaps no reference template reaches): recursive
+// for loops (loop(...)) are a render
 // error; a destructuring loop's condition ("for k, v in x if k") does not
 // see k and v; tests the library lacks (divisibleby) and float literals in
 // exponent form (1e5) fail to render. vLLM also rewrites message content

@@ -14,11 +14,19 @@ import (
 // not understand is left as written.
 
 const (
-	addFunc  = filterPrefix + "add"
-	inFunc   = filterPrefix + "in"
-	iterFunc = filterPrefix + "iter"
-	powFunc  = filterPrefix + "pow"
+	addFunc    = filterPrefix + "add"
+	inFunc     = filterPrefix + "in"
+	iterFunc   = filterPrefix + "iter"
+	powFunc    = filterPrefix + "pow"
+	unsafeFunc = filterPrefix + "unsafe"
 )
+
+// mutators are the list and dict methods Jinja2's sandbox treats as
+// modifying (its _mutable_spec).
+var mutators = map[string]bool{
+	"append": true, "extend": true, "insert": true, "pop": true, "remove": true, "clear": true,
+	"sort": true, "reverse": true, "update": true, "setdefault": true, "popitem": true,
+}
 
 type exprTok struct {
 	kind byte // 'n' name, 's' string, '0' number, 'o' operator
@@ -416,6 +424,13 @@ func (p *exprParser) postfix(a string) (string, error) {
 				return "", fmt.Errorf("expected a name after '.'")
 			}
 			p.pos++
+			if mutators[t.text] && p.peekIs('o', "(") {
+				// ImmutableSandboxedEnvironment refuses methods that modify
+				// a list or dict; on any other value Python finds no such
+				// method. Either way the call fails.
+				a = unsafeFunc + "('" + t.text + "')"
+				continue
+			}
 			a += "." + t.text
 		case p.accept('o', "["):
 			var parts []string

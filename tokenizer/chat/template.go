@@ -196,6 +196,13 @@ func (t *Template) data(in Input) (map[string]jinja.Value, error) {
 	data[inFunc] = jinja.NewCallable("in", inOp)
 	data[iterFunc] = jinja.NewCallable("iter", iterOp)
 	data[powFunc] = jinja.NewCallable("pow", powOp)
+	data[unsafeFunc] = jinja.NewCallable("unsafe", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		name := ""
+		if len(args) > 0 {
+			name = pyStr(args[0])
+		}
+		return jinja.Value{}, fmt.Errorf("SecurityError: access to method %q is unsafe in the immutable sandbox", name)
+	})
 	depth := 0
 	// enter and leave open and close a macro body; they print nothing.
 	data[enterFunc] = jinja.NewCallable("enter", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
