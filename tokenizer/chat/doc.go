@@ -70,14 +70,16 @@
 // vLLM's chat_utils._postprocess_messages does.
 //
 // Not reproduced (library gaps no reference template reaches): recursive
-// for loops (loop(...)) are a render
-// error; a destructuring loop's condition ("for k, v in x if k") does not
-// see k and v; tests the library lacks (divisibleby) and float literals in
-// exponent form (1e5) fail to render. vLLM also rewrites message content
-// before rendering (parts to a string, or to {"type": ...} dicts, depending
-// on the template) and its tools (pydantic field order, nulls):
-// [VLLMMessages], [VLLMTools] and [Template.ContentFormat] do that,
-// for the caller to apply.
+// for loops (loop(...)) are a render error; a destructuring loop's
+// condition ("for k, v in x if k") does not see k and v; tests the library
+// lacks (divisibleby) and float literals in exponent form (1e5) fail to
+// render.
+//
+// vLLM also rebuilds messages before rendering (content as one string or as
+// typed parts, depending on the template; a fixed set of keys) and dumps
+// tools through pydantic (field order, nulls). [VLLMMessages], [VLLMTools]
+// and [Template.ContentFormat] reproduce that for the caller to apply; Render
+// itself takes messages as apply_chat_template does.
 //
 // # References read
 //
