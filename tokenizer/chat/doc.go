@@ -69,11 +69,11 @@
 // non-container becomes {}) and an empty tool_calls list is dropped, as
 // vLLM's chat_utils._postprocess_messages does.
 //
-// Not reproduced (library gaps no reference template reaches): recursive
-// for loops (loop(...)) are a render error; a destructuring loop's
-// condition ("for k, v in x if k") does not see k and v; tests the library
-// lacks (divisibleby) and float literals in exponent form (1e5) fail to
-// render.
+// Not reproduced (a library gap no reference template reaches): recursive
+// for loops (loop(...)) are a render error. Where the library lacked a
+// piece the expression rewriting adds it: a destructuring loop's condition
+// ("for k, v in x if k"), the divisibleby test, exponent-form and
+// underscored number literals.
 //
 // vLLM also rebuilds messages before rendering (content as one string or as
 // typed parts, depending on the template; a fixed set of keys) and dumps

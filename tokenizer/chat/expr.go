@@ -2,6 +2,7 @@ package chat
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -53,7 +54,7 @@ func lexExpr(s string) ([]exprTok, error) {
 				(s[j] == '+' || s[j] == '-') && (s[j-1] == 'e' || s[j-1] == 'E')) {
 				j++
 			}
-			toks = append(toks, exprTok{'0', s[i:j]})
+			toks = append(toks, exprTok{'0', libNumber(s[i:j])})
 			i = j
 		case c == '\'' || c == '"':
 			j := i + 1
@@ -501,7 +502,26 @@ func (p *exprParser) filters(a string) (string, error) {
 				p.pos++
 			}
 			n := p.peek()
+			testName := t.text
 			switch {
+			case testName == "divisibleby" && (p.peekIs('o', "(") || n.kind == '0' || n.kind == 'n'):
+				// The library lacks this test: x is divisibleby n is x % n == 0.
+				var arg string
+				var err error
+				if p.accept('o', "(") {
+					arg, err = p.args()
+				} else {
+					arg, err = p.primary()
+				}
+				if err != nil {
+					return "", err
+				}
+				neg := strings.HasSuffix(a, " is not divisibleby")
+				base := strings.TrimSuffix(strings.TrimSuffix(a, " is not divisibleby"), " is divisibleby")
+				a = "((" + base + ") % (" + arg + ") == 0)"
+				if neg {
+					a = "(not " + a + ")"
+				}
 			case p.accept('o', "("):
 				args, err := p.args()
 				if err != nil {
@@ -541,22 +561,23 @@ func rewriteExpr(src string) string {
 }
 
 // rewriteStatement rewrites the expressions of if, elif, set and for tags.
-func rewriteStatement(body string) string {
+// after is template source to place right after the tag.
+func rewriteStatement(body string) (out, after string) {
 	kw := firstWord(body)
 	rest := strings.TrimLeft(body, " \t\n")[len(kw):]
 	switch kw {
 	case "if", "elif":
-		return " " + kw + " " + rewriteExpr(rest) + " "
+		return " " + kw + " " + rewriteExpr(rest) + " ", ""
 	case "set":
 		i := topLevelAssign(rest)
 		if i < 0 {
-			return body
+			return body, ""
 		}
-		return " set" + rest[:i+1] + " " + rewriteExpr(rest[i+1:]) + " "
+		return " set" + rest[:i+1] + " " + rewriteExpr(rest[i+1:]) + " ", ""
 	case "for":
 		toks, err := lexExpr(rest)
 		if err != nil {
-			return body
+			return body, ""
 		}
 		in := -1
 		for i, t := range toks {
@@ -566,7 +587,7 @@ func rewriteStatement(body string) string {
 			}
 		}
 		if in < 1 {
-			return body
+			return body, ""
 		}
 		var target []string
 		for _, t := range toks[:in] {
@@ -582,13 +603,34 @@ func rewriteStatement(body string) string {
 			iter += ", " + more
 		}
 		if err != nil {
-			return body
+			return body, ""
 		}
-		out := " for " + strings.Join(target, " ") + " in " + iterFunc + "(" + iter + ")"
+		names := targetNames(toks[:in])
+		if p.peekIs('n', "if") && len(names) > 1 {
+			// The library evaluates a loop condition with only the whole
+			// item bound, so "for k, v in x if k" cannot see k and v: loop
+			// over the item, give the condition item[0], item[1], ..., and
+			// unpack at the top of the body.
+			subst := map[string]string{}
+			for i, n := range names {
+				subst[n] = loopItem + "[" + strconv.Itoa(i) + "]"
+			}
+			rest := p.toks[p.pos:]
+			for i, t := range rest {
+				if r, ok := subst[t.text]; ok && t.kind == 'n' && (i == 0 || rest[i-1].text != ".") {
+					rest[i] = exprTok{'n', r}
+				}
+			}
+			target = []string{loopItem}
+			for i, n := range names {
+				after += "{% set " + n + " = " + loopItem + "[" + strconv.Itoa(i) + "] %}"
+			}
+		}
+		out = " for " + strings.Join(target, " ") + " in " + iterFunc + "(" + iter + ")"
 		if p.accept('n', "if") {
 			cond, err := p.expr()
 			if err != nil {
-				return body
+				return body, ""
 			}
 			out += " if " + cond
 		}
@@ -596,11 +638,29 @@ func rewriteStatement(body string) string {
 			out += " recursive"
 		}
 		if !p.done() {
-			return body
+			return body, ""
 		}
-		return out + " "
+		return out + " ", after
 	}
-	return body
+	return body, ""
+}
+
+const loopItem = filterPrefix + "item"
+
+// targetNames are the names of a for loop's target ("k", "v" of "k, v"),
+// or nil when it is not a plain list of names.
+func targetNames(toks []exprTok) []string {
+	var names []string
+	for i, t := range toks {
+		switch {
+		case i%2 == 0 && t.kind == 'n':
+			names = append(names, t.text)
+		case i%2 == 1 && t.kind == 'o' && t.text == ",":
+		default:
+			return nil
+		}
+	}
+	return names
 }
 
 // topLevelAssign finds the "=" of "set target = value" outside brackets
@@ -633,4 +693,23 @@ func topLevelAssign(s string) int {
 		}
 	}
 	return -1
+}
+
+// libNumber writes a number literal in a form the library reads: without
+// underscores, and an exponent-form float (1e5, which the library does not
+// lex) as a positional one, as Python would value it.
+func libNumber(lit string) string {
+	lit = strings.ReplaceAll(lit, "_", "")
+	if !strings.ContainsAny(lit, "eE") || strings.HasPrefix(lit, "0x") || strings.HasPrefix(lit, "0X") {
+		return lit
+	}
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil {
+		return lit
+	}
+	out := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.Contains(out, ".") {
+		out += ".0"
+	}
+	return out
 }

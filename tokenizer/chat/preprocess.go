@@ -132,7 +132,7 @@ func preprocess(src string) (string, error) {
 			if err != nil {
 				return "", err
 			}
-			nb = rewriteStatement(nb)
+			nb, after := rewriteStatement(nb)
 			kw := firstWord(body)
 			if kw == "endmacro" {
 				out.WriteString(leaveCall)
@@ -140,6 +140,7 @@ func preprocess(src string) (string, error) {
 			out.WriteString("{%")
 			out.WriteString(nb)
 			out.WriteString("%}")
+			out.WriteString(after)
 			if kw == "macro" {
 				out.WriteString(enterCall)
 			}

@@ -50,12 +50,13 @@ var snippets = []struct{ name, src string }{
 	{"string-plus-none-is-an-error", "{{ 'a' + none }}"},
 	{"for-over-none-is-an-error", "{% for x in none %}x{% endfor %}"},
 	{"in-none-is-an-error", "{{ 'a' in none }}"},
-	{"for-with-condition-and-else", "{% for x in [1, 2, 3] if x > 1 %}{{ x }}{% else %}empty{% endfor %}{% for x in [] %}{% else %}none{% endfor %}{% for k, val in v | items %}{{ k }}{% endfor %}"},
+	{"for-with-condition-and-else", "{% for x in [1, 2, 3] if x > 1 %}{{ x }}{% else %}empty{% endfor %}{% for x in [] %}{% else %}none{% endfor %}{% for k, val in v | items if k != 'a' %}{{ k }}{{ loop.index }}/{{ loop.length }}{% endfor %}"},
 	{"conditional-and-tuple", "{{ 'y' if 1 + 1 == 2 else 'n' }} {{ (1, 2) | length }} {{ ('a' ~ 'b') if v else 'c' }}"},
-	{"tests-with-arguments", "{{ v.z is sameas 1 }} {{ v.z is eq 1 }} {{ v is mapping and v.a is not string }} {{ x is string }}"},
+	{"tests-with-arguments", "{{ 3 is divisibleby 3 }} {{ 7 is not divisibleby(2) }} {{ v.z is sameas 1 }} {{ v.z is eq 1 }} {{ v is mapping and v.a is not string }} {{ x is string }}"},
 	{"list-append-is-refused", "{% set l = [1] %}{% set _ = l.append(2) %}{{ l }}"},
 	{"dict-update-is-refused", "{% set d = {'a': 1} %}{{ d.update({'b': 2}) }}"},
 	{"namespace-attribute-set-is-allowed", "{% set ns = namespace(items=[]) %}{% set ns.items = ns.items + [1] %}{{ ns.items }}"},
+	{"number-literals", "{{ 1e5 }} {{ 2.5E-3 }} {{ 1_000 + 1 }} {{ 1e5 | int }}"},
 	{"undefined-prints-empty", "[{{ nothing }}] [{{ v.nothing }}]"},
 }
 

@@ -304,3 +304,33 @@ func TestUnboundedRecursionIsATypedErrorNotACrash(t *testing.T) {
 		}
 	}
 }
+
+func TestATemplateRendersConcurrently(t *testing.T) {
+	tmpl := qwen3Template(t)
+	msgs := conversation30()
+	want, err := tmpl.Render(Input{Messages: msgs, AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			for range 20 {
+				got, err := tmpl.Render(Input{Messages: msgs, AddGenerationPrompt: true})
+				if err == nil && got != want {
+					err = errors.New("a concurrent render differs")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
