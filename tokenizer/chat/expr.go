@@ -20,6 +20,7 @@ const (
 	iterFunc   = filterPrefix + "iter"
 	powFunc    = filterPrefix + "pow"
 	unsafeFunc = filterPrefix + "unsafe"
+	methodFunc = filterPrefix + "method"
 )
 
 // mutators are the list and dict methods Jinja2's sandbox treats as
@@ -28,6 +29,9 @@ var mutators = map[string]bool{
 	"append": true, "extend": true, "insert": true, "pop": true, "remove": true, "clear": true,
 	"sort": true, "reverse": true, "update": true, "setdefault": true, "popitem": true,
 }
+
+// stringMethods are the str methods Switchyard implements itself.
+var stringMethods = map[string]bool{"strip": true, "lstrip": true, "rstrip": true}
 
 type exprTok struct {
 	kind byte // 'n' name, 's' string, '0' number, 'o' operator
@@ -430,6 +434,13 @@ func (p *exprParser) postfix(a string) (string, error) {
 				// a list or dict; on any other value Python finds no such
 				// method. Either way the call fails.
 				a = unsafeFunc + "('" + t.text + "')"
+				continue
+			}
+			if stringMethods[t.text] && p.peekIs('o', "(") {
+				// Python strips all Unicode whitespace; the library's
+				// lstrip/rstrip only " \t\n\r". The method is looked up here
+				// and the call that follows applies it.
+				a = methodFunc + "(" + a + ", '" + t.text + "')"
 				continue
 			}
 			a += "." + t.text

@@ -320,7 +320,7 @@ func trimFilter(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value,
 	if ok && !chars.IsNone() && !chars.IsUndefined() {
 		return jinja.NewString(strings.Trim(s, pyStr(chars))), nil
 	}
-	return jinja.NewString(strings.TrimFunc(s, unicode.IsSpace)), nil
+	return jinja.NewString(strings.TrimFunc(s, pyIsSpace)), nil
 }
 
 // stringFilter is Jinja2's string: str(value).
@@ -504,4 +504,52 @@ func powOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		return jinja.NewInt(r), nil
 	}
 	return jinja.NewFloat(math.Pow(asFloat(a), asFloat(b))), nil
+}
+
+// pyIsSpace is Python's str.isspace for one character: Go's White_Space
+// set plus the ASCII separators U+001C..U+001F.
+func pyIsSpace(r rune) bool {
+	return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f
+}
+
+// methodOp returns the str method name bound to v, for the call that
+// follows: strip, lstrip and rstrip with Python's whitespace and cutsets.
+// On anything but a string the method does not exist and the render fails,
+// as calling Jinja2's undefined attribute does.
+func methodOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 2 || !args[1].IsString() {
+		return jinja.Value{}, fmt.Errorf("method: bad call")
+	}
+	v, name := args[0], args[1].AsString()
+	if !v.IsString() {
+		return jinja.Value{}, fmt.Errorf("UndefinedError: '%s' object has no attribute '%s'", pyTypeName(v), name)
+	}
+	s := v.AsString()
+	return jinja.NewCallable(name, func(cargs []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+		if len(cargs) > 1 || len(kwargs) > 0 {
+			return jinja.Value{}, fmt.Errorf("TypeError: %s expected at most 1 argument", name)
+		}
+		cut := ""
+		useCut := len(cargs) == 1 && !cargs[0].IsNone()
+		if useCut {
+			if !cargs[0].IsString() {
+				return jinja.Value{}, fmt.Errorf("TypeError: %s arg must be None or str", name)
+			}
+			cut = cargs[0].AsString()
+		}
+		switch {
+		case name == "strip" && useCut:
+			return jinja.NewString(strings.Trim(s, cut)), nil
+		case name == "strip":
+			return jinja.NewString(strings.TrimFunc(s, pyIsSpace)), nil
+		case name == "lstrip" && useCut:
+			return jinja.NewString(strings.TrimLeft(s, cut)), nil
+		case name == "lstrip":
+			return jinja.NewString(strings.TrimLeftFunc(s, pyIsSpace)), nil
+		case name == "rstrip" && useCut:
+			return jinja.NewString(strings.TrimRight(s, cut)), nil
+		default:
+			return jinja.NewString(strings.TrimRightFunc(s, pyIsSpace)), nil
+		}
+	}), nil
 }

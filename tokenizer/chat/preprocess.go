@@ -222,7 +222,7 @@ func scanTagEnd(src string, from int, kind tagKind) (body string, right byte, en
 // block or comment tag that starts its line ("+" opts out).
 func applyLeft(text string, left byte, kind tagKind, lineStarting bool) string {
 	if left == '-' {
-		return strings.TrimRightFunc(text, unicode.IsSpace)
+		return strings.TrimRightFunc(text, pyIsSpace)
 	}
 	if left == '+' || kind == tagExpr {
 		return text
@@ -230,7 +230,7 @@ func applyLeft(text string, left byte, kind tagKind, lineStarting bool) string {
 	lpos := strings.LastIndexByte(text, '\n') + 1
 	if lpos > 0 || lineStarting {
 		rest := text[lpos:]
-		if rest != "" && strings.TrimLeftFunc(rest, unicode.IsSpace) == "" {
+		if rest != "" && strings.TrimLeftFunc(rest, pyIsSpace) == "" {
 			return text[:lpos]
 		}
 	}
@@ -255,7 +255,7 @@ func applyRight(src string, end int, right byte, kind tagKind) int {
 func skipSpace(src string, i int) int {
 	for i < len(src) {
 		r, n := utf8.DecodeRuneInString(src[i:])
-		if !unicode.IsSpace(r) {
+		if !pyIsSpace(r) {
 			break
 		}
 		i += n

@@ -57,6 +57,8 @@ var snippets = []struct{ name, src string }{
 	{"dict-update-is-refused", "{% set d = {'a': 1} %}{{ d.update({'b': 2}) }}"},
 	{"namespace-attribute-set-is-allowed", "{% set ns = namespace(items=[]) %}{% set ns.items = ns.items + [1] %}{{ ns.items }}"},
 	{"number-literals", "{{ 1e5 }} {{ 2.5E-3 }} {{ 1_000 + 1 }} {{ 1e5 | int }}"},
+	{"strip-methods-use-python-whitespace", "[{{ ' \\u2028\\x0b\\xa0x\\x1c\\u3000 '.rstrip() }}] [{{ '\\u2028 x \\x0c'.lstrip() }}] [{{ '\\x1fx\\u2029'.strip() }}] [{{ 'xxaxx'.strip('x') }}] [{{ '--a'.lstrip('-') }}] [{{ 'a  '.rstrip(none) }}] [{{ ' \\u2028y ' | trim }}]"},
+	{"strip-on-none-fails", "{{ none.strip() }}"},
 	{"undefined-prints-empty", "[{{ nothing }}] [{{ v.nothing }}]"},
 }
 

@@ -196,6 +196,7 @@ func (t *Template) data(in Input) (map[string]jinja.Value, error) {
 	data[inFunc] = jinja.NewCallable("in", inOp)
 	data[iterFunc] = jinja.NewCallable("iter", iterOp)
 	data[powFunc] = jinja.NewCallable("pow", powOp)
+	data[methodFunc] = jinja.NewCallable("method", methodOp)
 	data[unsafeFunc] = jinja.NewCallable("unsafe", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		name := ""
 		if len(args) > 0 {
