@@ -86,7 +86,7 @@ func TestRandomConversationsRenderAsPythonJinja2(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range 40 {
+		for i := range 80 {
 			msgs, tools := randomConversation(r)
 			if i%2 == 1 {
 				msgs, tools = VLLMMessages(msgs, tmpl.ContentFormat()), VLLMTools(tools)
