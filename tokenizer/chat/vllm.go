@@ -44,7 +44,9 @@ var (
 // here on its block tags: "openai" when the template loops over the content
 // of a message, where a message is the target of a loop over messages (or
 // over a variable set from messages, a slice of it, or a filter of it),
-// "string" otherwise.
+// "string" otherwise. vLLM detects on the template it resolved for the
+// request; for a tokenizer_config with a "tool_use" variant this answers
+// "openai" when either variant loops over content.
 func (t *Template) ContentFormat() ContentFormat {
 	if t.toolUse != nil && t.toolUse.ContentFormat() == ContentOpenAI {
 		return ContentOpenAI
