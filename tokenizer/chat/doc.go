@@ -53,14 +53,14 @@
 //   - prints every {{ }} through Python's str() (None, floats' repr,
 //     list and dict repr);
 //   - renames tojson, sort (attribute=, case-insensitive), length/count
-//     (code points; None is a TypeError), trim and string (str() of None) to
-//     Python-faithful versions; range() has the sandbox's MAX_RANGE;
+//     (code points; None is a TypeError), trim, string and join (str() of
+//     None) to Python-faithful versions; range() has the sandbox's MAX_RANGE;
 //   - re-parses expressions with Jinja2's grammar (expr.go) so that "+",
-//     "**", "in", "not in" and for-loop iterables follow Python: "str" +
-//     list or None, iterating None and membership in None are TypeErrors
-//     as in Python, where the library would render something, and the
-//     list and dict methods the sandbox refuses (append, pop, update, ...)
-//     fail the render;
+//     "~", "**", "in", "not in", strip/lstrip/rstrip and for-loop iterables
+//     follow Python: "str" + list or None, iterating None and membership
+//     in None are TypeErrors as in Python, where the library would render
+//     something, and the list and dict methods the sandbox refuses
+//     (append, pop, update, ...) fail the render;
 //   - counts macro nesting, failing the render past 200 levels where the
 //     library would overflow the Go stack (Python raises RecursionError).
 //

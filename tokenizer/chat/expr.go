@@ -21,6 +21,7 @@ const (
 	powFunc    = filterPrefix + "pow"
 	unsafeFunc = filterPrefix + "unsafe"
 	methodFunc = filterPrefix + "method"
+	concatFunc = filterPrefix + "concat"
 )
 
 // mutators are the list and dict methods Jinja2's sandbox treats as
@@ -264,7 +265,7 @@ func (p *exprParser) concat() (string, error) {
 	for err == nil && p.accept('o', "~") {
 		var b string
 		b, err = p.math2()
-		a = a + " ~ " + b
+		a = concatFunc + "(" + a + ", " + b + ")"
 	}
 	return a, err
 }

@@ -553,3 +553,57 @@ func methodOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error)
 		}
 	}), nil
 }
+
+// concatOp is Jinja2's a ~ b: str() of both, so None is "None".
+func concatOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 2 {
+		return jinja.Value{}, fmt.Errorf("concat: want two operands")
+	}
+	return jinja.NewString(pyStr(args[0]) + pyStr(args[1])), nil
+}
+
+// joinFilter is Jinja2's join(value, d=”, attribute=None): str() of each
+// item (of each item's attribute), joined by d.
+func joinFilter(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Value{}, fmt.Errorf("join: missing value")
+	}
+	sep, attr := "", jinja.None()
+	if len(args) > 1 {
+		sep = pyStr(args[1])
+	}
+	if len(args) > 2 {
+		attr = args[2]
+	}
+	if v, ok := kwargs["d"]; ok {
+		sep = pyStr(v)
+	}
+	if v, ok := kwargs["attribute"]; ok {
+		attr = v
+	}
+	var items []jinja.Value
+	v := args[0]
+	switch {
+	case v.IsList():
+		items = v.AsList().Items
+	case v.IsDict():
+		for _, k := range v.AsDict().Keys {
+			items = append(items, jinja.NewString(k))
+		}
+	case v.IsString():
+		for _, r := range v.AsString() {
+			items = append(items, jinja.NewString(string(r)))
+		}
+	case v.IsUndefined():
+	default:
+		return jinja.Value{}, fmt.Errorf("TypeError: '%s' object is not iterable", pyTypeName(v))
+	}
+	parts := make([]string, len(items))
+	for i, it := range items {
+		if !attr.IsNone() && !attr.IsUndefined() {
+			it = lookupPath(it, pyStr(attr))
+		}
+		parts[i] = pyStr(it)
+	}
+	return jinja.NewString(strings.Join(parts, sep)), nil
+}

@@ -37,6 +37,7 @@ var overriddenFilters = map[string]bool{
 	"count":  true,
 	"trim":   true,
 	"string": true,
+	"join":   true,
 }
 
 const printFilter = filterPrefix + "print"

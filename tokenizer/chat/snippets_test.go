@@ -59,6 +59,7 @@ var snippets = []struct{ name, src string }{
 	{"number-literals", "{{ 1e5 }} {{ 2.5E-3 }} {{ 1_000 + 1 }} {{ 1e5 | int }}"},
 	{"strip-methods-use-python-whitespace", "[{{ ' \\u2028\\x0b\\xa0x\\x1c\\u3000 '.rstrip() }}] [{{ '\\u2028 x \\x0c'.lstrip() }}] [{{ '\\x1fx\\u2029'.strip() }}] [{{ 'xxaxx'.strip('x') }}] [{{ '--a'.lstrip('-') }}] [{{ 'a  '.rstrip(none) }}] [{{ ' \\u2028y ' | trim }}]"},
 	{"strip-on-none-fails", "{{ none.strip() }}"},
+	{"tilde-and-join-print-as-str", "{{ 'a' ~ none ~ 1.0 ~ [1] ~ true }} {{ [1, none, 'x', 2.5] | join(',') }} {{ items | join('|', attribute='type') }} {{ 'abc' | join('-') }} {{ v | join }}"},
 	{"undefined-prints-empty", "[{{ nothing }}] [{{ v.nothing }}]"},
 }
 

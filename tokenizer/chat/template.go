@@ -197,6 +197,8 @@ func (t *Template) data(in Input) (map[string]jinja.Value, error) {
 	data[iterFunc] = jinja.NewCallable("iter", iterOp)
 	data[powFunc] = jinja.NewCallable("pow", powOp)
 	data[methodFunc] = jinja.NewCallable("method", methodOp)
+	data[concatFunc] = jinja.NewCallable("concat", concatOp)
+	data[filterPrefix+"join"] = jinja.NewCallable("join", joinFilter)
 	data[unsafeFunc] = jinja.NewCallable("unsafe", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		name := ""
 		if len(args) > 0 {
