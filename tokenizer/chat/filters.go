@@ -2,6 +2,7 @@ package chat
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -319,7 +320,7 @@ func trimFilter(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value,
 	if ok && !chars.IsNone() && !chars.IsUndefined() {
 		return jinja.NewString(strings.Trim(s, pyStr(chars))), nil
 	}
-	return jinja.NewString(strings.TrimFunc(s, unicode.IsSpace)), nil
+	return jinja.NewString(strings.TrimFunc(s, pyIsSpace)), nil
 }
 
 // stringFilter is Jinja2's string: str(value).
@@ -328,4 +329,281 @@ func stringFilter(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, er
 		return jinja.Value{}, fmt.Errorf("string: missing value")
 	}
 	return jinja.NewString(pyStr(args[0])), nil
+}
+
+// maxRange is Jinja2's sandbox limit on range() (MAX_RANGE): a template
+// cannot make the render build an enormous list.
+const maxRange = 100000
+
+// rangeGlobal is range(stop) / range(start, stop[, step]) with the
+// sandbox's limit.
+func rangeGlobal(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	var n [3]int64
+	for i, a := range args {
+		if i >= 3 || !a.IsInt() && !a.IsBool() {
+			return jinja.Value{}, fmt.Errorf("TypeError: range() takes 1 to 3 integers")
+		}
+		if a.IsBool() {
+			if a.AsBool() {
+				n[i] = 1
+			}
+			continue
+		}
+		n[i] = a.AsInt()
+	}
+	start, stop, step := int64(0), int64(0), int64(1)
+	switch len(args) {
+	case 1:
+		stop = n[0]
+	case 2:
+		start, stop = n[0], n[1]
+	case 3:
+		start, stop, step = n[0], n[1], n[2]
+	default:
+		return jinja.Value{}, fmt.Errorf("TypeError: range expected at least 1 argument, got 0")
+	}
+	if step == 0 {
+		return jinja.Value{}, fmt.Errorf("ValueError: range() arg 3 must not be zero")
+	}
+	var count int64
+	switch {
+	case step > 0 && stop > start:
+		count = (stop - start + step - 1) / step
+	case step < 0 && stop < start:
+		count = (start - stop - step - 1) / -step
+	}
+	if count < 0 || count > maxRange {
+		return jinja.Value{}, fmt.Errorf("OverflowError: range too big, the sandbox blocks ranges larger than MAX_RANGE (%d)", maxRange)
+	}
+	items := make([]jinja.Value, count)
+	for i := range items {
+		items[i] = jinja.NewInt(start + int64(i)*step)
+	}
+	return jinja.NewList(items), nil
+}
+
+func isNumber(v jinja.Value) bool { return v.IsInt() || v.IsFloat() || v.IsBool() }
+
+func asFloat(v jinja.Value) float64 {
+	switch {
+	case v.IsInt():
+		return float64(v.AsInt())
+	case v.IsFloat():
+		return v.AsFloat()
+	case v.IsBool() && v.AsBool():
+		return 1
+	}
+	return 0
+}
+
+func asInt(v jinja.Value) int64 {
+	if v.IsInt() {
+		return v.AsInt()
+	}
+	if v.IsBool() && v.AsBool() {
+		return 1
+	}
+	return 0
+}
+
+// addOp is Python's a + b: numbers add, strings and lists concatenate,
+// anything else is a TypeError (the library joins a string with anything).
+func addOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 2 {
+		return jinja.Value{}, fmt.Errorf("add: want two operands")
+	}
+	a, b := args[0], args[1]
+	switch {
+	case a.IsUndefined() || b.IsUndefined():
+		return jinja.Value{}, fmt.Errorf("UndefinedError: an operand of + is undefined")
+	case isNumber(a) && isNumber(b):
+		if (a.IsInt() || a.IsBool()) && (b.IsInt() || b.IsBool()) {
+			return jinja.NewInt(asInt(a) + asInt(b)), nil
+		}
+		return jinja.NewFloat(asFloat(a) + asFloat(b)), nil
+	case a.IsString() && b.IsString():
+		return jinja.NewString(a.AsString() + b.AsString()), nil
+	case a.IsList() && b.IsList():
+		items := make([]jinja.Value, 0, a.AsList().Len()+b.AsList().Len())
+		items = append(items, a.AsList().Items...)
+		items = append(items, b.AsList().Items...)
+		return jinja.NewList(items), nil
+	case a.IsString() || a.IsList():
+		return jinja.Value{}, fmt.Errorf("TypeError: can only concatenate %s (not \"%s\") to %s", pyTypeName(a), pyTypeName(b), pyTypeName(a))
+	}
+	return jinja.Value{}, fmt.Errorf("TypeError: unsupported operand type(s) for +: '%s' and '%s'", pyTypeName(a), pyTypeName(b))
+}
+
+// pyEqual is Python's ==, under which 1 == 1.0 == True.
+func pyEqual(a, b jinja.Value) bool {
+	if isNumber(a) && isNumber(b) {
+		return asFloat(a) == asFloat(b)
+	}
+	return a.Equals(b)
+}
+
+// inOp is Python's a in b: a substring, a list member, a dict key; an
+// undefined container holds nothing; None and numbers are a TypeError.
+func inOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 2 {
+		return jinja.Value{}, fmt.Errorf("in: want two operands")
+	}
+	a, b := args[0], args[1]
+	switch {
+	case b.IsString():
+		if !a.IsString() {
+			return jinja.Value{}, fmt.Errorf("TypeError: 'in <string>' requires string as left operand, not %s", pyTypeName(a))
+		}
+		return jinja.NewBool(strings.Contains(b.AsString(), a.AsString())), nil
+	case b.IsList():
+		for _, it := range b.AsList().Items {
+			if pyEqual(a, it) {
+				return jinja.NewBool(true), nil
+			}
+		}
+		return jinja.NewBool(false), nil
+	case b.IsDict():
+		if !a.IsString() {
+			return jinja.NewBool(false), nil
+		}
+		return jinja.NewBool(b.AsDict().Has(a.AsString())), nil
+	case b.IsUndefined():
+		return jinja.NewBool(false), nil
+	}
+	return jinja.Value{}, fmt.Errorf("TypeError: argument of type '%s' is not iterable", pyTypeName(b))
+}
+
+// iterOp lets a for loop run over what Python can iterate and fails on the
+// rest (None, numbers), where the library would loop zero times.
+func iterOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 1 {
+		return jinja.Value{}, fmt.Errorf("iter: want one operand")
+	}
+	v := args[0]
+	if v.IsNone() || isNumber(v) || v.IsCallable() {
+		return jinja.Value{}, fmt.Errorf("TypeError: '%s' object is not iterable", pyTypeName(v))
+	}
+	return v, nil
+}
+
+// powOp is Python's a ** b: an int for ints with a non-negative exponent
+// (the library always makes a float).
+func powOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 2 || !isNumber(args[0]) || !isNumber(args[1]) {
+		return jinja.Value{}, fmt.Errorf("TypeError: unsupported operand type(s) for ** or pow()")
+	}
+	a, b := args[0], args[1]
+	if !a.IsFloat() && !b.IsFloat() && asInt(b) >= 0 {
+		r, base, e := int64(1), asInt(a), asInt(b)
+		if e > 4096 {
+			return jinja.Value{}, fmt.Errorf("OverflowError: exponent %d too large", e)
+		}
+		for range e {
+			r *= base
+		}
+		return jinja.NewInt(r), nil
+	}
+	return jinja.NewFloat(math.Pow(asFloat(a), asFloat(b))), nil
+}
+
+// pyIsSpace is Python's str.isspace for one character: Go's White_Space
+// set plus the ASCII separators U+001C..U+001F.
+func pyIsSpace(r rune) bool {
+	return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f
+}
+
+// methodOp returns the str method name bound to v, for the call that
+// follows: strip, lstrip and rstrip with Python's whitespace and cutsets.
+// On anything but a string the method does not exist and the render fails,
+// as calling Jinja2's undefined attribute does.
+func methodOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 2 || !args[1].IsString() {
+		return jinja.Value{}, fmt.Errorf("method: bad call")
+	}
+	v, name := args[0], args[1].AsString()
+	if !v.IsString() {
+		return jinja.Value{}, fmt.Errorf("UndefinedError: '%s' object has no attribute '%s'", pyTypeName(v), name)
+	}
+	s := v.AsString()
+	return jinja.NewCallable(name, func(cargs []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+		if len(cargs) > 1 || len(kwargs) > 0 {
+			return jinja.Value{}, fmt.Errorf("TypeError: %s expected at most 1 argument", name)
+		}
+		cut := ""
+		useCut := len(cargs) == 1 && !cargs[0].IsNone()
+		if useCut {
+			if !cargs[0].IsString() {
+				return jinja.Value{}, fmt.Errorf("TypeError: %s arg must be None or str", name)
+			}
+			cut = cargs[0].AsString()
+		}
+		switch {
+		case name == "strip" && useCut:
+			return jinja.NewString(strings.Trim(s, cut)), nil
+		case name == "strip":
+			return jinja.NewString(strings.TrimFunc(s, pyIsSpace)), nil
+		case name == "lstrip" && useCut:
+			return jinja.NewString(strings.TrimLeft(s, cut)), nil
+		case name == "lstrip":
+			return jinja.NewString(strings.TrimLeftFunc(s, pyIsSpace)), nil
+		case name == "rstrip" && useCut:
+			return jinja.NewString(strings.TrimRight(s, cut)), nil
+		default:
+			return jinja.NewString(strings.TrimRightFunc(s, pyIsSpace)), nil
+		}
+	}), nil
+}
+
+// concatOp is Jinja2's a ~ b: str() of both, so None is "None".
+func concatOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 2 {
+		return jinja.Value{}, fmt.Errorf("concat: want two operands")
+	}
+	return jinja.NewString(pyStr(args[0]) + pyStr(args[1])), nil
+}
+
+// joinFilter is Jinja2's join(value, d=”, attribute=None): str() of each
+// item (of each item's attribute), joined by d.
+func joinFilter(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Value{}, fmt.Errorf("join: missing value")
+	}
+	sep, attr := "", jinja.None()
+	if len(args) > 1 {
+		sep = pyStr(args[1])
+	}
+	if len(args) > 2 {
+		attr = args[2]
+	}
+	if v, ok := kwargs["d"]; ok {
+		sep = pyStr(v)
+	}
+	if v, ok := kwargs["attribute"]; ok {
+		attr = v
+	}
+	var items []jinja.Value
+	v := args[0]
+	switch {
+	case v.IsList():
+		items = v.AsList().Items
+	case v.IsDict():
+		for _, k := range v.AsDict().Keys {
+			items = append(items, jinja.NewString(k))
+		}
+	case v.IsString():
+		for _, r := range v.AsString() {
+			items = append(items, jinja.NewString(string(r)))
+		}
+	case v.IsUndefined():
+	default:
+		return jinja.Value{}, fmt.Errorf("TypeError: '%s' object is not iterable", pyTypeName(v))
+	}
+	parts := make([]string, len(items))
+	for i, it := range items {
+		if !attr.IsNone() && !attr.IsUndefined() {
+			it = lookupPath(it, pyStr(attr))
+		}
+		parts[i] = pyStr(it)
+	}
+	return jinja.NewString(strings.Join(parts, sep)), nil
 }

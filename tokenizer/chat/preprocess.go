@@ -37,9 +37,34 @@ var overriddenFilters = map[string]bool{
 	"count":  true,
 	"trim":   true,
 	"string": true,
+	"join":   true,
 }
 
 const printFilter = filterPrefix + "print"
+
+// The library recurses on the Go stack for each macro call, and a Go stack
+// overflow kills the process. Python stops such a template with
+// RecursionError; here every macro body counts its depth and the render
+// fails past maxRecursion. (The library has no recursive for loops: loop()
+// is not callable, a render error.)
+const (
+	enterFunc = filterPrefix + "enter"
+	leaveFunc = filterPrefix + "leave"
+	enterCall = "{{ " + enterFunc + "() }}"
+	leaveCall = "{{ " + leaveFunc + "() }}"
+)
+
+const maxRecursion = 200
+
+// firstWord is a block tag's keyword.
+func firstWord(body string) string {
+	body = strings.TrimLeft(body, " \t\n")
+	e := 0
+	for e < len(body) && isIdentByte(body[e]) {
+		e++
+	}
+	return body[:e]
+}
 
 type tagKind int
 
@@ -97,6 +122,7 @@ func preprocess(src string) (string, error) {
 			if err != nil {
 				return "", err
 			}
+			nb = rewriteExpr(nb)
 			out.WriteString("{{ (")
 			out.WriteString(nb)
 			out.WriteString(") | ")
@@ -107,9 +133,18 @@ func preprocess(src string) (string, error) {
 			if err != nil {
 				return "", err
 			}
+			nb, after := rewriteStatement(nb)
+			kw := firstWord(body)
+			if kw == "endmacro" {
+				out.WriteString(leaveCall)
+			}
 			out.WriteString("{%")
 			out.WriteString(nb)
 			out.WriteString("%}")
+			out.WriteString(after)
+			if kw == "macro" {
+				out.WriteString(enterCall)
+			}
 		}
 		pos = applyRight(src, end, right, kind)
 		if pos >= len(src) {
@@ -147,9 +182,10 @@ func scanTagEnd(src string, from int, kind tagKind) (body string, right byte, en
 	for j := from; j < len(src); j++ {
 		c := src[j]
 		if quote != 0 {
-			if c == '\\' {
+			switch c {
+			case '\\':
 				j++
-			} else if c == quote {
+			case quote:
 				quote = 0
 			}
 			continue
@@ -187,7 +223,7 @@ func scanTagEnd(src string, from int, kind tagKind) (body string, right byte, en
 // block or comment tag that starts its line ("+" opts out).
 func applyLeft(text string, left byte, kind tagKind, lineStarting bool) string {
 	if left == '-' {
-		return strings.TrimRightFunc(text, unicode.IsSpace)
+		return strings.TrimRightFunc(text, pyIsSpace)
 	}
 	if left == '+' || kind == tagExpr {
 		return text
@@ -195,7 +231,7 @@ func applyLeft(text string, left byte, kind tagKind, lineStarting bool) string {
 	lpos := strings.LastIndexByte(text, '\n') + 1
 	if lpos > 0 || lineStarting {
 		rest := text[lpos:]
-		if rest != "" && strings.TrimLeftFunc(rest, unicode.IsSpace) == "" {
+		if rest != "" && strings.TrimLeftFunc(rest, pyIsSpace) == "" {
 			return text[:lpos]
 		}
 	}
@@ -220,7 +256,7 @@ func applyRight(src string, end int, right byte, kind tagKind) int {
 func skipSpace(src string, i int) int {
 	for i < len(src) {
 		r, n := utf8.DecodeRuneInString(src[i:])
-		if !unicode.IsSpace(r) {
+		if !pyIsSpace(r) {
 			break
 		}
 		i += n

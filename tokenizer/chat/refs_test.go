@@ -3,10 +3,10 @@ package chat
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -26,23 +26,24 @@ var moduleDirs sync.Map
 // cannot be had.
 func moduleDir(t testing.TB, module string) string {
 	t.Helper()
-	if d, ok := moduleDirs.Load(module); ok {
-		return d.(string)
-	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
-	}
-	out, err := exec.Command(goBin, "mod", "download", "-json", module).Output()
+	dir, err := findModuleDir(module)
 	if err != nil {
 		t.Skipf("reference module %s is not in the module cache and cannot be downloaded: %v", module, err)
 	}
+	return dir
+}
+
+func findModuleDir(module string) (string, error) {
+	if d, ok := moduleDirs.Load(module); ok {
+		return d.(string), nil
+	}
+	out, err := exec.Command("go", "mod", "download", "-json", module).Output()
 	var info struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
-		t.Skipf("reference module %s: go mod download gave no directory (%s)", module, info.Error)
+	if jerr := json.Unmarshal(out, &info); jerr != nil || info.Dir == "" {
+		return "", fmt.Errorf("go mod download: %v %s", err, info.Error)
 	}
 	moduleDirs.Store(module, info.Dir)
-	return info.Dir
+	return info.Dir, nil
 }
 
 type refTemplate struct {

@@ -42,10 +42,30 @@ var snippets = []struct{ name, src string }{
 	{"strftime-now", "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%A %B %-d %H:%M:%S %j %y %p %I') }} {{ strftime_now('%Y-%m-%d') }}"},
 	{"generation-tag", "{% generation %}gen{% endgeneration %}"},
 	{"raise-exception", "{{ raise_exception('no ' ~ x) }}"},
+	{"recursive-macro", "{% macro walk(v) %}{% if v is mapping %}{% for k, x in v.items() %}{{ k }}:{{ walk(x) }};{% endfor %}{% else %}{{ v }}{% endif %}{% endmacro %}{{ walk(v) }}"},
+	{"unbounded-recursion-fails", "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}"},
+	{"add-numbers-strings-lists", "{{ 1 + 2 }} {{ 1 + 2.5 }} {{ 'a' + 'b' }} {{ [1] + [2] }} {{ true + 1 }} {{ -1 + +2 }} {{ 2 ** 3 + 7 // 2 - 1 }}"},
+	{"in-operator", "{{ 'a' in 'cat' }} {{ 2 in [1, 2.0] }} {{ 'k' in {'k': 1} }} {{ 'x' not in ['y'] }} {{ not 1 in v.a }} {{ 'q' in nothing }}"},
+	{"string-plus-list-is-an-error", "{{ 'a' + [1] }}"},
+	{"string-plus-none-is-an-error", "{{ 'a' + none }}"},
+	{"for-over-none-is-an-error", "{% for x in none %}x{% endfor %}"},
+	{"in-none-is-an-error", "{{ 'a' in none }}"},
+	{"for-with-condition-and-else", "{% for x in [1, 2, 3] if x > 1 %}{{ x }}{% else %}empty{% endfor %}{% for x in [] %}{% else %}none{% endfor %}{% for k, val in v | items if k != 'a' %}{{ k }}{{ loop.index }}/{{ loop.length }}{% endfor %}"},
+	{"conditional-and-tuple", "{{ 'y' if 1 + 1 == 2 else 'n' }} {{ (1, 2) | length }} {{ ('a' ~ 'b') if v else 'c' }}"},
+	{"tests-with-arguments", "{{ 3 is divisibleby 3 }} {{ 7 is not divisibleby(2) }} {{ v.z is sameas 1 }} {{ v.z is eq 1 }} {{ v is mapping and v.a is not string }} {{ x is string }}"},
+	{"list-append-is-refused", "{% set l = [1] %}{% set _ = l.append(2) %}{{ l }}"},
+	{"dict-update-is-refused", "{% set d = {'a': 1} %}{{ d.update({'b': 2}) }}"},
+	{"namespace-attribute-set-is-allowed", "{% set ns = namespace(items=[]) %}{% set ns.items = ns.items + [1] %}{{ ns.items }}"},
+	{"number-literals", "{{ 1e5 }} {{ 2.5E-3 }} {{ 1_000 + 1 }} {{ 1e5 | int }}"},
+	{"strip-methods-use-python-whitespace", "[{{ ' \\u2028\\x0b\\xa0x\\x1c\\u3000 '.rstrip() }}] [{{ '\\u2028 x \\x0c'.lstrip() }}] [{{ '\\x1fx\\u2029'.strip() }}] [{{ 'xxaxx'.strip('x') }}] [{{ '--a'.lstrip('-') }}] [{{ 'a  '.rstrip(none) }}] [{{ ' \\u2028y ' | trim }}]"},
+	{"strip-on-none-fails", "{{ none.strip() }}"},
+	{"tilde-and-join-print-as-str", "{{ 'a' ~ none ~ 1.0 ~ [1] ~ true }} {{ [1, none, 'x', 2.5] | join(',') }} {{ items | join('|', attribute='type') }} {{ 'abc' | join('-') }} {{ v | join }}"},
 	{"undefined-prints-empty", "[{{ nothing }}] [{{ v.nothing }}]"},
 }
 
 const snippetVar = `{"z": 1, "é": "ü 😀", "a": [1, 2.5, 1.0, 1e16, 1234567.5, -0.0001, true, null, "x\"y\\z\n\u0001"], "m": {}}`
+
+const snippetTree = `[{"name": "a", "kids": [{"name": "b", "kids": [{"name": "c", "kids": []}]}, {"name": "d"}]}, {"name": "e"}]`
 
 // TestSnippetsRenderAsPythonJinja2 checks each behaviour in isolation,
 // against python3-jinja2 in transformers' environment.
@@ -54,8 +74,9 @@ func TestSnippetsRenderAsPythonJinja2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tree := decodeList(t, snippetTree)
 	items := decodeList(t, `[{"type": "text"}, {"type": "image_url"}, {"type": "audio"}]`)
-	kwargs := `{"x": "max", "v": ` + snippetVar + `, "items": [{"type": "text"}, {"type": "image_url"}, {"type": "audio"}]}`
+	kwargs := `{"x": "max", "v": ` + snippetVar + `, "items": [{"type": "text"}, {"type": "image_url"}, {"type": "audio"}], "tree": ` + snippetTree + `}`
 	cases := make([]pyCase, len(snippets))
 	for i, s := range snippets {
 		cases[i] = pyCase{ID: s.name, Template: s.src, Messages: []byte("[]"), Kwargs: []byte(kwargs), Now: fixedNowISO}
@@ -69,7 +90,7 @@ func TestSnippetsRenderAsPythonJinja2(t *testing.T) {
 			continue
 		}
 		got, err := tmpl.Render(Input{
-			Kwargs: map[string]any{"x": "max", "v": v, "items": items},
+			Kwargs: map[string]any{"x": "max", "v": v, "items": items, "tree": tree},
 			Now:    func() time.Time { return fixedNow },
 		})
 		switch {

@@ -191,6 +191,34 @@ func (t *Template) data(in Input) (map[string]jinja.Value, error) {
 	data[filterPrefix+"count"] = jinja.NewCallable("count", lengthFilter)
 	data[filterPrefix+"trim"] = jinja.NewCallable("trim", trimFilter)
 	data[filterPrefix+"string"] = jinja.NewCallable("string", stringFilter)
+	data["range"] = jinja.NewCallable("range", rangeGlobal)
+	data[addFunc] = jinja.NewCallable("add", addOp)
+	data[inFunc] = jinja.NewCallable("in", inOp)
+	data[iterFunc] = jinja.NewCallable("iter", iterOp)
+	data[powFunc] = jinja.NewCallable("pow", powOp)
+	data[methodFunc] = jinja.NewCallable("method", methodOp)
+	data[concatFunc] = jinja.NewCallable("concat", concatOp)
+	data[filterPrefix+"join"] = jinja.NewCallable("join", joinFilter)
+	data[unsafeFunc] = jinja.NewCallable("unsafe", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		name := ""
+		if len(args) > 0 {
+			name = pyStr(args[0])
+		}
+		return jinja.Value{}, fmt.Errorf("SecurityError: access to method %q is unsafe in the immutable sandbox", name)
+	})
+	depth := 0
+	// enter and leave open and close a macro body; they print nothing.
+	data[enterFunc] = jinja.NewCallable("enter", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		depth++
+		if depth > maxRecursion {
+			return jinja.Value{}, fmt.Errorf("RecursionError: macros or recursive loops nested deeper than %d", maxRecursion)
+		}
+		return jinja.NewString(""), nil
+	})
+	data[leaveFunc] = jinja.NewCallable("leave", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		depth--
+		return jinja.NewString(""), nil
+	})
 	data[printFilter] = jinja.NewCallable("print", printValue)
 	return data, nil
 }

@@ -86,12 +86,14 @@ func TestToolCallArgumentsGivenAsJSONStringsReachTheTemplateAsObjects(t *testing
 }
 
 func TestTemplatesCannotModifyTheirInputs(t *testing.T) {
-	tmpl, err := Parse("{% set _ = messages[0].update({'content': 'changed'}) %}{% set _ = messages.append(1) %}{{ messages | length }}")
+	tmpl, err := Parse("{% set _ = messages[0].update({'content': 'changed'}) %}{{ messages | length }}")
 	if err != nil {
 		t.Fatal(err)
 	}
 	msgs := []any{map[string]any{"role": "user", "content": "original"}}
-	_, _ = tmpl.Render(Input{Messages: msgs})
+	if _, err := tmpl.Render(Input{Messages: msgs}); !errors.Is(err, ErrTemplate) || !strings.Contains(err.Error(), "unsafe") {
+		t.Errorf("a mutating method must fail the render as in the sandbox, got %v", err)
+	}
 	if len(msgs) != 1 || msgs[0].(map[string]any)["content"] != "original" {
 		t.Errorf("messages were modified: %#v", msgs)
 	}
@@ -283,6 +285,52 @@ func TestPyFloatReprMatchesPython(t *testing.T) {
 	} {
 		if got := pyFloatRepr(f); got != want {
 			t.Errorf("repr(%v) = %q, want %q", f, got, want)
+		}
+	}
+}
+
+func TestUnboundedRecursionIsATypedErrorNotACrash(t *testing.T) {
+	for name, src := range map[string]string{
+		"macro":          "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+		"recursive-loop": "{% for m in messages recursive %}{{ loop(messages) }}{% endfor %}",
+	} {
+		tmpl, err := ParseNamed(name, src)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		_, err = tmpl.Render(Input{Messages: []any{map[string]any{"role": "user"}}})
+		if !errors.Is(err, ErrTemplate) {
+			t.Errorf("%s: want ErrTemplate, got %v", name, err)
+		}
+	}
+}
+
+func TestATemplateRendersConcurrently(t *testing.T) {
+	tmpl := qwen3Template(t)
+	msgs := conversation30()
+	want, err := tmpl.Render(Input{Messages: msgs, AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			for range 20 {
+				got, err := tmpl.Render(Input{Messages: msgs, AddGenerationPrompt: true})
+				if err == nil && got != want {
+					err = errors.New("a concurrent render differs")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
 		}
 	}
 }
