@@ -29,6 +29,9 @@
 // /tokenize request and response fields), vllm/entrypoints/chat_utils.py
 // (text parts joined with "\n"; tool_calls arguments parsed from JSON
 // strings into objects, empty tool_calls dropped, before the template).
+// Messages and tools reach templates rebuilt as vLLM rebuilds them
+// (tokenizer/chat's VLLMMessages, VLLMTools and ContentFormat), with the
+// placeholders above standing for media parts.
 //
 // Concurrency: Tokenize, Model and Info are safe for concurrent use and
 // never block on loading: the resolved model map is an immutable snapshot

@@ -122,7 +122,8 @@ type Message struct {
 	Raw json.RawMessage
 	// plain is set when Raw holds role and content only; roleFirst says
 	// which came first. A template then gets the message without decoding
-	// Raw again, most of a long conversation's rendering cost.
+	// Raw again, most of a long conversation's rendering cost (vLLM
+	// rebuilds messages as role then content anyway).
 	plain, roleFirst bool
 }
 

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -149,7 +148,7 @@ func newModel(spec, digest string, tok *tokenizer.Model, cfg, tmpl []byte, prefi
 	if ct.vars["eos_token"] == nil && tok.EOSToken() != "" {
 		ct.vars["eos_token"] = tok.EOSToken()
 	}
-	ct.openAIContent = iteratesContent.MatchString(ct.t.Source())
+	ct.openAIContent = ct.t.ContentFormat() == chat.ContentOpenAI
 	m := &Model{Spec: spec, Digest: digest, Encode: tok.Encode, Decode: tok.Decode, Template: ct,
 		Describe: fmt.Sprintf("%d ids, template %s", tok.VocabSize(), templateName)}
 	if tok.AddBOS() {
@@ -174,12 +173,11 @@ func orEmptyObject(b []byte) []byte {
 	return b
 }
 
-// iteratesContent spots templates that loop over a message's content (the
-// "openai" content format vLLM detects from the template): those get the
-// content as a list of text parts, the others as one string.
-var iteratesContent = regexp.MustCompile(`for\s+\w+\s+in\s+\w+(\[\s*['"]content['"]\s*\]|\.content)`)
-
-// chatTemplate renders an Input with a chat.Template.
+// chatTemplate renders an Input with a chat.Template, its messages and
+// tools rebuilt as vLLM hands them to templates (chat.VLLMMessages,
+// chat.VLLMTools: the keys vLLM keeps, in its order; content as a string or
+// as parts by the template's content format, which vLLM detects the same
+// way).
 type chatTemplate struct {
 	t             *chat.Template
 	vars          map[string]any
@@ -195,6 +193,11 @@ func (c *chatTemplate) Render(in *Input) (string, error) {
 		}
 		msgs[i] = v
 	}
+	format := chat.ContentString
+	if c.openAIContent {
+		format = chat.ContentOpenAI
+	}
+	msgs = chat.VLLMMessages(msgs, format)
 	var tools []any
 	if in.Tools != nil {
 		tools = make([]any, len(in.Tools))
@@ -205,6 +208,7 @@ func (c *chatTemplate) Render(in *Input) (string, error) {
 			}
 			tools[i] = v
 		}
+		tools = chat.VLLMTools(tools)
 	}
 	var kwargs map[string]any
 	if in.Kwargs != nil {
@@ -253,12 +257,13 @@ func (c *chatTemplate) message(m *Message) (chat.Object, error) {
 			return nil, errors.New("not an object")
 		}
 	}
-	// vLLM renders a null content as no parts: "" in the string format,
-	// an empty list in the openai format.
+	// Non-text parts are already placeholders in m.Content / m.Parts, so
+	// the content handed on is text only; VLLMMessages shapes it (and a
+	// null one) for the content format.
 	var content any = m.Content
 	switch {
-	case c.openAIContent && m.NullContent:
-		content = []any{}
+	case m.NullContent:
+		content = nil
 	case c.openAIContent:
 		texts := m.Parts
 		if texts == nil {
