@@ -57,7 +57,7 @@ func TestChatPromptRendersRolesInOrder(t *testing.T) {
 	}
 }
 
-func FuzzEncode(f *testing.F) {
+func FuzzToyEncode(f *testing.F) {
 	f.Add("hello world")
 	f.Add("\x00\xff\xfe")
 	f.Fuzz(func(t *testing.T, s string) {

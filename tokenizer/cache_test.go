@@ -1,0 +1,116 @@
+package tokenizer
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// conversation is a chat history that grows, and sometimes is edited in the
+// middle, between turns.
+type conversation struct{ msgs [][2]string }
+
+func (c *conversation) step(rng *rand.Rand) {
+	switch k := rng.IntN(10); {
+	case k < 7 || len(c.msgs) < 3:
+		c.msgs = append(c.msgs, [2]string{"user", chatMessage(rng, 1+rng.IntN(40))},
+			[2]string{"assistant", chatMessage(rng, 1+rng.IntN(60))})
+	case k < 9:
+		// edit a message in the middle of the history
+		i := 1 + rng.IntN(len(c.msgs)-1)
+		c.msgs[i][1] = chatMessage(rng, 1+rng.IntN(30))
+	default:
+		// drop the tail (a regenerated answer)
+		c.msgs = c.msgs[:len(c.msgs)-1]
+	}
+}
+
+func TestEncodeCachedEqualsEncodeForEveryTurnOfRandomConversations(t *testing.T) {
+	m := llama3(t)
+	shared := NewPrefixCache(8 << 20)
+	tiny := NewPrefixCache(4 << 10) // evicts constantly
+	convs, turns := 40, 12
+	if raceBuild {
+		convs = 10
+	}
+	checked := 0
+	for ci := 0; ci < convs; ci++ {
+		rng := rand.New(rand.NewPCG(uint64(ci), 11))
+		own := NewPrefixCache(8 << 20)
+		conv := &conversation{msgs: [][2]string{{"system", chatMessage(rng, 10)}}}
+		for turn := 0; turn < turns; turn++ {
+			conv.step(rng)
+			text := llama3Chat(conv.msgs, rng.IntN(4) > 0)
+			if rng.IntN(5) == 0 {
+				text += " <|eot_id|>\n\n<|reserved_special_token_3|>  trailing  "
+			}
+			want := m.Encode(text)
+			for name, c := range map[string]*PrefixCache{"own": own, "shared": shared, "tiny": tiny} {
+				if got := m.EncodeCached(c, text); !slices.Equal(got, want) {
+					t.Fatalf("conversation %d turn %d, %s cache: EncodeCached differs from Encode\n text %q\n got  %v\n want %v", ci, turn, name, text, got, want)
+				}
+				checked++
+			}
+		}
+	}
+	st := own0(shared)
+	if st.Hits == 0 {
+		t.Fatalf("the shared cache never reused a prefix: %+v", st)
+	}
+	t.Logf("%d cached encodings equal to Encode; shared cache %+v", checked, st)
+}
+
+func own0(c *PrefixCache) CacheStats { return c.Stats() }
+
+func TestEncodeCachedReusesThePreviousTurn(t *testing.T) {
+	m := llama3(t)
+	c := NewPrefixCache(1 << 20)
+	msgs := [][2]string{{"system", "Be brief."}, {"user", "Hi there"}}
+	m.EncodeCached(c, llama3Chat(msgs, true))
+	msgs = append(msgs, [2]string{"assistant", "Hello!"}, [2]string{"user", "How are you?"})
+	text := llama3Chat(msgs, true)
+	if got := m.EncodeCached(c, text); !slices.Equal(got, m.Encode(text)) {
+		t.Fatal("second turn differs from Encode")
+	}
+	if st := c.Stats(); st.Hits != 1 || st.Misses != 1 {
+		t.Fatalf("stats %+v; want one miss then one hit", st)
+	}
+}
+
+func TestPrefixCacheStaysWithinItsByteBound(t *testing.T) {
+	m := llama3(t)
+	c := NewPrefixCache(16 << 10)
+	rng := rand.New(rand.NewPCG(3, 3))
+	conv := &conversation{msgs: [][2]string{{"system", "x"}}}
+	for i := 0; i < 50; i++ {
+		conv.step(rng)
+		m.EncodeCached(c, llama3Chat(conv.msgs, true))
+		if st := c.Stats(); st.Bytes > 16<<10 {
+			t.Fatalf("cache holds %d bytes; bound is %d", st.Bytes, 16<<10)
+		}
+	}
+}
+
+func TestPrefixCacheIsSafeForConcurrentUse(t *testing.T) {
+	m := llama3(t)
+	c := NewPrefixCache(1 << 20)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 5))
+			conv := &conversation{msgs: [][2]string{{"system", "shared system prompt"}}}
+			for i := 0; i < 8; i++ {
+				conv.step(rng)
+				text := llama3Chat(conv.msgs, true)
+				if !slices.Equal(m.EncodeCached(c, text), m.Encode(text)) {
+					t.Errorf("goroutine %d turn %d differs", g, i)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

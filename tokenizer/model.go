@@ -1,0 +1,442 @@
+package tokenizer
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+var (
+	// ErrUnsupported reports a tokenizer file that uses a model, normalizer,
+	// pre-tokenizer or option this package does not implement. Loading fails
+	// rather than producing ids that differ from the engine's.
+	ErrUnsupported = errors.New("unsupported tokenizer")
+	// ErrMalformed reports a tokenizer file that is not valid JSON or whose
+	// content is inconsistent (a merge of tokens outside the vocabulary, a
+	// bad rank line, ...).
+	ErrMalformed = errors.New("malformed tokenizer file")
+)
+
+// Model is a loaded tokenizer: a BPE vocabulary and merges with the
+// normalizer, pre-tokenizer, added tokens, post-processor and decoder of a
+// Hugging Face tokenizer.json, or a tiktoken encoding. It is immutable after
+// loading and safe for concurrent use.
+type Model struct {
+	name string
+
+	// vocab maps each token as written in the file (byte-level tokens in
+	// their printable GPT-2 form) to its id, added tokens included.
+	vocab map[string]uint32
+	// raw maps the text a model-vocabulary token stands for (raw bytes for
+	// byte-level models) to its id: the lookup key of BPE.
+	raw map[string]uint32
+	// merges maps a pair of ids (left<<32 | right) to rank<<32 | merged id.
+	merges map[uint64]uint64
+	// decoded holds the bytes each id decodes to; tokens the file form.
+	decoded []string
+	tokens  []string
+
+	byteLevel    bool
+	byteID       [256]uint32
+	byteOK       [256]bool
+	ignoreMerges bool
+	byteFallback bool
+	fallbackID   [256]uint32
+	fallbackOK   [256]bool
+	unkID        uint32
+	hasUnk       bool
+	fuseUnk      bool
+
+	norm normalizer
+	pre  []preTokenizer
+	// fast is set when the whole pre-tokenization is one hand-written split
+	// (Isolated) with nothing else to do, the common byte-level case.
+	fast handSplitter
+
+	rawAdded  *matcher // added tokens matched in the raw text
+	normAdded *matcher // added tokens matched after normalization
+
+	dec decoder
+
+	prefix, suffix []uint32 // post-processor of a single sequence
+	addBOS         bool
+	bosToken       string
+	eosToken       string
+	specials       map[string]string
+	vocabSize      int
+}
+
+// A Model is a Tokenizer, so callers of the toy move over unchanged.
+var _ Tokenizer = (*Model)(nil)
+
+// scratch is per-call working memory, pooled so Encode allocates only its
+// result.
+type scratch struct {
+	syms    []uint32
+	vals    []uint64
+	pieces  []piece
+	pieces2 []piece
+	matches []addedMatch
+
+	// words caches the ids of recent pre-tokens of one model. Text repeats
+	// its words, and this small map stays in the CPU cache where the
+	// vocabulary and merge tables (megabytes) do not.
+	wordsModel *Model
+	words      map[string]uint32 // piece → offset<<8 | count into wordIDs
+	wordIDs    []uint32
+	wordKeys   []byte // arena the keys point into; a full one is left to the keys and replaced
+	// noWordCache turns the word cache off, for the benchmark that
+	// measures what it saves.
+	noWordCache bool
+}
+
+// maxCachedWords bounds a scratch's word cache; it is cleared when full.
+// maxCachedWordLen keeps long pieces, which rarely repeat, out of it.
+const (
+	maxCachedWords   = 8192
+	maxCachedWordLen = 32
+)
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// Name returns the name the model was loaded under (a path or tiktoken:NAME).
+func (m *Model) Name() string { return m.name }
+
+// VocabSize returns one more than the largest token id.
+func (m *Model) VocabSize() int { return m.vocabSize }
+
+// TokenID returns the id of a token as written in the tokenizer file (added
+// tokens included), e.g. TokenID("<|eot_id|>"). For tiktoken encodings the
+// token is its raw bytes.
+func (m *Model) TokenID(token string) (uint32, bool) {
+	id, ok := m.vocab[token]
+	return id, ok
+}
+
+// Token returns the token of id as written in the tokenizer file.
+func (m *Model) Token(id uint32) (string, bool) {
+	if int(id) >= len(m.tokens) || m.tokens[id] == "" && m.decoded[id] == "" {
+		return "", false
+	}
+	return m.tokens[id], true
+}
+
+// AddBOS reports whether a completions prompt gets a BOS token: the
+// tokenizer_config.json add_bos_token when present, otherwise whether the
+// post-processor puts a special token before the sequence.
+func (m *Model) AddBOS() bool { return m.addBOS }
+
+// BOSToken and EOSToken return the bos_token and eos_token of
+// tokenizer_config.json (for BOS, the post-processor's leading token when the
+// config has none). Empty when unknown.
+func (m *Model) BOSToken() string { return m.bosToken }
+
+// EOSToken: see BOSToken.
+func (m *Model) EOSToken() string { return m.eosToken }
+
+// SpecialTokens returns bos_token, eos_token, unk_token and pad_token from
+// tokenizer_config.json, those present, keyed by those names. Chat templates
+// receive them as variables.
+func (m *Model) SpecialTokens() map[string]string {
+	out := make(map[string]string, len(m.specials))
+	for k, v := range m.specials {
+		out[k] = v
+	}
+	return out
+}
+
+// Encode returns the ids of text as Hugging Face's
+// tokenizer.encode(text, add_special_tokens=False) does: added and special
+// tokens written in the text are recognised, nothing is added around it.
+func (m *Model) Encode(text string) []uint32 {
+	return m.AppendEncode(make([]uint32, 0, len(text)/4+4), text)
+}
+
+// AppendEncode appends the ids of text (as Encode) to dst.
+func (m *Model) AppendEncode(dst []uint32, text string) []uint32 {
+	sc := scratchPool.Get().(*scratch)
+	dst = m.appendEncode(dst, text, sc)
+	scratchPool.Put(sc)
+	return dst
+}
+
+func (m *Model) appendEncode(dst []uint32, text string, sc *scratch) []uint32 {
+	sc.matches = m.rawAdded.find(text, sc.matches[:0])
+	matches := sc.matches
+	prev := 0
+	for k := range matches {
+		mt := matches[k]
+		dst = m.appendSegment(dst, text[prev:mt.start], prev == 0, sc)
+		dst = append(dst, mt.id)
+		prev = mt.stop
+	}
+	return m.appendSegment(dst, text[prev:], prev == 0, sc)
+}
+
+// EncodeWithSpecialTokens returns the ids of text with the tokens the
+// post-processor adds around a single sequence (BOS, and EOS for some
+// families), as tokenizer.encode(text) does; this is what vLLM sends for a
+// completions prompt.
+func (m *Model) EncodeWithSpecialTokens(text string) []uint32 {
+	out := make([]uint32, 0, len(text)/4+4+len(m.prefix)+len(m.suffix))
+	out = append(out, m.prefix...)
+	out = m.AppendEncode(out, text)
+	return append(out, m.suffix...)
+}
+
+// Count returns len(m.Encode(text)).
+func (m *Model) Count(text string) int { return len(m.Encode(text)) }
+
+// appendSegment encodes text that holds no raw-matched added token. first
+// says it starts the whole text (Metaspace's prepend_scheme "first").
+func (m *Model) appendSegment(dst []uint32, seg string, first bool, sc *scratch) []uint32 {
+	if seg == "" {
+		return dst
+	}
+	if m.norm != nil {
+		seg = m.norm.normalize(seg)
+	}
+	if m.normAdded == nil {
+		return m.appendPretokenized(dst, seg, first, sc)
+	}
+	// The matches of the raw pass are in use by the caller: keep them.
+	saved := sc.matches
+	sc.matches = nil
+	matches := m.normAdded.find(seg, nil)
+	prev := 0
+	for _, mt := range matches {
+		dst = m.appendPretokenized(dst, seg[prev:mt.start], first && prev == 0, sc)
+		dst = append(dst, mt.id)
+		prev = mt.stop
+	}
+	dst = m.appendPretokenized(dst, seg[prev:], first && prev == 0, sc)
+	sc.matches = saved
+	return dst
+}
+
+func (m *Model) appendPretokenized(dst []uint32, s string, first bool, sc *scratch) []uint32 {
+	if s == "" {
+		return dst
+	}
+	if m.fast != nil {
+		for i := 0; i < len(s); {
+			j := m.fast.next(s, i)
+			dst = m.appendWord(dst, s[i:j], sc)
+			i = j
+		}
+		return dst
+	}
+	pieces := append(sc.pieces[:0], piece{s: s, first: first})
+	next := sc.pieces2[:0]
+	for _, p := range m.pre {
+		next = next[:0]
+		for _, pc := range pieces {
+			next = p.split(next, pc)
+		}
+		pieces, next = next, pieces
+	}
+	for _, pc := range pieces {
+		dst = m.appendWord(dst, pc.s, sc)
+	}
+	sc.pieces, sc.pieces2 = pieces[:0], next[:0]
+	return dst
+}
+
+// noMerge is the pair value of two symbols that do not merge.
+const noMerge = ^uint64(0)
+
+func (m *Model) pair(a, b uint32) uint64 {
+	if v, ok := m.merges[uint64(a)<<32|uint64(b)]; ok {
+		return v
+	}
+	return noMerge
+}
+
+// appendWord runs BPE on one pre-token.
+func (m *Model) appendWord(dst []uint32, w string, sc *scratch) []uint32 {
+	if w == "" {
+		return dst
+	}
+	if m.byteLevel && len(w) == 1 && m.byteOK[w[0]] {
+		return append(dst, m.byteID[w[0]])
+	}
+	cache := len(w) <= maxCachedWordLen && !sc.noWordCache
+	if cache {
+		if sc.wordsModel != m || sc.words == nil {
+			sc.resetWords(m)
+		}
+		if v, ok := sc.words[w]; ok {
+			off := v >> 8
+			return append(dst, sc.wordIDs[off:off+v&0xff]...)
+		}
+	}
+	start := len(dst)
+	dst = m.appendWordUncached(dst, w, sc)
+	if cache && len(dst)-start <= maxCachedWordLen {
+		if len(sc.words) >= maxCachedWords {
+			sc.resetWords(m)
+		}
+		// The key is copied into the arena: w points into the caller's text.
+		if len(sc.wordKeys)+len(w) > cap(sc.wordKeys) {
+			sc.wordKeys = make([]byte, 0, 64<<10)
+		}
+		k := len(sc.wordKeys)
+		sc.wordKeys = append(sc.wordKeys, w...)
+		key := unsafe.String(&sc.wordKeys[k], len(w))
+		sc.words[key] = uint32(len(sc.wordIDs))<<8 | uint32(len(dst)-start)
+		sc.wordIDs = append(sc.wordIDs, dst[start:]...)
+	}
+	return dst
+}
+
+func (sc *scratch) resetWords(m *Model) {
+	sc.wordsModel = m
+	if sc.words == nil {
+		sc.words = make(map[string]uint32, maxCachedWords)
+	} else {
+		clear(sc.words)
+	}
+	sc.wordIDs = sc.wordIDs[:0]
+	// Keys of the cleared map may still point into the arena's bytes only
+	// through the map, which no longer holds them: the arena can be reused.
+	sc.wordKeys = sc.wordKeys[:0]
+}
+
+func (m *Model) appendWordUncached(dst []uint32, w string, sc *scratch) []uint32 {
+	if m.ignoreMerges {
+		if id, ok := m.raw[w]; ok {
+			return append(dst, id)
+		}
+	}
+	syms := sc.syms[:0]
+	if m.byteLevel {
+		for i := 0; i < len(w); i++ {
+			if m.byteOK[w[i]] {
+				syms = append(syms, m.byteID[w[i]])
+			} else {
+				syms = m.appendUnk(syms)
+			}
+		}
+	} else {
+		syms = m.appendChars(syms, w)
+	}
+	syms = m.merge(syms, sc)
+	dst = append(dst, syms...)
+	sc.syms = syms[:0]
+	return dst
+}
+
+// appendUnk appends the unknown token (fused with a preceding one when
+// fuse_unk is set); without an unk_token the character is dropped, as
+// Hugging Face does.
+func (m *Model) appendUnk(syms []uint32) []uint32 {
+	if !m.hasUnk {
+		return syms
+	}
+	if m.fuseUnk && len(syms) > 0 && syms[len(syms)-1] == m.unkID {
+		return syms
+	}
+	return append(syms, m.unkID)
+}
+
+// appendChars gives the initial symbols of a non-byte-level word: one per
+// character, <0xNN> byte tokens for characters outside the vocabulary when
+// byte_fallback is set, else the unknown token.
+func (m *Model) appendChars(syms []uint32, w string) []uint32 {
+	for i := 0; i < len(w); {
+		_, n := decode(w, i)
+		if id, ok := m.raw[w[i:i+n]]; ok {
+			syms = append(syms, id)
+			i += n
+			continue
+		}
+		if m.byteFallback {
+			ok := true
+			for k := i; k < i+n; k++ {
+				ok = ok && m.fallbackOK[w[k]]
+			}
+			if ok {
+				for k := i; k < i+n; k++ {
+					syms = append(syms, m.fallbackID[w[k]])
+				}
+				i += n
+				continue
+			}
+		}
+		syms = m.appendUnk(syms)
+		i += n
+	}
+	return syms
+}
+
+// merge applies merges by rank (lowest first, leftmost on ties) until no
+// adjacent pair merges: Hugging Face's BPE and, with merges derived from
+// ranks, tiktoken's.
+func (m *Model) merge(syms []uint32, sc *scratch) []uint32 {
+	if len(syms) < 2 {
+		return syms
+	}
+	if len(syms) > heapThreshold {
+		return m.mergeHeap(syms)
+	}
+	return m.mergeScan(syms, sc)
+}
+
+// mergeScan is merge by scanning every pair for the best one, the fastest
+// way for short words.
+func (m *Model) mergeScan(syms []uint32, sc *scratch) []uint32 {
+	vals := sc.vals[:0]
+	for i := 0; i+1 < len(syms); i++ {
+		vals = append(vals, m.pair(syms[i], syms[i+1]))
+	}
+	for len(vals) > 0 {
+		best, bi := noMerge, -1
+		for i, v := range vals {
+			if v < best {
+				best, bi = v, i
+			}
+		}
+		if bi < 0 {
+			break
+		}
+		syms[bi] = uint32(best)
+		copy(syms[bi+1:], syms[bi+2:])
+		syms = syms[:len(syms)-1]
+		if bi+1 < len(vals) {
+			copy(vals[bi+1:], vals[bi+2:])
+		}
+		vals = vals[:len(vals)-1]
+		if bi < len(vals) {
+			vals[bi] = m.pair(syms[bi], syms[bi+1])
+		}
+		if bi > 0 {
+			vals[bi-1] = m.pair(syms[bi-1], syms[bi])
+		}
+	}
+	sc.vals = vals[:0]
+	return syms
+}
+
+// Decode returns the text of ids: byte-level tokens map back to their
+// bytes, added tokens to their content. Unlike Hugging Face it does not
+// replace invalid UTF-8 with U+FFFD, so Decode(Encode(s)) == s for any
+// bytes s; ids outside the vocabulary are skipped.
+func (m *Model) Decode(ids []uint32) string {
+	if m.dec != nil {
+		toks := make([]string, 0, len(ids))
+		for _, id := range ids {
+			if int(id) < len(m.decoded) {
+				toks = append(toks, m.decoded[id])
+			}
+		}
+		return m.dec.decode(toks)
+	}
+	var b strings.Builder
+	for _, id := range ids {
+		if int(id) < len(m.decoded) {
+			b.WriteString(m.decoded[id])
+		}
+	}
+	return b.String()
+}

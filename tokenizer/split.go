@@ -1,0 +1,363 @@
+package tokenizer
+
+import (
+	"unicode"
+	"unicode/utf8"
+)
+
+// The split patterns below are the pre-tokenizer regexes of the common
+// families, written exactly as they appear in tokenizer.json files and in
+// tiktoken. A Split whose pattern is one of them runs a hand-written splitter
+// (proven equal to regexp2 by TestHandSplittersEqualRegexp2); any other
+// pattern runs through regexp2.
+const (
+	// patternCL100K is cl100k_base's pattern, also Llama 3's.
+	patternCL100K = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	// patternQwen2 is Qwen 2/2.5/3's: cl100k with single digits.
+	patternQwen2 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	// patternO200K is o200k_base's pattern.
+	patternO200K = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	// patternGPT2 is GPT-2's (r50k/p50k), also the ByteLevel
+	// pre-tokenizer's built-in pattern when use_regex is true.
+	patternGPT2 = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+)
+
+// handSplitter cuts text into the same pieces as one of the patterns above.
+// next returns the end of the match that starts at i (i < len(s)); every
+// byte belongs to exactly one match, so the pieces cover the text.
+type handSplitter interface {
+	next(s string, i int) int
+}
+
+// handSplitterFor returns the hand-written splitter for pattern, or nil.
+func handSplitterFor(pattern string) handSplitter {
+	switch pattern {
+	case patternCL100K:
+		return cl100kSplitter{maxDigits: 3}
+	case patternQwen2:
+		return cl100kSplitter{maxDigits: 1}
+	case patternO200K:
+		return o200kSplitter{}
+	case patternGPT2:
+		return gpt2Splitter{}
+	}
+	return nil
+}
+
+// decode returns the rune at i and its width. An invalid byte reads as
+// U+FFFD of width one, which classifies as "other" (So) like regexp2 sees
+// it; byte-level BPE then still encodes the original byte.
+func decode(s string, i int) (rune, int) {
+	if c := s[i]; c < utf8.RuneSelf {
+		return rune(c), 1
+	}
+	return utf8.DecodeRuneInString(s[i:])
+}
+
+func isLetter(r rune) bool {
+	if r < utf8.RuneSelf {
+		return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z'
+	}
+	return unicode.IsLetter(r)
+}
+
+func isNumber(r rune) bool {
+	if r < utf8.RuneSelf {
+		return '0' <= r && r <= '9'
+	}
+	return unicode.IsNumber(r)
+}
+
+// isSpace is \s as regexp2 defines it (unicode.IsSpace), which is the
+// Unicode White_Space set that Oniguruma and Rust's regex use too.
+func isSpace(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r == ' ' || '\t' <= r && r <= '\r'
+	}
+	return unicode.IsSpace(r)
+}
+
+func isNewline(r rune) bool { return r == '\r' || r == '\n' }
+
+// isOther is [^\s\p{L}\p{N}].
+func isOther(r rune) bool { return !isSpace(r) && !isLetter(r) && !isNumber(r) }
+
+// contraction returns the length of 's|'t|'re|'ve|'m|'ll|'d at i, or 0;
+// fold makes it (?i:...). Case folding is ASCII-only, as in regexp2 (no
+// non-ASCII rune lowercases to one of these letters under unicode.ToLower).
+func contraction(s string, i int, fold bool) int {
+	if i >= len(s) || s[i] != '\'' || i+1 >= len(s) {
+		return 0
+	}
+	lower := func(c byte) byte {
+		if fold && 'A' <= c && c <= 'Z' {
+			return c + 'a' - 'A'
+		}
+		return c
+	}
+	switch lower(s[i+1]) {
+	case 's', 't', 'm', 'd':
+		return 2
+	case 'r', 'v':
+		if i+2 < len(s) && lower(s[i+2]) == 'e' {
+			return 3
+		}
+	case 'l':
+		if i+2 < len(s) && lower(s[i+2]) == 'l' {
+			return 3
+		}
+	}
+	return 0
+}
+
+// spaceRun returns the end of the run of whitespace starting at i, and the
+// start of its last rune and the end of its last newline (-1 if none).
+func spaceRun(s string, i int) (end, lastStart, nlEnd int) {
+	nlEnd = -1
+	j := i
+	for j < len(s) {
+		r, w := decode(s, j)
+		if !isSpace(r) {
+			break
+		}
+		lastStart = j
+		j += w
+		if isNewline(r) {
+			nlEnd = j
+		}
+	}
+	return j, lastStart, nlEnd
+}
+
+// whitespace matches \s*[\r\n]+|\s+(?!\S)|\s+ at i, where s[i] is a space.
+func whitespace(s string, i int) int {
+	end, lastStart, nlEnd := spaceRun(s, i)
+	if nlEnd > 0 {
+		// \s* backtracks to the last newline of the run; [\r\n]+ then
+		// takes it and stops, as what follows is not a newline.
+		return nlEnd
+	}
+	if end == len(s) {
+		return end // \s+(?!\S) at the end of the text
+	}
+	if lastStart > i {
+		return lastStart // \s+(?!\S) leaves the last space to the next piece
+	}
+	return end // \s+
+}
+
+// cl100kSplitter is patternCL100K (maxDigits 3) and patternQwen2 (1).
+type cl100kSplitter struct{ maxDigits int }
+
+func (c cl100kSplitter) next(s string, i int) int {
+	if n := contraction(s, i, true); n > 0 {
+		return i + n
+	}
+	r, w := decode(s, i)
+	// [^\r\n\p{L}\p{N}]?\p{L}+
+	j := i
+	if !isLetter(r) && !isNewline(r) && !isNumber(r) {
+		j = i + w
+	}
+	if j < len(s) {
+		if r2, w2 := decode(s, j); isLetter(r2) {
+			j += w2
+			for j < len(s) {
+				r3, w3 := decode(s, j)
+				if !isLetter(r3) {
+					break
+				}
+				j += w3
+			}
+			return j
+		}
+	}
+	// \p{N}{1,maxDigits}
+	if isNumber(r) {
+		j = i + w
+		for n := 1; n < c.maxDigits && j < len(s); n++ {
+			r2, w2 := decode(s, j)
+			if !isNumber(r2) {
+				break
+			}
+			j += w2
+		}
+		return j
+	}
+	// ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+	if e := otherRun(s, i, r, w, false); e > 0 {
+		return e
+	}
+	if isSpace(r) {
+		return whitespace(s, i)
+	}
+	return i + w // unreachable: every rune is a letter, number, space or other
+}
+
+// otherRun matches ' ?[^\s\p{L}\p{N}]+[\r\n]*' (with '/' in the trailing
+// class for o200k) at i, or returns 0.
+func otherRun(s string, i int, r rune, w int, slash bool) int {
+	j := i
+	if r == ' ' {
+		j += w
+		if j >= len(s) {
+			return 0
+		}
+		r, w = decode(s, j)
+	}
+	if !isOther(r) {
+		return 0
+	}
+	j += w
+	for j < len(s) {
+		r2, w2 := decode(s, j)
+		if !isOther(r2) {
+			break
+		}
+		j += w2
+	}
+	for j < len(s) && (s[j] == '\r' || s[j] == '\n' || slash && s[j] == '/') {
+		j++
+	}
+	return j
+}
+
+// gpt2Splitter is patternGPT2.
+type gpt2Splitter struct{}
+
+func (gpt2Splitter) next(s string, i int) int {
+	if n := contraction(s, i, false); n > 0 {
+		return i + n
+	}
+	r, w := decode(s, i)
+	j, rr, ww := i, r, w
+	if r == ' ' && i+1 < len(s) {
+		j = i + 1
+		rr, ww = decode(s, j)
+	}
+	// ' ?\p{L}+' and ' ?\p{N}+'
+	for _, class := range [2]func(rune) bool{isLetter, isNumber} {
+		if class(rr) {
+			k := j + ww
+			for k < len(s) {
+				r3, w3 := decode(s, k)
+				if !class(r3) {
+					break
+				}
+				k += w3
+			}
+			return k
+		}
+	}
+	// ' ?[^\s\p{L}\p{N}]+'
+	if isOther(rr) && (j > i || r != ' ') {
+		k := j + ww
+		for k < len(s) {
+			r3, w3 := decode(s, k)
+			if !isOther(r3) {
+				break
+			}
+			k += w3
+		}
+		return k
+	}
+	// \s+(?!\S)|\s+
+	end, lastStart, _ := spaceRun(s, i)
+	if end == len(s) || lastStart == i {
+		return end
+	}
+	return lastStart
+}
+
+// o200kSplitter is patternO200K.
+type o200kSplitter struct{}
+
+// upperish is [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], lowerish is
+// [\p{Ll}\p{Lm}\p{Lo}\p{M}].
+func upperish(r rune) bool {
+	if r < utf8.RuneSelf {
+		return 'A' <= r && r <= 'Z'
+	}
+	return unicode.In(r, unicode.Lu, unicode.Lt, unicode.Lm, unicode.Lo, unicode.M)
+}
+
+func lowerish(r rune) bool {
+	if r < utf8.RuneSelf {
+		return 'a' <= r && r <= 'z'
+	}
+	return unicode.In(r, unicode.Ll, unicode.Lm, unicode.Lo, unicode.M)
+}
+
+func runOf(s string, j int, class func(rune) bool) int {
+	for j < len(s) {
+		r, w := decode(s, j)
+		if !class(r) {
+			break
+		}
+		j += w
+	}
+	return j
+}
+
+// o200kWord matches U*L+ (upperFirst false) or U+L* (true) at j, then an
+// optional contraction; it returns the end or -1.
+func o200kWord(s string, j int, upperFirst bool) int {
+	uEnd := runOf(s, j, upperish)
+	var end int
+	if upperFirst {
+		if uEnd == j {
+			return -1
+		}
+		end = runOf(s, uEnd, lowerish)
+	} else {
+		// U* is greedy and backtracks rune by rune until L+ can start.
+		k := uEnd
+		for {
+			if k < len(s) {
+				if r, _ := decode(s, k); lowerish(r) {
+					break
+				}
+			}
+			if k == j {
+				return -1
+			}
+			_, w := utf8.DecodeLastRuneInString(s[j:k])
+			k -= w
+		}
+		end = runOf(s, k, lowerish)
+	}
+	return end + contraction(s, end, true)
+}
+
+func (o200kSplitter) next(s string, i int) int {
+	r, w := decode(s, i)
+	prefix := !isLetter(r) && !isNewline(r) && !isNumber(r)
+	for _, upperFirst := range [2]bool{false, true} {
+		if prefix && i+w < len(s) {
+			if e := o200kWord(s, i+w, upperFirst); e >= 0 {
+				return e
+			}
+		}
+		if e := o200kWord(s, i, upperFirst); e >= 0 {
+			return e
+		}
+	}
+	if isNumber(r) {
+		j := i + w
+		for n := 1; n < 3 && j < len(s); n++ {
+			r2, w2 := decode(s, j)
+			if !isNumber(r2) {
+				break
+			}
+			j += w2
+		}
+		return j
+	}
+	if e := otherRun(s, i, r, w, true); e > 0 {
+		return e
+	}
+	if isSpace(r) {
+		return whitespace(s, i)
+	}
+	return i + w
+}
