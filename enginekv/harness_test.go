@@ -349,11 +349,12 @@ func waitSubscribed(t *testing.T, p *Publisher) {
 	testenv.Eventually(t, 10*time.Second, p.subscribed, "a subscriber on %s", p.Endpoint())
 }
 
-func publishScenario(p *Publisher, i int) {
-	var b Batch
+func publishScenario(p *Publisher, i int) { publishScenarioAt(p, i, float64(i)) }
+
+func publishScenarioAt(p *Publisher, i int, ts float64) {
+	b := Batch{TS: ts}
 	for _, e := range scenarioEvents(i) {
 		b.Events = append(b.Events, e.event())
 	}
-	b.TS = float64(i)
 	p.Publish(b)
 }

@@ -188,6 +188,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			zmq4.WithDialerRetry(100*time.Millisecond))
 	}
 	pub := zmq4.NewPub(sctx, pubOpts...)
+	defer closePubWriter(pub) // after Close (defers run last first)
 	defer pub.Close()
 	if p.cfg.Dial {
 		if err := dialCtx(ctx, pub, p.cfg.Endpoint); err != nil {

@@ -1,6 +1,7 @@
 package enginekv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -148,7 +149,13 @@ type Subscriber struct {
 	replayGen uint64
 	buffered  []rawBatch
 	joinTried bool
-	liveTopic string // older replies carry no topic: replayed batches get the live one
+	// After a reconnect the engine may have restarted and already passed
+	// our sequence number: the first replay then starts at the last
+	// delivered batch and compares it with the one we have.
+	suspect     bool
+	verifying   bool
+	lastPayload []byte
+	liveTopic   string // older replies carry no topic: replayed batches get the live one
 }
 
 type subMetrics struct {
@@ -208,6 +215,13 @@ const (
 	replayIncomplete = "incomplete"
 )
 
+// message is what the reader hands the loop: a message's frames, or the
+// news that it reconnected.
+type message struct {
+	frames      [][]byte
+	reconnected bool
+}
+
 type replayResult struct {
 	gen     uint64
 	start   uint64
@@ -222,72 +236,112 @@ type replayResult struct {
 func (s *Subscriber) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	opts := []zmq4.Option{zmq4.WithLogger(s.zlog)}
-	if !s.cfg.Bind {
-		// zmq4 redials a dropped connection itself, forever, until the
-		// socket closes: an engine restart reconnects.
-		opts = append(opts, zmq4.WithAutomaticReconnect(true), zmq4.WithDialerMaxRetries(-1),
-			zmq4.WithDialerRetry(100*time.Millisecond))
-	}
-	sub := zmq4.NewSub(ctx, opts...)
-	defer sub.Close()
-	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
-		return fmt.Errorf("enginekv: subscribe %q: %w", s.cfg.Topic, err)
-	}
-
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	// Closing the socket before waiting: the reader's Recv returns once the
-	// socket's context ends.
-	defer cancel()
+	defer cancel() // before the wait: the reader and a replay end with ctx
 
-	if s.cfg.Bind {
-		if err := sub.Listen(listenAddr(s.cfg.Endpoint)); err != nil {
-			return fmt.Errorf("enginekv: bind %s: %w", s.cfg.Endpoint, err)
-		}
-	} else if err := sub.Dial(s.cfg.Endpoint); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("enginekv: connect %s: %w", s.cfg.Endpoint, err)
-	}
-	s.log.Info("subscribed", zap.Bool("bind", s.cfg.Bind), zap.String("topic", s.cfg.Topic))
-
-	msgs := make(chan [][]byte) // unbuffered: the reader waits for the loop
+	msgs := make(chan message)   // unbuffered: the reader waits for the loop
+	fatal := make(chan error, 1) // size 1: the reader reports once and exits
 	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			m, err := sub.Recv()
-			if ctx.Err() != nil {
-				return
-			}
-			if err != nil {
-				// A connection that broke: zmq4 reports it once and redials.
-				s.log.Debug("zmq receive", zap.Error(err))
-				continue
-			}
-			select {
-			case msgs <- m.Frames:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	go func() { defer wg.Done(); s.read(ctx, msgs, fatal) }()
 
 	replays := make(chan replayResult, 1) // size 1: a replay never waits to report
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case frames := <-msgs:
-			if rb, res := parseLive(frames); res != frameOK {
+		case err := <-fatal:
+			return err
+		case m := <-msgs:
+			if m.reconnected {
+				// Same engine or a restarted one whose sequence already
+				// passed ours? The next batch tells, by replay (live).
+				s.suspect = s.haveSeq
+				continue
+			}
+			if rb, res := parseLive(m.frames); res != frameOK {
 				s.corrupt(res, nil)
 			} else {
 				s.live(ctx, rb, &wg, replays)
 			}
 		case r := <-replays:
-			s.replayDone(r)
+			s.replayDone(ctx, r, &wg, replays)
+		}
+	}
+}
+
+// read owns the SUB socket. A connecting subscriber makes a new socket and
+// dials again whenever its connection breaks (an engine restart): zmq4's own
+// automatic reconnect gives up for good when its redial reaches a listener
+// that is closing, so it is not used.
+func (s *Subscriber) read(ctx context.Context, msgs chan<- message, fatal chan<- error) {
+	for n := 0; ctx.Err() == nil; n++ {
+		sub := zmq4.NewSub(ctx, zmq4.WithLogger(s.zlog), zmq4.WithDialerMaxRetries(-1),
+			zmq4.WithDialerRetry(100*time.Millisecond))
+		if err := s.open(sub); err != nil {
+			_ = sub.Close()
+			if ctx.Err() != nil {
+				return
+			}
+			if s.cfg.Bind {
+				fatal <- err
+				return
+			}
+			s.log.Debug("connect failed, retrying", zap.Error(err))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		s.log.Info("subscribed", zap.Bool("bind", s.cfg.Bind), zap.String("topic", s.cfg.Topic))
+		if n > 0 {
+			select {
+			case msgs <- message{reconnected: true}:
+			case <-ctx.Done():
+			}
+		}
+		s.receive(ctx, sub, msgs)
+		_ = sub.Close()
+	}
+}
+
+func (s *Subscriber) open(sub zmq4.Socket) error {
+	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
+		return fmt.Errorf("enginekv: subscribe %q: %w", s.cfg.Topic, err)
+	}
+	if s.cfg.Bind {
+		if err := sub.Listen(listenAddr(s.cfg.Endpoint)); err != nil {
+			return fmt.Errorf("enginekv: bind %s: %w", s.cfg.Endpoint, err)
+		}
+		return nil
+	}
+	if err := sub.Dial(s.cfg.Endpoint); err != nil {
+		return fmt.Errorf("enginekv: connect %s: %w", s.cfg.Endpoint, err)
+	}
+	return nil
+}
+
+// receive hands messages to the loop until ctx ends or, for a connecting
+// subscriber, the connection breaks (zmq4 reports that once, as an error).
+func (s *Subscriber) receive(ctx context.Context, sub zmq4.Socket, msgs chan<- message) {
+	for {
+		m, err := sub.Recv()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.log.Debug("connection to the engine broke", zap.Error(err))
+			if !s.cfg.Bind {
+				return
+			}
+			continue // a bound socket keeps its other publishers
+		}
+		select {
+		case msgs <- message{frames: m.Frames}:
+		case <-ctx.Done():
+			return
 		}
 	}
 }
@@ -325,7 +379,7 @@ func (s *Subscriber) live(ctx context.Context, rb rawBatch, wg *sync.WaitGroup, 
 	if s.haveLive && rb.seq < s.lastLive {
 		// The engine restarted: whatever replay was running is about the
 		// old engine.
-		s.replaying = false
+		s.replaying, s.verifying, s.suspect = false, false, false
 		s.replayGen++
 		s.buffered = nil
 		s.haveSeq = false
@@ -336,7 +390,7 @@ func (s *Subscriber) live(ctx context.Context, rb rawBatch, wg *sync.WaitGroup, 
 	s.m.frames.WithLabelValues(frameOK.String()).Inc()
 	if s.replaying {
 		if len(s.buffered) >= s.cfg.MaxBufferedBatches {
-			s.replaying = false
+			s.replaying, s.verifying = false, false
 			s.replayGen++
 			s.buffered = nil
 			s.haveSeq = false
@@ -348,13 +402,22 @@ func (s *Subscriber) live(ctx context.Context, rb rawBatch, wg *sync.WaitGroup, 
 		s.buffered = append(s.buffered, rb)
 		return
 	}
+	if s.suspect && s.haveSeq && rb.seq >= s.expected && s.cfg.ReplayEndpoint != "" && s.expected > 0 {
+		s.suspect = false
+		s.verifying = true
+		s.buffered = append(s.buffered[:0], rb)
+		s.startReplay(ctx, s.expected-1, wg, replays)
+		return
+	}
+	s.suspect = false
 	switch {
 	case !s.haveSeq && rb.seq == 0:
 		s.deliverFrom(rb)
 	case !s.haveSeq:
 		if s.cfg.ReplayEndpoint != "" && !s.joinTried {
 			s.joinTried = true
-			s.startReplay(ctx, 0, rb, wg, replays)
+			s.buffered = append(s.buffered[:0], rb)
+			s.startReplay(ctx, 0, wg, replays)
 			return
 		}
 		s.reset(ResetJoinedMidStream)
@@ -365,7 +428,8 @@ func (s *Subscriber) live(ctx context.Context, rb rawBatch, wg *sync.WaitGroup, 
 		s.deliver(rb)
 	default:
 		if s.cfg.ReplayEndpoint != "" {
-			s.startReplay(ctx, s.expected, rb, wg, replays)
+			s.buffered = append(s.buffered[:0], rb)
+			s.startReplay(ctx, s.expected, wg, replays)
 			return
 		}
 		s.reset(ResetGap)
@@ -384,6 +448,7 @@ func (s *Subscriber) deliverFrom(rb rawBatch) {
 // after a reset.
 func (s *Subscriber) deliver(rb rawBatch) {
 	s.expected = rb.seq + 1
+	s.lastPayload = rb.payload
 	b, err := DecodeBatch(rb.payload)
 	if err != nil {
 		s.corrupt(frameBadPayload, err)
@@ -399,12 +464,13 @@ func (s *Subscriber) deliver(rb rawBatch) {
 	s.h.Batch(b)
 }
 
-func (s *Subscriber) startReplay(ctx context.Context, start uint64, first rawBatch, wg *sync.WaitGroup, replays chan replayResult) {
+// startReplay replays from start; the live batches that triggered it are
+// already in s.buffered.
+func (s *Subscriber) startReplay(ctx context.Context, start uint64, wg *sync.WaitGroup, replays chan replayResult) {
 	s.replaying = true
 	s.replayGen++
-	s.buffered = append(s.buffered[:0], first)
 	gen := s.replayGen
-	s.log.Debug("replaying", zap.Uint64("from", start), zap.Uint64("live", first.seq))
+	s.log.Debug("replaying", zap.Uint64("from", start), zap.Int("buffered", len(s.buffered)))
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -460,11 +526,25 @@ func (s *Subscriber) replay(ctx context.Context, start uint64) ([]rawBatch, erro
 
 // replayDone merges a replay's batches with the live ones buffered
 // meanwhile and delivers them in order.
-func (s *Subscriber) replayDone(r replayResult) {
+func (s *Subscriber) replayDone(ctx context.Context, r replayResult, wg *sync.WaitGroup, replays chan replayResult) {
 	if r.gen != s.replayGen || !s.replaying {
 		return // superseded by a restart or an overflow
 	}
 	s.replaying = false
+	if s.verifying && r.err == nil {
+		s.verifying = false
+		if len(r.batches) > 0 && r.batches[0].seq == r.start && bytes.Equal(r.batches[0].payload, s.lastPayload) {
+			r.batches = r.batches[1:] // the same engine: go on from where we were
+		} else {
+			// Another engine behind the same endpoint, already past our
+			// sequence number: start over and replay it from 0.
+			s.haveSeq, s.joinTried = false, true
+			s.reset(ResetRestart)
+			s.startReplay(ctx, 0, wg, replays)
+			return
+		}
+	}
+	s.verifying = false
 	buffered := s.buffered
 	s.buffered = nil
 	if r.err != nil {
