@@ -191,8 +191,21 @@ func (p *Publisher) Run(ctx context.Context) error {
 	defer closePubWriter(pub) // after Close (defers run last first)
 	defer pub.Close()
 	if p.cfg.Dial {
-		if err := dialCtx(ctx, pub, p.cfg.Endpoint); err != nil {
-			return err
+		// Dial retries until it connects; stopping Run cancels the socket,
+		// which ends the retries.
+		dialed := make(chan error, 1)
+		go func() { dialed <- pub.Dial(p.cfg.Endpoint) }()
+		select {
+		case err := <-dialed:
+			if err != nil {
+				return fmt.Errorf("enginekv: connect %s: %w", p.cfg.Endpoint, err)
+			}
+		case <-ctx.Done():
+			cancel()
+			if err := <-dialed; err != nil {
+				p.log.Debug("dial ended by stop", zap.Error(err))
+			}
+			return nil
 		}
 		p.endpoint = p.cfg.Endpoint
 	} else {
@@ -255,16 +268,6 @@ func (p *Publisher) Run(ctx context.Context) error {
 		case <-p.wake:
 		}
 	}
-}
-
-func dialCtx(ctx context.Context, s zmq4.Socket, ep string) error {
-	if err := s.Dial(ep); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("enginekv: connect %s: %w", ep, err)
-	}
-	return nil
 }
 
 // boundEndpoint replaces the port of ep with the one actually bound (port 0
