@@ -237,7 +237,8 @@ func (f flagLevel) Set(s string) error { return f.l.Set(s) }
 //
 // Goroutines it owns: the engine's Run loop, the HTTP server (plus one per
 // connection, which net/http owns), the load reporter and the lease
-// keep-alive. Dump requests are answered on nats.go's subscription
+// keep-alive; with the vllm protocol, the KV event publisher (enginekv), which
+// stops after the engine so its last events go out. Dump requests are answered on nats.go's subscription
 // goroutine. The engine serialises its own state; handlers only Submit,
 // relay a Stream and Cancel. Ready is called once the worker serves HTTP
 // and is registered, with the registered base URL.
