@@ -277,6 +277,9 @@ type Adapter struct {
 	live      atomic.Bool   // the event subscriber runs
 	subRuns   prometheus.Counter
 	reg       *Registrar
+	// runEvents runs the engine event subscriber once; a field so tests
+	// can stand in for the engine's stream.
+	runEvents func(ctx context.Context) error
 }
 
 // New builds an adapter; it reads the tokenizer directory but starts nothing.
@@ -315,6 +318,7 @@ func New(cfg Config, deps Deps) (*Adapter, error) {
 		if a.mirror, err = NewMirror(mc, deps.NATS, log, deps.Registerer); err != nil {
 			return nil, err
 		}
+		a.runEvents = a.subscriberRunner()
 	}
 	flavor := FlavorVLLM
 	if cfg.Engine == EngineSGLang {
@@ -454,6 +458,24 @@ func (a *Adapter) Run(ctx context.Context) error {
 	return <-errs // nil when nothing failed
 }
 
+// subscriberRunner returns a function running one enginekv subscriber,
+// built at its first call, fed into the mirror.
+func (a *Adapter) subscriberRunner() func(context.Context) error {
+	var sub *enginekv.Subscriber
+	return func(ctx context.Context) error {
+		if sub == nil {
+			s, err := enginekv.NewSubscriber(enginekv.SubscriberConfig{Endpoint: a.cfg.KVEvents, Bind: a.cfg.KVEventsBind,
+				ReplayEndpoint: a.cfg.KVReplay, Topic: a.cfg.KVTopic, ReplayTimeout: a.cfg.KVReplayTimeout},
+				a.mirror, a.log, a.deps.Registerer)
+			if err != nil {
+				return err
+			}
+			sub = s
+		}
+		return sub.Run(ctx)
+	}
+}
+
 // followEvents runs the engine event subscriber once the mirror knows the
 // engine's shape, and again after it fails. A failed subscriber lost
 // continuity, so the mirror starts over before the next run.
@@ -463,16 +485,10 @@ func (a *Adapter) followEvents(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	sub, err := enginekv.NewSubscriber(enginekv.SubscriberConfig{Endpoint: a.cfg.KVEvents, Bind: a.cfg.KVEventsBind,
-		ReplayEndpoint: a.cfg.KVReplay, Topic: a.cfg.KVTopic, ReplayTimeout: a.cfg.KVReplayTimeout},
-		a.mirror, a.log, a.deps.Registerer)
-	if err != nil {
-		return err
-	}
 	wait := 250 * time.Millisecond
 	for {
 		a.live.Store(true)
-		err := sub.Run(ctx)
+		err := a.runEvents(ctx)
 		a.live.Store(false)
 		if ctx.Err() != nil {
 			return nil
