@@ -115,6 +115,11 @@ type routerIndex struct {
 
 func startRouterIndex(t *testing.T, n *testenv.NATS, worker string, capacity int) *routerIndex {
 	t.Helper()
+	return startRouterIndexTB(t, n, worker, capacity)
+}
+
+func startRouterIndexTB(t testing.TB, n *testenv.NATS, worker string, capacity int) *routerIndex {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	ix, err := kvindex.New(kvindex.DefaultConfig(), kvindex.RealClock{}, zap.NewNop(), reg)
 	require.NoError(t, err)

@@ -1,0 +1,156 @@
+package adapter
+
+import (
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/enginekv"
+	"github.com/switchyard/switchyard/internal/testenv"
+	"github.com/switchyard/switchyard/kvindex"
+)
+
+const (
+	benchChains       = 4  // stored events per batch, one chain each
+	benchChainBlocks  = 32 // blocks per chain
+	benchBatchBlocks  = benchChains * benchChainBlocks
+	benchDistinctRuns = 64 // batches prepared; each loop shifts their hashes and first tokens
+)
+
+// benchBatches are engine batches of BlockStored events, as a busy vLLM
+// publishes them (a prefill's worth of blocks per event).
+func benchBatches() []enginekv.Batch {
+	out := make([]enginekv.Batch, benchDistinctRuns)
+	for i := range out {
+		for c := 0; c < benchChains; c++ {
+			p := newPrompt(uint32(i*benchChains+c), benchChainBlocks, testBS)
+			out[i].Events = append(out[i].Events, p.stored(0, benchChainBlocks))
+		}
+		out[i].Seq = uint64(i)
+	}
+	return out
+}
+
+// shift makes a prepared batch new: other engine hashes and other tokens at
+// each chain's start (so other Switchyard hashes all along the chain).
+func shift(b *enginekv.Batch, delta uint64) {
+	for i := range b.Events {
+		e := &b.Events[i]
+		for j := range e.BlockHashes {
+			e.BlockHashes[j] += delta
+		}
+		e.TokenIDs[0] += uint32(delta)
+	}
+}
+
+// BenchmarkMirror measures the adapter's hot path: apply an engine batch to
+// the mirror, rehash its blocks, encode the wire batch and publish it to a
+// real NATS server on loopback. The map is bounded as in production (4 x a
+// 65536-block engine), so steady state includes evictions. Run it with -cpu 1
+// for blocks/s per core; BenchmarkRehashOnly is the baseline of the same run
+// (the hashing alone).
+func BenchmarkMirror(b *testing.B) {
+	n := testenv.StartNATS(b)
+	cfg := DefaultMirrorConfig()
+	cfg.Worker, cfg.Cluster = "bench", testCluster
+	m, err := NewMirror(cfg, n.Conn(b), nil, prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.Configure(Shape{Model: testModel, BlockSize: testBS, MaxEntries: 4 * 65536}); err != nil {
+		b.Fatal(err)
+	}
+	batches := benchBatches()
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; b.Loop(); i++ {
+		bt := &batches[i%benchDistinctRuns]
+		shift(bt, 0x9E3779B97F4A7C15)
+		m.Batch(*bt)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	blocks := float64(b.N) * benchBatchBlocks
+	b.ReportMetric(blocks/el.Seconds(), "blocks/s")
+	b.ReportMetric(float64(el.Nanoseconds())/blocks, "ns/block")
+}
+
+// BenchmarkRehashOnly is BenchmarkMirror's baseline: the same blocks
+// through kvindex.SequenceHashes and nothing else.
+func BenchmarkRehashOnly(b *testing.B) {
+	batches := benchBatches()
+	seed := kvindex.ModelSeed(testModel)
+	var dst []uint64
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; b.Loop(); i++ {
+		bt := &batches[i%benchDistinctRuns]
+		shift(bt, 0x9E3779B97F4A7C15)
+		for j := range bt.Events {
+			dst = kvindex.AppendSequenceHashes(dst[:0], bt.Events[j].TokenIDs, testBS, seed)
+		}
+	}
+	el := time.Since(start)
+	blocks := float64(b.N) * benchBatchBlocks
+	b.ReportMetric(blocks/el.Seconds(), "blocks/s")
+	b.ReportMetric(float64(el.Nanoseconds())/blocks, "ns/block")
+}
+
+// BenchmarkEventToRouterIndex measures the delay from an engine batch
+// reaching the mirror (Handler.Batch) to a router's index, fed by a real
+// kvindex.Subscriber over loopback NATS, holding its last block. Each
+// iteration stores one 8-block prompt and spins until the router has it.
+// Once enginekv merges, the same measurement through ZMQ adds the
+// subscriber's decode.
+func BenchmarkEventToRouterIndex(b *testing.B) {
+	n := testenv.StartNATS(b)
+	cfg := DefaultMirrorConfig()
+	cfg.Worker, cfg.Cluster = "bench", testCluster
+	m, err := NewMirror(cfg, n.Conn(b), nil, prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.Configure(Shape{Model: testModel, BlockSize: testBS, MaxEntries: 1 << 20}); err != nil {
+		b.Fatal(err)
+	}
+	router := startRouterIndexTB(b, n, "bench", 1<<20)
+	f := &feeder{h: m}
+	// Warm up: the router's first contact and subscription.
+	warm := newPrompt(0, 1, testBS)
+	f.batch(warm.stored(0, 1))
+	deadline := time.Now().Add(10 * time.Second)
+	for !router.ix.Held("bench", warm.want(testModel, 1)[0]) {
+		if time.Now().After(deadline) {
+			b.Fatal("router never indexed the warm-up block")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := 1; b.Loop(); i++ {
+		b.StopTimer()
+		p := newPrompt(uint32(i), 8, testBS)
+		last := p.want(testModel, 8)[7]
+		ev := p.stored(0, 8)
+		b.StartTimer()
+		t0 := time.Now()
+		f.batch(ev)
+		for !router.ix.Held("bench", last) {
+			if time.Since(t0) > 5*time.Second {
+				b.Fatalf("block %d never reached the router", i)
+			}
+			runtime.Gosched()
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
+	b.ReportMetric(q(0.5), "p50_us")
+	b.ReportMetric(q(0.99), "p99_us")
+	b.ReportMetric(q(1), "max_us")
+}
