@@ -167,7 +167,7 @@ func (r *routerIndex) holdsExactly(t *testing.T, worker string, want []uint64, m
 }
 
 // startMirror runs a mirror for worker publishing on a fresh connection.
-func startMirror(t *testing.T, n *testenv.NATS, worker string, shape Shape, reg prometheus.Registerer) *Mirror {
+func startMirror(t testing.TB, n *testenv.NATS, worker string, shape Shape, reg prometheus.Registerer) *Mirror {
 	t.Helper()
 	cfg := DefaultMirrorConfig()
 	cfg.Worker, cfg.Cluster = worker, testCluster
