@@ -491,7 +491,7 @@ func (a *Adapter) followEvents(ctx context.Context) error {
 		err := a.runEvents(ctx)
 		a.live.Store(false)
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // the subscriber ended because ctx did: a normal stop
 		}
 		a.subRuns.Inc()
 		a.mirror.restart(repairSubscriber)

@@ -64,7 +64,7 @@ func startAdapterWith(t *testing.T, cfg Config, etcd *testenv.Etcd, n *testenv.N
 	a, err := New(cfg, Deps{Etcd: etcd.Client(t), NATS: n.Conn(t), Logger: zap.NewNop(), Registerer: reg, Gatherer: reg,
 		Ready: func(u string) { urls <- u }})
 	require.NoError(t, err)
-	if a.runEvents != nil {
+	if a.runEvents != nil && events != nil { // nil: the real enginekv subscriber
 		a.runEvents = events
 	}
 	ctx, cancel := context.WithCancel(context.Background())

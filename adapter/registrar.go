@@ -171,7 +171,7 @@ func (r *Registrar) Run(ctx context.Context) error {
 	for {
 		err := r.runSession(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // the session ended because ctx did: a normal stop
 		}
 		r.sessions.Inc()
 		r.log.Warn("etcd session lost; starting a new one", zap.Error(err))
@@ -197,7 +197,9 @@ func (r *Registrar) runSession(ctx context.Context) error {
 	defer func() {
 		stop()
 		if !ended {
-			<-done
+			if err := <-done; err != nil {
+				r.log.Debug("session ended", zap.Error(err))
+			}
 		}
 	}()
 	if _, err := sess.WaitLease(ctx); err != nil {

@@ -106,7 +106,7 @@ func TestTheRegistrationFollowsTheEnginesHealthAfterNFailedProbes(t *testing.T) 
 	assert.Nil(t, registered(t, watcher, "w1"), "an unhealthy engine is not registered")
 
 	eng.healthy.Store(true)
-	testenv.Eventually(t, 5*time.Second, func() bool { return registered(t, watcher, "w1") != nil }, "registered once healthy")
+	testenv.Eventually(t, 5*time.Second, func() bool { return registered(t, watcher, "w1") != nil && r.Registered() }, "registered once healthy")
 
 	// Two failures are not enough; the third deregisters.
 	eng.healthy.Store(false)
@@ -211,6 +211,7 @@ func TestAnOpenAIServerIsProbedThroughItsModelListAndRegisteredWithoutEvents(t *
 	r, _ := startRegistrar(t, etcd.Client(t), cfg, prometheus.NewRegistry())
 	testenv.Eventually(t, 5*time.Second, func() bool { return registered(t, watcher, "w1") != nil }, "registration")
 	got := registered(t, watcher, "w1")
+	testenv.Eventually(t, 5*time.Second, r.Registered, "the registrar knows it registered")
 	assert.False(t, got.PublishesEvents)
 	assert.Equal(t, openAIBlockSize, got.BlockSize)
 	assert.Equal(t, openAIKVBlocks, got.KVBlocks)
