@@ -320,8 +320,11 @@ func New(cfg Config, deps Deps) (*Adapter, error) {
 		}
 		a.runEvents = a.subscriberRunner()
 	}
-	flavor := FlavorVLLM
-	if cfg.Engine == EngineSGLang {
+	var flavor Flavor // openai: either engine's names
+	switch cfg.Engine {
+	case EngineVLLM:
+		flavor = FlavorVLLM
+	case EngineSGLang:
 		flavor = FlavorSGLang
 	}
 	if a.eng.metricsURL != "" {

@@ -292,3 +292,35 @@ func TestConfigValidateNamesTheBadField(t *testing.T) {
 	}
 	assert.NoError(t, DefaultConfig().Validate())
 }
+
+func TestAnOpenAIServerWithAMetricsURLGetsLoadReportsFromEitherEnginesNames(t *testing.T) {
+	etcd := testenv.StartEtcd(t)
+	n := testenv.StartNATS(t)
+	eng := startFakeEngine(t)
+	eng.setMetrics("sglang:num_running_reqs 6\nsglang:num_queue_reqs 1\nsglang:token_usage 0.5\n")
+	cfg := testAdapterConfig(eng, etcd, n)
+	cfg.Engine, cfg.MetricsURL = EngineOpenAI, eng.srv.URL+"/metrics"
+	nc := n.Conn(t)
+	reports := make(chan *wire.LoadReport, 16)
+	sub, err := nc.Subscribe(wire.NewSubjects(testCluster).Load("w1"), func(m *nats.Msg) {
+		if r, err := wire.DecodeLoadReport(m.Data); err == nil {
+			select {
+			case reports <- r:
+			default:
+			}
+		}
+	})
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	ra := startAdapter(t, cfg, etcd, n)
+	assert.Nil(t, ra.a.Mirror(), "no KV events for an openai engine")
+	select {
+	case r := <-reports:
+		assert.Equal(t, 6, r.Running)
+		assert.Equal(t, 1, r.Waiting)
+		assert.Equal(t, openAIKVBlocks, r.KVBlocksTotal)
+		assert.Equal(t, uint64(0), r.LastEventID)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no load report")
+	}
+}

@@ -22,7 +22,9 @@ type LoadConfig struct {
 	Interval time.Duration
 	// Timeout bounds one scrape.
 	Timeout time.Duration
-	Flavor  Flavor
+	// Flavor names the metrics read; 0 tries vLLM's names, then SGLang's
+	// (a generic OpenAI server whose -metrics-url may export either).
+	Flavor Flavor
 }
 
 // Validate names the first bad field.
@@ -36,7 +38,7 @@ func (c LoadConfig) Validate() error {
 		return fmt.Errorf("%w: load Interval %v must be positive", ErrInvalidConfig, c.Interval)
 	case c.Timeout <= 0:
 		return fmt.Errorf("%w: load Timeout %v must be positive", ErrInvalidConfig, c.Timeout)
-	case c.Flavor != FlavorVLLM && c.Flavor != FlavorSGLang:
+	case c.Flavor != 0 && c.Flavor != FlavorVLLM && c.Flavor != FlavorSGLang:
 		return fmt.Errorf("%w: load Flavor %v", ErrInvalidConfig, c.Flavor)
 	}
 	return nil
@@ -107,7 +109,12 @@ func (l *LoadReporter) once(ctx context.Context) {
 		l.log.Debug("scrape engine metrics", zap.Error(err))
 		return
 	}
-	load, err := ParseLoadMetrics(text, l.cfg.Flavor)
+	var load Load
+	if l.cfg.Flavor != 0 {
+		load, err = ParseLoadMetrics(text, l.cfg.Flavor)
+	} else if load, err = ParseLoadMetrics(text, FlavorVLLM); err != nil {
+		load, err = ParseLoadMetrics(text, FlavorSGLang)
+	}
 	if err != nil {
 		l.scrapes.WithLabelValues("malformed").Inc()
 		l.log.Debug("engine metrics unusable", zap.Error(err))
