@@ -43,7 +43,9 @@
 // engine hash stored twice (vLLM may cache one hash in two blocks) is
 // reference-counted, and so is a Switchyard hash that several engine hashes
 // map to (the engine salts with what events do not carry), so routers lose
-// a block only when the engine holds no copy. An evicted entry is removed
+// a block only when the engine holds no copy. An engine hash stored again
+// with other tokens (a collision) moves to the new Switchyard hash, and the
+// old one loses its reference (counted as a conflict). An evicted entry is removed
 // on routers too: a miss there, never a stale hit.
 //
 // Blocks are skipped and counted by reason (switchyard_adapter_kv_skipped_

@@ -112,6 +112,7 @@ type Mirror struct {
 	gen        uint64
 	pending    []wire.KVEvent
 	arena      []uint64 // backing store of pending events' hashes
+	stale      []uint64 // scratch: hashes a store's conflicts displaced
 	buf        []byte
 	configured bool
 }
@@ -365,19 +366,27 @@ func (m *Mirror) storeLocked(e *enginekv.Event) {
 	bs := e.BlockSize
 	start := len(m.arena)
 	prev := parent
+	m.stale = m.stale[:0]
 	for i, h := range e.BlockHashes {
 		s := kvindex.BlockHash(e.TokenIDs[i*bs:(i+1)*bs], seed)
 		if hasParent || i > 0 {
 			s = kvindex.ChainHash(prev, s, seed)
 		}
 		prev = s
-		m.insertLocked(h, s)
+		if old, ok := m.insertLocked(h, s); ok {
+			m.stale = append(m.stale, old)
+		}
 		m.arena = append(m.arena, s)
 	}
 	end := len(m.arena)
 	m.pending = append(m.pending, wire.KVEvent{Kind: wire.KVStored, Parent: parent, HasParent: hasParent,
 		Hashes: m.arena[start:end:end]})
 	m.m.stored.Add(float64(n))
+	if len(m.stale) > 0 {
+		start = len(m.arena)
+		m.arena = append(m.arena, m.stale...)
+		m.appendRemovedLocked(start)
+	}
 	m.evictOverflowLocked()
 	m.setSizeGauges()
 }
@@ -398,22 +407,31 @@ func (m *Mirror) unknownParentLocked(n int) {
 	m.restartLocked(repairUnknownParent)
 }
 
-func (m *Mirror) insertLocked(h, s uint64) {
+// insertLocked maps engine hash h to Switchyard hash s. It reports the
+// Switchyard hash h mapped to before when that was another one (and held no
+// other reference), which the caller must remove on routers.
+func (m *Mirror) insertLocked(h, s uint64) (stale uint64, hasStale bool) {
 	if ent, ok := m.engine[h]; ok {
 		if ent.sy != s {
 			// Same engine hash, other tokens or salt: an engine hash
 			// collision, or an engine that salts with what events do not
-			// carry. The first mapping stays.
+			// carry. The newest store wins: h now means s, and the old
+			// hash loses h's reference, so no entry outlives its removal.
 			m.m.conflicts.Inc()
+			hasStale = m.releaseLocked(ent.sy)
+			stale = ent.sy
+			ent.sy = s
+			m.refs[s]++
 		}
 		ent.ref++
 		m.engine[h] = ent
-		return
+		return stale, hasStale
 	}
 	m.gen++
 	m.engine[h] = engEntry{sy: s, ref: 1, gen: m.gen}
 	m.refs[s]++
 	m.fifo = append(m.fifo, fifoItem{engine: h, gen: m.gen})
+	return 0, false
 }
 
 func (m *Mirror) removeLocked(hashes []uint64) {

@@ -274,3 +274,21 @@ func TestAMalformedDumpRequestIsCountedAndUnanswered(t *testing.T) {
 	require.NoError(t, nc.Flush())
 	testenv.Eventually(t, 5*1e9, func() bool { return testutil.ToFloat64(m.m.dumps[dumpMalformed]) == 4 }, "malformed dump requests counted")
 }
+
+func TestAnEngineHashStoredAgainWithOtherTokensMovesToTheNewHashOnRouters(t *testing.T) {
+	n := testenv.StartNATS(t)
+	router := startRouterIndex(t, n, "w1", 2048)
+	reg := prometheus.NewRegistry()
+	m := startMirror(t, n, "w1", testShape(), reg)
+	f := &feeder{h: m}
+	a := newPrompt(1, 2, testBS)
+	b := newPrompt(2, 2, testBS)
+	b.engine = a.engine // same engine hashes, other tokens
+	f.batch(a.stored(0, 2))
+	f.batch(b.stored(0, 2))
+	router.holdsExactly(t, "w1", b.want(testModel, 2), "the newest mapping, and nothing of a")
+	assert.Equal(t, 2.0, testutil.ToFloat64(m.m.conflicts))
+	f.batch(b.removed(0, 2), b.removed(0, 2)) // both stores of each hash
+	router.holdsExactly(t, "w1", nil, "nothing outlives the removals")
+	assert.Equal(t, 0, m.Blocks())
+}
