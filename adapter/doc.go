@@ -41,7 +41,7 @@
 // to that model name. A bounded map (Shape.MaxEntries, FIFO eviction)
 // takes engine hashes to Switchyard hashes for removals and parents; an
 // engine hash stored twice (vLLM may cache one hash in two blocks) is
-// reference-counted, and so is a Switchyard hash that several engine hashes
+// reference-counted (the maps are adapter/table.go, open addressing without tombstones), and so is a Switchyard hash that several engine hashes
 // map to (the engine salts with what events do not carry), so routers lose
 // a block only when the engine holds no copy. An engine hash stored again
 // with other tokens (a collision) moves to the new Switchyard hash, and the

@@ -105,8 +105,8 @@ type Mirror struct {
 	lastID     uint64
 	exact      bool // every block the engine holds is known (see doc.go)
 	fresh      bool // no batch since the start or the last reset
-	engine     map[uint64]engEntry
-	refs       map[uint64]uint32 // Switchyard hash -> engine hashes mapping to it
+	engine     table[engEntry]
+	refs       table[uint32] // Switchyard hash -> engine hashes mapping to it
 	fifo       []fifoItem
 	fifoHead   int
 	gen        uint64
@@ -134,7 +134,6 @@ func NewMirror(cfg MirrorConfig, nc *nats.Conn, log *zap.Logger, reg prometheus.
 		cfg: cfg, nc: nc, subject: subj.KV(cfg.Worker), dumpSubj: subj.KVDump(cfg.Worker),
 		log: log.Named("mirror"), m: newMirrorMetrics(reg), now: time.Now,
 		seeds: map[string]uint64{}, instance: newInstance(), fresh: true,
-		engine: map[uint64]engEntry{}, refs: map[uint64]uint32{},
 	}
 	return m, nil
 }
@@ -187,7 +186,7 @@ func (m *Mirror) Position() (instance, lastID uint64) {
 func (m *Mirror) Blocks() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.refs)
+	return m.refs.Len()
 }
 
 // Batch applies one engine batch and publishes what changed
@@ -251,8 +250,8 @@ func (m *Mirror) restart(r repairReason) {
 // instance whose first event is Cleared.
 func (m *Mirror) restartLocked(r repairReason) {
 	m.m.repairs[r].Inc()
-	clear(m.engine)
-	clear(m.refs)
+	m.engine.clear()
+	m.refs.clear()
 	m.fifo, m.fifoHead = m.fifo[:0], 0
 	m.pending, m.arena = m.pending[:0], m.arena[:0]
 	m.instance, m.lastID = newInstance(), 0
@@ -271,8 +270,8 @@ func (m *Mirror) setExactGauge() {
 }
 
 func (m *Mirror) setSizeGauges() {
-	m.m.mirrored.Set(float64(len(m.refs)))
-	m.m.entries.Set(float64(len(m.engine)))
+	m.m.mirrored.Set(float64(m.refs.Len()))
+	m.m.entries.Set(float64(m.engine.Len()))
 }
 
 func (m *Mirror) seedFor(lora string) uint64 {
@@ -329,8 +328,8 @@ func (m *Mirror) applyLocked(e *enginekv.Event) {
 			m.m.skippedRemovals[r].Inc()
 			return
 		}
-		clear(m.engine)
-		clear(m.refs)
+		m.engine.clear()
+		m.refs.clear()
 		m.fifo, m.fifoHead = m.fifo[:0], 0
 		m.pending = append(m.pending, wire.KVEvent{Kind: wire.KVCleared})
 		m.m.engineCleared.Inc()
@@ -355,7 +354,7 @@ func (m *Mirror) storeLocked(e *enginekv.Event) {
 	var parent uint64
 	hasParent := false
 	if e.HasParent {
-		pe, ok := m.engine[e.ParentHash]
+		pe, ok := m.engine.get(e.ParentHash)
 		if !ok {
 			m.unknownParentLocked(n)
 			return
@@ -411,7 +410,9 @@ func (m *Mirror) unknownParentLocked(n int) {
 // Switchyard hash h mapped to before when that was another one (and held no
 // other reference), which the caller must remove on routers.
 func (m *Mirror) insertLocked(h, s uint64) (stale uint64, hasStale bool) {
-	if ent, ok := m.engine[h]; ok {
+	sl, existed := m.engine.upsert(h)
+	ent := m.engine.at(sl) // valid below: only refs changes until the end
+	if existed {
 		if ent.sy != s {
 			// Same engine hash, other tokens or salt: an engine hash
 			// collision, or an engine that salts with what events do not
@@ -421,36 +422,41 @@ func (m *Mirror) insertLocked(h, s uint64) (stale uint64, hasStale bool) {
 			hasStale = m.releaseLocked(ent.sy)
 			stale = ent.sy
 			ent.sy = s
-			m.refs[s]++
+			m.addRefLocked(s)
 		}
 		ent.ref++
-		m.engine[h] = ent
 		return stale, hasStale
 	}
 	m.gen++
-	m.engine[h] = engEntry{sy: s, ref: 1, gen: m.gen}
-	m.refs[s]++
+	*ent = engEntry{sy: s, ref: 1, gen: m.gen}
+	m.addRefLocked(s)
 	m.fifo = append(m.fifo, fifoItem{engine: h, gen: m.gen})
 	return 0, false
+}
+
+func (m *Mirror) addRefLocked(s uint64) {
+	sl, _ := m.refs.upsert(s)
+	*m.refs.at(sl)++
 }
 
 func (m *Mirror) removeLocked(hashes []uint64) {
 	start := len(m.arena)
 	for _, h := range hashes {
-		ent, ok := m.engine[h]
+		sl, ok := m.engine.find(h)
 		if !ok {
 			// Stored before the mirror's start, skipped, or evicted.
 			m.m.unknownRemoved.Inc()
 			continue
 		}
+		ent := m.engine.at(sl)
 		if ent.ref > 1 {
 			ent.ref--
-			m.engine[h] = ent
 			continue
 		}
-		delete(m.engine, h)
-		if m.releaseLocked(ent.sy) {
-			m.arena = append(m.arena, ent.sy)
+		sy := ent.sy
+		m.engine.deleteAt(sl)
+		if m.releaseLocked(sy) {
+			m.arena = append(m.arena, sy)
 		}
 	}
 	m.appendRemovedLocked(start)
@@ -460,13 +466,15 @@ func (m *Mirror) removeLocked(hashes []uint64) {
 // releaseLocked drops one reference to s and reports whether it was the
 // last, so that s must be removed on routers.
 func (m *Mirror) releaseLocked(s uint64) bool {
-	r := m.refs[s]
-	if r <= 1 {
-		delete(m.refs, s)
+	sl, ok := m.refs.find(s)
+	if !ok || *m.refs.at(sl) <= 1 {
+		if ok {
+			m.refs.deleteAt(sl)
+		}
 		m.m.removed.Inc()
 		return true
 	}
-	m.refs[s] = r - 1
+	*m.refs.at(sl)--
 	return false
 }
 
@@ -481,22 +489,23 @@ func (m *Mirror) appendRemovedLocked(start int) {
 // too (a miss there, never a stale hit), and its children can no longer be
 // rehashed, so the mirror stops being exact.
 func (m *Mirror) evictOverflowLocked() {
-	if len(m.engine) <= m.shape.MaxEntries {
+	if m.engine.Len() <= m.shape.MaxEntries {
 		m.compactFIFOLocked()
 		return
 	}
 	start := len(m.arena)
-	for len(m.engine) > m.shape.MaxEntries && m.fifoHead < len(m.fifo) {
+	for m.engine.Len() > m.shape.MaxEntries && m.fifoHead < len(m.fifo) {
 		it := m.fifo[m.fifoHead]
 		m.fifoHead++
-		ent, ok := m.engine[it.engine]
-		if !ok || ent.gen != it.gen {
+		sl, ok := m.engine.find(it.engine)
+		if !ok || m.engine.at(sl).gen != it.gen {
 			continue // removed (or removed and stored again) since
 		}
-		delete(m.engine, it.engine)
+		sy := m.engine.at(sl).sy
+		m.engine.deleteAt(sl)
 		m.m.evictions.Inc()
-		if m.releaseLocked(ent.sy) {
-			m.arena = append(m.arena, ent.sy)
+		if m.releaseLocked(sy) {
+			m.arena = append(m.arena, sy)
 		}
 	}
 	if m.exact {
@@ -510,12 +519,12 @@ func (m *Mirror) evictOverflowLocked() {
 // compactFIFOLocked drops consumed and stale fifo items once they outnumber
 // the live ones, so the fifo stays proportional to the map.
 func (m *Mirror) compactFIFOLocked() {
-	if len(m.fifo)-m.fifoHead <= 2*len(m.engine)+1024 && m.fifoHead <= len(m.fifo)/2 {
+	if len(m.fifo)-m.fifoHead <= 2*m.engine.Len()+1024 && m.fifoHead <= len(m.fifo)/2 {
 		return
 	}
 	live := m.fifo[:0]
 	for _, it := range m.fifo[m.fifoHead:] {
-		if ent, ok := m.engine[it.engine]; ok && ent.gen == it.gen {
+		if ent, ok := m.engine.get(it.engine); ok && ent.gen == it.gen {
 			live = append(live, it)
 		}
 	}
@@ -583,10 +592,8 @@ func (m *Mirror) Run(ctx context.Context) error {
 func (m *Mirror) snapshot() (instance, asOf uint64, hashes []uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	hashes = make([]uint64, 0, len(m.refs))
-	for h := range m.refs {
-		hashes = append(hashes, h)
-	}
+	hashes = make([]uint64, 0, m.refs.Len())
+	m.refs.each(func(h uint64, _ uint32) { hashes = append(hashes, h) })
 	return m.instance, m.lastID, hashes
 }
 
