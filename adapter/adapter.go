@@ -467,9 +467,12 @@ func (a *Adapter) subscriberRunner() func(context.Context) error {
 	var sub *enginekv.Subscriber
 	return func(ctx context.Context) error {
 		if sub == nil {
-			s, err := enginekv.NewSubscriber(enginekv.SubscriberConfig{Endpoint: a.cfg.KVEvents, Bind: a.cfg.KVEventsBind,
-				ReplayEndpoint: a.cfg.KVReplay, Topic: a.cfg.KVTopic, ReplayTimeout: a.cfg.KVReplayTimeout},
-				a.mirror, a.log, a.deps.Registerer)
+			sc := enginekv.DefaultSubscriberConfig()
+			sc.Endpoint, sc.Bind, sc.ReplayEndpoint, sc.Topic = a.cfg.KVEvents, a.cfg.KVEventsBind, a.cfg.KVReplay, a.cfg.KVTopic
+			if a.cfg.KVReplayTimeout > 0 {
+				sc.ReplayTimeout = a.cfg.KVReplayTimeout
+			}
+			s, err := enginekv.NewSubscriber(sc, a.mirror, a.log, a.deps.Registerer)
 			if err != nil {
 				return err
 			}

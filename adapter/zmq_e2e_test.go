@@ -1,10 +1,7 @@
-//go:build enginekv
-
 // These tests drive the adapter through real ZeroMQ sockets: a Python
 // publisher (Debian's python3-zmq and python3-msgpack) speaks vLLM's and
 // SGLang's event protocol, and the real enginekv subscriber feeds the
-// mirror. They compile once the enginekv branch has merged (build tag
-// enginekv): go test -tags enginekv ./adapter/.
+// mirror.
 package adapter
 
 import (
