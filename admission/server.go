@@ -22,6 +22,7 @@ type Server struct {
 	actor   Actor
 	log     *zap.Logger
 	m       *Metrics
+	clock   scheduler.Clock
 
 	mu    sync.Mutex
 	owned map[string]*ownedClass
@@ -32,18 +33,36 @@ type ownedClass struct {
 	subs  []*nats.Subscription
 }
 
+// ServerOption adjusts a Server at construction.
+type ServerOption func(*Server)
+
+// WithServerClock sets the clock the owner side reads (default wall time);
+// it must be the clock of the replica's scheduler.
+func WithServerClock(c scheduler.Clock) ServerOption {
+	return func(s *Server) {
+		if c != nil {
+			s.clock = c
+		}
+	}
+}
+
 // NewServer returns the owner side for replica. It subscribes nothing until
 // Run (life marks) and Own (per-class subjects).
-func NewServer(replica, cluster string, nc *nats.Conn, actor Actor, log *zap.Logger, m *Metrics) *Server {
-	return &Server{
+func NewServer(replica, cluster string, nc *nats.Conn, actor Actor, log *zap.Logger, m *Metrics, opts ...ServerOption) *Server {
+	s := &Server{
 		replica: replica,
 		nc:      nc,
 		subj:    wire.NewSubjects(cluster),
 		actor:   actor,
 		log:     log.Named("admission_server"),
 		m:       m,
+		clock:   scheduler.RealClock{},
 		owned:   map[string]*ownedClass{},
 	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Run listens for lifecycle marks addressed to this replica until ctx ends,
@@ -141,6 +160,9 @@ func (s *Server) Owns(class string) (int64, bool) {
 
 func (s *Server) onAdmit(class string, m *nats.Msg) {
 	in, err := wire.DecodeAdmitRequest(m.Data)
+	if err == nil {
+		err = in.CheckIngress(s.clock.Now())
+	}
 	if err != nil {
 		s.m.decodeErrors.WithLabelValues("admit").Inc()
 		s.log.Warn("bad admit request", zap.Error(err))

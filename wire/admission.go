@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // Admission protocol messages (design §4), JSON with a version field. They
@@ -159,6 +160,10 @@ func DecodeAdmitRequest(p []byte) (*AdmitRequest, error) {
 		return nil, fmt.Errorf("%w: admit request entry %q", ErrMalformed, m.Entry)
 	case m.PromptTokens < 0 || m.ExpectedOutput < 0 || m.Attempt < 0:
 		return nil, fmt.Errorf("%w: admit request %s has negative counts", ErrMalformed, m.ID)
+	case m.IngressUnixNano <= 0:
+		// The FCFS/LCFS score is measured from ingress: a zero or negative
+		// one would put the request ahead of everything queued.
+		return nil, fmt.Errorf("%w: admit request %s has ingress time %d", ErrMalformed, m.ID, m.IngressUnixNano)
 	case m.DueUnixNano < 0:
 		return nil, fmt.Errorf("%w: admit request %s has a negative due time", ErrMalformed, m.ID)
 	case len(m.BlockHashes) > MaxBlocksPerMessage:
@@ -170,6 +175,22 @@ func DecodeAdmitRequest(p []byte) (*AdmitRequest, error) {
 		}
 	}
 	return &m, nil
+}
+
+// MaxIngressAhead is how far in the future of the owner's clock an admit
+// request's ingress time may lie: generous for clock skew between replicas,
+// small enough that a bogus ingress cannot reorder an LCFS queue for long.
+const MaxIngressAhead = time.Minute
+
+// CheckIngress reports (ErrMalformed) an ingress time more than
+// MaxIngressAhead after now, the receiving owner's clock. The decoder checks
+// what needs no clock (ingress > 0).
+func (m *AdmitRequest) CheckIngress(now time.Time) error {
+	if m.IngressUnixNano > now.Add(MaxIngressAhead).UnixNano() {
+		return fmt.Errorf("%w: admit request %s has ingress %v, more than %v after the owner's clock",
+			ErrMalformed, m.ID, time.Unix(0, m.IngressUnixNano).UTC(), MaxIngressAhead)
+	}
+	return nil
 }
 
 // DecodeAdmitReply parses an AdmitReply.
