@@ -303,6 +303,29 @@ func (c *Core) anyAllowed(r *Request) bool {
 	return false
 }
 
+// usableWorkers is how many registered workers r may run on: one when
+// pinned, the distinct registered workers of its allow-list, else all.
+func (c *Core) usableWorkers(r *Request) int {
+	switch {
+	case r.Pinned != "":
+		if _, ok := c.workerIdx[r.Pinned]; ok {
+			return 1
+		}
+		return 0
+	case len(r.Allowed) == 0:
+		return len(c.workers)
+	}
+	c.stamp++
+	n := 0
+	for _, a := range r.Allowed {
+		if i, ok := c.workerIdx[a]; ok && c.allow[i] != c.stamp {
+			c.allow[i] = c.stamp
+			n++
+		}
+	}
+	return n
+}
+
 func (c *Core) newEntry(r *Request, respond Responder, cls *class, now time.Time) *entry {
 	var e *entry
 	if n := len(c.freeEnt); n > 0 {
@@ -344,10 +367,11 @@ func (c *Core) bestCached(r *Request) int {
 	return best
 }
 
-// overLimit checks the class limits, scaled by the worker count, as if e were
-// added. It returns the name of the first limit e would exceed.
+// overLimit checks the class limits, scaled by the number of workers e may
+// run on (seed 000: capacity checks respect pinned and allowed workers), as
+// if e were added. It returns the name of the first limit e would exceed.
 func (c *Core) overLimit(cls *class, e *entry) string {
-	n := int64(len(c.workers))
+	n := int64(c.usableWorkers(e.req))
 	l := cls.cfg.Limits
 	if l.Requests != Unlimited && int64(cls.q.len()+1) > int64(l.Requests)*n {
 		return LimitRequests

@@ -51,8 +51,9 @@ func ParsePolicy(s string) (Policy, error) {
 // Unlimited disables one queue limit.
 const Unlimited = -1
 
-// Limits bound one class's queue. Each value is per registered worker and is
-// multiplied by the current worker count when checked. Unlimited (-1) turns a
+// Limits bound one class's queue. Each value is per worker and is multiplied,
+// when a request arrives, by the number of registered workers that request
+// may run on (one when pinned, its registered allowed workers, else all). Unlimited (-1) turns a
 // limit off; any limit of exactly 0 makes the class a zero-limit class, which
 // never queues: it admits when a worker is free and rejects otherwise.
 type Limits struct {
