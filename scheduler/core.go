@@ -355,16 +355,13 @@ func (c *Core) newEntry(r *Request, respond Responder, cls *class, now time.Time
 }
 
 // bestCached is Request.BestCachedTokens over the registered workers.
-func (c *Core) bestCached(r *Request) int {
-	best := 0
-	for _, o := range r.Overlaps {
-		i, ok := c.workerIdx[o.Worker]
-		if !ok || !r.Allows(o.Worker) {
-			continue
-		}
-		best = max(best, r.cachedFromOverlap(r.effectiveOverlap(o.Blocks), c.workers[i].BlockSize))
+func (c *Core) bestCached(r *Request) int { return bestCachedTokens(r, c) }
+
+func (c *Core) blockSizeOf(worker string) (int, bool) {
+	if i, ok := c.workerIdx[worker]; ok {
+		return c.workers[i].BlockSize, true
 	}
-	return best
+	return 0, false
 }
 
 // overLimit checks the class limits, scaled by the number of workers e may

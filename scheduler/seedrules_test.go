@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,4 +29,43 @@ func TestQueueLimitsScaleByTheWorkersARequestMayUseNotByEveryWorker(t *testing.T
 
 	h.enqueue(req("free", "c", 10)) // unconstrained: 4 workers, 2 queued
 	h.pending("free")
+}
+
+// Seed 000: the Request helpers are the one source of cache arithmetic. The
+// Core's WSPT/DRR cached figure, and the overlap and cached tokens of every
+// grant, must equal what the helpers say, for requests with duplicate,
+// negative, over-deep and unknown-worker overlaps, pins and allow-lists.
+func TestTheCoresCachedTokensAndOverlapsAreTheRequestHelpersOwn(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 0))
+	ws := workers(6, 0)
+	ws[1].BlockSize, ws[2].BlockSize = 32, 1
+	names := []string{"w0", "w1", "w2", "w3", "w4", "w5", "gone"}
+	for i := range 2000 {
+		h := newHarness(t, ws, classCfg("c", PolicyWSPT))
+		r := req(fmt.Sprintf("r%d", i), "c", rng.IntN(600))
+		r.BlockHashes = seqHashes(uint64(i), rng.IntN(40))
+		for range rng.IntN(6) {
+			r.Overlaps = append(r.Overlaps, Overlap{Worker: names[rng.IntN(len(names))], Blocks: rng.IntN(60) - 5})
+		}
+		switch rng.IntN(3) {
+		case 0:
+			r.Pinned = names[rng.IntN(6)]
+		case 1:
+			for range 1 + rng.IntN(3) {
+				r.Allowed = append(r.Allowed, names[rng.IntN(len(names))])
+			}
+		}
+		e := h.core.newEntry(r, nil, h.core.classes["c"], t0)
+		require.Equal(t, r.BestCachedTokens(h.core.Workers()), e.cached, "request %+v", r)
+		h.core.release(e)
+		h.enqueue(r)
+		o := h.one(r.ID)
+		if o.err != nil {
+			continue
+		}
+		g := o.grant
+		bs := ws[h.core.workerIdx[g.Worker]].BlockSize
+		require.Equal(t, r.OverlapBlocks(g.Worker), g.OverlapBlocks, "request %+v", r)
+		require.Equal(t, r.CachedTokens(g.Worker, bs), g.CachedTokens, "request %+v", r)
+	}
 }
