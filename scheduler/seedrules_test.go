@@ -21,7 +21,11 @@ func TestQueueLimitsScaleByTheWorkersARequestMayUseNotByEveryWorker(t *testing.T
 	rej := h.rejected("p2", ErrQueueFull)
 	require.Equal(t, LimitRequests, rej.Limit, "a request pinned to one worker may queue one per-worker limit, not four")
 
-	allowed := func(id string) *Request { r := req(id, "c", 10); r.Allowed = []string{"w1", "w2", "w2", "gone"}; return r }
+	allowed := func(id string) *Request {
+		r := req(id, "c", 10)
+		r.Allowed = []string{"w1", "w2", "w2", "gone"}
+		return r
+	}
 	h.enqueue(allowed("a1")) // the queue holds p1: two of two allowed slots
 	h.pending("a1")
 	h.enqueue(allowed("a2"))
