@@ -1,6 +1,9 @@
 package admission
 
 import (
+	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -8,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -50,4 +54,83 @@ func TestAnOwnerRejectsAnAdmitRequestWhoseIngressLiesFarInItsFuture(t *testing.T
 	require.Equal(t, scheduler.ReasonInvalidConstraint.String(), out.Reason)
 	require.Equal(t, 1.0, testutil.ToFloat64(a.client.m.decodeErrors.WithLabelValues("admit")), "counted as bad input")
 	require.Zero(t, a.counters(t, "gold").Admitted)
+}
+
+// actorOnly runs a scheduler actor with classes and workers behind the
+// LocalActor port, without NATS.
+func actorOnly(t *testing.T, classes []scheduler.ClassConfig, ws []scheduler.Worker) (*scheduler.Actor, Actor) {
+	t.Helper()
+	core := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.RealClock{}, nil, nil)
+	core.SetClasses(classes)
+	core.SetWorkers(ws)
+	a := scheduler.NewActor(core, scheduler.RealClock{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return a, LocalActor(a, func() []scheduler.ClassConfig { return classes })
+}
+
+// outcomes records responder calls in order.
+type outcomes struct {
+	mu      sync.Mutex
+	granted []string
+	byID    map[string]error
+	booking map[string]scheduler.BookingID
+}
+
+func newOutcomes() *outcomes {
+	return &outcomes{byID: map[string]error{}, booking: map[string]scheduler.BookingID{}}
+}
+
+func (o *outcomes) responder(id string) scheduler.Responder {
+	return func(g scheduler.Grant, err error) bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.byID[id] = err
+		if err == nil {
+			o.granted = append(o.granted, id)
+			o.booking[id] = g.Booking
+		}
+		return true
+	}
+}
+
+func (o *outcomes) grants() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.granted)
+}
+
+func (o *outcomes) bookingOf(id string) scheduler.BookingID {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.booking[id]
+}
+
+func TestDisowningAClassKeepsTheRoundRobinPositionOfTheOthers(t *testing.T) {
+	classes := []scheduler.ClassConfig{fcfs("a"), fcfs("b"), fcfs("c")} // quantum 512
+	_, port := actorOnly(t, classes, workers(1, 1))
+	o := newOutcomes()
+	enq := func(id, class string) {
+		r := request(class, 0)
+		r.ID, r.PromptTokens, r.BlockHashes = id, 512, nil // one quantum each
+		port.Enqueue(r, o.responder(id))
+	}
+	enq("busy", "a") // takes the only slot; class a has had its turn
+	testenv.Eventually(t, 5*time.Second, func() bool { return len(o.grants()) == 1 }, "busy granted")
+	for _, q := range [][2]string{{"a1", "a"}, {"b1", "b"}, {"b2", "b"}, {"c1", "c"}} {
+		enq(q[0], q[1])
+	}
+	port.Finish(o.bookingOf("busy"))
+	testenv.Eventually(t, 5*time.Second, func() bool { return len(o.grants()) == 2 }, "next grant")
+	require.Equal(t, "b1", o.grants()[1], "after a's turn comes b's")
+
+	port.RejectQueued("a", scheduler.ReasonOwnershipLost) // class a moves to another replica
+	port.Finish(o.bookingOf("b1"))
+	testenv.Eventually(t, 5*time.Second, func() bool { return len(o.grants()) == 3 }, "next grant")
+	require.Equal(t, "c1", o.grants()[2], "after b's turn comes c's: a handoff must not restart the rotation at the first class")
+	o.mu.Lock()
+	require.ErrorIs(t, o.byID["a1"], scheduler.ErrOwnershipMoved)
+	o.mu.Unlock()
 }

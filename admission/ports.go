@@ -32,7 +32,9 @@ type Owner struct {
 
 // LocalActor adapts a scheduler actor that is configured with every policy
 // class (ownership decides which requests reach it, not its configuration).
-// classes returns the current class configurations.
+// classes returns the current class configurations; RejectQueued no longer
+// needs them (the Core keeps a disowned class configured), but callers keep
+// passing the policy's source.
 func LocalActor(a *scheduler.Actor, classes func() []scheduler.ClassConfig) Actor {
 	return localActor{Actor: a, classes: classes}
 }
@@ -42,12 +44,9 @@ type localActor struct {
 	classes func() []scheduler.ClassConfig
 }
 
-// RejectQueued empties the class's queue with reason and serves the class
-// again at once, in one actor turn.
+// RejectQueued empties the class's queue with reason in one actor turn. The
+// class stays configured and keeps its place in the round robin, so a
+// handoff does not restart the rotation at the first class.
 func (l localActor) RejectQueued(class string, reason scheduler.Reason) {
-	cfgs := l.classes()
-	_ = l.Do(context.Background(), func(c *scheduler.Core) {
-		c.RemoveClass(class, reason)
-		c.SetClasses(cfgs)
-	})
+	_ = l.Do(context.Background(), func(c *scheduler.Core) { c.RejectQueued(class, reason) })
 }

@@ -942,6 +942,27 @@ func (c *Core) RemoveClass(name string, reason Reason) {
 	c.drain()
 }
 
+// RejectQueued rejects the class's queued entries with reason, in queue
+// order, and keeps the class configured, in its place in the DRR ring: the
+// rotation of the other classes goes on where it was (ownership moved away;
+// the class may come back). It reports how many were rejected.
+func (c *Core) RejectQueued(name string, reason Reason) int {
+	cls := c.classes[name]
+	if cls == nil || !cls.active {
+		return 0
+	}
+	n := len(cls.q)
+	for len(cls.q) > 0 {
+		e := cls.q[0]
+		c.unqueue(e)
+		c.rejectEntry(e, reason, fmt.Sprintf("class %s is no longer admitted here", name))
+	}
+	if n > 0 {
+		c.drain()
+	}
+	return n
+}
+
 func (c *Core) removeClass(cls *class, reason Reason, detail string) {
 	cls.active = false
 	for len(cls.q) > 0 {
