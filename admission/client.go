@@ -449,7 +449,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 // cancelAt tells owner, the replica r was sent to, to drop r from its
 // queue. Other replicas that own the class by now ignore it.
 func (c *Client) cancelAt(r *scheduler.Request, owner string) {
-	b, err := wire.EncodeAdmission(&wire.CancelRequest{ID: r.ID, Entry: c.replica, Owner: owner})
+	b, err := wire.EncodeAdmission(&wire.CancelRequest{ID: r.ID, Attempt: r.Attempt, Entry: c.replica, Owner: owner})
 	if err == nil {
 		_ = c.nc.Publish(c.subj.Cancel(r.Class), b)
 	}
@@ -482,7 +482,7 @@ func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request) (schedule
 		mu.Lock()
 		gone = true
 		mu.Unlock()
-		c.actor.Cancel(r.ID)
+		c.actor.CancelAttempt(r.ID, r.Attempt)
 		select {
 		case res := <-ch:
 			if res.err == nil {

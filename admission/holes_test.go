@@ -134,3 +134,66 @@ func TestDisowningAClassKeepsTheRoundRobinPositionOfTheOthers(t *testing.T) {
 	require.ErrorIs(t, o.byID["a1"], scheduler.ErrOwnershipMoved)
 	o.mu.Unlock()
 }
+
+// asyncRawAdmit sends an admit request and delivers its reply (or nil on
+// error) on the returned channel.
+func asyncRawAdmit(t *testing.T, nc *nats.Conn, in *wire.AdmitRequest) <-chan *wire.AdmitReply {
+	t.Helper()
+	b, err := wire.EncodeAdmission(in)
+	require.NoError(t, err)
+	ch := make(chan *wire.AdmitReply, 1)
+	go func() {
+		msg, err := nc.Request(wire.NewSubjects(cluster).Admit(in.Class), b, 10*time.Second)
+		if err != nil {
+			ch <- nil
+			return
+		}
+		out, _ := wire.DecodeAdmitReply(msg.Data)
+		ch <- out
+	}()
+	return ch
+}
+
+func publishCancel(t *testing.T, nc *nats.Conn, class string, c *wire.CancelRequest) {
+	t.Helper()
+	b, err := wire.EncodeAdmission(c)
+	require.NoError(t, err)
+	require.NoError(t, nc.Publish(wire.NewSubjects(cluster).Cancel(class), b))
+}
+
+func TestAStaleCancelDoesNotWithdrawTheResubmissionOfTheSameRequest(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(1, 1))
+	a := h.start("a", nil)
+	h.own("gold", "a", 1)
+	ctx := testenv.Context(t)
+	busy := occupy(t, ctx, a)
+	defer busy.Finish(false)
+	nc := rawConn(t, h)
+
+	resub := wireRequest(request("gold", 0))
+	resub.Attempt = 1 // the same request, resubmitted after its first owner lost the class
+	other := wireRequest(request("gold", 0))
+	resubReply := asyncRawAdmit(t, nc, resub)
+	otherReply := asyncRawAdmit(t, nc, other)
+	waitQueued(t, a, "gold", 2)
+
+	// The cancel of attempt 0, sent when the entry gave up on it, arrives
+	// late: this replica owns the class again. Then a current cancel.
+	publishCancel(t, nc, "gold", &wire.CancelRequest{ID: resub.ID, Entry: "entry", Owner: "a"})
+	publishCancel(t, nc, "gold", &wire.CancelRequest{ID: other.ID, Entry: "entry", Owner: "a"})
+	select {
+	case <-otherReply: // both cancels were handled, in order
+	case <-ctx.Done():
+		t.Fatal("the current cancel was not handled")
+	}
+	require.Equal(t, 1, a.snapshot(t).Classes["gold"].QueueDepth, "the resubmission must stay queued")
+	require.Equal(t, uint64(1), a.counters(t, "gold").Cancelled)
+	busy.Finish(false)
+	select {
+	case out := <-resubReply:
+		require.NotNil(t, out)
+		require.True(t, out.OK, "the resubmission is admitted once the slot frees: %+v", out)
+	case <-ctx.Done():
+		t.Fatal("no reply for the resubmission")
+	}
+}

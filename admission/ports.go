@@ -11,7 +11,10 @@ import (
 // from any goroutine and must not block for long.
 type Actor interface {
 	Enqueue(r *scheduler.Request, respond scheduler.Responder)
-	Cancel(requestID string)
+	// CancelAttempt withdraws the queued request only if it is that
+	// attempt: a late cancel of an earlier attempt must not withdraw a
+	// resubmission that reached this same owner.
+	CancelAttempt(requestID string, attempt int)
 	Ack(scheduler.BookingID)
 	FirstToken(scheduler.BookingID)
 	Finish(scheduler.BookingID)

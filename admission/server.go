@@ -220,7 +220,7 @@ func (s *Server) onCancel(m *nats.Msg) {
 	if in.Owner != s.replica {
 		return // meant for the class's previous owner
 	}
-	s.actor.Cancel(in.ID)
+	s.actor.CancelAttempt(in.ID, in.Attempt)
 }
 
 func (s *Server) onLife(m *nats.Msg) {

@@ -62,6 +62,7 @@ type message struct {
 	req      *Request
 	respond  Responder
 	id       string
+	attempt  int // msgCancel: the attempt to withdraw; anyAttempt for all
 	booking  BookingID
 	bookings []BookingID
 }
@@ -149,7 +150,11 @@ func (a *Actor) handle(m message) {
 	case msgEnqueue:
 		c.Enqueue(m.req, m.respond)
 	case msgCancel:
-		c.Cancel(m.id)
+		if m.attempt == anyAttempt {
+			c.Cancel(m.id)
+		} else {
+			c.CancelAttempt(m.id, m.attempt)
+		}
 	case msgAck:
 		c.Ack(m.booking)
 	case msgFirstToken:
@@ -200,7 +205,7 @@ func (a *Actor) Admit(ctx context.Context, r *Request) (Grant, error) {
 	case <-ctx.Done():
 	}
 	if w.state.CompareAndSwap(waiting, abandoned) {
-		a.send(message{kind: msgCancel, id: r.ID})
+		a.send(message{kind: msgCancel, id: r.ID, attempt: r.Attempt})
 		return Grant{}, fmt.Errorf("admit %s: %w (%w)", r.ID, ErrCancelled, ctx.Err())
 	}
 	res := <-w.reply // delivered just as ctx ended
@@ -252,8 +257,19 @@ func (a *Actor) Enqueue(r *Request, respond Responder) {
 	}
 }
 
-// Cancel withdraws a queued request (no effect once it left the queue).
-func (a *Actor) Cancel(requestID string) { a.send(message{kind: msgCancel, id: requestID}) }
+const anyAttempt = -1
+
+// Cancel withdraws a queued request, whatever its attempt (no effect once
+// it left the queue).
+func (a *Actor) Cancel(requestID string) {
+	a.send(message{kind: msgCancel, id: requestID, attempt: anyAttempt})
+}
+
+// CancelAttempt withdraws a queued request only if it is that attempt (see
+// Core.CancelAttempt).
+func (a *Actor) CancelAttempt(requestID string, attempt int) {
+	a.send(message{kind: msgCancel, id: requestID, attempt: attempt})
+}
 
 // Ack makes a grant final.
 func (a *Actor) Ack(id BookingID) { a.send(message{kind: msgAck, booking: id}) }

@@ -633,6 +633,16 @@ func (c *Core) Cancel(requestID string) bool {
 	return true
 }
 
+// CancelAttempt is Cancel for one attempt of the request: a cancel sent for
+// an earlier attempt (delivered late, after the request was resubmitted to
+// this same Core) must not withdraw the resubmission.
+func (c *Core) CancelAttempt(requestID string, attempt int) bool {
+	if e := c.entries[requestID]; e == nil || e.req.Attempt != attempt {
+		return false
+	}
+	return c.Cancel(requestID)
+}
+
 // Tick rejects queued requests whose due time has passed, rolls back grants
 // not acknowledged within AckTimeout, frees bookings not renewed within
 // BookingExpiry, then drains.

@@ -66,10 +66,14 @@ type AdmitReply struct {
 // CancelRequest withdraws a queued request from the owner the entry sent
 // it to. Owner names that replica: a cancel that reaches another replica
 // (the class moved meanwhile) is dropped, so it can never withdraw the
-// request's resubmission at the new owner.
+// request's resubmission at the new owner. Attempt names the attempt that
+// was sent: a late cancel that reaches the same owner after the request was
+// resubmitted there (it owns the class again) must not withdraw the newer
+// attempt.
 type CancelRequest struct {
 	Version int    `json:"v"`
 	ID      string `json:"id"`
+	Attempt int    `json:"attempt,omitempty"`
 	Entry   string `json:"entry"`
 	Owner   string `json:"owner"`
 }
@@ -216,6 +220,9 @@ func DecodeCancelRequest(p []byte) (*CancelRequest, error) {
 	}
 	if m.ID == "" {
 		return nil, fmt.Errorf("%w: cancel without id", ErrMalformed)
+	}
+	if m.Attempt < 0 {
+		return nil, fmt.Errorf("%w: cancel of %s has attempt %d", ErrMalformed, m.ID, m.Attempt)
 	}
 	return &m, nil
 }
