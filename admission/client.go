@@ -280,7 +280,16 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 		case ownLocal || degraded:
 			// This replica's own actor admits: it owns the class, or NATS
 			// is down and every class is admitted locally (degraded mode).
-			g, err := c.admitLocal(ctx, r)
+			// As an owner it checks ownership again on the actor's turn
+			// (see Server.onAdmit), and takes the epoch from there.
+			g, gatedEpoch, notOwned, err := c.admitLocal(ctx, r, !degraded)
+			if !degraded {
+				epoch = gatedEpoch
+			}
+			if notOwned { // the class moved before the actor saw r: not counted there
+				c.m.retries.WithLabelValues("ownership_moved").Inc()
+				continue
+			}
 			if err == nil {
 				if !ownLocal {
 					c.m.degradedAdmits.Inc()
@@ -461,12 +470,15 @@ type localResult struct {
 }
 
 // admitLocal enqueues on this replica's actor and waits for its answer. A
-// grant that races with ctx ending is rolled back.
-func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request) (scheduler.Grant, error) {
+// grant that races with ctx ending is rolled back. With owner set, the
+// actor checks on its turn that this replica still owns the class
+// (Actor.EnqueueIf): notOwned reports that it did not, and epoch is the
+// epoch it was admitted under.
+func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request, owner bool) (g scheduler.Grant, epoch int64, notOwned bool, err error) {
 	ch := make(chan localResult, 1)
 	var mu sync.Mutex
 	gone := false
-	c.actor.Enqueue(r, func(g scheduler.Grant, err error) bool {
+	respond := func(g scheduler.Grant, err error) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if gone {
@@ -474,10 +486,26 @@ func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request) (schedule
 		}
 		ch <- localResult{g, err}
 		return true
-	})
+	}
+	var gatedEpoch int64
+	gatedOut := false
+	if owner {
+		c.actor.EnqueueIf(r, func() bool {
+			e, ok := c.server.Owns(r.Class)
+			mu.Lock()
+			gatedEpoch, gatedOut = e, !ok
+			mu.Unlock()
+			return ok
+		}, respond)
+	} else {
+		c.actor.Enqueue(r, respond)
+	}
 	select {
 	case res := <-ch:
-		return res.g, res.err
+		mu.Lock()
+		epoch, notOwned = gatedEpoch, gatedOut
+		mu.Unlock()
+		return res.g, epoch, notOwned, res.err
 	case <-ctx.Done():
 		mu.Lock()
 		gone = true
@@ -490,7 +518,7 @@ func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request) (schedule
 			}
 		default:
 		}
-		return scheduler.Grant{}, ctx.Err()
+		return scheduler.Grant{}, 0, false, ctx.Err()
 	}
 }
 

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/scheduler"
@@ -196,4 +198,49 @@ func TestAStaleCancelDoesNotWithdrawTheResubmissionOfTheSameRequest(t *testing.T
 	case <-ctx.Done():
 		t.Fatal("no reply for the resubmission")
 	}
+}
+
+// stallingActor holds every enqueue until release is closed, after telling
+// entered: the owner's handler is then past its ownership check.
+type stallingActor struct {
+	Actor
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s stallingActor) Enqueue(r *scheduler.Request, respond scheduler.Responder) {
+	s.entered <- struct{}{}
+	<-s.release
+	s.Actor.Enqueue(r, respond)
+}
+
+func TestADeposedOwnerCannotGrantARequestItsHandlerHadAlreadyAccepted(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
+	classes := h.classes
+	_, port := actorOnly(t, classes, h.workers)
+	stall := stallingActor{Actor: port, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	nc := rawConn(t, h)
+	srv := NewServer("a", cluster, nc, stall, zap.NewNop(), NewMetrics(prometheus.NewRegistry()))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	require.NoError(t, srv.Own("gold", 1))
+
+	reply := asyncRawAdmit(t, rawConn(t, h), wireRequest(request("gold", 0)))
+	<-stall.entered    // the handler checked ownership and is about to enqueue
+	srv.Disown("gold") // the class moves away meanwhile
+	close(stall.release)
+
+	out := <-reply
+	require.NotNil(t, out)
+	require.False(t, out.OK, "a replica that no longer owns the class must not grant (epoch %d): class limits could be exceeded", out.Epoch)
+	require.Equal(t, scheduler.ReasonOwnershipLost.String(), out.Reason)
+	require.True(t, out.Uncounted, "the request never reached this owner's queue: its resubmission is still a first attempt")
+}
+
+func (s stallingActor) EnqueueIf(r *scheduler.Request, gate func() bool, respond scheduler.Responder) {
+	s.entered <- struct{}{}
+	<-s.release
+	s.Actor.EnqueueIf(r, gate, respond)
 }

@@ -11,6 +11,9 @@ import (
 // from any goroutine and must not block for long.
 type Actor interface {
 	Enqueue(r *scheduler.Request, respond scheduler.Responder)
+	// EnqueueIf runs gate on the actor's turn before the Core sees r; false
+	// answers ownership_lost without counting (scheduler.Actor.EnqueueIf).
+	EnqueueIf(r *scheduler.Request, gate func() bool, respond scheduler.Responder)
 	// CancelAttempt withdraws the queued request only if it is that
 	// attempt: a late cancel of an earlier attempt must not withdraw a
 	// resubmission that reached this same owner.

@@ -123,7 +123,8 @@ func (s *Server) Own(class string, epoch int64) error {
 	return nil
 }
 
-// Disown stops admitting class: it stops owning it, drains the class's
+// Disown stops admitting class: it stops owning it (from then on no request
+// passes the ownership gate on the actor's turn), drains the class's
 // subscriptions (no new request arrives, and the ones already delivered to
 // this replica but not yet handled are answered "class moved", uncounted, so
 // their entries resubmit; a plain unsubscribe would drop them and leave their
@@ -175,13 +176,26 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 			Detail: fmt.Sprintf("request for class %q sent on the subject of class %q", in.Class, class)})
 		return
 	}
-	epoch, ok := s.Owns(class)
-	if !ok { // raced with Disown: the entry resubmits
-		s.reply(m, &wire.AdmitReply{Reason: scheduler.ReasonOwnershipLost.String(), Detail: "class moved", Uncounted: true})
+	if _, ok := s.Owns(class); !ok { // raced with Disown: the entry resubmits
+		s.reply(m, movedReply())
 		return
 	}
+	// The ownership check that counts runs again on the actor's turn, where
+	// Disown's RejectQueued is ordered with it: a handler that passed the
+	// check above while Disown ran cannot enqueue after the queue was
+	// emptied. The epoch the request is admitted under travels with it.
 	req := RequestFromWire(in)
-	s.actor.Enqueue(req, func(g scheduler.Grant, err error) bool {
+	var epoch int64
+	moved := false
+	gate := func() bool {
+		e, ok := s.Owns(class)
+		epoch, moved = e, !ok
+		return ok
+	}
+	s.actor.EnqueueIf(req, gate, func(g scheduler.Grant, err error) bool {
+		if moved {
+			return s.reply(m, movedReply())
+		}
 		out := &wire.AdmitReply{Owner: s.replica, Epoch: epoch}
 		if err != nil {
 			fillRejection(out, err)
@@ -277,6 +291,13 @@ func (s *Server) onAdopt(class string, m *nats.Msg) {
 	}
 	b, _ := wire.EncodeAdmission(out)
 	_ = m.Respond(b)
+}
+
+// movedReply answers a request this replica did not take into its queue
+// because it does not own the class (any more): uncounted, so the entry's
+// resubmission is still a first attempt.
+func movedReply() *wire.AdmitReply {
+	return &wire.AdmitReply{Reason: scheduler.ReasonOwnershipLost.String(), Detail: "class moved", Uncounted: true}
 }
 
 // fillRejection copies a scheduler error into a reply.

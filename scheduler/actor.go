@@ -61,6 +61,7 @@ type message struct {
 	kind     msgKind
 	req      *Request
 	respond  Responder
+	gate     func() bool // msgEnqueue: checked on the actor's turn; false = not admitted here
 	id       string
 	attempt  int // msgCancel: the attempt to withdraw; anyAttempt for all
 	booking  BookingID
@@ -148,6 +149,16 @@ func (a *Actor) handle(m message) {
 	c := a.core
 	switch m.kind {
 	case msgEnqueue:
+		if m.gate != nil && !m.gate() {
+			id := ""
+			if m.req != nil {
+				id = m.req.ID
+			}
+			if m.respond != nil {
+				m.respond(Grant{}, &RejectError{Reason: ReasonOwnershipLost, Detail: fmt.Sprintf("request %s: not admitted here", id)})
+			}
+			return
+		}
 		c.Enqueue(m.req, m.respond)
 	case msgCancel:
 		if m.attempt == anyAttempt {
@@ -258,6 +269,24 @@ func (a *Actor) Enqueue(r *Request, respond Responder) {
 }
 
 const anyAttempt = -1
+
+// EnqueueIf is Enqueue with a gate that runs on the actor's turn, right
+// before the Core sees r: when it returns false, respond gets ownership_lost
+// and no counter moves. Because the gate and the Core's turn are one, a
+// caller that withdraws the gate's condition and then runs a turn of its own
+// (Disown, then RejectQueued) knows that no request passes the gate after
+// it: the check and the enqueue cannot be split by that turn.
+func (a *Actor) EnqueueIf(r *Request, gate func() bool, respond Responder) {
+	if !a.send(message{kind: msgEnqueue, req: r, respond: respond, gate: gate}) {
+		id := ""
+		if r != nil {
+			id = r.ID
+		}
+		if respond != nil {
+			respond(Grant{}, stoppedError(id))
+		}
+	}
+}
 
 // Cancel withdraws a queued request, whatever its attempt (no effect once
 // it left the queue).
