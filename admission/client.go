@@ -297,7 +297,7 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 						c.m.DegradedByClass.WithLabelValues(r.Class).Inc()
 					}
 				}
-				return c.track(r, g, Owner{Replica: c.replica, Epoch: epoch}, true), nil
+				return c.track(r, g, Owner{Replica: c.replica, Epoch: epoch}, c.server.Instance(), true), nil
 			}
 			if scheduler.ReasonOf(err) == scheduler.ReasonOwnershipLost { // the class moved, or degraded mode ended
 				r.Attempt++
@@ -452,7 +452,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		r.Attempt++
 		return nil, true, nil
 	}
-	return c.track(r, g, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, false), false, nil
+	return c.track(r, g, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, reply.Instance, false), false, nil
 }
 
 // cancelAt tells owner, the replica r was sent to, to drop r from its
@@ -522,9 +522,9 @@ func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request, owner boo
 	}
 }
 
-func (c *Client) track(r *scheduler.Request, g scheduler.Grant, owner Owner, local bool) *Ticket {
+func (c *Client) track(r *scheduler.Request, g scheduler.Grant, owner Owner, instance uint64, local bool) *Ticket {
 	t := &Ticket{
-		c: c, class: r.Class, grant: g, owner: owner, local: local, booking: g.Booking,
+		c: c, class: r.Class, grant: g, owner: owner, instance: instance, local: local, booking: g.Booking,
 		rec: scheduler.BookingRecord{
 			RequestID: r.ID, Class: r.Class, Worker: g.Worker, BlockHashes: r.BlockHashes,
 			PromptTokens: r.PromptTokens, CachedTokens: g.CachedTokens,
@@ -547,9 +547,11 @@ func (c *Client) untrack(t *Ticket) {
 	c.m.inflightBookings.Set(float64(n))
 }
 
-// publishLife sends one lifecycle mark to a remote owner.
-func (c *Client) publishLife(owner string, kind wire.LifeKind, epoch int64, ids ...scheduler.BookingID) {
-	m := &wire.LifeMark{Entry: c.replica, Kind: kind, Epoch: epoch, Bookings: make([]uint64, len(ids))}
+// publishLife sends one lifecycle mark to a remote owner: the owner's
+// instance and epoch that granted (or adopted) the bookings travel with it,
+// so the owner's next life ignores it.
+func (c *Client) publishLife(owner string, instance uint64, kind wire.LifeKind, epoch int64, ids ...scheduler.BookingID) {
+	m := &wire.LifeMark{Entry: c.replica, Kind: kind, Epoch: epoch, Instance: instance, Bookings: make([]uint64, len(ids))}
 	for i, id := range ids {
 		m.Bookings[i] = uint64(id)
 	}
@@ -564,7 +566,12 @@ func (c *Client) publishLife(owner string, kind wire.LifeKind, epoch int64, ids 
 
 // renew tells every owner which of its bookings are still streaming.
 func (c *Client) renew() {
-	byOwner := map[string][]scheduler.BookingID{}
+	type ownerKey struct {
+		replica  string
+		instance uint64
+		epoch    int64
+	}
+	byOwner := map[ownerKey][]scheduler.BookingID{}
 	var local []scheduler.BookingID
 	c.mu.Lock()
 	for t := range c.inflight {
@@ -573,7 +580,8 @@ func (c *Client) renew() {
 			if t.local {
 				local = append(local, t.booking)
 			} else {
-				byOwner[t.owner.Replica] = append(byOwner[t.owner.Replica], t.booking)
+				k := ownerKey{t.owner.Replica, t.instance, t.owner.Epoch}
+				byOwner[k] = append(byOwner[k], t.booking)
 			}
 		}
 		t.mu.Unlock()
@@ -582,8 +590,8 @@ func (c *Client) renew() {
 	if len(local) > 0 {
 		c.actor.Renew(local)
 	}
-	for owner, ids := range byOwner {
-		c.publishLife(owner, wire.LifeRenew, 0, ids...)
+	for k, ids := range byOwner {
+		c.publishLife(k.replica, k.instance, wire.LifeRenew, k.epoch, ids...)
 		c.m.renewalsPublished.Inc()
 	}
 }
@@ -596,6 +604,7 @@ func (c *Client) rehome(ctx context.Context) {
 		t   *Ticket
 		rec scheduler.BookingRecord
 		old Owner
+		ins uint64 // the old owner's instance
 		loc bool
 		id  scheduler.BookingID
 	}
@@ -611,7 +620,7 @@ func (c *Client) rehome(ctx context.Context) {
 		if !t.finished && (t.owner.Replica != cur.Replica || (cur.Epoch != 0 && t.owner.Epoch != cur.Epoch && !t.local)) {
 			rec := t.rec
 			rec.FirstTokenSeen = t.firstToken
-			byClass[t.class] = append(byClass[t.class], move{t: t, rec: rec, old: t.owner, loc: t.local, id: t.booking})
+			byClass[t.class] = append(byClass[t.class], move{t: t, rec: rec, old: t.owner, ins: t.instance, loc: t.local, id: t.booking})
 		}
 		t.mu.Unlock()
 	}
@@ -622,7 +631,7 @@ func (c *Client) rehome(ctx context.Context) {
 		for i, mv := range moves {
 			recs[i] = mv.rec
 		}
-		ids, owner, err := c.adopt(ctx, class, recs)
+		ids, owner, instance, err := c.adopt(ctx, class, recs)
 		if err != nil {
 			c.log.Debug("re-home deferred", zap.String("class", class), zap.Error(err))
 			continue
@@ -634,13 +643,13 @@ func (c *Client) rehome(ctx context.Context) {
 			mv.t.mu.Lock()
 			finished := mv.t.finished
 			if !finished {
-				mv.t.owner, mv.t.local, mv.t.booking = owner, owner.Replica == c.replica, ids[i]
+				mv.t.owner, mv.t.instance, mv.t.local, mv.t.booking = owner, instance, owner.Replica == c.replica, ids[i]
 			}
 			mv.t.mu.Unlock()
 			if finished { // it ended while moving: free the new booking too
-				c.release(owner, owner.Replica == c.replica, ids[i], false)
+				c.release(owner, instance, owner.Replica == c.replica, ids[i], false)
 			}
-			c.release(mv.old, mv.loc, mv.id, false)
+			c.release(mv.old, mv.ins, mv.loc, mv.id, false)
 			c.m.rehomed.Inc()
 		}
 	}
@@ -648,17 +657,17 @@ func (c *Client) rehome(ctx context.Context) {
 
 // adopt books recs at the current owner of class (in-process when that is
 // this replica).
-func (c *Client) adopt(ctx context.Context, class string, recs []scheduler.BookingRecord) ([]scheduler.BookingID, Owner, error) {
+func (c *Client) adopt(ctx context.Context, class string, recs []scheduler.BookingRecord) ([]scheduler.BookingID, Owner, uint64, error) {
 	if epoch, ok := c.server.Owns(class); ok {
 		ids := make([]scheduler.BookingID, len(recs))
 		for i := range recs {
 			id, err := c.actor.Adopt(ctx, recs[i])
 			if err != nil {
-				return nil, Owner{}, fmt.Errorf("adopt locally: %w", err)
+				return nil, Owner{}, 0, fmt.Errorf("adopt locally: %w", err)
 			}
 			ids[i] = id
 		}
-		return ids, Owner{Replica: c.replica, Epoch: epoch}, nil
+		return ids, Owner{Replica: c.replica, Epoch: epoch}, c.server.Instance(), nil
 	}
 	req := &wire.AdoptRequest{Entry: c.replica, Class: class, Bookings: make([]wire.AdoptedBooking, len(recs))}
 	for i := range recs {
@@ -666,31 +675,31 @@ func (c *Client) adopt(ctx context.Context, class string, recs []scheduler.Booki
 	}
 	b, err := wire.EncodeAdmission(req)
 	if err != nil {
-		return nil, Owner{}, err
+		return nil, Owner{}, 0, err
 	}
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AdoptTimeout)
 	defer cancel()
 	msg, err := c.nc.RequestWithContext(actx, c.subj.Adopt(class), b)
 	if err != nil {
-		return nil, Owner{}, fmt.Errorf("adopt %d bookings of class %s: %w", len(recs), class, err)
+		return nil, Owner{}, 0, fmt.Errorf("adopt %d bookings of class %s: %w", len(recs), class, err)
 	}
 	reply, err := wire.DecodeAdoptReply(msg.Data)
 	if err != nil {
 		c.m.decodeErrors.WithLabelValues("adopt_reply").Inc()
-		return nil, Owner{}, err
+		return nil, Owner{}, 0, err
 	}
 	if reply.Error != "" || len(reply.Bookings) != len(recs) {
-		return nil, Owner{}, fmt.Errorf("adopt refused by %s: %s", reply.Owner, reply.Error)
+		return nil, Owner{}, 0, fmt.Errorf("adopt refused by %s: %s", reply.Owner, reply.Error)
 	}
 	ids := make([]scheduler.BookingID, len(reply.Bookings))
 	for i, id := range reply.Bookings {
 		ids[i] = scheduler.BookingID(id)
 	}
-	return ids, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, nil
+	return ids, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, reply.Instance, nil
 }
 
 // release frees one booking at its owner.
-func (c *Client) release(owner Owner, local bool, id scheduler.BookingID, aborted bool) {
+func (c *Client) release(owner Owner, instance uint64, local bool, id scheduler.BookingID, aborted bool) {
 	if local {
 		c.actor.Finish(id)
 		return
@@ -699,7 +708,7 @@ func (c *Client) release(owner Owner, local bool, id scheduler.BookingID, aborte
 	if aborted {
 		kind = wire.LifeAborted
 	}
-	c.publishLife(owner.Replica, kind, owner.Epoch, id)
+	c.publishLife(owner.Replica, instance, kind, owner.Epoch, id)
 }
 
 // Ticket is one granted request as its entry replica streams it. Its
@@ -711,6 +720,7 @@ type Ticket struct {
 
 	mu         sync.Mutex
 	owner      Owner
+	instance   uint64 // the owner's instance (wire.LifeMark.Instance)
 	local      bool
 	booking    scheduler.BookingID
 	rec        scheduler.BookingRecord
@@ -731,7 +741,7 @@ func (t *Ticket) Owner() Owner {
 // Dispatched acknowledges the grant: the booking is final at its owner.
 func (t *Ticket) Dispatched() {
 	t.mu.Lock()
-	owner, local, id, done := t.owner, t.local, t.booking, t.finished
+	owner, instance, local, id, done := t.owner, t.instance, t.local, t.booking, t.finished
 	t.mu.Unlock()
 	if done {
 		return
@@ -740,7 +750,7 @@ func (t *Ticket) Dispatched() {
 		t.c.actor.Ack(id)
 		return
 	}
-	t.c.publishLife(owner.Replica, wire.LifeDispatched, owner.Epoch, id)
+	t.c.publishLife(owner.Replica, instance, wire.LifeDispatched, owner.Epoch, id)
 }
 
 // FirstToken reports that the worker produced the first token: the prompt's
@@ -752,13 +762,13 @@ func (t *Ticket) FirstToken() {
 		return
 	}
 	t.firstToken = true
-	owner, local, id := t.owner, t.local, t.booking
+	owner, instance, local, id := t.owner, t.instance, t.local, t.booking
 	t.mu.Unlock()
 	if local {
 		t.c.actor.FirstToken(id)
 		return
 	}
-	t.c.publishLife(owner.Replica, wire.LifeFirstToken, owner.Epoch, id)
+	t.c.publishLife(owner.Replica, instance, wire.LifeFirstToken, owner.Epoch, id)
 }
 
 // Finish frees the booking (done, or aborted when the stream failed or the
@@ -770,8 +780,8 @@ func (t *Ticket) Finish(aborted bool) {
 		return
 	}
 	t.finished = true
-	owner, local, id := t.owner, t.local, t.booking
+	owner, instance, local, id := t.owner, t.instance, t.local, t.booking
 	t.mu.Unlock()
-	t.c.release(owner, local, id, aborted)
+	t.c.release(owner, instance, local, id, aborted)
 	t.c.untrack(t)
 }

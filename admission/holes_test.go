@@ -244,3 +244,38 @@ func (s stallingActor) EnqueueIf(r *scheduler.Request, gate func() bool, respond
 	<-s.release
 	s.Actor.EnqueueIf(r, gate, respond)
 }
+
+// hasBooking reports whether r's Core still holds booking id.
+func (r *replica) hasBooking(t *testing.T, id scheduler.BookingID) bool {
+	t.Helper()
+	ok := false
+	require.NoError(t, r.actor.Do(context.Background(), func(c *scheduler.Core) { _, ok = c.Booking(id) }))
+	return ok
+}
+
+func TestLifeMarksForAnOwnersPreviousLifeDoNotFreeBookingsOfItsRestartedSelf(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
+	old, b := h.start("a", nil), h.start("b", nil)
+	h.own("gold", "a", 1)
+	ctx := testenv.Context(t)
+	t1, err := b.client.Admit(ctx, request("gold", 0))
+	require.NoError(t, err)
+	t1.Dispatched()
+
+	// a restarts under the same id (a StatefulSet) and claims the class again.
+	old.stop()
+	a := h.start("a", nil)
+	h.own("gold", "a", 2)
+	// b re-homes t1 to the new a (adopt), then frees t1's old booking with a
+	// done mark to life.a, which the new a receives.
+	testenv.Eventually(t, 5*time.Second, func() bool { return t1.Owner() == Owner{Replica: "a", Epoch: 2} }, "t1 re-homed")
+
+	t2, err := b.client.Admit(ctx, request("gold", 0))
+	require.NoError(t, err)
+	t2.Dispatched()
+	t2.Finish(false) // published after the re-home's done mark, on the same connection
+	testenv.Eventually(t, 5*time.Second, func() bool { return !a.hasBooking(t, t2.Grant().Booking) }, "t2 freed")
+	require.Equal(t, 1, a.snapshot(t).Bookings, "t1 still streams: its adopted booking must survive the done mark meant for a's previous life")
+	t1.Finish(false)
+	testenv.Eventually(t, 5*time.Second, func() bool { return a.snapshot(t).Bookings == 0 }, "t1 freed")
+}

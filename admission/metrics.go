@@ -19,6 +19,7 @@ type Metrics struct {
 	degraded          prometheus.Gauge
 	degradedAdmits    prometheus.Counter
 	decodeErrors      *prometheus.CounterVec
+	staleLifeMarks    prometheus.Counter
 	adopted           prometheus.Counter
 	rehomed           prometheus.Counter
 	entryRejected     *prometheus.CounterVec
@@ -55,6 +56,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: metrics.NameAdmissionDecodeErrors,
 			Help: "Malformed admission messages received, by message.",
 		}, []string{"message"}),
+		staleLifeMarks: f.NewCounter(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionStaleLifeMarks,
+			Help: "Lifecycle marks dropped because they name another instance of this owner (its previous life).",
+		}),
 		adopted: f.NewCounter(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionAdoptedBookings,
 			Help: "In-flight bookings this replica adopted as a class's new owner.",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -23,6 +24,9 @@ type Server struct {
 	log     *zap.Logger
 	m       *Metrics
 	clock   scheduler.Clock
+	// instance names this life of the owner side: grants carry it and
+	// lifecycle marks must name it (booking ids are per Core).
+	instance uint64
 
 	mu    sync.Mutex
 	owned map[string]*ownedClass
@@ -50,14 +54,15 @@ func WithServerClock(c scheduler.Clock) ServerOption {
 // Run (life marks) and Own (per-class subjects).
 func NewServer(replica, cluster string, nc *nats.Conn, actor Actor, log *zap.Logger, m *Metrics, opts ...ServerOption) *Server {
 	s := &Server{
-		replica: replica,
-		nc:      nc,
-		subj:    wire.NewSubjects(cluster),
-		actor:   actor,
-		log:     log.Named("admission_server"),
-		m:       m,
-		clock:   scheduler.RealClock{},
-		owned:   map[string]*ownedClass{},
+		replica:  replica,
+		nc:       nc,
+		subj:     wire.NewSubjects(cluster),
+		actor:    actor,
+		log:      log.Named("admission_server"),
+		m:        m,
+		clock:    scheduler.RealClock{},
+		instance: rand.Uint64() | 1,
+		owned:    map[string]*ownedClass{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -148,6 +153,9 @@ func (s *Server) Disown(class string) {
 	s.log.Info("disowned class", zap.String("class", class), zap.Int64("epoch", oc.epoch))
 }
 
+// Instance names this life of the owner side (see wire.LifeMark.Instance).
+func (s *Server) Instance() uint64 { return s.instance }
+
 // Owns reports whether this replica currently admits class, and its epoch.
 func (s *Server) Owns(class string) (int64, bool) {
 	s.mu.Lock()
@@ -211,7 +219,7 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 }
 
 func (s *Server) reply(m *nats.Msg, out *wire.AdmitReply) bool {
-	out.Owner = s.replica
+	out.Owner, out.Instance = s.replica, s.instance
 	b, err := wire.EncodeAdmission(out)
 	if err != nil {
 		s.log.Error("encode admit reply", zap.Error(err))
@@ -244,6 +252,12 @@ func (s *Server) onLife(m *nats.Msg) {
 		s.log.Warn("bad life mark", zap.Error(err))
 		return
 	}
+	if in.Instance != 0 && in.Instance != s.instance {
+		// Meant for this replica's previous life: its booking ids name
+		// nothing here, or something unrelated.
+		s.m.staleLifeMarks.Inc()
+		return
+	}
 	ids := make([]scheduler.BookingID, len(in.Bookings))
 	for i, b := range in.Bookings {
 		ids[i] = scheduler.BookingID(b)
@@ -268,7 +282,7 @@ func (s *Server) onLife(m *nats.Msg) {
 
 func (s *Server) onAdopt(class string, m *nats.Msg) {
 	in, err := wire.DecodeAdoptRequest(m.Data)
-	out := &wire.AdoptReply{Owner: s.replica}
+	out := &wire.AdoptReply{Owner: s.replica, Instance: s.instance}
 	if err != nil {
 		s.m.decodeErrors.WithLabelValues("adopt").Inc()
 		out.Error = err.Error()

@@ -142,6 +142,10 @@ func NewCore(cfg Config, clock Clock, load LoadView, rng *rand.Rand) *Core {
 	}
 	vload, _ := load.(VersionedLoadView)
 	return &Core{
+		// Booking ids start at a random point so that no two Cores share
+		// them, also across restarts under the same replica id: a late
+		// lifecycle mark meant for a previous life then matches nothing.
+		nextBooking: BookingID(rand.Uint64() >> 2),
 		vload:     vload,
 		cfg:       cfg,
 		clock:     clock,

@@ -285,7 +285,9 @@ func bestCachedTokens[B blockSizer](r *Request, ws B) int {
 	return best
 }
 
-// BookingID names one booking in one Core's ledger.
+// BookingID names one booking in one Core's ledger. Each Core starts its
+// ids at a random point, so ids of different Cores (and of one replica's
+// successive lives) do not collide.
 type BookingID uint64
 
 // Grant is an admitted request's placement. The booking is provisional until

@@ -42,10 +42,13 @@ type AdmitRequest struct {
 
 // AdmitReply is the owner's answer: a grant (OK) or a typed rejection.
 type AdmitReply struct {
-	Version       int    `json:"v"`
-	OK            bool   `json:"ok"`
-	Owner         string `json:"owner"`
-	Epoch         int64  `json:"epoch"`
+	Version int    `json:"v"`
+	OK      bool   `json:"ok"`
+	Owner   string `json:"owner"`
+	Epoch   int64  `json:"epoch"`
+	// Instance names the owner's current life (random per process): the
+	// entry sends it back with every lifecycle mark of the booking.
+	Instance      uint64 `json:"instance,omitempty"`
 	Worker        string `json:"worker,omitempty"`
 	WorkerURL     string `json:"url,omitempty"`
 	Booking       uint64 `json:"booking,omitempty"`
@@ -92,10 +95,14 @@ const (
 
 // LifeMark reports lifecycle events for one or more bookings of one owner.
 type LifeMark struct {
-	Version  int      `json:"v"`
-	Entry    string   `json:"entry"`
-	Kind     LifeKind `json:"kind"`
-	Epoch    int64    `json:"epoch,omitempty"`
+	Version int      `json:"v"`
+	Entry   string   `json:"entry"`
+	Kind    LifeKind `json:"kind"`
+	Epoch   int64    `json:"epoch,omitempty"`
+	// Instance is the owner instance that granted (or adopted) the
+	// bookings; an owner drops marks of another instance (its previous
+	// life under the same replica id). 0: unknown, accepted.
+	Instance uint64   `json:"instance,omitempty"`
 	Bookings []uint64 `json:"bookings"`
 }
 
@@ -124,6 +131,7 @@ type AdoptReply struct {
 	Version  int      `json:"v"`
 	Owner    string   `json:"owner"`
 	Epoch    int64    `json:"epoch"`
+	Instance uint64   `json:"instance,omitempty"` // as in AdmitReply
 	Bookings []uint64 `json:"bookings"`
 	Error    string   `json:"error,omitempty"`
 }
