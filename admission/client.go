@@ -38,6 +38,9 @@ type ClientConfig struct {
 	// a request the old owner already counted as received, and the new
 	// owner would count it again.
 	AbandonGrace time.Duration
+	// Clock is what the entry side reads and waits on (nil: wall time). It
+	// must be the clock of the replica's scheduler.
+	Clock scheduler.Clock
 }
 
 // DefaultClientConfig returns the defaults.
@@ -91,7 +94,8 @@ type Client struct {
 	instance uint64
 	seq      uint64
 
-	kick chan struct{} // size one: wakes the re-home loop
+	kick  chan struct{} // size one: wakes the re-home loop
+	clock scheduler.Clock
 }
 
 type pendingAdmit struct {
@@ -111,8 +115,15 @@ func NewClient(cfg ClientConfig, replica, cluster string, nc *nats.Conn, actor A
 		owners: map[string]Owner{}, epochs: map[string]int64{}, changed: make(chan struct{}),
 		pending: map[*pendingAdmit]struct{}{}, inflight: map[*Ticket]struct{}{},
 		counts: map[string]*metrics.AdmissionCounts{}, instance: rand.Uint64(),
-		kick: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), clock: clockOr(cfg.Clock),
 	}
+}
+
+func clockOr(c scheduler.Clock) scheduler.Clock {
+	if c == nil {
+		return scheduler.RealClock{}
+	}
+	return c
 }
 
 // Counts returns the entry side's cumulative counters as an exporter
@@ -265,7 +276,7 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if !r.Due.IsZero() && !time.Now().Before(r.Due) && waitSince != (time.Time{}) {
+		if !r.Due.IsZero() && !c.clock.Now().Before(r.Due) && waitSince != (time.Time{}) {
 			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
 			return nil, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "no owner admitted the request before its deadline")
 		}
@@ -299,9 +310,18 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 				}
 				return c.track(r, g, Owner{Replica: c.replica, Epoch: epoch}, c.server.Instance(), true), nil
 			}
-			if scheduler.ReasonOf(err) == scheduler.ReasonOwnershipLost { // the class moved, or degraded mode ended
+			if scheduler.ReasonOf(err) == scheduler.ReasonOwnershipLost {
+				// The class moved, degraded mode ended, or the local actor
+				// has stopped (it answers at once, every time): wait for an
+				// ownership change or a backoff before the next attempt.
 				r.Attempt++
 				c.m.retries.WithLabelValues("ownership_moved").Inc()
+				if waitSince.IsZero() {
+					waitSince = c.clock.Now()
+				}
+				if err := c.waitForOwner(ctx, r, waitSince, changed, &backoff); err != nil {
+					return nil, err
+				}
 				continue
 			}
 			return nil, err
@@ -309,7 +329,7 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 			// No owner yet, or this replica is named owner but has not
 			// started admitting: wait for the next change or a backoff.
 			if waitSince.IsZero() {
-				waitSince = time.Now()
+				waitSince = c.clock.Now()
 			}
 			if err := c.waitForOwner(ctx, r, waitSince, changed, &backoff); err != nil {
 				return nil, err
@@ -323,7 +343,7 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 			return t, err
 		}
 		if waitSince.IsZero() {
-			waitSince = time.Now()
+			waitSince = c.clock.Now()
 		}
 		if err := c.waitForOwner(ctx, r, waitSince, changed, &backoff); err != nil {
 			return nil, err
@@ -338,7 +358,7 @@ func (c *Client) waitForOwner(ctx context.Context, r *scheduler.Request, since t
 	if !r.Due.IsZero() && r.Due.Before(limit) {
 		limit = r.Due
 	}
-	now := time.Now()
+	now := c.clock.Now()
 	if !now.Before(limit) {
 		if !r.Due.IsZero() && !limit.Before(r.Due) {
 			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
@@ -349,13 +369,13 @@ func (c *Client) waitForOwner(ctx context.Context, r *scheduler.Request, since t
 	}
 	d := min(*backoff, limit.Sub(now))
 	*backoff = min(2**backoff, c.cfg.BackoffMax)
-	t := time.NewTimer(d)
+	t := c.clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-changed:
-	case <-t.C:
+	case <-t.C():
 	}
 	return nil
 }
@@ -372,7 +392,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		// The owner rejects at the due time itself; the grace lets its
 		// typed rejection arrive before the entry gives up on its own.
 		var cancelDue context.CancelFunc
-		rctx, cancelDue = context.WithDeadline(rctx, r.Due.Add(time.Second))
+		rctx, cancelDue = c.withDeadline(rctx, r.Due.Add(time.Second))
 		defer cancelDue()
 	}
 	p := &pendingAdmit{class: r.Class, owner: owner, cancel: cancel}
@@ -380,7 +400,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	c.pending[p] = struct{}{}
 	epochAtSend := c.epochs[r.Class]
 	c.mu.Unlock()
-	start := time.Now()
+	start := c.clock.Now()
 	msg, err := c.nc.RequestWithContext(rctx, c.subj.Admit(r.Class), data)
 	cancel()
 	c.mu.Lock()
@@ -391,7 +411,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	if err != nil {
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
-			c.m.remoteSeconds.WithLabelValues("no_responders").Observe(time.Since(start).Seconds())
+			c.m.remoteSeconds.WithLabelValues("no_responders").Observe(c.clock.Now().Sub(start).Seconds())
 			return nil, true, nil // no owner admits the class right now
 		case abandoned:
 			c.m.retries.WithLabelValues("owner_changed").Inc()
@@ -401,7 +421,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		case ctx.Err() != nil:
 			c.cancelAt(r, owner.Replica)
 			return nil, false, ctx.Err()
-		case !r.Due.IsZero() && !time.Now().Before(r.Due):
+		case !r.Due.IsZero() && !c.clock.Now().Before(r.Due):
 			c.cancelAt(r, owner.Replica)
 			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
 			return nil, false, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "owner did not answer before the deadline")
@@ -421,7 +441,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	}
 	g, rerr := grantFromReply(reply, r.ID)
 	if rerr != nil {
-		c.m.remoteSeconds.WithLabelValues("rejected").Observe(time.Since(start).Seconds())
+		c.m.remoteSeconds.WithLabelValues("rejected").Observe(c.clock.Now().Sub(start).Seconds())
 		if scheduler.ReasonOf(rerr) == scheduler.ReasonOwnershipLost {
 			c.m.retries.WithLabelValues("ownership_moved").Inc()
 			if !reply.Uncounted {
@@ -431,7 +451,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		}
 		return nil, false, rerr
 	}
-	c.m.remoteSeconds.WithLabelValues("granted").Observe(time.Since(start).Seconds())
+	c.m.remoteSeconds.WithLabelValues("granted").Observe(c.clock.Now().Sub(start).Seconds())
 	c.mu.Lock()
 	if reply.Epoch > c.epochs[r.Class] {
 		c.epochs[r.Class] = reply.Epoch
@@ -453,6 +473,24 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		return nil, true, nil
 	}
 	return c.track(r, g, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, reply.Instance, false), false, nil
+}
+
+// withDeadline is context.WithDeadline on the client's clock.
+func (c *Client) withDeadline(parent context.Context, at time.Time) (context.Context, context.CancelFunc) {
+	if _, wall := c.clock.(scheduler.RealClock); wall {
+		return context.WithDeadline(parent, at)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	t := c.clock.NewTimer(max(0, at.Sub(c.clock.Now())))
+	go func() {
+		defer t.Stop()
+		select {
+		case <-t.C():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // cancelAt tells owner, the replica r was sent to, to drop r from its

@@ -279,3 +279,43 @@ func TestLifeMarksForAnOwnersPreviousLifeDoNotFreeBookingsOfItsRestartedSelf(t *
 	t1.Finish(false)
 	testenv.Eventually(t, 5*time.Second, func() bool { return a.snapshot(t).Bookings == 0 }, "t1 freed")
 }
+
+func TestAnEntryBacksOffOnItsClockWhileItsOwnStoppedActorAnswersOwnershipLost(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
+	core := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.RealClock{}, nil, nil)
+	core.SetClasses(h.classes)
+	core.SetWorkers(h.workers)
+	actor := scheduler.NewActor(core, scheduler.RealClock{}, nil)
+	actx, stopActor := context.WithCancel(context.Background())
+	go func() { _ = actor.Run(actx) }()
+	stopActor()
+	<-actor.Done() // the local actor has stopped: it answers ownership_lost
+
+	port := LocalActor(actor, func() []scheduler.ClassConfig { return h.classes })
+	nc := rawConn(t, h)
+	m := NewMetrics(prometheus.NewRegistry())
+	srv := NewServer("a", cluster, nc, port, zap.NewNop(), m)
+	require.NoError(t, srv.Own("gold", 1))
+	defer srv.Disown("gold")
+	clock := scheduler.NewFakeClock(time.Now())
+	cfg := DefaultClientConfig()
+	cfg.Clock = clock
+	cli := NewClient(cfg, "a", cluster, nc, port, srv, zap.NewNop(), m)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	res := admitAsync(ctx, cli, request("gold", 0))
+	retries := func() float64 { return testutil.ToFloat64(m.retries.WithLabelValues("ownership_moved")) }
+	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() == 1 || retries() > 100 },
+		"the entry to wait on a backoff timer of its clock")
+	require.Equal(t, 1, clock.Timers(), "no backoff: %v attempts in a busy loop", retries())
+	require.Equal(t, 1.0, retries())
+	at, _ := clock.NextTimer()
+	require.Equal(t, cfg.BackoffMin, at.Sub(clock.Now()), "the first wait is BackoffMin")
+
+	clock.Advance(cfg.BackoffMin)
+	testenv.Eventually(t, 5*time.Second, func() bool { return retries() == 2 && clock.Timers() == 1 }, "the second attempt and its wait")
+	at, _ = clock.NextTimer()
+	require.Equal(t, 2*cfg.BackoffMin, at.Sub(clock.Now()), "the wait doubles")
+	cancel()
+	require.ErrorIs(t, (<-res).err, context.Canceled)
+}
