@@ -38,6 +38,13 @@ type ClientConfig struct {
 	// a request the old owner already counted as received, and the new
 	// owner would count it again.
 	AbandonGrace time.Duration
+	// OwnerReplyTimeout bounds the wait for the owner's answer to one admit
+	// request that has no deadline: when it passes (the reply was lost, the
+	// owner hangs), the request is cancelled there and resubmitted as a
+	// retry (counted as reply_timeout). A request with a deadline waits
+	// until its deadline instead. It should exceed the longest expected
+	// queue wait, since a resubmission queues again.
+	OwnerReplyTimeout time.Duration
 	// Clock is what the entry side reads and waits on (nil: wall time). It
 	// must be the clock of the replica's scheduler.
 	Clock scheduler.Clock
@@ -52,6 +59,8 @@ func DefaultClientConfig() ClientConfig {
 		NoOwnerTimeout: 30 * time.Second,
 		AdoptTimeout:   2 * time.Second,
 		AbandonGrace:   500 * time.Millisecond,
+
+		OwnerReplyTimeout: time.Minute,
 	}
 }
 
@@ -68,6 +77,8 @@ func (c ClientConfig) Validate() error {
 		return fmt.Errorf("admission: AdoptTimeout must be > 0")
 	case c.AbandonGrace < 0:
 		return fmt.Errorf("admission: AbandonGrace must be >= 0")
+	case c.OwnerReplyTimeout <= 0:
+		return fmt.Errorf("admission: OwnerReplyTimeout must be > 0")
 	}
 	return nil
 }
@@ -394,6 +405,12 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		var cancelDue context.CancelFunc
 		rctx, cancelDue = c.withDeadline(rctx, r.Due.Add(time.Second))
 		defer cancelDue()
+	} else {
+		// No deadline: still bounded, or a lost reply would hold the
+		// request until its client gives up.
+		var cancelTimeout context.CancelFunc
+		rctx, cancelTimeout = c.withDeadline(rctx, c.clock.Now().Add(c.cfg.OwnerReplyTimeout))
+		defer cancelTimeout()
 	}
 	p := &pendingAdmit{class: r.Class, owner: owner, cancel: cancel}
 	c.mu.Lock()
@@ -425,6 +442,14 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 			c.cancelAt(r, owner.Replica)
 			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
 			return nil, false, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "owner did not answer before the deadline")
+		case r.Due.IsZero() && !c.clock.Now().Before(start.Add(c.cfg.OwnerReplyTimeout)):
+			// The owner counted the attempt (it was delivered); the
+			// resubmission is a retry, and supersedes the attempt if
+			// it is still queued there (Core.Enqueue).
+			c.m.retries.WithLabelValues("reply_timeout").Inc()
+			c.cancelAt(r, owner.Replica)
+			r.Attempt++
+			return nil, true, nil
 		default: // connection trouble: the loop re-evaluates (maybe degraded)
 			c.m.retries.WithLabelValues("nats_error").Inc()
 			c.log.Debug("admit request failed", zap.String("class", r.Class), zap.Error(err))

@@ -319,3 +319,65 @@ func TestAnEntryBacksOffOnItsClockWhileItsOwnStoppedActorAnswersOwnershipLost(t 
 	cancel()
 	require.ErrorIs(t, (<-res).err, context.Canceled)
 }
+
+func TestAnAdmitWithoutADeadlineWhoseReplyIsLostIsResubmittedAfterTheReplyTimeout(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
+	nc := rawConn(t, h)
+	subj := wire.NewSubjects(cluster)
+	// The owner x loses its reply to attempt 0 and answers attempt 1.
+	seen := make(chan int, 4)
+	_, err := nc.Subscribe(subj.Admit("gold"), func(msg *nats.Msg) {
+		in, err := wire.DecodeAdmitRequest(msg.Data)
+		if err != nil {
+			return
+		}
+		seen <- in.Attempt
+		if in.Attempt == 0 {
+			return
+		}
+		b, _ := wire.EncodeAdmission(&wire.AdmitReply{OK: true, Owner: "x", Epoch: 1, Worker: "w0", Booking: 5})
+		_ = msg.Respond(b)
+	})
+	require.NoError(t, err)
+	cancels := make(chan *wire.CancelRequest, 4)
+	_, err = nc.Subscribe(subj.Cancel("gold"), func(msg *nats.Msg) {
+		if c, err := wire.DecodeCancelRequest(msg.Data); err == nil {
+			cancels <- c
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	_, port := actorOnly(t, h.classes, h.workers)
+	m := NewMetrics(prometheus.NewRegistry())
+	entryNC := rawConn(t, h)
+	srv := NewServer("b", cluster, entryNC, port, zap.NewNop(), m)
+	clock := scheduler.NewFakeClock(time.Now())
+	cfg := DefaultClientConfig()
+	cfg.Clock = clock
+	cli := NewClient(cfg, "b", cluster, entryNC, port, srv, zap.NewNop(), m)
+	cli.OwnersChanged(map[string]Owner{"gold": {Replica: "x", Epoch: 1}})
+
+	ctx := testenv.Context(t)
+	res := admitAsync(ctx, cli, request("gold", 0))
+	require.Equal(t, 0, <-seen)
+	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() >= 1 }, "the reply timer to be armed")
+	clock.Advance(cfg.OwnerReplyTimeout)
+	var r admitResult
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		select {
+		case r = <-res:
+			return true
+		default:
+			clock.Advance(cfg.BackoffMin) // the backoff before the resubmission
+			return false
+		}
+	}, "the entry to give up on the lost reply and resubmit")
+	require.NoError(t, r.err)
+	require.Equal(t, scheduler.BookingID(5), r.t.Grant().Booking)
+	require.Equal(t, 1, <-seen, "resubmitted as a retry")
+	c := <-cancels
+	require.Equal(t, 0, c.Attempt, "the lost attempt is cancelled at its owner")
+	require.Equal(t, "x", c.Owner)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.retries.WithLabelValues("reply_timeout")))
+}

@@ -146,18 +146,18 @@ func NewCore(cfg Config, clock Clock, load LoadView, rng *rand.Rand) *Core {
 		// them, also across restarts under the same replica id: a late
 		// lifecycle mark meant for a previous life then matches nothing.
 		nextBooking: BookingID(rand.Uint64() >> 2),
-		vload:     vload,
-		cfg:       cfg,
-		clock:     clock,
-		load:      load,
-		rng:       rng,
-		epoch:     now,
-		instance:  instanceSeq.Add(1),
-		classes:   make(map[string]*class),
-		entries:   make(map[string]*entry),
-		workerIdx: make(map[string]int),
-		ledgers:   make(map[string]*workerLedger),
-		bookings:  make(map[BookingID]*booking),
+		vload:       vload,
+		cfg:         cfg,
+		clock:       clock,
+		load:        load,
+		rng:         rng,
+		epoch:       now,
+		instance:    instanceSeq.Add(1),
+		classes:     make(map[string]*class),
+		entries:     make(map[string]*entry),
+		workerIdx:   make(map[string]int),
+		ledgers:     make(map[string]*workerLedger),
+		bookings:    make(map[BookingID]*booking),
 	}
 }
 
@@ -223,6 +223,12 @@ func (c *Core) Enqueue(r *Request, respond Responder) {
 		}
 	}
 	now := c.clock.Now()
+	if old := c.entries[r.ID]; old != nil && old.req.Attempt < r.Attempt {
+		// A resubmission supersedes its earlier attempt, still queued here
+		// because the entry gave up waiting for the answer (lost reply) or
+		// its cancel has not arrived yet: withdraw the old one first.
+		c.Cancel(r.ID)
+	}
 	if reason, detail := c.validate(r); reason != 0 {
 		c.reject(cls, r, respond, reason, "", detail)
 		return

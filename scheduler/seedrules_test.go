@@ -73,3 +73,18 @@ func TestTheCoresCachedTokensAndOverlapsAreTheRequestHelpersOwn(t *testing.T) {
 		require.Equal(t, r.CachedTokens(g.Worker, bs), g.CachedTokens, "request %+v", r)
 	}
 }
+
+func TestAResubmissionSupersedesItsEarlierAttemptStillQueuedAtTheSameCore(t *testing.T) {
+	h := newHarness(t, workers(1, 1), classCfg("c", PolicyFCFS))
+	h.occupy("c", 1)
+	h.enqueue(req("x", "c", 10))
+	again := req("x", "c", 10)
+	again.Attempt = 1
+	h.enqueue(again)
+	require.Len(t, h.got["x"], 1, "only the first attempt is answered")
+	require.ErrorIs(t, h.got["x"][0].err, ErrCancelled)
+	require.Equal(t, 1, h.core.Queued(), "the retry is queued in its place")
+	c := h.counters("c")
+	require.Equal(t, uint64(1), c.Cancelled)
+	require.Equal(t, uint64(1), c.Retried)
+}
