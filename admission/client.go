@@ -439,8 +439,14 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 			c.cancelAt(r, owner.Replica)
 			return nil, false, ctx.Err()
 		case !r.Due.IsZero() && !c.clock.Now().Before(r.Due):
+			// The request reached the owner (a request with no owner
+			// fails with no responders), so the owner counted it and
+			// counts its outcome too: its own due_time_passed, the
+			// cancellation below, or a grant whose booking then expires
+			// unacknowledged. Counting a rejection here as well would
+			// give the request two outcomes.
 			c.cancelAt(r, owner.Replica)
-			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
+			c.m.entryRejected.WithLabelValues(scheduler.ReasonDueTimePassed.String()).Inc()
 			return nil, false, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "owner did not answer before the deadline")
 		case r.Due.IsZero() && !c.clock.Now().Before(start.Add(c.cfg.OwnerReplyTimeout)):
 			// The owner counted the attempt (it was delivered); the

@@ -381,3 +381,38 @@ func TestAnAdmitWithoutADeadlineWhoseReplyIsLostIsResubmittedAfterTheReplyTimeou
 	require.Equal(t, "x", c.Owner)
 	require.Equal(t, 1.0, testutil.ToFloat64(m.retries.WithLabelValues("reply_timeout")))
 }
+
+func TestAnEntryDoesNotCountASecondOutcomeForARequestItsOwnerAlreadyCounted(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
+	nc := rawConn(t, h)
+	// The owner x received the request (and counted it), but its answer
+	// (its own due_time_passed rejection) is lost.
+	seen := make(chan struct{}, 1)
+	_, err := nc.Subscribe(wire.NewSubjects(cluster).Admit("gold"), func(*nats.Msg) { seen <- struct{}{} })
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	_, port := actorOnly(t, h.classes, h.workers)
+	m := NewMetrics(prometheus.NewRegistry())
+	entryNC := rawConn(t, h)
+	srv := NewServer("b", cluster, entryNC, port, zap.NewNop(), m)
+	clock := scheduler.NewFakeClock(time.Now())
+	cfg := DefaultClientConfig()
+	cfg.Clock = clock
+	cli := NewClient(cfg, "b", cluster, entryNC, port, srv, zap.NewNop(), m)
+	cli.OwnersChanged(map[string]Owner{"gold": {Replica: "x", Epoch: 1}})
+
+	r := request("gold", 0)
+	r.Due = clock.Now().Add(100 * time.Millisecond)
+	res := admitAsync(testenv.Context(t), cli, r)
+	<-seen
+	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() >= 1 }, "the deadline timer to be armed")
+	clock.Advance(2 * time.Second)
+	out := <-res
+	require.ErrorIs(t, out.err, scheduler.ErrDeadlineExceeded, "the client is told its deadline passed")
+
+	n := cli.Counts("m", "w").Classes["gold"]
+	require.Equal(t, uint64(1), n.Received)
+	require.Zero(t, n.Rejected[scheduler.ReasonDueTimePassed.String()],
+		"the owner counts this request's outcome; the entry counting one too makes two outcomes for one request")
+}
