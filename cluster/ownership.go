@@ -113,6 +113,7 @@ type Ownership struct {
 	relinquished map[string]int64 // class -> epoch released by us and (to be) deleted
 	waitRev      map[string]int64 // class -> owner view revision to wait for before judging it again
 	retryAt      time.Time
+	tracked      atomic.Pointer[[]string] // classes in relinquished or waitRev, for tests
 
 	ownedGauge   prometheus.Gauge
 	acquisitions prometheus.Counter
@@ -499,6 +500,8 @@ func (o *Ownership) reconcile(ctx context.Context, lease clientv3.LeaseID, owner
 			o.release(c, ReleaseRemoved)
 		}
 	}
+	o.forgetRemoved(classes, owners, lease)
+	o.publishTracked()
 	if failed && ctx.Err() == nil {
 		o.retryAt = now.Add(o.cfg.RetryInterval)
 		if wake < 0 || o.cfg.RetryInterval < wake {
@@ -506,6 +509,48 @@ func (o *Ownership) reconcile(ctx context.Context, lease clientv3.LeaseID, owner
 		}
 	}
 	return wake
+}
+
+// forgetRemoved drops the claim bookkeeping of classes that left the
+// policy, once no key of ours exists for them and the view has caught up
+// with our last write: nothing will consult it again, and without this the
+// maps grow with every class ever removed.
+func (o *Ownership) forgetRemoved(classes []string, owners *Snapshot[Owner], lease clientv3.LeaseID) {
+	for _, m := range []map[string]int64{o.relinquished, o.waitRev} {
+		for c := range m {
+			if slices.Contains(classes, c) {
+				continue
+			}
+			if w, ok := o.waitRev[c]; ok && owners.Revision < w {
+				continue
+			}
+			if cur, ok := owners.Items[c]; ok && cur.Replica != "" && cur.Lease == lease {
+				continue // our key is still there: the delete is retried
+			}
+			delete(o.relinquished, c)
+			delete(o.waitRev, c)
+		}
+	}
+}
+
+func (o *Ownership) publishTracked() {
+	set := map[string]struct{}{}
+	for c := range o.relinquished {
+		set[c] = struct{}{}
+	}
+	for c := range o.waitRev {
+		set[c] = struct{}{}
+	}
+	tracked := sortedKeys(set)
+	o.tracked.Store(&tracked)
+}
+
+// trackedClasses lists the classes the claim bookkeeping remembers.
+func (o *Ownership) trackedClasses() []string {
+	if p := o.tracked.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // claim takes class with one transaction: only if no key exists, put ours

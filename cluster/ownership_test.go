@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -385,3 +387,24 @@ func TestOwnersViewFollowerEndsOnTheFinalViewAfterAHandoffBurst(t *testing.T) {
 	defer mu.Unlock()
 	require.Greater(t, updates, 2, "the burst reached the follower as several updates")
 }
+
+func TestOwnershipForgetsClassesRemovedFromThePolicyOnceTheirKeysAreGone(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, []string{"alpha", "beta"})
+	a := h.start("a", nodeOpts{})
+	h.requireAgreement([]*node{a}, converge, "initial")
+	ctx := testenv.Context(t)
+	for i, set := range [][]string{{"beta", "gamma"}, {"gamma", "delta"}, {"delta"}} {
+		_, err := SeedConfig(ctx, h.admin, testCluster, policyYAML(set...), true)
+		require.NoError(t, err)
+		h.classes = set
+		h.requireAgreement([]*node{a}, converge, fmt.Sprintf("class set %d", i))
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		tracked := a.own.trackedClasses()
+		return len(tracked) == 0 || slices.Equal(tracked, []string{"delta"})
+	}, "no class removed from the policy to stay in the claim bookkeeping (tracked: %v)", lazyTracked{a.own})
+}
+
+type lazyTracked struct{ o *Ownership }
+
+func (l lazyTracked) String() string { return fmt.Sprint(l.o.trackedClasses()) }
