@@ -105,16 +105,18 @@ type Client struct {
 	instance uint64
 	seq      uint64
 
-	kick  chan struct{} // size one: wakes the re-home loop
-	clock scheduler.Clock
+	kick    chan struct{} // size one: wakes the re-home loop
+	abandon chan struct{} // size one: an abandon grace started (Run arms its timer)
+	clock   scheduler.Clock
 }
 
 type pendingAdmit struct {
 	class      string
 	owner      Owner
 	cancel     context.CancelFunc
-	abandoning bool // the owner changed; abandoned after AbandonGrace
-	abandoned  bool // given up on: the request is resubmitted
+	abandoning bool      // the owner changed; abandoned after AbandonGrace
+	abandonAt  time.Time // when abandoning: on the client's clock
+	abandoned  bool      // given up on: the request is resubmitted
 }
 
 // NewClient returns the entry side for replica. actor and server are this
@@ -126,7 +128,7 @@ func NewClient(cfg ClientConfig, replica, cluster string, nc *nats.Conn, actor A
 		owners: map[string]Owner{}, epochs: map[string]int64{}, changed: make(chan struct{}),
 		pending: map[*pendingAdmit]struct{}{}, inflight: map[*Ticket]struct{}{},
 		counts: map[string]*metrics.AdmissionCounts{}, instance: rand.Uint64(),
-		kick: make(chan struct{}, 1), clock: clockOr(cfg.Clock),
+		kick: make(chan struct{}, 1), abandon: make(chan struct{}, 1), clock: clockOr(cfg.Clock),
 	}
 }
 
@@ -186,23 +188,44 @@ func (c *Client) OwnersChanged(owners map[string]Owner) {
 			c.epochs[class] = o.Epoch
 		}
 	}
+	graced := false
+	now := c.clock.Now()
 	for p := range c.pending {
 		if cur, ok := c.owners[p.class]; (!ok || cur != p.owner) && !p.abandoning {
-			p.abandoning = true
-			time.AfterFunc(c.cfg.AbandonGrace, func() {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				if _, still := c.pending[p]; still {
-					p.abandoned = true
-					p.cancel()
-				}
-			})
+			p.abandoning, p.abandonAt = true, now.Add(c.cfg.AbandonGrace)
+			graced = true
 		}
 	}
 	close(c.changed)
 	c.changed = make(chan struct{})
 	c.mu.Unlock()
+	if graced {
+		select { // Run's timer abandons them when the grace has passed
+		case c.abandon <- struct{}{}:
+		default:
+		}
+	}
 	c.wake()
+}
+
+// abandonDue gives up on the admit requests whose abandon grace has passed
+// and returns when the next grace ends (zero: none pending).
+func (c *Client) abandonDue() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	var next time.Time
+	for p := range c.pending {
+		switch {
+		case !p.abandoning || p.abandoned:
+		case !now.Before(p.abandonAt):
+			p.abandoned = true
+			p.cancel()
+		case next.IsZero() || p.abandonAt.Before(next):
+			next = p.abandonAt
+		}
+	}
+	return next
 }
 
 func (c *Client) wake() {
@@ -227,10 +250,25 @@ func (c *Client) Run(ctx context.Context) error {
 	defer renew.Stop()
 	status := time.NewTicker(100 * time.Millisecond)
 	defer status.Stop()
+	// Abandon graces run on the client's clock, armed for the earliest one.
+	grace := c.clock.NewTimer(time.Hour)
+	grace.Stop()
+	defer grace.Stop()
+	rearm := func() {
+		if next := c.abandonDue(); next.IsZero() {
+			grace.Stop()
+		} else {
+			grace.Reset(max(0, next.Sub(c.clock.Now())))
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-c.abandon:
+			rearm()
+		case <-grace.C():
+			rearm()
 		case <-renew.C:
 			c.renew()
 		case <-c.kick:

@@ -416,3 +416,58 @@ func TestAnEntryDoesNotCountASecondOutcomeForARequestItsOwnerAlreadyCounted(t *t
 	require.Zero(t, n.Rejected[scheduler.ReasonDueTimePassed.String()],
 		"the owner counts this request's outcome; the entry counting one too makes two outcomes for one request")
 }
+
+func TestTheAbandonGraceRunsOnTheClientsClockAndStopsWithRun(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
+	nc := rawConn(t, h)
+	seen := make(chan int, 8)
+	_, err := nc.Subscribe(wire.NewSubjects(cluster).Admit("gold"), func(msg *nats.Msg) {
+		if in, err := wire.DecodeAdmitRequest(msg.Data); err == nil {
+			seen <- in.Attempt // and never answers
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	_, port := actorOnly(t, h.classes, h.workers)
+	m := NewMetrics(prometheus.NewRegistry())
+	entryNC := rawConn(t, h)
+	srv := NewServer("b", cluster, entryNC, port, zap.NewNop(), m)
+	clock := scheduler.NewFakeClock(time.Now())
+	cfg := DefaultClientConfig()
+	cfg.Clock = clock
+	cli := NewClient(cfg, "b", cluster, entryNC, port, srv, zap.NewNop(), m)
+	runCtx, stopRun := context.WithCancel(context.Background())
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); _ = cli.Run(runCtx) }()
+	defer func() { stopRun(); <-runDone }()
+	cli.OwnersChanged(map[string]Owner{"gold": {Replica: "x", Epoch: 1}})
+
+	ctx, cancel := context.WithCancel(testenv.Context(t))
+	defer cancel()
+	res := admitAsync(ctx, cli, request("gold", 0))
+	require.Equal(t, 0, <-seen)
+	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() == 1 }, "the reply timer")
+
+	cli.OwnersChanged(map[string]Owner{"gold": {Replica: "y", Epoch: 2}})
+	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() == 2 }, "the abandon grace on the client's clock")
+	clock.Advance(cfg.AbandonGrace)
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		select {
+		case a := <-seen:
+			require.Equal(t, 1, a, "resubmitted to the new owner as a retry")
+			return true
+		default:
+			clock.Advance(cfg.BackoffMin)
+			return false
+		}
+	}, "the request abandoned at x to be resubmitted")
+
+	cli.OwnersChanged(map[string]Owner{"gold": {Replica: "z", Epoch: 3}})
+	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() == 2 }, "a new abandon grace")
+	stopRun()
+	<-runDone
+	require.Equal(t, 1, clock.Timers(), "Run stopped its abandon timer on the way out; only the admit's own reply timer is left")
+	cancel()
+	<-res
+}

@@ -28,6 +28,11 @@ type Server struct {
 	// lifecycle marks must name it (booking ids are per Core).
 	instance uint64
 
+	// runCtx ends when Run returns (or was never needed): handlers that
+	// wait on the actor (adopt) give up then.
+	runCtx  context.Context
+	stopRun context.CancelFunc
+
 	mu    sync.Mutex
 	owned map[string]*ownedClass
 }
@@ -67,12 +72,14 @@ func NewServer(replica, cluster string, nc *nats.Conn, actor Actor, log *zap.Log
 	for _, o := range opts {
 		o(s)
 	}
+	s.runCtx, s.stopRun = context.WithCancel(context.Background())
 	return s
 }
 
 // Run listens for lifecycle marks addressed to this replica until ctx ends,
 // then drops every owned class's subscriptions.
 func (s *Server) Run(ctx context.Context) error {
+	defer s.stopRun()
 	sub, err := s.nc.Subscribe(s.subj.Life(s.replica), s.onLife)
 	if err != nil {
 		return fmt.Errorf("subscribe life marks: %w", err)
@@ -292,7 +299,7 @@ func (s *Server) onAdopt(class string, m *nats.Msg) {
 		out.Epoch = epoch
 		out.Bookings = make([]uint64, len(in.Bookings))
 		for i, b := range in.Bookings {
-			id, err := s.actor.Adopt(context.Background(), recordFromWire(class, &b))
+			id, err := s.actor.Adopt(s.runCtx, recordFromWire(class, &b))
 			if err != nil {
 				out.Error, out.Bookings = err.Error(), nil
 				break
