@@ -166,6 +166,9 @@ type nodeOpts struct {
 	proxied     bool
 	notReady    bool
 	sessionDeps Deps // Clock for the session, if a test drives it
+	// acquireErr, when set, can fail OnAcquire (the app could not start
+	// admitting the class).
+	acquireErr func(class string) error
 }
 
 func (c *harness) start(id string, o nodeOpts) *node {
@@ -193,11 +196,17 @@ func (c *harness) start(id string, o nodeOpts) *node {
 		Cluster: testCluster, ReplicaID: id, SettlePeriod: c.settle,
 		RetryInterval: 100 * time.Millisecond, OpTimeout: time.Second,
 	}, Callbacks{
-		OnAcquire: func(class string, epoch int64) {
+		OnAcquire: func(class string, epoch int64) error {
+			if o.acquireErr != nil {
+				if err := o.acquireErr(class); err != nil {
+					return err
+				}
+			}
 			n.mu.Lock()
 			n.held[class] = epoch
 			n.mu.Unlock()
 			c.tl.add(event{replica: id, class: class, acquire: true, epoch: epoch})
+			return nil
 		},
 		OnRelease: func(class string, reason ReleaseReason) {
 			n.mu.Lock()

@@ -76,12 +76,14 @@ func (r ReleaseReason) String() string {
 // Ownership.Run's decisions (reading Owners is fine).
 //
 // OnAcquire runs after the claim transaction committed: from then on the
-// app admits the class, stamping grants with epoch. OnRelease runs before
+// app admits the class, stamping grants with epoch. When it returns an error
+// the app could not start admitting: the class is not held, its key is
+// deleted, and claiming it is retried after RetryInterval. OnRelease runs before
 // the key is deleted (handoff, removal, shutdown) or as soon as the loss is
 // known (fence, lost key): when it returns the app must already have stopped
 // admitting and rejected its queued entries with ownership_moved.
 type Callbacks struct {
-	OnAcquire func(class string, epoch int64)
+	OnAcquire func(class string, epoch int64) error
 	OnRelease func(class string, reason ReleaseReason)
 }
 
@@ -115,11 +117,12 @@ type Ownership struct {
 	retryAt      time.Time
 	tracked      atomic.Pointer[[]string] // classes in relinquished or waitRev, for tests
 
-	ownedGauge   prometheus.Gauge
-	acquisitions prometheus.Counter
-	losses       *prometheus.CounterVec
-	handoffs     prometheus.Counter
-	configErrors prometheus.Counter
+	ownedGauge    prometheus.Gauge
+	acquisitions  prometheus.Counter
+	acquireErrors prometheus.Counter
+	losses        *prometheus.CounterVec
+	handoffs      prometheus.Counter
+	configErrors  prometheus.Counter
 }
 
 // NewOwnership builds the manager. replicas must be run by the caller; the
@@ -134,7 +137,7 @@ func NewOwnership(client *clientv3.Client, session *Session, replicas *Replicas,
 		return nil, fmt.Errorf("%w: ownership needs a session, a replica registry and a ClassNames func", ErrInvalidConfig)
 	}
 	if cb.OnAcquire == nil {
-		cb.OnAcquire = func(string, int64) {}
+		cb.OnAcquire = func(string, int64) error { return nil }
 	}
 	if cb.OnRelease == nil {
 		cb.OnRelease = func(string, ReleaseReason) {}
@@ -171,6 +174,9 @@ func NewOwnership(client *clientv3.Client, session *Session, replicas *Replicas,
 	})
 	o.acquisitions = f.NewCounter(prometheus.CounterOpts{
 		Name: metrics.NameClusterOwnershipAcquisitions, Help: "Classes this replica started owning.",
+	})
+	o.acquireErrors = f.NewCounter(prometheus.CounterOpts{
+		Name: metrics.NameClusterAcquireErrors, Help: "Classes this replica claimed but could not start admitting (released again).",
 	})
 	o.losses = f.NewCounterVec(prometheus.CounterOpts{
 		Name: metrics.NameClusterOwnershipLosses, Help: "Classes this replica stopped owning, by reason.",
@@ -353,12 +359,26 @@ func (o *Ownership) loop(ctx context.Context, errs <-chan error) error {
 	}
 }
 
-func (o *Ownership) acquire(class string, epoch int64) {
+// acquire tells the app it owns class. When the app cannot start admitting
+// it (OnAcquire fails), the class is not held: its key is deleted, so that
+// another replica (or this one, after RetryInterval) can claim it, instead
+// of an owner that serves nobody until its entries time out. It reports
+// whether the class is held.
+func (o *Ownership) acquire(ctx context.Context, class string, epoch int64) bool {
+	if err := o.cb.OnAcquire(class, epoch); err != nil {
+		o.acquireErrors.Inc()
+		o.log.Warn("could not start admitting an acquired class; releasing its key",
+			zap.String("class", class), zap.Int64("epoch", epoch), zap.Error(err))
+		o.relinquished[class] = epoch
+		_, _ = o.deleteKey(ctx, class, epoch) // retried by reconcile while the key stays ours
+		o.retryAt = o.clock.Now().Add(o.cfg.RetryInterval)
+		return false
+	}
 	o.held[class] = epoch
 	o.acquisitions.Inc()
 	o.ownedGauge.Set(float64(len(o.held)))
 	o.log.Info("class acquired", zap.String("class", class), zap.Int64("epoch", epoch))
-	o.cb.OnAcquire(class, epoch)
+	return true
 }
 
 func (o *Ownership) release(class string, reason ReleaseReason) {
@@ -457,7 +477,9 @@ func (o *Ownership) reconcile(ctx context.Context, lease clientv3.LeaseID, owner
 			if !held {
 				// The key is ours and the lease is alive (we are healthy), e.g.
 				// after a fence ended, or a claim whose reply was lost.
-				o.acquire(c, cur.Epoch)
+				if !o.acquire(opCtx, c, cur.Epoch) {
+					continue
+				}
 			}
 			if t := Place(c, targets); t != "" && t != self {
 				o.release(c, ReleaseHandoff)
@@ -570,7 +592,7 @@ func (o *Ownership) claim(ctx context.Context, class string, lease clientv3.Leas
 	if !resp.Succeeded {
 		return nil // someone else was faster; the watch will tell us who
 	}
-	o.acquire(class, resp.Header.Revision)
+	o.acquire(ctx, class, resp.Header.Revision)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -408,3 +409,36 @@ func TestOwnershipForgetsClassesRemovedFromThePolicyOnceTheirKeysAreGone(t *test
 type lazyTracked struct{ o *Ownership }
 
 func (l lazyTracked) String() string { return fmt.Sprint(l.o.trackedClasses()) }
+
+func TestAClassWhoseAcquireFailedIsReleasedAndClaimedAgainLater(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, []string{"alpha"})
+	var mu sync.Mutex
+	calls := 0
+	a := h.start("a", nodeOpts{acquireErr: func(string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 1 {
+			return errors.New("subscribe admit.alpha: connection closed")
+		}
+		return nil
+	}})
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(a.heldClasses()) == 1 },
+		"alpha to be served after the failed acquire (OnAcquire calls: %v)", lazyCalls{&mu, &calls})
+	mu.Lock()
+	require.Equal(t, 2, calls, "one failure, one success")
+	mu.Unlock()
+	events := h.tl.snapshot()
+	require.Len(t, events, 1)
+	owner := h.etcdOwners()["alpha"]
+	require.Equal(t, "a", owner.Replica)
+	require.Equal(t, events[0].epoch, owner.Epoch, "the key of the failed acquire was released and a new one claimed")
+	h.tl.requireNoOverlap(t)
+}
+
+type lazyCalls struct {
+	mu *sync.Mutex
+	n  *int
+}
+
+func (l lazyCalls) String() string { l.mu.Lock(); defer l.mu.Unlock(); return fmt.Sprint(*l.n) }

@@ -253,10 +253,12 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	client := admission.NewClient(cfg.Admission, cfg.ID, cfg.Cluster, nc, port, server, log, am)
 
 	own, err := cluster.NewOwnership(etcd, session, replicasReg, cfg.Ownership, cluster.Callbacks{
-		OnAcquire: func(class string, epoch int64) {
+		OnAcquire: func(class string, epoch int64) error {
 			if err := server.Own(class, epoch); err != nil {
 				log.Error("own class", zap.String("class", class), zap.Error(err))
+				return err
 			}
+			return nil
 		},
 		OnRelease: func(class string, reason cluster.ReleaseReason) {
 			server.Disown(class)
