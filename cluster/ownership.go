@@ -85,6 +85,8 @@ func (r ReleaseReason) String() string {
 type Callbacks struct {
 	OnAcquire func(class string, epoch int64) error
 	OnRelease func(class string, reason ReleaseReason)
+	// OnPolicy delivers each usable policy config version to the app.
+	OnPolicy func(v ConfigVersion)
 }
 
 // ClassNames extracts the class names from the raw policy config; the
@@ -107,8 +109,10 @@ type Ownership struct {
 	owners  *cache[Owner]
 	config  *ConfigWatcher
 	classes atomic.Pointer[classSet]
-	poke    chan struct{} // size one: "the class set changed"
-	started atomic.Bool
+	poke    chan struct{} // size one: "a policy version is pending"
+	// pendingCfg is the newest policy version not yet applied by Run.
+	pendingCfg atomic.Pointer[ConfigVersion]
+	started    atomic.Bool
 
 	// Only Run's goroutine touches the fields below.
 	held         map[string]int64 // class -> epoch this replica believes it owns
@@ -141,6 +145,9 @@ func NewOwnership(client *clientv3.Client, session *Session, replicas *Replicas,
 	}
 	if cb.OnRelease == nil {
 		cb.OnRelease = func(string, ReleaseReason) {}
+	}
+	if cb.OnPolicy == nil {
+		cb.OnPolicy = func(ConfigVersion) {}
 	}
 	deps = deps.withDefaults()
 	keys := wire.NewKeys(cfg.Cluster)
@@ -204,7 +211,28 @@ func decodeOwner(val []byte, createRev, lease int64) (Owner, error) {
 	return Owner{Replica: id, Epoch: createRev, Lease: clientv3.LeaseID(lease)}, nil
 }
 
+// onConfig runs on the config watcher's goroutine: it hands the version to
+// Run's loop, which applies it in order with the claims and releases.
 func (o *Ownership) onConfig(v ConfigVersion) {
+	o.pendingCfg.Store(&v)
+	select {
+	case o.poke <- struct{}{}:
+	default: // a poke is already pending; it will read the newest version
+	}
+}
+
+// applyConfig applies the newest policy version, if one is pending, on Run's
+// goroutine: classes that left the policy are released first (the app stops
+// admitting them and rejects their queues with ownership_moved), then the
+// app gets the policy (OnPolicy: its scheduler learns the new classes), and
+// only then is the new class set installed, so no class is claimed before
+// the app knows it and none is dropped by the app while still owned.
+func (o *Ownership) applyConfig() {
+	pv := o.pendingCfg.Swap(nil)
+	if pv == nil {
+		return
+	}
+	v := *pv
 	names, err := o.classNames(v.Raw)
 	if err != nil {
 		o.configErrors.Inc()
@@ -223,11 +251,13 @@ func (o *Ownership) onConfig(v ConfigVersion) {
 	}
 	slices.Sort(set)
 	set = slices.Compact(set)
-	close(o.classes.Swap(&classSet{names: set, changed: make(chan struct{})}).changed)
-	select {
-	case o.poke <- struct{}{}:
-	default: // a poke is already pending; it will read the newest set
+	for _, c := range sortedKeys(o.held) {
+		if !slices.Contains(set, c) {
+			o.release(c, ReleaseRemoved)
+		}
 	}
+	o.cb.OnPolicy(v)
+	close(o.classes.Swap(&classSet{names: set, changed: make(chan struct{})}).changed)
 }
 
 // classSet is one version of the policy's class names; changed is closed
@@ -321,6 +351,7 @@ func (o *Ownership) loop(ctx context.Context, errs <-chan error) error {
 	timer := o.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		o.applyConfig()
 		st := o.session.Status()
 		ownersSnap := o.owners.snapshot()
 		repSnap := o.replicas.Snapshot()

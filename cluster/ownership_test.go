@@ -442,3 +442,28 @@ type lazyCalls struct {
 }
 
 func (l lazyCalls) String() string { l.mu.Lock(); defer l.mu.Unlock(); return fmt.Sprint(*l.n) }
+
+func TestTheAppLearnsAClassBeforeItIsClaimedAndLosesItOnlyAfterItIsReleased(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, []string{"alpha"})
+	log := &eventLog{}
+	a := h.start("a", nodeOpts{policyLog: log})
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(a.heldClasses()) == 1 }, "alpha held")
+	ctx := testenv.Context(t)
+	_, err := SeedConfig(ctx, h.admin, testCluster, policyYAML("alpha", "beta"), true)
+	require.NoError(t, err)
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(a.heldClasses()) == 2 }, "beta held")
+	_, err = SeedConfig(ctx, h.admin, testCluster, policyYAML("beta"), true)
+	require.NoError(t, err)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return slices.Contains(log.snapshot(), "policy:beta") && slices.Contains(log.snapshot(), "release:alpha")
+	}, "alpha released and the policy without it applied")
+
+	events := log.snapshot()
+	at := func(e string) int {
+		i := slices.Index(events, e)
+		require.GreaterOrEqual(t, i, 0, "%s in %v", e, events)
+		return i
+	}
+	require.Less(t, at("policy:alpha,beta"), at("acquire:beta"), "the Core must know beta before the replica claims it (else 400 unknown_class): %v", events)
+	require.Less(t, at("release:alpha"), at("policy:beta"), "ownership of alpha must be released before the Core drops alpha: %v", events)
+}

@@ -252,7 +252,12 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	server := admission.NewServer(cfg.ID, cfg.Cluster, nc, port, log, am)
 	client := admission.NewClient(cfg.Admission, cfg.ID, cfg.Cluster, nc, port, server, log, am)
 
+	// The ownership manager is the one watcher of the policy key: it hands
+	// each version to the app (onPolicy, set once the frontend exists and
+	// before ownership runs) in order with its claims and releases.
+	var onPolicy func(cluster.ConfigVersion)
 	own, err := cluster.NewOwnership(etcd, session, replicasReg, cfg.Ownership, cluster.Callbacks{
+		OnPolicy: func(v cluster.ConfigVersion) { onPolicy(v) },
 		OnAcquire: func(class string, epoch int64) error {
 			if err := server.Own(class, epoch); err != nil {
 				log.Error("own class", zap.String("class", class), zap.Error(err))
@@ -317,6 +322,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	if err != nil {
 		return fmt.Errorf("frontend: %w", err)
 	}
+	onPolicy = (&wiring{cfg: cfg, log: log, actor: actor, fe: fe, classes: &classes, adm: admissionMetrics}).applyPolicy
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
@@ -460,12 +466,6 @@ func runWiring(ctx context.Context, w wiring) error {
 	if err := w.session.RegisterReplica(ctx, info); err != nil {
 		return err
 	}
-	cw, err := cluster.NewConfigWatcher(w.etcd, cluster.RegistryConfig{Cluster: w.cfg.Cluster, RetryInterval: w.cfg.Ownership.RetryInterval},
-		func(v cluster.ConfigVersion) { w.applyPolicy(v) }, cluster.Deps{Logger: w.log})
-	if err != nil {
-		return err
-	}
-	w.grp.go_("policy_watch", cw.Run)
 	w.grp.go_("load_reports", w.followLoadReports)
 	w.grp.go_("ownership", func(context.Context) error {
 		defer close(w.ownDone)
