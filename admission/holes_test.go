@@ -471,3 +471,34 @@ func TestTheAbandonGraceRunsOnTheClientsClockAndStopsWithRun(t *testing.T) {
 	cancel()
 	<-res
 }
+
+func TestTheOwnersSchedulingTurnDoesNotWaitForTheReplyToBePublished(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
+	actor, port := actorOnly(t, h.classes, h.workers)
+	nc := rawConn(t, h)
+	srv := NewServer("a", cluster, nc, port, zap.NewNop(), NewMetrics(prometheus.NewRegistry()))
+	publishing := make(chan struct{}, 1)
+	unstall := make(chan struct{})
+	srv.respond = func(m *nats.Msg, data []byte) error {
+		publishing <- struct{}{}
+		<-unstall // a slow publish: the connection's write lock is contended
+		return m.Respond(data)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	require.NoError(t, srv.Own("gold", 1))
+	defer srv.Disown("gold")
+
+	reply := asyncRawAdmit(t, rawConn(t, h), wireRequest(request("gold", 0)))
+	<-publishing
+	fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Second) // bounds the failure, not the pass
+	_, err := actor.Flush(fctx)
+	fcancel()
+	close(unstall)
+	require.NoError(t, err, "the scheduler's next turn must not wait for the reply of the previous one")
+	out := <-reply
+	require.NotNil(t, out)
+	require.True(t, out.OK)
+}

@@ -32,6 +32,14 @@ type Server struct {
 	// wait on the actor (adopt) give up then.
 	runCtx  context.Context
 	stopRun context.CancelFunc
+	// respond publishes one reply (m.Respond; tests stall it).
+	respond func(m *nats.Msg, data []byte) error
+	// Admit replies leave the actor's turn through replies, published by
+	// Run's replier goroutine. replying (under rmu) says the replier takes
+	// them; otherwise, or when the queue is full, the turn replies itself.
+	rmu      sync.Mutex
+	replying bool
+	replies  chan outgoingReply
 
 	mu    sync.Mutex
 	owned map[string]*ownedClass
@@ -66,6 +74,8 @@ func NewServer(replica, cluster string, nc *nats.Conn, actor Actor, log *zap.Log
 		log:      log.Named("admission_server"),
 		m:        m,
 		clock:    scheduler.RealClock{},
+		respond:  func(m *nats.Msg, data []byte) error { return m.Respond(data) },
+		replies:  make(chan outgoingReply, replyQueue),
 		instance: rand.Uint64() | 1,
 		owned:    map[string]*ownedClass{},
 	}
@@ -76,15 +86,50 @@ func NewServer(replica, cluster string, nc *nats.Conn, actor Actor, log *zap.Log
 	return s
 }
 
-// Run listens for lifecycle marks addressed to this replica until ctx ends,
-// then drops every owned class's subscriptions.
+// replyQueue bounds the admit replies waiting for the replier; beyond it
+// the actor's turn publishes itself rather than wait.
+const replyQueue = 1024
+
+// outgoingReply is one admit reply handed off the actor's turn. booking is
+// the grant's, freed if the reply cannot be published.
+type outgoingReply struct {
+	m       *nats.Msg
+	out     *wire.AdmitReply
+	booking scheduler.BookingID
+}
+
+// Run listens for lifecycle marks addressed to this replica and publishes
+// admit replies until ctx ends, then drops every owned class's
+// subscriptions.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.stopRun()
 	sub, err := s.nc.Subscribe(s.subj.Life(s.replica), s.onLife)
 	if err != nil {
 		return fmt.Errorf("subscribe life marks: %w", err)
 	}
+	s.rmu.Lock()
+	s.replying = true
+	s.rmu.Unlock()
+	replierDone := make(chan struct{})
+	go func() {
+		defer close(replierDone)
+		for {
+			select {
+			case r := <-s.replies:
+				s.publish(r)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	<-ctx.Done()
+	<-replierDone
+	s.rmu.Lock()
+	s.replying = false // from now on every turn replies itself
+	s.rmu.Unlock()
+	for len(s.replies) > 0 { // handed off before that: publish them too
+		s.publish(<-s.replies)
+	}
 	_ = sub.Unsubscribe()
 	s.mu.Lock()
 	for class, oc := range s.owned {
@@ -209,7 +254,7 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 	}
 	s.actor.EnqueueIf(req, gate, func(g scheduler.Grant, err error) bool {
 		if moved {
-			return s.reply(m, movedReply())
+			return s.handOff(outgoingReply{m: m, out: movedReply()})
 		}
 		out := &wire.AdmitReply{Owner: s.replica, Epoch: epoch}
 		if err != nil {
@@ -221,8 +266,35 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 			out.CachedTokens, out.OverlapBlocks = g.CachedTokens, g.OverlapBlocks
 			out.QueueWaitNano = int64(g.QueueWait)
 		}
-		return s.reply(m, out)
+		return s.handOff(outgoingReply{m: m, out: out, booking: g.Booking})
 	})
+}
+
+// handOff runs on the actor's turn (seed 000: nothing slow there): it
+// queues the reply for Run's replier and reports the grant delivered. If
+// the reply then cannot be published, the replier frees the booking (the
+// request stays counted admitted; its booking ends at once). Without a
+// running replier, or with its queue full, it publishes right here.
+func (s *Server) handOff(r outgoingReply) bool {
+	s.rmu.Lock()
+	if s.replying {
+		select {
+		case s.replies <- r:
+			s.rmu.Unlock()
+			return true
+		default:
+		}
+	}
+	s.rmu.Unlock()
+	return s.reply(r.m, r.out)
+}
+
+// publish sends one handed-off reply; a grant that cannot be delivered is
+// freed at once instead of waiting for its ack timeout.
+func (s *Server) publish(r outgoingReply) {
+	if !s.reply(r.m, r.out) && r.out.OK {
+		s.actor.Finish(r.booking)
+	}
 }
 
 func (s *Server) reply(m *nats.Msg, out *wire.AdmitReply) bool {
@@ -232,7 +304,7 @@ func (s *Server) reply(m *nats.Msg, out *wire.AdmitReply) bool {
 		s.log.Error("encode admit reply", zap.Error(err))
 		return false
 	}
-	if err := m.Respond(b); err != nil {
+	if err := s.respond(m, b); err != nil {
 		s.log.Warn("admit reply not delivered", zap.Error(err))
 		return false
 	}
