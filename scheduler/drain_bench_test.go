@@ -57,7 +57,7 @@ func BenchmarkDrain(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	var drained time.Duration
+	var drained, cpu time.Duration
 	for range b.N {
 		b.StopTimer()
 		view.busy, view.version = true, view.version+1
@@ -69,9 +69,10 @@ func BenchmarkDrain(b *testing.B) {
 		}
 		view.busy, view.version = false, view.version+1
 		b.StartTimer()
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU()
 		c.Drain()
 		drained += time.Since(start)
+		cpu += processCPU() - cpu0
 		b.StopTimer()
 		if len(granted) != backlog {
 			b.Fatalf("%d granted, want %d", len(granted), backlog)
@@ -83,4 +84,5 @@ func BenchmarkDrain(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(drained.Nanoseconds())/float64(b.N*backlog), "ns/entry")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*backlog), "cpu-ns/entry")
 }
