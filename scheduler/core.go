@@ -342,7 +342,7 @@ func (c *Core) newEntry(r *Request, respond Responder, cls *class, now time.Time
 		e = c.freeEnt[n-1]
 		c.freeEnt = c.freeEnt[:n-1]
 	} else {
-		e = new(entry)
+		e = &entry{cold: new(entryCold)}
 	}
 	c.seq++
 	cached := c.bestCached(r)
@@ -352,12 +352,12 @@ func (c *Core) newEntry(r *Request, respond Responder, cls *class, now time.Time
 		ingress = now
 	}
 	*e = entry{
-		req: r, respond: respond, cls: cls,
+		req: r, cold: e.cold,
 		seq: c.seq, strict: r.StrictPriority,
-		score:  policyScore(cls.cfg.Policy, r.PriorityJump, ingress.Sub(c.epoch).Seconds(), cost),
-		cost:   cost,
-		cached: cached, enqueuedAt: now, qi: -1, di: -1,
+		score: policyScore(cls.cfg.Policy, r.PriorityJump, ingress.Sub(c.epoch).Seconds(), cost),
+		cost:  cost, qi: -1, di: -1,
 	}
+	*e.cold = entryCold{respond: respond, cls: cls, cached: cached, enqueuedAt: now}
 	if !r.Due.IsZero() {
 		e.hasDue, e.due = true, r.Due.UnixNano()
 	}
@@ -386,14 +386,14 @@ func (c *Core) overLimit(cls *class, e *entry) string {
 	if l.ISLTokens != Unlimited && cls.pendingISL+int64(e.req.PromptTokens) > int64(l.ISLTokens)*n {
 		return LimitISLTokens
 	}
-	if l.CachedTokens != Unlimited && cls.pendingCached+int64(e.cached) > int64(l.CachedTokens)*n {
+	if l.CachedTokens != Unlimited && cls.pendingCached+int64(e.cold.cached) > int64(l.CachedTokens)*n {
 		return LimitCachedTokens
 	}
 	return ""
 }
 
 func (c *Core) push(e *entry) {
-	cls := e.cls
+	cls := e.cold.cls
 	cls.q.push(e)
 	cls.blocked = false
 	if e.hasDue {
@@ -401,23 +401,23 @@ func (c *Core) push(e *entry) {
 	}
 	c.entries[e.req.ID] = e
 	cls.pendingISL += int64(e.req.PromptTokens)
-	cls.pendingCached += int64(e.cached)
+	cls.pendingCached += int64(e.cold.cached)
 	c.queued++
 }
 
 // unqueue removes e from every index and releases its queue accounting.
 func (c *Core) unqueue(e *entry) {
-	cls := e.cls
+	cls := e.cold.cls
 	cls.blocked = false
 	if e.qi >= 0 {
-		cls.q.remove(e.qi)
+		cls.q.remove(int(e.qi))
 	}
 	if e.di >= 0 {
-		c.due.remove(e.di)
+		c.due.remove(int(e.di))
 	}
 	delete(c.entries, e.req.ID)
 	cls.pendingISL -= int64(e.req.PromptTokens)
-	cls.pendingCached -= int64(e.cached)
+	cls.pendingCached -= int64(e.cold.cached)
 	c.queued--
 	if len(cls.q) == 0 {
 		// An idle class must not bank credit for later (standard DRR).
@@ -426,7 +426,9 @@ func (c *Core) unqueue(e *entry) {
 }
 
 func (c *Core) release(e *entry) {
-	*e = entry{}
+	cold := e.cold
+	*cold = entryCold{}
+	*e = entry{cold: cold}
 	c.freeEnt = append(c.freeEnt, e)
 }
 
@@ -442,7 +444,7 @@ func (c *Core) reject(cls *class, r *Request, respond Responder, reason Reason, 
 
 // rejectEntry completes a queued (already unqueued) entry with a rejection.
 func (c *Core) rejectEntry(e *entry, reason Reason, detail string) {
-	cls, r, respond := e.cls, e.req, e.respond
+	cls, r, respond := e.cold.cls, e.req, e.cold.respond
 	c.release(e)
 	c.reject(cls, r, respond, reason, "", detail)
 }
@@ -600,14 +602,14 @@ func (c *Core) candidate(cls *class) (*entry, int) {
 // admit is the canonical admission path after selection: book, respond, and
 // roll back when the requester is gone. e is released.
 func (c *Core) admit(e *entry, idx int, now time.Time) {
-	r, cls, respond := e.req, e.cls, e.respond
+	r, cls, respond, enqueuedAt := e.req, e.cold.cls, e.cold.respond, e.cold.enqueuedAt
 	w := &c.workers[idx]
 	ovl := r.OverlapBlocks(w.ID)
 	cached := r.cachedFromOverlap(ovl, w.BlockSize)
 	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.BlockHashes, r.PromptTokens, cached, r.ExpectedOutputTokens, false, now)
 	g := Grant{
 		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id,
-		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(e.enqueuedAt),
+		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
 	}
 	c.release(e)
 	if !respond(g, nil) {
@@ -632,7 +634,7 @@ func (c *Core) Cancel(requestID string) bool {
 		return false
 	}
 	c.unqueue(e)
-	cls, r, respond := e.cls, e.req, e.respond
+	cls, r, respond := e.cold.cls, e.req, e.cold.respond
 	c.release(e)
 	if !r.Probe {
 		cls.counters.Cancelled++

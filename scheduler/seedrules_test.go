@@ -60,7 +60,7 @@ func TestTheCoresCachedTokensAndOverlapsAreTheRequestHelpersOwn(t *testing.T) {
 			}
 		}
 		e := h.core.newEntry(r, nil, h.core.classes["c"], t0)
-		require.Equal(t, r.BestCachedTokens(h.core.Workers()), e.cached, "request %+v", r)
+		require.Equal(t, r.BestCachedTokens(h.core.Workers()), e.cold.cached, "request %+v", r)
 		h.core.release(e)
 		h.enqueue(r)
 		o := h.one(r.ID)
