@@ -88,3 +88,16 @@ func TestAResubmissionSupersedesItsEarlierAttemptStillQueuedAtTheSameCore(t *tes
 	require.Equal(t, uint64(1), c.Cancelled)
 	require.Equal(t, uint64(1), c.Retried)
 }
+
+func TestRemoteLoadsChangesItsVersionOnlyWhenALoadChanges(t *testing.T) {
+	v := &RemoteLoads{}
+	require.Zero(t, v.LoadVersion())
+	require.True(t, v.Store(map[string]WorkerLoad{"w0": {ActiveRequests: 1}, "w1": {}}))
+	ver := v.LoadVersion()
+	require.False(t, v.Store(map[string]WorkerLoad{"w0": {ActiveRequests: 1}}), "an idle worker is the same as a missing one")
+	require.Equal(t, ver, v.LoadVersion(), "an unchanged gossip round keeps the version: the blocked-class memo holds")
+	require.True(t, v.Store(map[string]WorkerLoad{"w0": {ActiveRequests: 2}}))
+	require.Greater(t, v.LoadVersion(), ver)
+	require.Equal(t, WorkerLoad{ActiveRequests: 2}, v.RemoteLoad("w0"))
+	require.Equal(t, WorkerLoad{}, v.RemoteLoad("w1"))
+}
