@@ -502,3 +502,41 @@ func TestTheOwnersSchedulingTurnDoesNotWaitForTheReplyToBePublished(t *testing.T
 	require.NotNil(t, out)
 	require.True(t, out.OK)
 }
+
+func TestAnAdoptWaitingOnABusyActorEndsWhenTheServerStops(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
+	core := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.RealClock{}, nil, nil)
+	core.SetClasses(h.classes)
+	core.SetWorkers(h.workers)
+	actor := scheduler.NewActor(core, scheduler.RealClock{}, nil) // never runs: every turn waits
+	port := LocalActor(actor, func() []scheduler.ClassConfig { return h.classes })
+	nc := rawConn(t, h)
+	srv := NewServer("a", cluster, nc, port, zap.NewNop(), NewMetrics(prometheus.NewRegistry()))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx) }()
+	require.NoError(t, srv.Own("gold", 1))
+
+	b, err := wire.EncodeAdmission(&wire.AdoptRequest{Entry: "b", Class: "gold",
+		Bookings: []wire.AdoptedBooking{{RequestID: "r", Worker: "w0", PromptTokens: 10}}})
+	require.NoError(t, err)
+	reply := make(chan *nats.Msg, 1)
+	entry := rawConn(t, h)
+	go func() {
+		m, _ := entry.Request(wire.NewSubjects(cluster).Adopt("gold"), b, 10*time.Second)
+		reply <- m
+	}()
+	adoptSub := srv.subscriptions("gold")[2]
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		d, _ := adoptSub.Delivered()
+		return d == 1
+	}, "the adopt handler to be waiting on the actor")
+	cancel()
+	<-done
+	m := <-reply
+	require.NotNil(t, m, "the handler must give up when the server stops, not hold its NATS goroutine forever")
+	out, err := wire.DecodeAdoptReply(m.Data)
+	require.NoError(t, err)
+	require.NotEmpty(t, out.Error)
+	srv.Disown("gold")
+}
