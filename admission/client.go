@@ -38,6 +38,16 @@ type ClientConfig struct {
 	// a request the old owner already counted as received, and the new
 	// owner would count it again.
 	AbandonGrace time.Duration
+	// OwnerReplyTimeout bounds the wait for the owner's answer to one admit
+	// request that has no deadline: when it passes (the reply was lost, the
+	// owner hangs), the request is cancelled there and resubmitted as a
+	// retry (counted as reply_timeout). A request with a deadline waits
+	// until its deadline instead. It should exceed the longest expected
+	// queue wait, since a resubmission queues again.
+	OwnerReplyTimeout time.Duration
+	// Clock is what the entry side reads and waits on (nil: wall time). It
+	// must be the clock of the replica's scheduler.
+	Clock scheduler.Clock
 }
 
 // DefaultClientConfig returns the defaults.
@@ -49,6 +59,8 @@ func DefaultClientConfig() ClientConfig {
 		NoOwnerTimeout: 30 * time.Second,
 		AdoptTimeout:   2 * time.Second,
 		AbandonGrace:   500 * time.Millisecond,
+
+		OwnerReplyTimeout: time.Minute,
 	}
 }
 
@@ -65,6 +77,8 @@ func (c ClientConfig) Validate() error {
 		return fmt.Errorf("admission: AdoptTimeout must be > 0")
 	case c.AbandonGrace < 0:
 		return fmt.Errorf("admission: AbandonGrace must be >= 0")
+	case c.OwnerReplyTimeout <= 0:
+		return fmt.Errorf("admission: OwnerReplyTimeout must be > 0")
 	}
 	return nil
 }
@@ -91,15 +105,18 @@ type Client struct {
 	instance uint64
 	seq      uint64
 
-	kick chan struct{} // size one: wakes the re-home loop
+	kick    chan struct{} // size one: wakes the re-home loop
+	abandon chan struct{} // size one: an abandon grace started (Run arms its timer)
+	clock   scheduler.Clock
 }
 
 type pendingAdmit struct {
 	class      string
 	owner      Owner
 	cancel     context.CancelFunc
-	abandoning bool // the owner changed; abandoned after AbandonGrace
-	abandoned  bool // given up on: the request is resubmitted
+	abandoning bool      // the owner changed; abandoned after AbandonGrace
+	abandonAt  time.Time // when abandoning: on the client's clock
+	abandoned  bool      // given up on: the request is resubmitted
 }
 
 // NewClient returns the entry side for replica. actor and server are this
@@ -111,8 +128,15 @@ func NewClient(cfg ClientConfig, replica, cluster string, nc *nats.Conn, actor A
 		owners: map[string]Owner{}, epochs: map[string]int64{}, changed: make(chan struct{}),
 		pending: map[*pendingAdmit]struct{}{}, inflight: map[*Ticket]struct{}{},
 		counts: map[string]*metrics.AdmissionCounts{}, instance: rand.Uint64(),
-		kick: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), abandon: make(chan struct{}, 1), clock: clockOr(cfg.Clock),
 	}
+}
+
+func clockOr(c scheduler.Clock) scheduler.Clock {
+	if c == nil {
+		return scheduler.RealClock{}
+	}
+	return c
 }
 
 // Counts returns the entry side's cumulative counters as an exporter
@@ -164,23 +188,44 @@ func (c *Client) OwnersChanged(owners map[string]Owner) {
 			c.epochs[class] = o.Epoch
 		}
 	}
+	graced := false
+	now := c.clock.Now()
 	for p := range c.pending {
 		if cur, ok := c.owners[p.class]; (!ok || cur != p.owner) && !p.abandoning {
-			p.abandoning = true
-			time.AfterFunc(c.cfg.AbandonGrace, func() {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				if _, still := c.pending[p]; still {
-					p.abandoned = true
-					p.cancel()
-				}
-			})
+			p.abandoning, p.abandonAt = true, now.Add(c.cfg.AbandonGrace)
+			graced = true
 		}
 	}
 	close(c.changed)
 	c.changed = make(chan struct{})
 	c.mu.Unlock()
+	if graced {
+		select { // Run's timer abandons them when the grace has passed
+		case c.abandon <- struct{}{}:
+		default:
+		}
+	}
 	c.wake()
+}
+
+// abandonDue gives up on the admit requests whose abandon grace has passed
+// and returns when the next grace ends (zero: none pending).
+func (c *Client) abandonDue() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	var next time.Time
+	for p := range c.pending {
+		switch {
+		case !p.abandoning || p.abandoned:
+		case !now.Before(p.abandonAt):
+			p.abandoned = true
+			p.cancel()
+		case next.IsZero() || p.abandonAt.Before(next):
+			next = p.abandonAt
+		}
+	}
+	return next
 }
 
 func (c *Client) wake() {
@@ -205,10 +250,25 @@ func (c *Client) Run(ctx context.Context) error {
 	defer renew.Stop()
 	status := time.NewTicker(100 * time.Millisecond)
 	defer status.Stop()
+	// Abandon graces run on the client's clock, armed for the earliest one.
+	grace := c.clock.NewTimer(time.Hour)
+	grace.Stop()
+	defer grace.Stop()
+	rearm := func() {
+		if next := c.abandonDue(); next.IsZero() {
+			grace.Stop()
+		} else {
+			grace.Reset(max(0, next.Sub(c.clock.Now())))
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-c.abandon:
+			rearm()
+		case <-grace.C():
+			rearm()
 		case <-renew.C:
 			c.renew()
 		case <-c.kick:
@@ -265,7 +325,7 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if !r.Due.IsZero() && !time.Now().Before(r.Due) && waitSince != (time.Time{}) {
+		if !r.Due.IsZero() && !c.clock.Now().Before(r.Due) && waitSince != (time.Time{}) {
 			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
 			return nil, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "no owner admitted the request before its deadline")
 		}
@@ -280,7 +340,16 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 		case ownLocal || degraded:
 			// This replica's own actor admits: it owns the class, or NATS
 			// is down and every class is admitted locally (degraded mode).
-			g, err := c.admitLocal(ctx, r)
+			// As an owner it checks ownership again on the actor's turn
+			// (see Server.onAdmit), and takes the epoch from there.
+			g, gatedEpoch, notOwned, err := c.admitLocal(ctx, r, !degraded)
+			if !degraded {
+				epoch = gatedEpoch
+			}
+			if notOwned { // the class moved before the actor saw r: not counted there
+				c.m.retries.WithLabelValues("ownership_moved").Inc()
+				continue
+			}
 			if err == nil {
 				if !ownLocal {
 					c.m.degradedAdmits.Inc()
@@ -288,11 +357,20 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 						c.m.DegradedByClass.WithLabelValues(r.Class).Inc()
 					}
 				}
-				return c.track(r, g, Owner{Replica: c.replica, Epoch: epoch}, true), nil
+				return c.track(r, g, Owner{Replica: c.replica, Epoch: epoch}, c.server.Instance(), true), nil
 			}
-			if scheduler.ReasonOf(err) == scheduler.ReasonOwnershipLost { // the class moved, or degraded mode ended
+			if scheduler.ReasonOf(err) == scheduler.ReasonOwnershipLost {
+				// The class moved, degraded mode ended, or the local actor
+				// has stopped (it answers at once, every time): wait for an
+				// ownership change or a backoff before the next attempt.
 				r.Attempt++
 				c.m.retries.WithLabelValues("ownership_moved").Inc()
+				if waitSince.IsZero() {
+					waitSince = c.clock.Now()
+				}
+				if err := c.waitForOwner(ctx, r, waitSince, changed, &backoff); err != nil {
+					return nil, err
+				}
 				continue
 			}
 			return nil, err
@@ -300,7 +378,7 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 			// No owner yet, or this replica is named owner but has not
 			// started admitting: wait for the next change or a backoff.
 			if waitSince.IsZero() {
-				waitSince = time.Now()
+				waitSince = c.clock.Now()
 			}
 			if err := c.waitForOwner(ctx, r, waitSince, changed, &backoff); err != nil {
 				return nil, err
@@ -314,7 +392,7 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 			return t, err
 		}
 		if waitSince.IsZero() {
-			waitSince = time.Now()
+			waitSince = c.clock.Now()
 		}
 		if err := c.waitForOwner(ctx, r, waitSince, changed, &backoff); err != nil {
 			return nil, err
@@ -329,7 +407,7 @@ func (c *Client) waitForOwner(ctx context.Context, r *scheduler.Request, since t
 	if !r.Due.IsZero() && r.Due.Before(limit) {
 		limit = r.Due
 	}
-	now := time.Now()
+	now := c.clock.Now()
 	if !now.Before(limit) {
 		if !r.Due.IsZero() && !limit.Before(r.Due) {
 			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
@@ -340,13 +418,13 @@ func (c *Client) waitForOwner(ctx context.Context, r *scheduler.Request, since t
 	}
 	d := min(*backoff, limit.Sub(now))
 	*backoff = min(2**backoff, c.cfg.BackoffMax)
-	t := time.NewTimer(d)
+	t := c.clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-changed:
-	case <-t.C:
+	case <-t.C():
 	}
 	return nil
 }
@@ -363,15 +441,21 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		// The owner rejects at the due time itself; the grace lets its
 		// typed rejection arrive before the entry gives up on its own.
 		var cancelDue context.CancelFunc
-		rctx, cancelDue = context.WithDeadline(rctx, r.Due.Add(time.Second))
+		rctx, cancelDue = c.withDeadline(rctx, r.Due.Add(time.Second))
 		defer cancelDue()
+	} else {
+		// No deadline: still bounded, or a lost reply would hold the
+		// request until its client gives up.
+		var cancelTimeout context.CancelFunc
+		rctx, cancelTimeout = c.withDeadline(rctx, c.clock.Now().Add(c.cfg.OwnerReplyTimeout))
+		defer cancelTimeout()
 	}
 	p := &pendingAdmit{class: r.Class, owner: owner, cancel: cancel}
 	c.mu.Lock()
 	c.pending[p] = struct{}{}
 	epochAtSend := c.epochs[r.Class]
 	c.mu.Unlock()
-	start := time.Now()
+	start := c.clock.Now()
 	msg, err := c.nc.RequestWithContext(rctx, c.subj.Admit(r.Class), data)
 	cancel()
 	c.mu.Lock()
@@ -382,7 +466,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	if err != nil {
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
-			c.m.remoteSeconds.WithLabelValues("no_responders").Observe(time.Since(start).Seconds())
+			c.m.remoteSeconds.WithLabelValues("no_responders").Observe(c.clock.Now().Sub(start).Seconds())
 			return nil, true, nil // no owner admits the class right now
 		case abandoned:
 			c.m.retries.WithLabelValues("owner_changed").Inc()
@@ -392,10 +476,24 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		case ctx.Err() != nil:
 			c.cancelAt(r, owner.Replica)
 			return nil, false, ctx.Err()
-		case !r.Due.IsZero() && !time.Now().Before(r.Due):
+		case !r.Due.IsZero() && !c.clock.Now().Before(r.Due):
+			// The request reached the owner (a request with no owner
+			// fails with no responders), so the owner counted it and
+			// counts its outcome too: its own due_time_passed, the
+			// cancellation below, or a grant whose booking then expires
+			// unacknowledged. Counting a rejection here as well would
+			// give the request two outcomes.
 			c.cancelAt(r, owner.Replica)
-			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
+			c.m.entryRejected.WithLabelValues(scheduler.ReasonDueTimePassed.String()).Inc()
 			return nil, false, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "owner did not answer before the deadline")
+		case r.Due.IsZero() && !c.clock.Now().Before(start.Add(c.cfg.OwnerReplyTimeout)):
+			// The owner counted the attempt (it was delivered); the
+			// resubmission is a retry, and supersedes the attempt if
+			// it is still queued there (Core.Enqueue).
+			c.m.retries.WithLabelValues("reply_timeout").Inc()
+			c.cancelAt(r, owner.Replica)
+			r.Attempt++
+			return nil, true, nil
 		default: // connection trouble: the loop re-evaluates (maybe degraded)
 			c.m.retries.WithLabelValues("nats_error").Inc()
 			c.log.Debug("admit request failed", zap.String("class", r.Class), zap.Error(err))
@@ -412,7 +510,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	}
 	g, rerr := grantFromReply(reply, r.ID)
 	if rerr != nil {
-		c.m.remoteSeconds.WithLabelValues("rejected").Observe(time.Since(start).Seconds())
+		c.m.remoteSeconds.WithLabelValues("rejected").Observe(c.clock.Now().Sub(start).Seconds())
 		if scheduler.ReasonOf(rerr) == scheduler.ReasonOwnershipLost {
 			c.m.retries.WithLabelValues("ownership_moved").Inc()
 			if !reply.Uncounted {
@@ -422,7 +520,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		}
 		return nil, false, rerr
 	}
-	c.m.remoteSeconds.WithLabelValues("granted").Observe(time.Since(start).Seconds())
+	c.m.remoteSeconds.WithLabelValues("granted").Observe(c.clock.Now().Sub(start).Seconds())
 	c.mu.Lock()
 	if reply.Epoch > c.epochs[r.Class] {
 		c.epochs[r.Class] = reply.Epoch
@@ -443,13 +541,31 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		r.Attempt++
 		return nil, true, nil
 	}
-	return c.track(r, g, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, false), false, nil
+	return c.track(r, g, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, reply.Instance, false), false, nil
+}
+
+// withDeadline is context.WithDeadline on the client's clock.
+func (c *Client) withDeadline(parent context.Context, at time.Time) (context.Context, context.CancelFunc) {
+	if _, wall := c.clock.(scheduler.RealClock); wall {
+		return context.WithDeadline(parent, at)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	t := c.clock.NewTimer(max(0, at.Sub(c.clock.Now())))
+	go func() {
+		defer t.Stop()
+		select {
+		case <-t.C():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // cancelAt tells owner, the replica r was sent to, to drop r from its
 // queue. Other replicas that own the class by now ignore it.
 func (c *Client) cancelAt(r *scheduler.Request, owner string) {
-	b, err := wire.EncodeAdmission(&wire.CancelRequest{ID: r.ID, Entry: c.replica, Owner: owner})
+	b, err := wire.EncodeAdmission(&wire.CancelRequest{ID: r.ID, Attempt: r.Attempt, Entry: c.replica, Owner: owner})
 	if err == nil {
 		_ = c.nc.Publish(c.subj.Cancel(r.Class), b)
 	}
@@ -461,12 +577,15 @@ type localResult struct {
 }
 
 // admitLocal enqueues on this replica's actor and waits for its answer. A
-// grant that races with ctx ending is rolled back.
-func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request) (scheduler.Grant, error) {
+// grant that races with ctx ending is rolled back. With owner set, the
+// actor checks on its turn that this replica still owns the class
+// (Actor.EnqueueIf): notOwned reports that it did not, and epoch is the
+// epoch it was admitted under.
+func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request, owner bool) (g scheduler.Grant, epoch int64, notOwned bool, err error) {
 	ch := make(chan localResult, 1)
 	var mu sync.Mutex
 	gone := false
-	c.actor.Enqueue(r, func(g scheduler.Grant, err error) bool {
+	respond := func(g scheduler.Grant, err error) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if gone {
@@ -474,15 +593,31 @@ func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request) (schedule
 		}
 		ch <- localResult{g, err}
 		return true
-	})
+	}
+	var gatedEpoch int64
+	gatedOut := false
+	if owner {
+		c.actor.EnqueueIf(r, func() bool {
+			e, ok := c.server.Owns(r.Class)
+			mu.Lock()
+			gatedEpoch, gatedOut = e, !ok
+			mu.Unlock()
+			return ok
+		}, respond)
+	} else {
+		c.actor.Enqueue(r, respond)
+	}
 	select {
 	case res := <-ch:
-		return res.g, res.err
+		mu.Lock()
+		epoch, notOwned = gatedEpoch, gatedOut
+		mu.Unlock()
+		return res.g, epoch, notOwned, res.err
 	case <-ctx.Done():
 		mu.Lock()
 		gone = true
 		mu.Unlock()
-		c.actor.Cancel(r.ID)
+		c.actor.CancelAttempt(r.ID, r.Attempt)
 		select {
 		case res := <-ch:
 			if res.err == nil {
@@ -490,13 +625,13 @@ func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request) (schedule
 			}
 		default:
 		}
-		return scheduler.Grant{}, ctx.Err()
+		return scheduler.Grant{}, 0, false, ctx.Err()
 	}
 }
 
-func (c *Client) track(r *scheduler.Request, g scheduler.Grant, owner Owner, local bool) *Ticket {
+func (c *Client) track(r *scheduler.Request, g scheduler.Grant, owner Owner, instance uint64, local bool) *Ticket {
 	t := &Ticket{
-		c: c, class: r.Class, grant: g, owner: owner, local: local, booking: g.Booking,
+		c: c, class: r.Class, grant: g, owner: owner, instance: instance, local: local, booking: g.Booking,
 		rec: scheduler.BookingRecord{
 			RequestID: r.ID, Class: r.Class, Worker: g.Worker, BlockHashes: r.BlockHashes,
 			PromptTokens: r.PromptTokens, CachedTokens: g.CachedTokens,
@@ -519,9 +654,11 @@ func (c *Client) untrack(t *Ticket) {
 	c.m.inflightBookings.Set(float64(n))
 }
 
-// publishLife sends one lifecycle mark to a remote owner.
-func (c *Client) publishLife(owner string, kind wire.LifeKind, epoch int64, ids ...scheduler.BookingID) {
-	m := &wire.LifeMark{Entry: c.replica, Kind: kind, Epoch: epoch, Bookings: make([]uint64, len(ids))}
+// publishLife sends one lifecycle mark to a remote owner: the owner's
+// instance and epoch that granted (or adopted) the bookings travel with it,
+// so the owner's next life ignores it.
+func (c *Client) publishLife(owner string, instance uint64, kind wire.LifeKind, epoch int64, ids ...scheduler.BookingID) {
+	m := &wire.LifeMark{Entry: c.replica, Kind: kind, Epoch: epoch, Instance: instance, Bookings: make([]uint64, len(ids))}
 	for i, id := range ids {
 		m.Bookings[i] = uint64(id)
 	}
@@ -536,7 +673,12 @@ func (c *Client) publishLife(owner string, kind wire.LifeKind, epoch int64, ids 
 
 // renew tells every owner which of its bookings are still streaming.
 func (c *Client) renew() {
-	byOwner := map[string][]scheduler.BookingID{}
+	type ownerKey struct {
+		replica  string
+		instance uint64
+		epoch    int64
+	}
+	byOwner := map[ownerKey][]scheduler.BookingID{}
 	var local []scheduler.BookingID
 	c.mu.Lock()
 	for t := range c.inflight {
@@ -545,7 +687,8 @@ func (c *Client) renew() {
 			if t.local {
 				local = append(local, t.booking)
 			} else {
-				byOwner[t.owner.Replica] = append(byOwner[t.owner.Replica], t.booking)
+				k := ownerKey{t.owner.Replica, t.instance, t.owner.Epoch}
+				byOwner[k] = append(byOwner[k], t.booking)
 			}
 		}
 		t.mu.Unlock()
@@ -554,8 +697,8 @@ func (c *Client) renew() {
 	if len(local) > 0 {
 		c.actor.Renew(local)
 	}
-	for owner, ids := range byOwner {
-		c.publishLife(owner, wire.LifeRenew, 0, ids...)
+	for k, ids := range byOwner {
+		c.publishLife(k.replica, k.instance, wire.LifeRenew, k.epoch, ids...)
 		c.m.renewalsPublished.Inc()
 	}
 }
@@ -568,6 +711,7 @@ func (c *Client) rehome(ctx context.Context) {
 		t   *Ticket
 		rec scheduler.BookingRecord
 		old Owner
+		ins uint64 // the old owner's instance
 		loc bool
 		id  scheduler.BookingID
 	}
@@ -583,7 +727,7 @@ func (c *Client) rehome(ctx context.Context) {
 		if !t.finished && (t.owner.Replica != cur.Replica || (cur.Epoch != 0 && t.owner.Epoch != cur.Epoch && !t.local)) {
 			rec := t.rec
 			rec.FirstTokenSeen = t.firstToken
-			byClass[t.class] = append(byClass[t.class], move{t: t, rec: rec, old: t.owner, loc: t.local, id: t.booking})
+			byClass[t.class] = append(byClass[t.class], move{t: t, rec: rec, old: t.owner, ins: t.instance, loc: t.local, id: t.booking})
 		}
 		t.mu.Unlock()
 	}
@@ -594,7 +738,7 @@ func (c *Client) rehome(ctx context.Context) {
 		for i, mv := range moves {
 			recs[i] = mv.rec
 		}
-		ids, owner, err := c.adopt(ctx, class, recs)
+		ids, owner, instance, err := c.adopt(ctx, class, recs)
 		if err != nil {
 			c.log.Debug("re-home deferred", zap.String("class", class), zap.Error(err))
 			continue
@@ -606,13 +750,13 @@ func (c *Client) rehome(ctx context.Context) {
 			mv.t.mu.Lock()
 			finished := mv.t.finished
 			if !finished {
-				mv.t.owner, mv.t.local, mv.t.booking = owner, owner.Replica == c.replica, ids[i]
+				mv.t.owner, mv.t.instance, mv.t.local, mv.t.booking = owner, instance, owner.Replica == c.replica, ids[i]
 			}
 			mv.t.mu.Unlock()
 			if finished { // it ended while moving: free the new booking too
-				c.release(owner, owner.Replica == c.replica, ids[i], false)
+				c.release(owner, instance, owner.Replica == c.replica, ids[i], false)
 			}
-			c.release(mv.old, mv.loc, mv.id, false)
+			c.release(mv.old, mv.ins, mv.loc, mv.id, false)
 			c.m.rehomed.Inc()
 		}
 	}
@@ -620,17 +764,17 @@ func (c *Client) rehome(ctx context.Context) {
 
 // adopt books recs at the current owner of class (in-process when that is
 // this replica).
-func (c *Client) adopt(ctx context.Context, class string, recs []scheduler.BookingRecord) ([]scheduler.BookingID, Owner, error) {
+func (c *Client) adopt(ctx context.Context, class string, recs []scheduler.BookingRecord) ([]scheduler.BookingID, Owner, uint64, error) {
 	if epoch, ok := c.server.Owns(class); ok {
 		ids := make([]scheduler.BookingID, len(recs))
 		for i := range recs {
 			id, err := c.actor.Adopt(ctx, recs[i])
 			if err != nil {
-				return nil, Owner{}, fmt.Errorf("adopt locally: %w", err)
+				return nil, Owner{}, 0, fmt.Errorf("adopt locally: %w", err)
 			}
 			ids[i] = id
 		}
-		return ids, Owner{Replica: c.replica, Epoch: epoch}, nil
+		return ids, Owner{Replica: c.replica, Epoch: epoch}, c.server.Instance(), nil
 	}
 	req := &wire.AdoptRequest{Entry: c.replica, Class: class, Bookings: make([]wire.AdoptedBooking, len(recs))}
 	for i := range recs {
@@ -638,31 +782,31 @@ func (c *Client) adopt(ctx context.Context, class string, recs []scheduler.Booki
 	}
 	b, err := wire.EncodeAdmission(req)
 	if err != nil {
-		return nil, Owner{}, err
+		return nil, Owner{}, 0, err
 	}
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AdoptTimeout)
 	defer cancel()
 	msg, err := c.nc.RequestWithContext(actx, c.subj.Adopt(class), b)
 	if err != nil {
-		return nil, Owner{}, fmt.Errorf("adopt %d bookings of class %s: %w", len(recs), class, err)
+		return nil, Owner{}, 0, fmt.Errorf("adopt %d bookings of class %s: %w", len(recs), class, err)
 	}
 	reply, err := wire.DecodeAdoptReply(msg.Data)
 	if err != nil {
 		c.m.decodeErrors.WithLabelValues("adopt_reply").Inc()
-		return nil, Owner{}, err
+		return nil, Owner{}, 0, err
 	}
 	if reply.Error != "" || len(reply.Bookings) != len(recs) {
-		return nil, Owner{}, fmt.Errorf("adopt refused by %s: %s", reply.Owner, reply.Error)
+		return nil, Owner{}, 0, fmt.Errorf("adopt refused by %s: %s", reply.Owner, reply.Error)
 	}
 	ids := make([]scheduler.BookingID, len(reply.Bookings))
 	for i, id := range reply.Bookings {
 		ids[i] = scheduler.BookingID(id)
 	}
-	return ids, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, nil
+	return ids, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, reply.Instance, nil
 }
 
 // release frees one booking at its owner.
-func (c *Client) release(owner Owner, local bool, id scheduler.BookingID, aborted bool) {
+func (c *Client) release(owner Owner, instance uint64, local bool, id scheduler.BookingID, aborted bool) {
 	if local {
 		c.actor.Finish(id)
 		return
@@ -671,7 +815,7 @@ func (c *Client) release(owner Owner, local bool, id scheduler.BookingID, aborte
 	if aborted {
 		kind = wire.LifeAborted
 	}
-	c.publishLife(owner.Replica, kind, owner.Epoch, id)
+	c.publishLife(owner.Replica, instance, kind, owner.Epoch, id)
 }
 
 // Ticket is one granted request as its entry replica streams it. Its
@@ -683,6 +827,7 @@ type Ticket struct {
 
 	mu         sync.Mutex
 	owner      Owner
+	instance   uint64 // the owner's instance (wire.LifeMark.Instance)
 	local      bool
 	booking    scheduler.BookingID
 	rec        scheduler.BookingRecord
@@ -703,7 +848,7 @@ func (t *Ticket) Owner() Owner {
 // Dispatched acknowledges the grant: the booking is final at its owner.
 func (t *Ticket) Dispatched() {
 	t.mu.Lock()
-	owner, local, id, done := t.owner, t.local, t.booking, t.finished
+	owner, instance, local, id, done := t.owner, t.instance, t.local, t.booking, t.finished
 	t.mu.Unlock()
 	if done {
 		return
@@ -712,7 +857,7 @@ func (t *Ticket) Dispatched() {
 		t.c.actor.Ack(id)
 		return
 	}
-	t.c.publishLife(owner.Replica, wire.LifeDispatched, owner.Epoch, id)
+	t.c.publishLife(owner.Replica, instance, wire.LifeDispatched, owner.Epoch, id)
 }
 
 // FirstToken reports that the worker produced the first token: the prompt's
@@ -724,13 +869,13 @@ func (t *Ticket) FirstToken() {
 		return
 	}
 	t.firstToken = true
-	owner, local, id := t.owner, t.local, t.booking
+	owner, instance, local, id := t.owner, t.instance, t.local, t.booking
 	t.mu.Unlock()
 	if local {
 		t.c.actor.FirstToken(id)
 		return
 	}
-	t.c.publishLife(owner.Replica, wire.LifeFirstToken, owner.Epoch, id)
+	t.c.publishLife(owner.Replica, instance, wire.LifeFirstToken, owner.Epoch, id)
 }
 
 // Finish frees the booking (done, or aborted when the stream failed or the
@@ -742,8 +887,8 @@ func (t *Ticket) Finish(aborted bool) {
 		return
 	}
 	t.finished = true
-	owner, local, id := t.owner, t.local, t.booking
+	owner, instance, local, id := t.owner, t.instance, t.local, t.booking
 	t.mu.Unlock()
-	t.c.release(owner, local, id, aborted)
+	t.c.release(owner, instance, local, id, aborted)
 	t.c.untrack(t)
 }

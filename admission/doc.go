@@ -6,23 +6,34 @@
 // Server is the owner side. While this replica owns a class (Own), it
 // subscribes to admit.<class>, cancel.<class> and adopt.<class> and feeds the
 // local admission actor; it always listens on life.<self> for lifecycle marks
-// of the bookings it granted. Disown unsubscribes first and then rejects the
-// class's queued entries with ownership_lost, so their entry replicas
-// resubmit them to the next owner.
+// of the bookings it granted. Every admit enqueues through an ownership gate
+// that runs on the actor's turn (scheduler.Actor.EnqueueIf), and the epoch a
+// grant carries is read there. Disown leaves the owned set first, unsubscribes,
+// and then rejects the class's queued entries with ownership_lost on a later
+// actor turn, so no request passes the gate after the queue was emptied and
+// entry replicas resubmit the rejected ones to the next owner. A cancel
+// withdraws only the attempt it names. The owner has a random instance id
+// that grants carry; lifecycle marks that name another instance (this
+// replica's previous life) are dropped. Replies are published by Run's
+// replier goroutine, off the scheduling turn.
 //
 // Client is the entry side and implements the frontend's Admitter. It follows
 // class ownership as the cluster layer reports it (OwnersChanged), retries
 // with backoff while a class has no owner, resubmits requests whose owner
 // moved or died (as retries, never as new arrivals), ignores grants fenced by
 // a newer epoch, renews its in-flight bookings, and re-homes them (adopt) when
-// their class moves. When NATS is unreachable it admits every class on the
+// their class moves. It waits on an injected clock (ClientConfig.Clock): the
+// backoffs, the abandon grace (a deadline Run's timer enforces) and the
+// reply timeout of an admit without a deadline (OwnerReplyTimeout), after
+// which the attempt is cancelled and resubmitted. A request that reached an
+// owner is counted there, so the entry never counts a second outcome for it. When NATS is unreachable it admits every class on the
 // local actor (degraded mode, counted and exported) and returns to normal by
 // itself once NATS is back.
 //
 // Concurrency: Server and Client are safe for concurrent use. Each has
-// Run(ctx), which owns the goroutines they need (Server: none beyond NATS's
-// own delivery goroutines; Client: the renew and re-home loop) and returns
-// after they have exited. NATS handlers never block on the network; they may
-// block briefly on the actor's input channel, which is the intended
-// backpressure.
+// Run(ctx), which owns the goroutines they need (Server: the replier, beside
+// NATS's own delivery goroutines; Client: the renew, re-home and abandon
+// loop) and returns after they have exited. NATS handlers never block on the
+// network; they may block briefly on the actor's input channel, which is the
+// intended backpressure.
 package admission

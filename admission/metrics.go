@@ -19,6 +19,7 @@ type Metrics struct {
 	degraded          prometheus.Gauge
 	degradedAdmits    prometheus.Counter
 	decodeErrors      *prometheus.CounterVec
+	staleLifeMarks    prometheus.Counter
 	adopted           prometheus.Counter
 	rehomed           prometheus.Counter
 	entryRejected     *prometheus.CounterVec
@@ -37,7 +38,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{metrics.LabelResult}),
 		retries: f.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionEntryRetries,
-			Help: "Admission attempts an entry replica repeated, by cause (no_owner, ownership_moved, owner_changed, stale_grant, nats_error).",
+			Help: "Admission attempts an entry replica repeated, by cause (no_owner, ownership_moved, owner_changed, stale_grant, nats_error, reply_timeout).",
 		}, []string{"cause"}),
 		staleGrants: f.NewCounter(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionStaleGrants,
@@ -55,6 +56,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: metrics.NameAdmissionDecodeErrors,
 			Help: "Malformed admission messages received, by message.",
 		}, []string{"message"}),
+		staleLifeMarks: f.NewCounter(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionStaleLifeMarks,
+			Help: "Lifecycle marks dropped because they name another instance of this owner (its previous life).",
+		}),
 		adopted: f.NewCounter(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionAdoptedBookings,
 			Help: "In-flight bookings this replica adopted as a class's new owner.",

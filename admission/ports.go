@@ -11,7 +11,13 @@ import (
 // from any goroutine and must not block for long.
 type Actor interface {
 	Enqueue(r *scheduler.Request, respond scheduler.Responder)
-	Cancel(requestID string)
+	// EnqueueIf runs gate on the actor's turn before the Core sees r; false
+	// answers ownership_lost without counting (scheduler.Actor.EnqueueIf).
+	EnqueueIf(r *scheduler.Request, gate func() bool, respond scheduler.Responder)
+	// CancelAttempt withdraws the queued request only if it is that
+	// attempt: a late cancel of an earlier attempt must not withdraw a
+	// resubmission that reached this same owner.
+	CancelAttempt(requestID string, attempt int)
 	Ack(scheduler.BookingID)
 	FirstToken(scheduler.BookingID)
 	Finish(scheduler.BookingID)
@@ -32,7 +38,9 @@ type Owner struct {
 
 // LocalActor adapts a scheduler actor that is configured with every policy
 // class (ownership decides which requests reach it, not its configuration).
-// classes returns the current class configurations.
+// classes returns the current class configurations; RejectQueued no longer
+// needs them (the Core keeps a disowned class configured), but callers keep
+// passing the policy's source.
 func LocalActor(a *scheduler.Actor, classes func() []scheduler.ClassConfig) Actor {
 	return localActor{Actor: a, classes: classes}
 }
@@ -42,12 +50,9 @@ type localActor struct {
 	classes func() []scheduler.ClassConfig
 }
 
-// RejectQueued empties the class's queue with reason and serves the class
-// again at once, in one actor turn.
+// RejectQueued empties the class's queue with reason in one actor turn. The
+// class stays configured and keeps its place in the round robin, so a
+// handoff does not restart the rotation at the first class.
 func (l localActor) RejectQueued(class string, reason scheduler.Reason) {
-	cfgs := l.classes()
-	_ = l.Do(context.Background(), func(c *scheduler.Core) {
-		c.RemoveClass(class, reason)
-		c.SetClasses(cfgs)
-	})
+	_ = l.Do(context.Background(), func(c *scheduler.Core) { c.RejectQueued(class, reason) })
 }

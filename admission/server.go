@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -22,6 +23,23 @@ type Server struct {
 	actor   Actor
 	log     *zap.Logger
 	m       *Metrics
+	clock   scheduler.Clock
+	// instance names this life of the owner side: grants carry it and
+	// lifecycle marks must name it (booking ids are per Core).
+	instance uint64
+
+	// runCtx ends when Run returns (or was never needed): handlers that
+	// wait on the actor (adopt) give up then.
+	runCtx  context.Context
+	stopRun context.CancelFunc
+	// respond publishes one reply (m.Respond; tests stall it).
+	respond func(m *nats.Msg, data []byte) error
+	// Admit replies leave the actor's turn through replies, published by
+	// Run's replier goroutine. replying (under rmu) says the replier takes
+	// them; otherwise, or when the queue is full, the turn replies itself.
+	rmu      sync.Mutex
+	replying bool
+	replies  chan outgoingReply
 
 	mu    sync.Mutex
 	owned map[string]*ownedClass
@@ -32,28 +50,86 @@ type ownedClass struct {
 	subs  []*nats.Subscription
 }
 
-// NewServer returns the owner side for replica. It subscribes nothing until
-// Run (life marks) and Own (per-class subjects).
-func NewServer(replica, cluster string, nc *nats.Conn, actor Actor, log *zap.Logger, m *Metrics) *Server {
-	return &Server{
-		replica: replica,
-		nc:      nc,
-		subj:    wire.NewSubjects(cluster),
-		actor:   actor,
-		log:     log.Named("admission_server"),
-		m:       m,
-		owned:   map[string]*ownedClass{},
+// ServerOption adjusts a Server at construction.
+type ServerOption func(*Server)
+
+// WithServerClock sets the clock the owner side reads (default wall time);
+// it must be the clock of the replica's scheduler.
+func WithServerClock(c scheduler.Clock) ServerOption {
+	return func(s *Server) {
+		if c != nil {
+			s.clock = c
+		}
 	}
 }
 
-// Run listens for lifecycle marks addressed to this replica until ctx ends,
-// then drops every owned class's subscriptions.
+// NewServer returns the owner side for replica. It subscribes nothing until
+// Run (life marks) and Own (per-class subjects).
+func NewServer(replica, cluster string, nc *nats.Conn, actor Actor, log *zap.Logger, m *Metrics, opts ...ServerOption) *Server {
+	s := &Server{
+		replica:  replica,
+		nc:       nc,
+		subj:     wire.NewSubjects(cluster),
+		actor:    actor,
+		log:      log.Named("admission_server"),
+		m:        m,
+		clock:    scheduler.RealClock{},
+		respond:  func(m *nats.Msg, data []byte) error { return m.Respond(data) },
+		replies:  make(chan outgoingReply, replyQueue),
+		instance: rand.Uint64() | 1,
+		owned:    map[string]*ownedClass{},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	s.runCtx, s.stopRun = context.WithCancel(context.Background())
+	return s
+}
+
+// replyQueue bounds the admit replies waiting for the replier; beyond it
+// the actor's turn publishes itself rather than wait.
+const replyQueue = 1024
+
+// outgoingReply is one admit reply handed off the actor's turn. booking is
+// the grant's, freed if the reply cannot be published.
+type outgoingReply struct {
+	m       *nats.Msg
+	out     *wire.AdmitReply
+	booking scheduler.BookingID
+}
+
+// Run listens for lifecycle marks addressed to this replica and publishes
+// admit replies until ctx ends, then drops every owned class's
+// subscriptions.
 func (s *Server) Run(ctx context.Context) error {
+	defer s.stopRun()
 	sub, err := s.nc.Subscribe(s.subj.Life(s.replica), s.onLife)
 	if err != nil {
 		return fmt.Errorf("subscribe life marks: %w", err)
 	}
+	s.rmu.Lock()
+	s.replying = true
+	s.rmu.Unlock()
+	replierDone := make(chan struct{})
+	go func() {
+		defer close(replierDone)
+		for {
+			select {
+			case r := <-s.replies:
+				s.publish(r)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	<-ctx.Done()
+	<-replierDone
+	s.rmu.Lock()
+	s.replying = false // from now on every turn replies itself
+	s.rmu.Unlock()
+	for len(s.replies) > 0 { // handed off before that: publish them too
+		s.publish(<-s.replies)
+	}
 	_ = sub.Unsubscribe()
 	s.mu.Lock()
 	for class, oc := range s.owned {
@@ -104,7 +180,8 @@ func (s *Server) Own(class string, epoch int64) error {
 	return nil
 }
 
-// Disown stops admitting class: it stops owning it, drains the class's
+// Disown stops admitting class: it stops owning it (from then on no request
+// passes the ownership gate on the actor's turn), drains the class's
 // subscriptions (no new request arrives, and the ones already delivered to
 // this replica but not yet handled are answered "class moved", uncounted, so
 // their entries resubmit; a plain unsubscribe would drop them and leave their
@@ -128,6 +205,9 @@ func (s *Server) Disown(class string) {
 	s.log.Info("disowned class", zap.String("class", class), zap.Int64("epoch", oc.epoch))
 }
 
+// Instance names this life of the owner side (see wire.LifeMark.Instance).
+func (s *Server) Instance() uint64 { return s.instance }
+
 // Owns reports whether this replica currently admits class, and its epoch.
 func (s *Server) Owns(class string) (int64, bool) {
 	s.mu.Lock()
@@ -141,6 +221,9 @@ func (s *Server) Owns(class string) (int64, bool) {
 
 func (s *Server) onAdmit(class string, m *nats.Msg) {
 	in, err := wire.DecodeAdmitRequest(m.Data)
+	if err == nil {
+		err = in.CheckIngress(s.clock.Now())
+	}
 	if err != nil {
 		s.m.decodeErrors.WithLabelValues("admit").Inc()
 		s.log.Warn("bad admit request", zap.Error(err))
@@ -153,13 +236,26 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 			Detail: fmt.Sprintf("request for class %q sent on the subject of class %q", in.Class, class)})
 		return
 	}
-	epoch, ok := s.Owns(class)
-	if !ok { // raced with Disown: the entry resubmits
-		s.reply(m, &wire.AdmitReply{Reason: scheduler.ReasonOwnershipLost.String(), Detail: "class moved", Uncounted: true})
+	if _, ok := s.Owns(class); !ok { // raced with Disown: the entry resubmits
+		s.reply(m, movedReply())
 		return
 	}
+	// The ownership check that counts runs again on the actor's turn, where
+	// Disown's RejectQueued is ordered with it: a handler that passed the
+	// check above while Disown ran cannot enqueue after the queue was
+	// emptied. The epoch the request is admitted under travels with it.
 	req := RequestFromWire(in)
-	s.actor.Enqueue(req, func(g scheduler.Grant, err error) bool {
+	var epoch int64
+	moved := false
+	gate := func() bool {
+		e, ok := s.Owns(class)
+		epoch, moved = e, !ok
+		return ok
+	}
+	s.actor.EnqueueIf(req, gate, func(g scheduler.Grant, err error) bool {
+		if moved {
+			return s.handOff(outgoingReply{m: m, out: movedReply()})
+		}
 		out := &wire.AdmitReply{Owner: s.replica, Epoch: epoch}
 		if err != nil {
 			fillRejection(out, err)
@@ -170,18 +266,45 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 			out.CachedTokens, out.OverlapBlocks = g.CachedTokens, g.OverlapBlocks
 			out.QueueWaitNano = int64(g.QueueWait)
 		}
-		return s.reply(m, out)
+		return s.handOff(outgoingReply{m: m, out: out, booking: g.Booking})
 	})
 }
 
+// handOff runs on the actor's turn (seed 000: nothing slow there): it
+// queues the reply for Run's replier and reports the grant delivered. If
+// the reply then cannot be published, the replier frees the booking (the
+// request stays counted admitted; its booking ends at once). Without a
+// running replier, or with its queue full, it publishes right here.
+func (s *Server) handOff(r outgoingReply) bool {
+	s.rmu.Lock()
+	if s.replying {
+		select {
+		case s.replies <- r:
+			s.rmu.Unlock()
+			return true
+		default:
+		}
+	}
+	s.rmu.Unlock()
+	return s.reply(r.m, r.out)
+}
+
+// publish sends one handed-off reply; a grant that cannot be delivered is
+// freed at once instead of waiting for its ack timeout.
+func (s *Server) publish(r outgoingReply) {
+	if !s.reply(r.m, r.out) && r.out.OK {
+		s.actor.Finish(r.booking)
+	}
+}
+
 func (s *Server) reply(m *nats.Msg, out *wire.AdmitReply) bool {
-	out.Owner = s.replica
+	out.Owner, out.Instance = s.replica, s.instance
 	b, err := wire.EncodeAdmission(out)
 	if err != nil {
 		s.log.Error("encode admit reply", zap.Error(err))
 		return false
 	}
-	if err := m.Respond(b); err != nil {
+	if err := s.respond(m, b); err != nil {
 		s.log.Warn("admit reply not delivered", zap.Error(err))
 		return false
 	}
@@ -198,7 +321,7 @@ func (s *Server) onCancel(m *nats.Msg) {
 	if in.Owner != s.replica {
 		return // meant for the class's previous owner
 	}
-	s.actor.Cancel(in.ID)
+	s.actor.CancelAttempt(in.ID, in.Attempt)
 }
 
 func (s *Server) onLife(m *nats.Msg) {
@@ -206,6 +329,12 @@ func (s *Server) onLife(m *nats.Msg) {
 	if err != nil {
 		s.m.decodeErrors.WithLabelValues("life").Inc()
 		s.log.Warn("bad life mark", zap.Error(err))
+		return
+	}
+	if in.Instance != 0 && in.Instance != s.instance {
+		// Meant for this replica's previous life: its booking ids name
+		// nothing here, or something unrelated.
+		s.m.staleLifeMarks.Inc()
 		return
 	}
 	ids := make([]scheduler.BookingID, len(in.Bookings))
@@ -232,7 +361,7 @@ func (s *Server) onLife(m *nats.Msg) {
 
 func (s *Server) onAdopt(class string, m *nats.Msg) {
 	in, err := wire.DecodeAdoptRequest(m.Data)
-	out := &wire.AdoptReply{Owner: s.replica}
+	out := &wire.AdoptReply{Owner: s.replica, Instance: s.instance}
 	if err != nil {
 		s.m.decodeErrors.WithLabelValues("adopt").Inc()
 		out.Error = err.Error()
@@ -242,7 +371,7 @@ func (s *Server) onAdopt(class string, m *nats.Msg) {
 		out.Epoch = epoch
 		out.Bookings = make([]uint64, len(in.Bookings))
 		for i, b := range in.Bookings {
-			id, err := s.actor.Adopt(context.Background(), recordFromWire(class, &b))
+			id, err := s.actor.Adopt(s.runCtx, recordFromWire(class, &b))
 			if err != nil {
 				out.Error, out.Bookings = err.Error(), nil
 				break
@@ -255,6 +384,13 @@ func (s *Server) onAdopt(class string, m *nats.Msg) {
 	}
 	b, _ := wire.EncodeAdmission(out)
 	_ = m.Respond(b)
+}
+
+// movedReply answers a request this replica did not take into its queue
+// because it does not own the class (any more): uncounted, so the entry's
+// resubmission is still a first attempt.
+func movedReply() *wire.AdmitReply {
+	return &wire.AdmitReply{Reason: scheduler.ReasonOwnershipLost.String(), Detail: "class moved", Uncounted: true}
 }
 
 // fillRejection copies a scheduler error into a reply.

@@ -182,12 +182,19 @@ func (c *simCLI) Run(ctx context.Context, env SimEnv) error {
 			return err
 		}
 	}
+	bounds := map[[3]int]CacheBound{}
 	for i := range runs {
 		start := time.Now()
 		rep, err := RunSim(ctx, runs[i].cfg, reqs, log)
 		if err != nil {
 			return fmt.Errorf("sim run %q: %w", runs[i].cfg.Label, err)
 		}
+		ec := runs[i].cfg.Engine
+		k := [3]int{ec.BlockSize, ec.NumBlocks, runs[i].cfg.Workers}
+		if _, ok := bounds[k]; !ok {
+			bounds[k] = ComputeCacheBound(reqs, runs[i].cfg.Vocab, ec.BlockSize, ec.NumBlocks, runs[i].cfg.Workers)
+		}
+		rep.Bound = bounds[k]
 		runs[i].report = rep
 		wall := time.Since(start).Seconds()
 		_, _ = fmt.Fprintf(env.Stderr, "sim %-40s %6d requests  %8.1f simulated s in %6.1f wall s (%.0f× real time)\n",
@@ -342,8 +349,8 @@ func writeSimMarkdown(b *strings.Builder, runs []simRun) {
 			base[r.key] = r.report
 		}
 	}
-	b.WriteString("| run | replicas | workers | TTFT mean (ms) | TTFT p99 (ms) | RR/this mean TTFT | RR/this p99 TTFT | req/s | out tok/s | hit rate | deadline misses | goodput (req/s) | rejected | peak queued |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| run | replicas | workers | TTFT mean (ms) | TTFT p99 (ms) | RR/this mean TTFT | RR/this p99 TTFT | req/s | out tok/s | hit rate | bound: all pools / one worker | hit / bound | deadline misses | goodput (req/s) | rejected | peak queued |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range runs {
 		s := r.report.Summary
 		ratio := func(get func(Summary) float64) string {
@@ -353,10 +360,15 @@ func writeSimMarkdown(b *strings.Builder, runs []simRun) {
 			}
 			return fmt.Sprintf("%.2f×", get(rr.Summary)/get(s))
 		}
-		fmt.Fprintf(b, "| %s | %d | %d | %.1f | %.1f | %s | %s | %.2f | %.1f | %.1f%% | %d/%d | %.2f | %d | %d |\n",
+		ofBound := "–"
+		if bd := r.report.Bound; bd.AllPools > 0 {
+			ofBound = fmt.Sprintf("%.0f%%", 100*s.HitRate/bd.AllPools)
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %.1f | %.1f | %s | %s | %.2f | %.1f | %.1f%% | %.1f%% / %.1f%% | %s | %d/%d | %.2f | %d | %d |\n",
 			mdEscape(r.report.Label), r.cfg.Replicas, r.cfg.Workers, s.TTFT.Mean, s.TTFT.P99,
 			ratio(func(x Summary) float64 { return x.TTFT.Mean }), ratio(func(x Summary) float64 { return x.TTFT.P99 }),
-			s.RequestRate, s.OutputTokenRate, 100*s.HitRate, s.DeadlineMisses, s.DeadlineRequests,
+			s.RequestRate, s.OutputTokenRate, 100*s.HitRate, 100*r.report.Bound.AllPools, 100*r.report.Bound.OneWorker, ofBound,
+			s.DeadlineMisses, s.DeadlineRequests,
 			r.report.GoodputRPS, s.Failed, r.report.PeakQueued)
 	}
 }
@@ -380,6 +392,21 @@ func hitRatePoints(runs []simRun) []HitRatePoint {
 			series = r.cfg.Policy.String()
 		}
 		pts = append(pts, HitRatePoint{Series: series, Replicas: r.cfg.Replicas, HitRate: r.report.Summary.HitRate})
+	}
+	// The bound does not depend on replicas: one flat line per pool size
+	// shows how far each policy stays below what the caches can hold.
+	seen := map[[2]int]bool{}
+	for _, r := range runs {
+		bd := r.report.Bound
+		if bd.AllPools <= 0 {
+			continue
+		}
+		k := [2]int{r.cfg.Replicas, bd.BlocksPerWorker * bd.Workers * bd.BlockSize}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		pts = append(pts, HitRatePoint{Series: fmt.Sprintf("bound: one LRU of all %d pools", bd.Workers), Replicas: r.cfg.Replicas, HitRate: bd.AllPools})
 	}
 	return pts
 }

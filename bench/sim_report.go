@@ -28,6 +28,9 @@ type SimReport struct {
 	Workers    []SimWorkerReport  `json:"workers"`
 	Replicas   []SimReplicaReport `json:"replicas"`
 	Classes    []SimClassCounters `json:"classes"`
+	// Bound is what an ideal cache of the run's pool sizes would hit on the
+	// same prompts (ComputeCacheBound); the run's hit rate is read against it.
+	Bound CacheBound `json:"cache_bound"`
 	// Results holds every request's measurement (written to results.jsonl
 	// on request, never into the report JSON).
 	Results []Result `json:"-"`

@@ -166,6 +166,31 @@ type nodeOpts struct {
 	proxied     bool
 	notReady    bool
 	sessionDeps Deps // Clock for the session, if a test drives it
+	// acquireErr, when set, can fail OnAcquire (the app could not start
+	// admitting the class).
+	acquireErr func(class string) error
+	// policyLog, when set, receives "policy:<classes>" on every OnPolicy and
+	// "acquire:<class>"/"release:<class>" on every ownership callback, in
+	// the order they ran.
+	policyLog *eventLog
+}
+
+// eventLog is an ordered record of callbacks.
+type eventLog struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (l *eventLog) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.log = append(l.log, s)
+}
+
+func (l *eventLog) snapshot() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.log)
 }
 
 func (c *harness) start(id string, o nodeOpts) *node {
@@ -193,11 +218,20 @@ func (c *harness) start(id string, o nodeOpts) *node {
 		Cluster: testCluster, ReplicaID: id, SettlePeriod: c.settle,
 		RetryInterval: 100 * time.Millisecond, OpTimeout: time.Second,
 	}, Callbacks{
-		OnAcquire: func(class string, epoch int64) {
+		OnAcquire: func(class string, epoch int64) error {
+			if o.acquireErr != nil {
+				if err := o.acquireErr(class); err != nil {
+					return err
+				}
+			}
 			n.mu.Lock()
 			n.held[class] = epoch
 			n.mu.Unlock()
 			c.tl.add(event{replica: id, class: class, acquire: true, epoch: epoch})
+			if o.policyLog != nil {
+				o.policyLog.add("acquire:" + class)
+			}
+			return nil
 		},
 		OnRelease: func(class string, reason ReleaseReason) {
 			n.mu.Lock()
@@ -205,6 +239,15 @@ func (c *harness) start(id string, o nodeOpts) *node {
 			delete(n.held, class)
 			n.mu.Unlock()
 			c.tl.add(event{replica: id, class: class, epoch: epoch, reason: reason})
+			if o.policyLog != nil {
+				o.policyLog.add("release:" + class)
+			}
+		},
+		OnPolicy: func(v ConfigVersion) {
+			if o.policyLog != nil {
+				names, _ := yamlClassNames(v.Raw)
+				o.policyLog.add("policy:" + strings.Join(names, ","))
+			}
 		},
 	}, yamlClassNames, deps)
 	require.NoError(t, err)

@@ -76,13 +76,17 @@ func (r ReleaseReason) String() string {
 // Ownership.Run's decisions (reading Owners is fine).
 //
 // OnAcquire runs after the claim transaction committed: from then on the
-// app admits the class, stamping grants with epoch. OnRelease runs before
+// app admits the class, stamping grants with epoch. When it returns an error
+// the app could not start admitting: the class is not held, its key is
+// deleted, and claiming it is retried after RetryInterval. OnRelease runs before
 // the key is deleted (handoff, removal, shutdown) or as soon as the loss is
 // known (fence, lost key): when it returns the app must already have stopped
 // admitting and rejected its queued entries with ownership_moved.
 type Callbacks struct {
-	OnAcquire func(class string, epoch int64)
+	OnAcquire func(class string, epoch int64) error
 	OnRelease func(class string, reason ReleaseReason)
+	// OnPolicy delivers each usable policy config version to the app.
+	OnPolicy func(v ConfigVersion)
 }
 
 // ClassNames extracts the class names from the raw policy config; the
@@ -105,20 +109,24 @@ type Ownership struct {
 	owners  *cache[Owner]
 	config  *ConfigWatcher
 	classes atomic.Pointer[classSet]
-	poke    chan struct{} // size one: "the class set changed"
-	started atomic.Bool
+	poke    chan struct{} // size one: "a policy version is pending"
+	// pendingCfg is the newest policy version not yet applied by Run.
+	pendingCfg atomic.Pointer[ConfigVersion]
+	started    atomic.Bool
 
 	// Only Run's goroutine touches the fields below.
 	held         map[string]int64 // class -> epoch this replica believes it owns
 	relinquished map[string]int64 // class -> epoch released by us and (to be) deleted
 	waitRev      map[string]int64 // class -> owner view revision to wait for before judging it again
 	retryAt      time.Time
+	tracked      atomic.Pointer[[]string] // classes in relinquished or waitRev, for tests
 
-	ownedGauge   prometheus.Gauge
-	acquisitions prometheus.Counter
-	losses       *prometheus.CounterVec
-	handoffs     prometheus.Counter
-	configErrors prometheus.Counter
+	ownedGauge    prometheus.Gauge
+	acquisitions  prometheus.Counter
+	acquireErrors prometheus.Counter
+	losses        *prometheus.CounterVec
+	handoffs      prometheus.Counter
+	configErrors  prometheus.Counter
 }
 
 // NewOwnership builds the manager. replicas must be run by the caller; the
@@ -133,10 +141,13 @@ func NewOwnership(client *clientv3.Client, session *Session, replicas *Replicas,
 		return nil, fmt.Errorf("%w: ownership needs a session, a replica registry and a ClassNames func", ErrInvalidConfig)
 	}
 	if cb.OnAcquire == nil {
-		cb.OnAcquire = func(string, int64) {}
+		cb.OnAcquire = func(string, int64) error { return nil }
 	}
 	if cb.OnRelease == nil {
 		cb.OnRelease = func(string, ReleaseReason) {}
+	}
+	if cb.OnPolicy == nil {
+		cb.OnPolicy = func(ConfigVersion) {}
 	}
 	deps = deps.withDefaults()
 	keys := wire.NewKeys(cfg.Cluster)
@@ -171,6 +182,9 @@ func NewOwnership(client *clientv3.Client, session *Session, replicas *Replicas,
 	o.acquisitions = f.NewCounter(prometheus.CounterOpts{
 		Name: metrics.NameClusterOwnershipAcquisitions, Help: "Classes this replica started owning.",
 	})
+	o.acquireErrors = f.NewCounter(prometheus.CounterOpts{
+		Name: metrics.NameClusterAcquireErrors, Help: "Classes this replica claimed but could not start admitting (released again).",
+	})
 	o.losses = f.NewCounterVec(prometheus.CounterOpts{
 		Name: metrics.NameClusterOwnershipLosses, Help: "Classes this replica stopped owning, by reason.",
 	}, []string{"reason"})
@@ -197,7 +211,28 @@ func decodeOwner(val []byte, createRev, lease int64) (Owner, error) {
 	return Owner{Replica: id, Epoch: createRev, Lease: clientv3.LeaseID(lease)}, nil
 }
 
+// onConfig runs on the config watcher's goroutine: it hands the version to
+// Run's loop, which applies it in order with the claims and releases.
 func (o *Ownership) onConfig(v ConfigVersion) {
+	o.pendingCfg.Store(&v)
+	select {
+	case o.poke <- struct{}{}:
+	default: // a poke is already pending; it will read the newest version
+	}
+}
+
+// applyConfig applies the newest policy version, if one is pending, on Run's
+// goroutine: classes that left the policy are released first (the app stops
+// admitting them and rejects their queues with ownership_moved), then the
+// app gets the policy (OnPolicy: its scheduler learns the new classes), and
+// only then is the new class set installed, so no class is claimed before
+// the app knows it and none is dropped by the app while still owned.
+func (o *Ownership) applyConfig() {
+	pv := o.pendingCfg.Swap(nil)
+	if pv == nil {
+		return
+	}
+	v := *pv
 	names, err := o.classNames(v.Raw)
 	if err != nil {
 		o.configErrors.Inc()
@@ -216,11 +251,13 @@ func (o *Ownership) onConfig(v ConfigVersion) {
 	}
 	slices.Sort(set)
 	set = slices.Compact(set)
-	close(o.classes.Swap(&classSet{names: set, changed: make(chan struct{})}).changed)
-	select {
-	case o.poke <- struct{}{}:
-	default: // a poke is already pending; it will read the newest set
+	for _, c := range sortedKeys(o.held) {
+		if !slices.Contains(set, c) {
+			o.release(c, ReleaseRemoved)
+		}
 	}
+	o.cb.OnPolicy(v)
+	close(o.classes.Swap(&classSet{names: set, changed: make(chan struct{})}).changed)
 }
 
 // classSet is one version of the policy's class names; changed is closed
@@ -314,6 +351,7 @@ func (o *Ownership) loop(ctx context.Context, errs <-chan error) error {
 	timer := o.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		o.applyConfig()
 		st := o.session.Status()
 		ownersSnap := o.owners.snapshot()
 		repSnap := o.replicas.Snapshot()
@@ -352,12 +390,26 @@ func (o *Ownership) loop(ctx context.Context, errs <-chan error) error {
 	}
 }
 
-func (o *Ownership) acquire(class string, epoch int64) {
+// acquire tells the app it owns class. When the app cannot start admitting
+// it (OnAcquire fails), the class is not held: its key is deleted, so that
+// another replica (or this one, after RetryInterval) can claim it, instead
+// of an owner that serves nobody until its entries time out. It reports
+// whether the class is held.
+func (o *Ownership) acquire(ctx context.Context, class string, epoch int64) bool {
+	if err := o.cb.OnAcquire(class, epoch); err != nil {
+		o.acquireErrors.Inc()
+		o.log.Warn("could not start admitting an acquired class; releasing its key",
+			zap.String("class", class), zap.Int64("epoch", epoch), zap.Error(err))
+		o.relinquished[class] = epoch
+		_, _ = o.deleteKey(ctx, class, epoch) // retried by reconcile while the key stays ours
+		o.retryAt = o.clock.Now().Add(o.cfg.RetryInterval)
+		return false
+	}
 	o.held[class] = epoch
 	o.acquisitions.Inc()
 	o.ownedGauge.Set(float64(len(o.held)))
 	o.log.Info("class acquired", zap.String("class", class), zap.Int64("epoch", epoch))
-	o.cb.OnAcquire(class, epoch)
+	return true
 }
 
 func (o *Ownership) release(class string, reason ReleaseReason) {
@@ -456,7 +508,9 @@ func (o *Ownership) reconcile(ctx context.Context, lease clientv3.LeaseID, owner
 			if !held {
 				// The key is ours and the lease is alive (we are healthy), e.g.
 				// after a fence ended, or a claim whose reply was lost.
-				o.acquire(c, cur.Epoch)
+				if !o.acquire(opCtx, c, cur.Epoch) {
+					continue
+				}
 			}
 			if t := Place(c, targets); t != "" && t != self {
 				o.release(c, ReleaseHandoff)
@@ -499,6 +553,8 @@ func (o *Ownership) reconcile(ctx context.Context, lease clientv3.LeaseID, owner
 			o.release(c, ReleaseRemoved)
 		}
 	}
+	o.forgetRemoved(classes, owners, lease)
+	o.publishTracked()
 	if failed && ctx.Err() == nil {
 		o.retryAt = now.Add(o.cfg.RetryInterval)
 		if wake < 0 || o.cfg.RetryInterval < wake {
@@ -506,6 +562,48 @@ func (o *Ownership) reconcile(ctx context.Context, lease clientv3.LeaseID, owner
 		}
 	}
 	return wake
+}
+
+// forgetRemoved drops the claim bookkeeping of classes that left the
+// policy, once no key of ours exists for them and the view has caught up
+// with our last write: nothing will consult it again, and without this the
+// maps grow with every class ever removed.
+func (o *Ownership) forgetRemoved(classes []string, owners *Snapshot[Owner], lease clientv3.LeaseID) {
+	for _, m := range []map[string]int64{o.relinquished, o.waitRev} {
+		for c := range m {
+			if slices.Contains(classes, c) {
+				continue
+			}
+			if w, ok := o.waitRev[c]; ok && owners.Revision < w {
+				continue
+			}
+			if cur, ok := owners.Items[c]; ok && cur.Replica != "" && cur.Lease == lease {
+				continue // our key is still there: the delete is retried
+			}
+			delete(o.relinquished, c)
+			delete(o.waitRev, c)
+		}
+	}
+}
+
+func (o *Ownership) publishTracked() {
+	set := map[string]struct{}{}
+	for c := range o.relinquished {
+		set[c] = struct{}{}
+	}
+	for c := range o.waitRev {
+		set[c] = struct{}{}
+	}
+	tracked := sortedKeys(set)
+	o.tracked.Store(&tracked)
+}
+
+// trackedClasses lists the classes the claim bookkeeping remembers.
+func (o *Ownership) trackedClasses() []string {
+	if p := o.tracked.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // claim takes class with one transaction: only if no key exists, put ours
@@ -525,7 +623,7 @@ func (o *Ownership) claim(ctx context.Context, class string, lease clientv3.Leas
 	if !resp.Succeeded {
 		return nil // someone else was faster; the watch will tell us who
 	}
-	o.acquire(class, resp.Header.Revision)
+	o.acquire(ctx, class, resp.Header.Revision)
 	return nil
 }
 

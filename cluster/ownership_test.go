@@ -2,7 +2,10 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -384,4 +387,83 @@ func TestOwnersViewFollowerEndsOnTheFinalViewAfterAHandoffBurst(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Greater(t, updates, 2, "the burst reached the follower as several updates")
+}
+
+func TestOwnershipForgetsClassesRemovedFromThePolicyOnceTheirKeysAreGone(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, []string{"alpha", "beta"})
+	a := h.start("a", nodeOpts{})
+	h.requireAgreement([]*node{a}, converge, "initial")
+	ctx := testenv.Context(t)
+	for i, set := range [][]string{{"beta", "gamma"}, {"gamma", "delta"}, {"delta"}} {
+		_, err := SeedConfig(ctx, h.admin, testCluster, policyYAML(set...), true)
+		require.NoError(t, err)
+		h.classes = set
+		h.requireAgreement([]*node{a}, converge, fmt.Sprintf("class set %d", i))
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		tracked := a.own.trackedClasses()
+		return len(tracked) == 0 || slices.Equal(tracked, []string{"delta"})
+	}, "no class removed from the policy to stay in the claim bookkeeping (tracked: %v)", lazyTracked{a.own})
+}
+
+type lazyTracked struct{ o *Ownership }
+
+func (l lazyTracked) String() string { return fmt.Sprint(l.o.trackedClasses()) }
+
+func TestAClassWhoseAcquireFailedIsReleasedAndClaimedAgainLater(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, []string{"alpha"})
+	var mu sync.Mutex
+	calls := 0
+	a := h.start("a", nodeOpts{acquireErr: func(string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 1 {
+			return errors.New("subscribe admit.alpha: connection closed")
+		}
+		return nil
+	}})
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(a.heldClasses()) == 1 },
+		"alpha to be served after the failed acquire (OnAcquire calls: %v)", lazyCalls{&mu, &calls})
+	mu.Lock()
+	require.Equal(t, 2, calls, "one failure, one success")
+	mu.Unlock()
+	events := h.tl.snapshot()
+	require.Len(t, events, 1)
+	owner := h.etcdOwners()["alpha"]
+	require.Equal(t, "a", owner.Replica)
+	require.Equal(t, events[0].epoch, owner.Epoch, "the key of the failed acquire was released and a new one claimed")
+	h.tl.requireNoOverlap(t)
+}
+
+type lazyCalls struct {
+	mu *sync.Mutex
+	n  *int
+}
+
+func (l lazyCalls) String() string { l.mu.Lock(); defer l.mu.Unlock(); return fmt.Sprint(*l.n) }
+
+func TestTheAppLearnsAClassBeforeItIsClaimedAndLosesItOnlyAfterItIsReleased(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, []string{"alpha"})
+	log := &eventLog{}
+	a := h.start("a", nodeOpts{policyLog: log})
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(a.heldClasses()) == 1 }, "alpha held")
+	ctx := testenv.Context(t)
+	_, err := SeedConfig(ctx, h.admin, testCluster, policyYAML("alpha", "beta"), true)
+	require.NoError(t, err)
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(a.heldClasses()) == 2 }, "beta held")
+	_, err = SeedConfig(ctx, h.admin, testCluster, policyYAML("beta"), true)
+	require.NoError(t, err)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return slices.Contains(log.snapshot(), "policy:beta") && slices.Contains(log.snapshot(), "release:alpha")
+	}, "alpha released and the policy without it applied")
+
+	events := log.snapshot()
+	at := func(e string) int {
+		i := slices.Index(events, e)
+		require.GreaterOrEqual(t, i, 0, "%s in %v", e, events)
+		return i
+	}
+	require.Less(t, at("policy:alpha,beta"), at("acquire:beta"), "the Core must know beta before the replica claims it (else 400 unknown_class): %v", events)
+	require.Less(t, at("release:alpha"), at("policy:beta"), "ownership of alpha must be released before the Core drops alpha: %v", events)
 }

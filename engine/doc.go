@@ -19,4 +19,8 @@
 // it, calls Request.OnDelta and Config.Events. Those callbacks must not block
 // and must not call back into the Engine. Stream buffers deliveries for
 // consumers on other goroutines, so token delivery never blocks a step.
+//
+// A Config.Events that implements TokenEventSink also gets each stored
+// block's token ids (what a vLLM-protocol publisher sends); the engine keeps
+// them only for such a sink, so the native path pays one nil check.
 package engine

@@ -24,6 +24,20 @@ type EventSink interface {
 	PublishKVEvents(b *wire.KVEventBatch)
 }
 
+// TokenEventSink is an EventSink that also wants the token ids of every
+// stored block, as a vLLM-protocol publisher must send them (the native
+// stream does not: its hashes already name the content). When Config.Events
+// implements it, the engine calls PublishKVEventsWithTokens instead of
+// PublishKVEvents; the native path keeps no tokens.
+type TokenEventSink interface {
+	EventSink
+	// PublishKVEventsWithTokens is PublishKVEvents with tokens[i] the token
+	// ids of b.Events[i]'s blocks in order (len(Hashes)·BlockSize of them)
+	// for a stored event, nil for the others. Same rules: called under the
+	// engine's lock, must not block, may keep both.
+	PublishKVEventsWithTokens(b *wire.KVEventBatch, tokens [][]uint32)
+}
+
 // Engine is one simulated inference engine. See the package doc for the
 // concurrency rules.
 type Engine struct {
@@ -49,6 +63,8 @@ type Engine struct {
 	lastEventID  uint64
 	pending      []wire.KVEvent
 	pendingFirst uint64
+	tokenSink    TokenEventSink // Config.Events when it wants tokens, else nil
+	pendingToks  [][]uint32     // parallel to pending, only with tokenSink
 
 	st      Stats
 	stopped bool
@@ -143,6 +159,9 @@ func New(cfg Config, clock Clock) (*Engine, error) {
 		var b [8]byte
 		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 		e.instance = binary.LittleEndian.Uint64(b[:])
+	}
+	if ts, ok := cfg.Events.(TokenEventSink); ok {
+		e.tokenSink = ts
 	}
 	e.watermark = int(cfg.WatermarkFraction * float64(cfg.NumBlocks))
 	e.pool = newPool(cfg.NumBlocks, e.evicted)
@@ -584,6 +603,10 @@ func (e *Engine) stored(s *seq, from, to int) {
 		ev.Parent, ev.HasParent = s.hashes[from-1], true
 	}
 	e.emit(ev)
+	if e.tokenSink != nil {
+		bs := e.cfg.BlockSize
+		e.pendingToks[len(e.pendingToks)-1] = slices.Clone(s.tokens[from*bs : to*bs])
+	}
 }
 
 func (e *Engine) evicted(h uint64) {
@@ -601,6 +624,9 @@ func (e *Engine) emit(ev wire.KVEvent) {
 		e.pendingFirst = e.lastEventID
 	}
 	e.pending = append(e.pending, ev)
+	if e.tokenSink != nil {
+		e.pendingToks = append(e.pendingToks, nil)
+	}
 	e.st.EventsEmitted++
 }
 
@@ -610,6 +636,12 @@ func (e *Engine) flush() {
 	}
 	b := &wire.KVEventBatch{Worker: e.cfg.WorkerID, Instance: e.instance, FirstID: e.pendingFirst, Events: e.pending}
 	e.pending = nil // the sink may keep the batch
+	if e.tokenSink != nil {
+		toks := e.pendingToks
+		e.pendingToks = nil
+		e.tokenSink.PublishKVEventsWithTokens(b, toks)
+		return
+	}
 	if e.cfg.Events != nil {
 		e.cfg.Events.PublishKVEvents(b)
 	}

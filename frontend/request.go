@@ -228,6 +228,11 @@ func parseHints(body *hintBody, h http.Header) (hints, *APIError) {
 			if *body.DeadlineMS < 0 {
 				return out, badRequest("switchyard.deadline_ms", "invalid_value", fmt.Sprintf("deadline_ms must be >= 0, got %d", *body.DeadlineMS))
 			}
+			// Bounded before the multiplication, which would otherwise wrap
+			// (18446744073710 ms became a 448 µs deadline).
+			if *body.DeadlineMS > int64(24*time.Hour/time.Millisecond) {
+				return out, badRequest("switchyard.deadline_ms", "invalid_value", fmt.Sprintf("deadline_ms must be at most 24h (86400000), got %d", *body.DeadlineMS))
+			}
 			d := time.Duration(*body.DeadlineMS) * time.Millisecond
 			out.deadline = &d
 		}

@@ -2,9 +2,6 @@ package prompt
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,20 +13,15 @@ import (
 )
 
 // Digest is the SHA-256 of tokenizer files as wire.TokenizerSource defines
-// it: over the files in order, each as its name, a NUL byte, its length as
-// 8 little-endian bytes, then its bytes; hex-encoded. names and files are
-// parallel.
+// it (wire.TokenizerDigest: over the files in order, each as its name, a
+// NUL byte, its length as 8 little-endian bytes, then its bytes;
+// hex-encoded). names and files are parallel.
 func Digest(names []string, files [][]byte) string {
-	h := sha256.New()
-	var n [8]byte
+	nf := make([]wire.NamedFile, len(names))
 	for i, name := range names {
-		_, _ = io.WriteString(h, name)
-		_, _ = h.Write([]byte{0})
-		binary.LittleEndian.PutUint64(n[:], uint64(len(files[i])))
-		_, _ = h.Write(n[:])
-		_, _ = h.Write(files[i])
+		nf[i] = wire.NamedFile{Name: name, Data: files[i]}
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return wire.TokenizerDigest(nf)
 }
 
 // validFileName accepts the plain file names a source may advertise: no

@@ -61,7 +61,9 @@ type message struct {
 	kind     msgKind
 	req      *Request
 	respond  Responder
+	gate     func() bool // msgEnqueue: checked on the actor's turn; false = not admitted here
 	id       string
+	attempt  int // msgCancel: the attempt to withdraw; anyAttempt for all
 	booking  BookingID
 	bookings []BookingID
 }
@@ -147,9 +149,23 @@ func (a *Actor) handle(m message) {
 	c := a.core
 	switch m.kind {
 	case msgEnqueue:
+		if m.gate != nil && !m.gate() {
+			id := ""
+			if m.req != nil {
+				id = m.req.ID
+			}
+			if m.respond != nil {
+				m.respond(Grant{}, &RejectError{Reason: ReasonOwnershipLost, Detail: fmt.Sprintf("request %s: not admitted here", id)})
+			}
+			return
+		}
 		c.Enqueue(m.req, m.respond)
 	case msgCancel:
-		c.Cancel(m.id)
+		if m.attempt == anyAttempt {
+			c.Cancel(m.id)
+		} else {
+			c.CancelAttempt(m.id, m.attempt)
+		}
 	case msgAck:
 		c.Ack(m.booking)
 	case msgFirstToken:
@@ -200,7 +216,7 @@ func (a *Actor) Admit(ctx context.Context, r *Request) (Grant, error) {
 	case <-ctx.Done():
 	}
 	if w.state.CompareAndSwap(waiting, abandoned) {
-		a.send(message{kind: msgCancel, id: r.ID})
+		a.send(message{kind: msgCancel, id: r.ID, attempt: r.Attempt})
 		return Grant{}, fmt.Errorf("admit %s: %w (%w)", r.ID, ErrCancelled, ctx.Err())
 	}
 	res := <-w.reply // delivered just as ctx ended
@@ -252,8 +268,37 @@ func (a *Actor) Enqueue(r *Request, respond Responder) {
 	}
 }
 
-// Cancel withdraws a queued request (no effect once it left the queue).
-func (a *Actor) Cancel(requestID string) { a.send(message{kind: msgCancel, id: requestID}) }
+const anyAttempt = -1
+
+// EnqueueIf is Enqueue with a gate that runs on the actor's turn, right
+// before the Core sees r: when it returns false, respond gets ownership_lost
+// and no counter moves. Because the gate and the Core's turn are one, a
+// caller that withdraws the gate's condition and then runs a turn of its own
+// (Disown, then RejectQueued) knows that no request passes the gate after
+// it: the check and the enqueue cannot be split by that turn.
+func (a *Actor) EnqueueIf(r *Request, gate func() bool, respond Responder) {
+	if !a.send(message{kind: msgEnqueue, req: r, respond: respond, gate: gate}) {
+		id := ""
+		if r != nil {
+			id = r.ID
+		}
+		if respond != nil {
+			respond(Grant{}, stoppedError(id))
+		}
+	}
+}
+
+// Cancel withdraws a queued request, whatever its attempt (no effect once
+// it left the queue).
+func (a *Actor) Cancel(requestID string) {
+	a.send(message{kind: msgCancel, id: requestID, attempt: anyAttempt})
+}
+
+// CancelAttempt withdraws a queued request only if it is that attempt (see
+// Core.CancelAttempt).
+func (a *Actor) CancelAttempt(requestID string, attempt int) {
+	a.send(message{kind: msgCancel, id: requestID, attempt: attempt})
+}
 
 // Ack makes a grant final.
 func (a *Actor) Ack(id BookingID) { a.send(message{kind: msgAck, booking: id}) }

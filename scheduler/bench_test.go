@@ -12,10 +12,13 @@ import (
 // them, and (for backlog > 0) a blocked backlog in a second class: its
 // entries may run only on w0, which is full, so every drain sees the backlog
 // and skips it.
-func benchCore(b *testing.B, n, backlog int) *Core {
+func benchCore(b *testing.B, n, backlog int) *Core { return benchCoreWith(b, n, backlog, nil) }
+
+// benchCoreWith is benchCore with a remote-load view.
+func benchCoreWith(b *testing.B, n, backlog int, view LoadView) *Core {
 	b.Helper()
 	clock := NewFakeClock(t0)
-	c := NewCore(DefaultConfig(), clock, nil, rand.New(rand.NewPCG(1, 1)))
+	c := NewCore(DefaultConfig(), clock, view, rand.New(rand.NewPCG(1, 1)))
 	ws := make([]Worker, n)
 	for i := range ws {
 		ws[i] = Worker{ID: fmt.Sprintf("worker-%04d", i), URL: "http://w", BlockSize: 16, KVBlocks: 8192}
@@ -120,3 +123,52 @@ func reportRates(b *testing.B, start time.Time, cpu time.Duration) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 	b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
+
+// BenchmarkAdmissionProduction is the path a replica runs: the remote load
+// comes from the gossiped, versioned view (RemoteLoads, stored once per
+// gossip round; every 5th worker carries other replicas' bookings), which
+// lets the Core cache remote loads and skip a blocked backlog while the
+// view does not change.
+func BenchmarkAdmissionProduction(b *testing.B) {
+	for _, tc := range []struct {
+		view             string
+		workers, backlog int
+	}{
+		{"versioned", 100, 0}, {"versioned", 100, 10000}, {"versioned", 1000, 0}, {"versioned", 1000, 10000},
+		{"plain", 1000, 0}, {"plain", 1000, 10000}, // the unversioned view production had before
+	} {
+		b.Run(fmt.Sprintf("view=%s/workers=%d/backlog=%d", tc.view, tc.workers, tc.backlog), func(b *testing.B) {
+			view := &RemoteLoads{}
+			loads := map[string]WorkerLoad{}
+			for i := 0; i < tc.workers; i += 5 {
+				loads[fmt.Sprintf("worker-%04d", i)] = WorkerLoad{ActiveRequests: 2, PrefillTokens: 512, DecodeBlocks: 300}
+			}
+			view.Store(loads)
+			var lv LoadView = view
+			if tc.view == "plain" {
+				lv = plainLoads{view}
+			}
+			c := benchCoreWith(b, tc.workers, tc.backlog, lv)
+			r := benchRequest(tc.workers)
+			var g Grant
+			var gerr error
+			respond := func(x Grant, err error) bool { g, gerr = x, err; return true }
+			b.ReportAllocs()
+			b.ResetTimer()
+			start, cpu := time.Now(), processCPU()
+			for b.Loop() {
+				c.Enqueue(r, respond)
+				if gerr != nil {
+					b.Fatal(gerr)
+				}
+				c.Finish(g.Booking)
+			}
+			reportRates(b, start, cpu)
+		})
+	}
+}
+
+// plainLoads hides the version: the Core must ask it on every selection.
+type plainLoads struct{ v *RemoteLoads }
+
+func (p plainLoads) RemoteLoad(w string) WorkerLoad { return p.v.RemoteLoad(w) }

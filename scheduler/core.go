@@ -142,18 +142,22 @@ func NewCore(cfg Config, clock Clock, load LoadView, rng *rand.Rand) *Core {
 	}
 	vload, _ := load.(VersionedLoadView)
 	return &Core{
-		vload:     vload,
-		cfg:       cfg,
-		clock:     clock,
-		load:      load,
-		rng:       rng,
-		epoch:     now,
-		instance:  instanceSeq.Add(1),
-		classes:   make(map[string]*class),
-		entries:   make(map[string]*entry),
-		workerIdx: make(map[string]int),
-		ledgers:   make(map[string]*workerLedger),
-		bookings:  make(map[BookingID]*booking),
+		// Booking ids start at a random point so that no two Cores share
+		// them, also across restarts under the same replica id: a late
+		// lifecycle mark meant for a previous life then matches nothing.
+		nextBooking: BookingID(rand.Uint64() >> 2),
+		vload:       vload,
+		cfg:         cfg,
+		clock:       clock,
+		load:        load,
+		rng:         rng,
+		epoch:       now,
+		instance:    instanceSeq.Add(1),
+		classes:     make(map[string]*class),
+		entries:     make(map[string]*entry),
+		workerIdx:   make(map[string]int),
+		ledgers:     make(map[string]*workerLedger),
+		bookings:    make(map[BookingID]*booking),
 	}
 }
 
@@ -219,6 +223,12 @@ func (c *Core) Enqueue(r *Request, respond Responder) {
 		}
 	}
 	now := c.clock.Now()
+	if old := c.entries[r.ID]; old != nil && old.req.Attempt < r.Attempt {
+		// A resubmission supersedes its earlier attempt, still queued here
+		// because the entry gave up waiting for the answer (lost reply) or
+		// its cancel has not arrived yet: withdraw the old one first.
+		c.Cancel(r.ID)
+	}
 	if reason, detail := c.validate(r); reason != 0 {
 		c.reject(cls, r, respond, reason, "", detail)
 		return
@@ -303,13 +313,36 @@ func (c *Core) anyAllowed(r *Request) bool {
 	return false
 }
 
+// usableWorkers is how many registered workers r may run on: one when
+// pinned, the distinct registered workers of its allow-list, else all.
+func (c *Core) usableWorkers(r *Request) int {
+	switch {
+	case r.Pinned != "":
+		if _, ok := c.workerIdx[r.Pinned]; ok {
+			return 1
+		}
+		return 0
+	case len(r.Allowed) == 0:
+		return len(c.workers)
+	}
+	c.stamp++
+	n := 0
+	for _, a := range r.Allowed {
+		if i, ok := c.workerIdx[a]; ok && c.allow[i] != c.stamp {
+			c.allow[i] = c.stamp
+			n++
+		}
+	}
+	return n
+}
+
 func (c *Core) newEntry(r *Request, respond Responder, cls *class, now time.Time) *entry {
 	var e *entry
 	if n := len(c.freeEnt); n > 0 {
 		e = c.freeEnt[n-1]
 		c.freeEnt = c.freeEnt[:n-1]
 	} else {
-		e = new(entry)
+		e = &entry{cold: new(entryCold)}
 	}
 	c.seq++
 	cached := c.bestCached(r)
@@ -319,12 +352,12 @@ func (c *Core) newEntry(r *Request, respond Responder, cls *class, now time.Time
 		ingress = now
 	}
 	*e = entry{
-		req: r, respond: respond, cls: cls,
+		req: r, cold: e.cold,
 		seq: c.seq, strict: r.StrictPriority,
-		score:  policyScore(cls.cfg.Policy, r.PriorityJump, ingress.Sub(c.epoch).Seconds(), cost),
-		cost:   cost,
-		cached: cached, enqueuedAt: now, qi: -1, di: -1,
+		score: policyScore(cls.cfg.Policy, r.PriorityJump, ingress.Sub(c.epoch).Seconds(), cost),
+		cost:  cost, qi: -1, di: -1,
 	}
+	*e.cold = entryCold{respond: respond, cls: cls, cached: cached, enqueuedAt: now}
 	if !r.Due.IsZero() {
 		e.hasDue, e.due = true, r.Due.UnixNano()
 	}
@@ -332,22 +365,20 @@ func (c *Core) newEntry(r *Request, respond Responder, cls *class, now time.Time
 }
 
 // bestCached is Request.BestCachedTokens over the registered workers.
-func (c *Core) bestCached(r *Request) int {
-	best := 0
-	for _, o := range r.Overlaps {
-		i, ok := c.workerIdx[o.Worker]
-		if !ok || !r.Allows(o.Worker) {
-			continue
-		}
-		best = max(best, r.cachedFromOverlap(r.effectiveOverlap(o.Blocks), c.workers[i].BlockSize))
+func (c *Core) bestCached(r *Request) int { return bestCachedTokens(r, c) }
+
+func (c *Core) blockSizeOf(worker string) (int, bool) {
+	if i, ok := c.workerIdx[worker]; ok {
+		return c.workers[i].BlockSize, true
 	}
-	return best
+	return 0, false
 }
 
-// overLimit checks the class limits, scaled by the worker count, as if e were
-// added. It returns the name of the first limit e would exceed.
+// overLimit checks the class limits, scaled by the number of workers e may
+// run on (seed 000: capacity checks respect pinned and allowed workers), as
+// if e were added. It returns the name of the first limit e would exceed.
 func (c *Core) overLimit(cls *class, e *entry) string {
-	n := int64(len(c.workers))
+	n := int64(c.usableWorkers(e.req))
 	l := cls.cfg.Limits
 	if l.Requests != Unlimited && int64(cls.q.len()+1) > int64(l.Requests)*n {
 		return LimitRequests
@@ -355,14 +386,14 @@ func (c *Core) overLimit(cls *class, e *entry) string {
 	if l.ISLTokens != Unlimited && cls.pendingISL+int64(e.req.PromptTokens) > int64(l.ISLTokens)*n {
 		return LimitISLTokens
 	}
-	if l.CachedTokens != Unlimited && cls.pendingCached+int64(e.cached) > int64(l.CachedTokens)*n {
+	if l.CachedTokens != Unlimited && cls.pendingCached+int64(e.cold.cached) > int64(l.CachedTokens)*n {
 		return LimitCachedTokens
 	}
 	return ""
 }
 
 func (c *Core) push(e *entry) {
-	cls := e.cls
+	cls := e.cold.cls
 	cls.q.push(e)
 	cls.blocked = false
 	if e.hasDue {
@@ -370,23 +401,23 @@ func (c *Core) push(e *entry) {
 	}
 	c.entries[e.req.ID] = e
 	cls.pendingISL += int64(e.req.PromptTokens)
-	cls.pendingCached += int64(e.cached)
+	cls.pendingCached += int64(e.cold.cached)
 	c.queued++
 }
 
 // unqueue removes e from every index and releases its queue accounting.
 func (c *Core) unqueue(e *entry) {
-	cls := e.cls
+	cls := e.cold.cls
 	cls.blocked = false
 	if e.qi >= 0 {
-		cls.q.remove(e.qi)
+		cls.q.remove(int(e.qi))
 	}
 	if e.di >= 0 {
-		c.due.remove(e.di)
+		c.due.remove(int(e.di))
 	}
 	delete(c.entries, e.req.ID)
 	cls.pendingISL -= int64(e.req.PromptTokens)
-	cls.pendingCached -= int64(e.cached)
+	cls.pendingCached -= int64(e.cold.cached)
 	c.queued--
 	if len(cls.q) == 0 {
 		// An idle class must not bank credit for later (standard DRR).
@@ -395,7 +426,9 @@ func (c *Core) unqueue(e *entry) {
 }
 
 func (c *Core) release(e *entry) {
-	*e = entry{}
+	cold := e.cold
+	*cold = entryCold{}
+	*e = entry{cold: cold}
 	c.freeEnt = append(c.freeEnt, e)
 }
 
@@ -411,7 +444,7 @@ func (c *Core) reject(cls *class, r *Request, respond Responder, reason Reason, 
 
 // rejectEntry completes a queued (already unqueued) entry with a rejection.
 func (c *Core) rejectEntry(e *entry, reason Reason, detail string) {
-	cls, r, respond := e.cls, e.req, e.respond
+	cls, r, respond := e.cold.cls, e.req, e.cold.respond
 	c.release(e)
 	c.reject(cls, r, respond, reason, "", detail)
 }
@@ -569,14 +602,14 @@ func (c *Core) candidate(cls *class) (*entry, int) {
 // admit is the canonical admission path after selection: book, respond, and
 // roll back when the requester is gone. e is released.
 func (c *Core) admit(e *entry, idx int, now time.Time) {
-	r, cls, respond := e.req, e.cls, e.respond
+	r, cls, respond, enqueuedAt := e.req, e.cold.cls, e.cold.respond, e.cold.enqueuedAt
 	w := &c.workers[idx]
 	ovl := r.OverlapBlocks(w.ID)
 	cached := r.cachedFromOverlap(ovl, w.BlockSize)
 	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.BlockHashes, r.PromptTokens, cached, r.ExpectedOutputTokens, false, now)
 	g := Grant{
 		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id,
-		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(e.enqueuedAt),
+		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
 	}
 	c.release(e)
 	if !respond(g, nil) {
@@ -601,7 +634,7 @@ func (c *Core) Cancel(requestID string) bool {
 		return false
 	}
 	c.unqueue(e)
-	cls, r, respond := e.cls, e.req, e.respond
+	cls, r, respond := e.cold.cls, e.req, e.cold.respond
 	c.release(e)
 	if !r.Probe {
 		cls.counters.Cancelled++
@@ -610,6 +643,16 @@ func (c *Core) Cancel(requestID string) bool {
 	// The withdrawn entry may have been a blocked head.
 	c.drain()
 	return true
+}
+
+// CancelAttempt is Cancel for one attempt of the request: a cancel sent for
+// an earlier attempt (delivered late, after the request was resubmitted to
+// this same Core) must not withdraw the resubmission.
+func (c *Core) CancelAttempt(requestID string, attempt int) bool {
+	if e := c.entries[requestID]; e == nil || e.req.Attempt != attempt {
+		return false
+	}
+	return c.Cancel(requestID)
 }
 
 // Tick rejects queued requests whose due time has passed, rolls back grants
@@ -919,6 +962,27 @@ func (c *Core) RemoveClass(name string, reason Reason) {
 	}
 	c.cursor, c.turn = 0, false
 	c.drain()
+}
+
+// RejectQueued rejects the class's queued entries with reason, in queue
+// order, and keeps the class configured, in its place in the DRR ring: the
+// rotation of the other classes goes on where it was (ownership moved away;
+// the class may come back). It reports how many were rejected.
+func (c *Core) RejectQueued(name string, reason Reason) int {
+	cls := c.classes[name]
+	if cls == nil || !cls.active {
+		return 0
+	}
+	n := len(cls.q)
+	for len(cls.q) > 0 {
+		e := cls.q[0]
+		c.unqueue(e)
+		c.rejectEntry(e, reason, fmt.Sprintf("class %s is no longer admitted here", name))
+	}
+	if n > 0 {
+		c.drain()
+	}
+	return n
 }
 
 func (c *Core) removeClass(cls *class, reason Reason, detail string) {

@@ -2,23 +2,30 @@ package scheduler
 
 import "time"
 
-// entry is one queued request. Everything the ordering needs is computed once
-// at enqueue, so the heaps compare plain fields.
+// entry is one queued request: its hot header, what heap sifts, the DRR
+// step and the candidate walk read. Everything the ordering needs is
+// computed once at enqueue, so the heaps compare plain fields. Drains are
+// bound by these headers, so the header fits one 64-byte cache line
+// (TestTheQueuedEntryHeaderFitsOneCacheLine pins it); what only enqueue,
+// admission and removal read lives in entryCold.
 type entry struct {
-	req     *Request
-	respond Responder
-	cls     *class
-
-	seq    uint64 // arrival order within this Core
-	strict int32
-	hasDue bool
-	due    int64   // Due in Unix nanoseconds, when hasDue
 	score  float64 // policy score, higher first
+	due    int64   // Due in Unix nanoseconds, when hasDue
+	seq    uint64  // arrival order within this Core
 	cost   int64   // DRR cost max(1, isl − cached), fixed at enqueue
-	cached int     // best allowed (or pinned) cached tokens at enqueue
+	req    *Request
+	cold   *entryCold // allocated with the entry and kept with it in the free list
+	strict int32
+	qi, di int32 // positions in the class heap and the due heap; -1 = absent
+	hasDue bool
+}
 
+// entryCold is the part of a queued entry the ordering never reads.
+type entryCold struct {
+	respond    Responder
+	cls        *class
+	cached     int // best allowed (or pinned) cached tokens at enqueue
 	enqueuedAt time.Time
-	qi, di     int // positions in the class heap and the due heap; -1 = absent
 }
 
 // before is the within-class order: strict priority desc, due asc with
@@ -59,7 +66,7 @@ type entryHeap = indexedHeap[*entry, byQueueOrder]
 type byQueueOrder struct{}
 
 func (byQueueOrder) less(a, b *entry) bool  { return a.before(b) }
-func (byQueueOrder) setPos(e *entry, i int) { e.qi = i }
+func (byQueueOrder) setPos(e *entry, i int) { e.qi = int32(i) }
 
 // dueHeap indexes queued entries that have a deadline, earliest first, so the
 // timer sweep touches only expired entries.
@@ -73,4 +80,4 @@ func (byDue) less(a, b *entry) bool {
 	}
 	return a.seq < b.seq
 }
-func (byDue) setPos(e *entry, i int) { e.di = i }
+func (byDue) setPos(e *entry, i int) { e.di = int32(i) }

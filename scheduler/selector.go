@@ -49,13 +49,12 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	}
 	c.refreshRemote()
 	c.touched = c.touched[:0]
-	for _, o := range r.Overlaps {
-		if i, ok := c.workerIdx[o.Worker]; ok {
-			// the deepest report wins, as in Request.OverlapBlocks
-			c.ovl[i] = max(c.ovl[i], int32(r.effectiveOverlap(o.Blocks)))
+	r.eachOverlap(func(w string, blocks int) {
+		if i, ok := c.workerIdx[w]; ok {
+			c.ovl[i] = max(c.ovl[i], int32(blocks)) // the deepest report wins (Request.OverlapBlocks)
 			c.touched = append(c.touched, i)
 		}
-	}
+	})
 
 	// Constrained requests iterate their own workers only (deduplicated),
 	// the rest iterate every worker.

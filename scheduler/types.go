@@ -51,8 +51,9 @@ func ParsePolicy(s string) (Policy, error) {
 // Unlimited disables one queue limit.
 const Unlimited = -1
 
-// Limits bound one class's queue. Each value is per registered worker and is
-// multiplied by the current worker count when checked. Unlimited (-1) turns a
+// Limits bound one class's queue. Each value is per worker and is multiplied,
+// when a request arrives, by the number of registered workers that request
+// may run on (one when pinned, its registered allowed workers, else all). Unlimited (-1) turns a
 // limit off; any limit of exactly 0 makes the class a zero-limit class, which
 // never queues: it admits when a worker is free and rejects otherwise.
 type Limits struct {
@@ -172,16 +173,25 @@ func (r *Request) cachedFromOverlap(blocks, blockSize int) int {
 	return min(r.PromptTokens, blocks*blockSize)
 }
 
+// eachOverlap calls fn with the effective overlap of every report, in
+// order; a worker's overlap is the deepest of its reports. OverlapBlocks,
+// the selector and the cached-token figures all read overlaps through it.
+func (r *Request) eachOverlap(fn func(worker string, blocks int)) {
+	for _, o := range r.Overlaps {
+		fn(o.Worker, r.effectiveOverlap(o.Blocks))
+	}
+}
+
 // OverlapBlocks is the effective prefix overlap on worker, in blocks: the
 // reported depth (the deepest, if reported twice) capped to the prompt's
 // full blocks.
 func (r *Request) OverlapBlocks(worker string) int {
 	best := 0
-	for _, o := range r.Overlaps {
-		if o.Worker == worker {
-			best = max(best, r.effectiveOverlap(o.Blocks))
+	r.eachOverlap(func(w string, blocks int) {
+		if w == worker {
+			best = max(best, blocks)
 		}
-	}
+	})
 	return best
 }
 
@@ -240,17 +250,44 @@ func privateBlocks(hashed, prompt, output, blockSize int) int {
 // worker's cached tokens when pinned, else the best over the allowed workers
 // among workers.
 func (r *Request) BestCachedTokens(workers []Worker) int {
-	best := 0
-	for _, w := range workers {
-		if !r.Allows(w.ID) {
-			continue
+	return bestCachedTokens(r, workerList(workers))
+}
+
+// blockSizer resolves a worker to its block size when it is known.
+type blockSizer interface {
+	blockSizeOf(worker string) (int, bool)
+}
+
+type workerList []Worker
+
+func (l workerList) blockSizeOf(id string) (int, bool) {
+	for _, w := range l {
+		if w.ID == id {
+			return w.BlockSize, true
 		}
-		best = max(best, r.CachedTokens(w.ID, w.BlockSize))
 	}
+	return 0, false
+}
+
+// bestCachedTokens is BestCachedTokens over any worker set: the Core calls
+// it with its registered workers, so there is one implementation. Only
+// reported overlaps can cache anything, so it walks those, not the workers.
+func bestCachedTokens[B blockSizer](r *Request, ws B) int {
+	best := 0
+	r.eachOverlap(func(w string, blocks int) {
+		if !r.Allows(w) {
+			return
+		}
+		if bs, ok := ws.blockSizeOf(w); ok {
+			best = max(best, r.cachedFromOverlap(blocks, bs))
+		}
+	})
 	return best
 }
 
-// BookingID names one booking in one Core's ledger.
+// BookingID names one booking in one Core's ledger. Each Core starts its
+// ids at a random point, so ids of different Cores (and of one replica's
+// successive lives) do not collide.
 type BookingID uint64
 
 // Grant is an admitted request's placement. The booking is provisional until

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // Admission protocol messages (design §4), JSON with a version field. They
@@ -41,10 +42,13 @@ type AdmitRequest struct {
 
 // AdmitReply is the owner's answer: a grant (OK) or a typed rejection.
 type AdmitReply struct {
-	Version       int    `json:"v"`
-	OK            bool   `json:"ok"`
-	Owner         string `json:"owner"`
-	Epoch         int64  `json:"epoch"`
+	Version int    `json:"v"`
+	OK      bool   `json:"ok"`
+	Owner   string `json:"owner"`
+	Epoch   int64  `json:"epoch"`
+	// Instance names the owner's current life (random per process): the
+	// entry sends it back with every lifecycle mark of the booking.
+	Instance      uint64 `json:"instance,omitempty"`
 	Worker        string `json:"worker,omitempty"`
 	WorkerURL     string `json:"url,omitempty"`
 	Booking       uint64 `json:"booking,omitempty"`
@@ -65,10 +69,14 @@ type AdmitReply struct {
 // CancelRequest withdraws a queued request from the owner the entry sent
 // it to. Owner names that replica: a cancel that reaches another replica
 // (the class moved meanwhile) is dropped, so it can never withdraw the
-// request's resubmission at the new owner.
+// request's resubmission at the new owner. Attempt names the attempt that
+// was sent: a late cancel that reaches the same owner after the request was
+// resubmitted there (it owns the class again) must not withdraw the newer
+// attempt.
 type CancelRequest struct {
 	Version int    `json:"v"`
 	ID      string `json:"id"`
+	Attempt int    `json:"attempt,omitempty"`
 	Entry   string `json:"entry"`
 	Owner   string `json:"owner"`
 }
@@ -87,10 +95,14 @@ const (
 
 // LifeMark reports lifecycle events for one or more bookings of one owner.
 type LifeMark struct {
-	Version  int      `json:"v"`
-	Entry    string   `json:"entry"`
-	Kind     LifeKind `json:"kind"`
-	Epoch    int64    `json:"epoch,omitempty"`
+	Version int      `json:"v"`
+	Entry   string   `json:"entry"`
+	Kind    LifeKind `json:"kind"`
+	Epoch   int64    `json:"epoch,omitempty"`
+	// Instance is the owner instance that granted (or adopted) the
+	// bookings; an owner drops marks of another instance (its previous
+	// life under the same replica id). 0: unknown, accepted.
+	Instance uint64   `json:"instance,omitempty"`
 	Bookings []uint64 `json:"bookings"`
 }
 
@@ -119,6 +131,7 @@ type AdoptReply struct {
 	Version  int      `json:"v"`
 	Owner    string   `json:"owner"`
 	Epoch    int64    `json:"epoch"`
+	Instance uint64   `json:"instance,omitempty"` // as in AdmitReply
 	Bookings []uint64 `json:"bookings"`
 	Error    string   `json:"error,omitempty"`
 }
@@ -159,6 +172,10 @@ func DecodeAdmitRequest(p []byte) (*AdmitRequest, error) {
 		return nil, fmt.Errorf("%w: admit request entry %q", ErrMalformed, m.Entry)
 	case m.PromptTokens < 0 || m.ExpectedOutput < 0 || m.Attempt < 0:
 		return nil, fmt.Errorf("%w: admit request %s has negative counts", ErrMalformed, m.ID)
+	case m.IngressUnixNano <= 0:
+		// The FCFS/LCFS score is measured from ingress: a zero or negative
+		// one would put the request ahead of everything queued.
+		return nil, fmt.Errorf("%w: admit request %s has ingress time %d", ErrMalformed, m.ID, m.IngressUnixNano)
 	case m.DueUnixNano < 0:
 		return nil, fmt.Errorf("%w: admit request %s has a negative due time", ErrMalformed, m.ID)
 	case len(m.BlockHashes) > MaxBlocksPerMessage:
@@ -170,6 +187,22 @@ func DecodeAdmitRequest(p []byte) (*AdmitRequest, error) {
 		}
 	}
 	return &m, nil
+}
+
+// MaxIngressAhead is how far in the future of the owner's clock an admit
+// request's ingress time may lie: generous for clock skew between replicas,
+// small enough that a bogus ingress cannot reorder an LCFS queue for long.
+const MaxIngressAhead = time.Minute
+
+// CheckIngress reports (ErrMalformed) an ingress time more than
+// MaxIngressAhead after now, the receiving owner's clock. The decoder checks
+// what needs no clock (ingress > 0).
+func (m *AdmitRequest) CheckIngress(now time.Time) error {
+	if m.IngressUnixNano > now.Add(MaxIngressAhead).UnixNano() {
+		return fmt.Errorf("%w: admit request %s has ingress %v, more than %v after the owner's clock",
+			ErrMalformed, m.ID, time.Unix(0, m.IngressUnixNano).UTC(), MaxIngressAhead)
+	}
+	return nil
 }
 
 // DecodeAdmitReply parses an AdmitReply.
@@ -195,6 +228,9 @@ func DecodeCancelRequest(p []byte) (*CancelRequest, error) {
 	}
 	if m.ID == "" {
 		return nil, fmt.Errorf("%w: cancel without id", ErrMalformed)
+	}
+	if m.Attempt < 0 {
+		return nil, fmt.Errorf("%w: cancel of %s has attempt %d", ErrMalformed, m.ID, m.Attempt)
 	}
 	return &m, nil
 }

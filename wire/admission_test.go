@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestAdmitRequestRoundTrips(t *testing.T) {
@@ -50,7 +51,7 @@ func TestAdmissionDecodersRejectBadInputWithTypedErrors(t *testing.T) {
 }
 
 func FuzzDecodeAdmitRequest(f *testing.F) {
-	good, _ := EncodeAdmission(&AdmitRequest{ID: "r", Class: "c", Entry: "e", PromptTokens: 3, BlockHashes: []uint64{7}})
+	good, _ := EncodeAdmission(&AdmitRequest{ID: "r", Class: "c", Entry: "e", IngressUnixNano: 1, PromptTokens: 3, BlockHashes: []uint64{7}})
 	f.Add(good)
 	f.Add([]byte(`{"v":1}`))
 	f.Add([]byte(`null`))
@@ -98,4 +99,28 @@ func FuzzDecodeAdoptReply(f *testing.F) {
 	good, _ := EncodeAdmission(&AdoptReply{Owner: "o", Epoch: 1, Bookings: []uint64{4}})
 	f.Add(good)
 	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeAdoptReply(b) })
+}
+
+func TestAnAdmitRequestWithoutAPositiveIngressTimeIsMalformed(t *testing.T) {
+	for _, ingress := range []int64{0, -1, -1 << 62} {
+		b, err := EncodeAdmission(&AdmitRequest{ID: "r", Class: "c", Entry: "e", IngressUnixNano: ingress})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeAdmitRequest(b); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("ingress %d: err = %v; want ErrMalformed (such a request would jump the FCFS queue)", ingress, err)
+		}
+	}
+}
+
+func TestAnAdmitRequestFromTooFarInTheFutureIsMalformed(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := &AdmitRequest{ID: "r", Class: "c", Entry: "e", IngressUnixNano: now.Add(MaxIngressAhead + time.Nanosecond).UnixNano()}
+	if err := m.CheckIngress(now); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("err = %v; want ErrMalformed", err)
+	}
+	m.IngressUnixNano = now.Add(MaxIngressAhead).UnixNano()
+	if err := m.CheckIngress(now); err != nil {
+		t.Fatalf("an ingress within the skew bound is fine: %v", err)
+	}
 }

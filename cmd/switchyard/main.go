@@ -1,5 +1,5 @@
 // Command switchyard is the one binary of Switchyard: router replicas,
-// simulated workers, a whole local cluster, load generation and health checks.
+// simulated workers, adapters for real engines, a whole local cluster, load generation and health checks.
 package main
 
 import (
@@ -24,6 +24,7 @@ var commands = []command{
 	{"up", "start a local cluster: embedded etcd and NATS, router replicas, simulated workers", app.Up},
 	{"router", "run one router replica against external etcd and NATS", app.Router},
 	{"worker", "run one simulated inference engine", app.Worker},
+	{"adapter", "front a real engine (vLLM, SGLang, any OpenAI server) as a worker", app.Adapter},
 	{"bench", "replay traces against an OpenAI endpoint, or simulate a cluster (--sim)", bench.Main},
 	{"healthcheck", "probe a router's or worker's /readyz (for container health checks)", app.Healthcheck},
 	{"version", "print the build version", func(_ context.Context, _ []string, out, _ io.Writer) error {

@@ -242,7 +242,11 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}
-	core := scheduler.NewCore(cfg.Scheduler, scheduler.RealClock{}, gossipLoad{g}, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
+	// The scheduler reads other replicas' load from a versioned copy of the
+	// gossiped view, refreshed every gossip round (publishLoads), so it
+	// caches remote loads and skips blocked classes between rounds.
+	remote := &scheduler.RemoteLoads{}
+	core := scheduler.NewCore(cfg.Scheduler, scheduler.RealClock{}, remote, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
 	core.SetClasses(policy.Classes)
 	actor := scheduler.NewActor(core, scheduler.RealClock{}, log)
 
@@ -265,11 +269,18 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	server := admission.NewServer(cfg.ID, cfg.Cluster, nc, port, log, am)
 	client := admission.NewClient(cfg.Admission, cfg.ID, cfg.Cluster, nc, port, server, log, am)
 
+	// The ownership manager is the one watcher of the policy key: it hands
+	// each version to the app (onPolicy, set once the frontend exists and
+	// before ownership runs) in order with its claims and releases.
+	var onPolicy func(cluster.ConfigVersion)
 	own, err := cluster.NewOwnership(etcd, session, replicasReg, cfg.Ownership, cluster.Callbacks{
-		OnAcquire: func(class string, epoch int64) {
+		OnPolicy: func(v cluster.ConfigVersion) { onPolicy(v) },
+		OnAcquire: func(class string, epoch int64) error {
 			if err := server.Own(class, epoch); err != nil {
 				log.Error("own class", zap.String("class", class), zap.Error(err))
+				return err
 			}
+			return nil
 		},
 		OnRelease: func(class string, reason cluster.ReleaseReason) {
 			server.Disown(class)
@@ -334,6 +345,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	if err != nil {
 		return fmt.Errorf("frontend: %w", err)
 	}
+	onPolicy = (&wiring{cfg: cfg, log: log, actor: actor, fe: fe, classes: &classes, adm: admissionMetrics, prompts: prompts}).applyPolicy
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
@@ -390,7 +402,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	grp.go_("wiring", func(ctx context.Context) error {
 		return runWiring(ctx, wiring{
 			cfg: cfg, nc: nc, reg: reg, log: log, etcd: etcd, session: session, workers: workersReg, replicas: replicasReg,
-			own: own, actor: actor, ix: ix, g: g, client: client, fe: fe, classes: &classes,
+			own: own, actor: actor, remote: remote, ix: ix, g: g, client: client, fe: fe, classes: &classes,
 			exporter: exporter, adm: admissionMetrics, router: routerMetrics, httpAddr: httpAddr, prompts: prompts,
 			serving: &serving, ready: ready, grp: grp, ownCtx: ownCtx, ownDone: ownDone,
 		})
@@ -427,6 +439,7 @@ type wiring struct {
 	replicas *cluster.Replicas
 	own      *cluster.Ownership
 	actor    *scheduler.Actor
+	remote   *scheduler.RemoteLoads // the scheduler's copy of the gossiped remote load
 	ix       *kvindex.Index
 	g        *gossip.Gossip
 	client   *admission.Client
@@ -479,12 +492,6 @@ func runWiring(ctx context.Context, w wiring) error {
 	if err := w.session.RegisterReplica(ctx, info); err != nil {
 		return err
 	}
-	cw, err := cluster.NewConfigWatcher(w.etcd, cluster.RegistryConfig{Cluster: w.cfg.Cluster, RetryInterval: w.cfg.Ownership.RetryInterval},
-		func(v cluster.ConfigVersion) { w.applyPolicy(v) }, cluster.Deps{Logger: w.log})
-	if err != nil {
-		return err
-	}
-	w.grp.go_("policy_watch", cw.Run)
 	w.grp.go_("load_reports", w.followLoadReports)
 	w.grp.go_("ownership", func(context.Context) error {
 		defer close(w.ownDone)
@@ -674,8 +681,10 @@ func (w *wiring) publishLoads() {
 	}
 	w.g.SetLocalLoads(loads)
 	// Projected load per worker: this replica's bookings plus the others'.
+	remote := map[string]scheduler.WorkerLoad{}
 	for id := range w.workers.Snapshot().Items {
 		l, r := snap.Workers[id], w.g.RemoteLoad(id)
+		remote[id] = scheduler.WorkerLoad{ActiveRequests: r.ActiveRequests, PrefillTokens: r.PrefillTokens, DecodeBlocks: r.DecodeBlocks}
 		w.router.WorkerActiveRequests.WithLabelValues(id).Set(float64(l.ActiveRequests + r.ActiveRequests))
 		w.router.WorkerPrefillTokens.WithLabelValues(id).Set(float64(l.PrefillTokens + r.PrefillTokens))
 		w.router.WorkerDecodeBlocks.WithLabelValues(id).Set(float64(l.DecodeBlocks + r.DecodeBlocks))
@@ -691,6 +700,7 @@ func (w *wiring) publishLoads() {
 		w.peersCheckedAt = now
 		catchUpWithPeers(w.ix, digests, w.g.RemoteDigests())
 	}
+	w.remote.Store(remote) // a new version only if some load changed
 	w.actor.Drain()
 	w.exporter.Observe(admissionSnapshot(snap, w.cfg.Model, w.cfg.WorkerType))
 	w.exporter.Observe(w.client.Counts(w.cfg.Model, w.cfg.WorkerType))
@@ -725,14 +735,6 @@ func quietEtcdLogger(log *zap.Logger) *zap.Logger {
 		l = l.WithOptions(zap.IncreaseLevel(zap.WarnLevel))
 	}
 	return l
-}
-
-// gossipLoad is the scheduler's view of other replicas' bookings.
-type gossipLoad struct{ g *gossip.Gossip }
-
-func (l gossipLoad) RemoteLoad(worker string) scheduler.WorkerLoad {
-	r := l.g.RemoteLoad(worker)
-	return scheduler.WorkerLoad{ActiveRequests: r.ActiveRequests, PrefillTokens: r.PrefillTokens, DecodeBlocks: r.DecodeBlocks}
 }
 
 // admitter adapts the admission client to the frontend's port, and

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/enginekv"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -69,6 +70,11 @@ type WorkerConfig struct {
 	Labels map[string]string
 	// Engine configures the simulated engine (WorkerID is set from ID).
 	Engine engine.Config
+	// Protocol is ProtocolNative (the default) or ProtocolVLLM, in which
+	// the worker speaks vLLM's protocol as configured by VLLM and registers
+	// nowhere (worker_vllm.go).
+	Protocol string
+	VLLM     VLLMWorkerConfig
 
 	// Ready, if set, is called once with the worker's base URL when it
 	// serves HTTP and is registered. It must not block.
@@ -93,6 +99,8 @@ func DefaultWorkerConfig() WorkerConfig {
 		MaxBodyBytes:     8 << 20,
 		DefaultMaxTokens: 256,
 		Engine:           engine.DefaultConfig(),
+		Protocol:         ProtocolNative,
+		VLLM:             defaultVLLMWorkerConfig(),
 	}
 }
 
@@ -127,7 +135,7 @@ func (c *WorkerConfig) Validate() error {
 	if err := c.Engine.Validate(); err != nil {
 		return fmt.Errorf("worker config: %w", err)
 	}
-	return nil
+	return c.validateProtocol()
 }
 
 // RegisterFlags registers the worker's flags (and the engine's, unprefixed)
@@ -155,6 +163,8 @@ func (c *WorkerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.IntVar(&c.DumpChunkBlocks, prefix+"dump-chunk-blocks", c.DumpChunkBlocks, "hashes per KV dump reply chunk")
 	fs.Int64Var(&c.MaxBodyBytes, prefix+"max-body-bytes", c.MaxBodyBytes, "maximum request body size")
 	fs.IntVar(&c.DefaultMaxTokens, prefix+"default-max-tokens", c.DefaultMaxTokens, "max_tokens when a request gives none")
+	fs.StringVar(&c.Protocol, prefix+"protocol", c.Protocol, "engine protocol: native (etcd and NATS) or vllm (vLLM's ZMQ KV events and metrics; an adapter registers the worker)")
+	c.VLLM.registerFlags(fs, prefix)
 	c.Engine.RegisterFlags(fs, prefix)
 }
 
@@ -242,7 +252,8 @@ func (f flagLevel) Set(s string) error { return f.l.Set(s) }
 //
 // Goroutines it owns: the engine's Run loop, the HTTP server (plus one per
 // connection, which net/http owns), the load reporter and the lease
-// keep-alive. Dump requests are answered on nats.go's subscription
+// keep-alive; with the vllm protocol, the KV event publisher (enginekv), which
+// stops after the engine so its last events go out. Dump requests are answered on nats.go's subscription
 // goroutine. The engine serialises its own state; handlers only Submit,
 // relay a Stream and Cancel. Ready is called once the worker serves HTTP
 // and is registered, with the registered base URL.
@@ -283,6 +294,19 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 		w.subjects = wire.NewSubjects(cfg.Cluster)
 		sink = &kvEventPublisher{w: w}
 	}
+	var kvPub *enginekv.Publisher
+	var vllmReg *prometheus.Registry
+	if cfg.Protocol == ProtocolVLLM {
+		// The vLLM-side metrics get a registry of their own: vLLM's names
+		// carry no worker label, so workers sharing a registry (`up`)
+		// would collide.
+		vllmReg = prometheus.NewRegistry()
+		pcfg, _ := cfg.VLLM.publisherConfig() // validated
+		if kvPub, err = enginekv.NewPublisher(pcfg, log, vllmReg); err != nil {
+			return fmt.Errorf("worker %s: %w", cfg.ID, err)
+		}
+		sink = newVLLMEventSink(kvPub, cfg.VLLM.HashSeed, cfg.Engine.BlockSize)
+	}
 	ecfg := cfg.Engine
 	ecfg.WorkerID = cfg.ID
 	ecfg.Events = sink
@@ -297,13 +321,39 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	if err := reg.Register(prometheus.WrapCollectorWith(prometheus.Labels{"worker": cfg.ID}, &engineCollector{eng: w.eng})); err != nil {
 		return fmt.Errorf("worker %s: register engine metrics: %w", cfg.ID, err)
 	}
+	handler := w.routes()
+	if vllmReg != nil {
+		vllmReg.MustRegister(newVLLMCollector(w.eng, cfg.Engine, cfg.Model))
+		gs := prometheus.Gatherers{vllmReg}
+		if w.gatherer != nil {
+			gs = append(gs, w.gatherer)
+		}
+		handler = vllmRoutes(cfg, handler, gs)
+	}
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// The publisher outlives the engine, so the engine's last events (its
+	// Stop flushes) still go out.
+	pubCtx, stopPub := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPub()
+	if kvPub != nil {
+		pubErr := make(chan error, 1)
+		wg.Add(1)
+		go func() { defer wg.Done(); pubErr <- kvPub.Run(pubCtx) }()
+		select {
+		case <-kvPub.Ready():
+		case err := <-pubErr:
+			return fmt.Errorf("worker %s: kv events: %w", cfg.ID, err)
+		}
+		log.Info("publishing vLLM KV events", zap.String("endpoint", kvPub.Endpoint()),
+			zap.String("replay", kvPub.ReplayEndpoint()))
+	}
 	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
+	engDone := make(chan struct{})
 	wg.Add(1)
-	go func() { defer wg.Done(); _ = w.eng.Run(engCtx) }()
+	go func() { defer wg.Done(); defer close(engDone); _ = w.eng.Run(engCtx) }()
 
 	if w.nc != nil {
 		sub, err := w.nc.Subscribe(w.subjects.KVDump(cfg.ID), w.answerDump)
@@ -315,7 +365,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 		go func() { defer wg.Done(); w.reportLoad(engCtx) }()
 	}
 
-	srv := &http.Server{Handler: w.routes(), ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: zap.NewStdLog(log.Named("http"))}
 	serveErr := make(chan error, 1) // size 1: the serve goroutine never blocks on exit
 	wg.Add(1)
@@ -362,6 +412,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	cancelDrain()
 	stopEngine() // aborts what is left, so every handler returns
 	w.handlers.Wait()
+	<-engDone
+	stopPub()
 	if rec != nil {
 		rec.close()
 	}

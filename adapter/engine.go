@@ -1,0 +1,186 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Engine is the kind of engine an adapter fronts.
+type Engine uint8
+
+// The engines.
+const (
+	EngineVLLM Engine = iota + 1
+	EngineSGLang
+	EngineOpenAI
+)
+
+func (e Engine) String() string {
+	switch e {
+	case EngineVLLM:
+		return "vllm"
+	case EngineSGLang:
+		return "sglang"
+	case EngineOpenAI:
+		return "openai"
+	}
+	return fmt.Sprintf("engine(%d)", uint8(e))
+}
+
+// ParseEngine reads an engine name (vllm, sglang, openai).
+func ParseEngine(s string) (Engine, error) {
+	for _, e := range []Engine{EngineVLLM, EngineSGLang, EngineOpenAI} {
+		if strings.EqualFold(s, e.String()) {
+			return e, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: engine %q is not vllm, sglang or openai", ErrInvalidConfig, s)
+}
+
+// Set and String make *Engine a flag.Value.
+func (e *Engine) Set(s string) error {
+	v, err := ParseEngine(s)
+	if err != nil {
+		return err
+	}
+	*e = v
+	return nil
+}
+
+// maxAnswerBytes bounds what the adapter reads of one engine answer.
+const maxAnswerBytes = 16 << 20
+
+// engineClient speaks the engine's own HTTP API: health, discovery and
+// metrics. It holds no state besides its configuration.
+type engineClient struct {
+	kind       Engine
+	base       string // engine base URL without a trailing slash
+	metricsURL string // "" when there is nothing to scrape
+	http       *http.Client
+}
+
+func newEngineClient(kind Engine, base, metricsURL string, hc *http.Client) *engineClient {
+	base = strings.TrimRight(base, "/")
+	if metricsURL == "" && kind != EngineOpenAI {
+		metricsURL = base + "/metrics"
+	}
+	return &engineClient{kind: kind, base: base, metricsURL: metricsURL, http: hc}
+}
+
+// get fetches url and returns its body, which must answer 200 and fit
+// maxAnswerBytes.
+func (c *engineClient) get(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrDiscovery, url, err)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrDiscovery, url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: read: %v", ErrDiscovery, url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%w: %s: status %d", ErrDiscovery, url, resp.StatusCode)
+	}
+	if len(body) > maxAnswerBytes {
+		return nil, fmt.Errorf("%w: %s: answer beyond %d bytes", ErrMalformed, url, maxAnswerBytes)
+	}
+	return body, nil
+}
+
+// healthPath is what the engine's liveness is probed with: vLLM and SGLang
+// have /health; a generic OpenAI server is alive when it lists its models.
+func (c *engineClient) healthPath() string {
+	if c.kind == EngineOpenAI {
+		return "/v1/models"
+	}
+	return "/health"
+}
+
+// Health probes the engine once.
+func (c *engineClient) Health(ctx context.Context) error {
+	_, err := c.get(ctx, c.base+c.healthPath())
+	return err
+}
+
+// Discovered is what the engine told about itself; zero fields are unknown.
+type Discovered struct {
+	Model            string
+	Others           []string
+	LoRAs            []string
+	MaxModelLen      int
+	BlockSize        int
+	KVBlocks         int
+	MaxNumSeqs       int
+	MaxBatchedTokens int
+}
+
+// Discover asks the engine what it serves and how its KV cache is shaped.
+// Parts that fail are reported in the error; what succeeded is returned, so
+// flags can fill the rest.
+func (c *engineClient) Discover(ctx context.Context) (Discovered, error) {
+	var d Discovered
+	var errs []error
+	body, err := c.get(ctx, c.base+"/v1/models")
+	if err == nil {
+		var ms Models
+		if ms, err = ParseModels(body); err == nil {
+			d.Model, d.Others, d.LoRAs, d.MaxModelLen = ms.Base, ms.Others, ms.LoRAs, ms.MaxModelLen
+		}
+	}
+	if err != nil {
+		errs = append(errs, err)
+	}
+	switch c.kind {
+	case EngineVLLM:
+		body, err := c.get(ctx, c.metricsURL)
+		if err == nil {
+			var cc CacheConfig
+			if cc, err = ParseCacheConfig(body); err == nil {
+				d.BlockSize, d.KVBlocks = cc.BlockSize, cc.NumGPUBlocks
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	case EngineSGLang:
+		body, err := c.get(ctx, c.base+"/get_server_info")
+		if err != nil && errors.Is(err, ErrDiscovery) {
+			// Renamed in some versions.
+			body, err = c.get(ctx, c.base+"/server_info")
+		}
+		if err == nil {
+			var si ServerInfo
+			if si, err = ParseServerInfo(body); err == nil {
+				d.BlockSize, d.KVBlocks = si.PageSize, si.KVBlocks()
+				d.MaxNumSeqs, d.MaxBatchedTokens = si.MaxRunning, si.ChunkedPrefill
+				if d.MaxModelLen == 0 {
+					d.MaxModelLen = si.ContextLength
+				}
+				if d.Model == "" {
+					d.Model = si.ServedModelName
+				}
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return d, errors.Join(errs...)
+}
+
+// Scrape fetches the engine's Prometheus text.
+func (c *engineClient) Scrape(ctx context.Context) ([]byte, error) {
+	if c.metricsURL == "" {
+		return nil, fmt.Errorf("%w: no metrics URL", ErrInvalidConfig)
+	}
+	return c.get(ctx, c.metricsURL)
+}
