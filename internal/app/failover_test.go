@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchyard/switchyard/cluster"
@@ -24,10 +25,10 @@ func classPlacedOn(want string, ids []string) string {
 	}
 }
 
-// counterSum adds up every series of a counter in a worker's registry.
-func counterSum(t *testing.T, w *runningWorker, name string) float64 {
+// counterSum adds up every series of a counter in a registry.
+func counterSum(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	t.Helper()
-	mfs, err := w.reg.Gather()
+	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	sum := 0.0
 	for _, mf := range mfs {
@@ -94,7 +95,7 @@ func TestAKilledOwnersClassMovesAndEveryPendingRequestIsAdmittedOnce(t *testing.
 	}
 	served := 0.0
 	for _, w := range c.workers {
-		served += counterSum(t, w, "switchyard_worker_http_requests_total")
+		served += counterSum(t, w.reg, "switchyard_worker_http_requests_total")
 	}
 	require.Equal(t, float64(n), served, "the workers served each request exactly once: nothing was admitted twice")
 	var retried uint64
