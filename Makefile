@@ -19,8 +19,8 @@ build: ## Build the switchyard binary into bin/.
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/switchyard ./cmd/switchyard
 
 .PHONY: up
-up: ## Start a local cluster (embedded etcd + NATS, 3 routers, 8 simulated workers) on 127.0.0.1:8080.
-	$(GO) run ./cmd/switchyard up
+up: ## Start a local cluster (embedded etcd + NATS, 3 routers, 8 simulated workers) on 127.0.0.1:8080; UP_FLAGS="-protocol vllm" puts each worker behind an adapter.
+	$(GO) run ./cmd/switchyard up $(UP_FLAGS)
 
 .PHONY: test
 test: ## Run every test with the race detector (fuzz targets run their seed corpora).

@@ -8,7 +8,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -317,4 +319,58 @@ func TestARouterWithoutTheModelsTokenizerAsksTheEngineAndStillPredictsItsCache(t
 	assert.Equal(t, float64(second.Usage.PromptTokensDetails.CachedTokens), predicted,
 		"the engine's ids, asked over /tokenize, hash to the blocks it stored")
 	assert.Equal(t, 2.0, metricSum(t, addr, "switchyard_router_tokenize_total", map[string]string{"model": testModel, "path": "engine"}))
+}
+
+// `switchyard up -protocol vllm`: every worker speaks only vLLM's protocol
+// and an adapter beside it joins it to the cluster. With predictions
+// expiring at once, the router's predicted cached tokens for a repeated
+// conversation can only come from the adapters' rehashed engine events, and
+// they equal what the engine served from its cache.
+func TestTheLocalClusterOnVLLMProtocolWorkersRoutesOnTheAdaptersEvents(t *testing.T) {
+	addr := startUp(t, func(c *UpConfig) {
+		c.Protocol = ProtocolVLLM
+		c.ZMQPort = freePortPair(t)
+		c.AdapterPort = 0
+		c.Replica.PredictTTL = time.Millisecond
+	})
+	cl := upClient(addr)
+	ctx := testenv.Context(t)
+	params := openai.ChatCompletionNewParams{Model: "switchyard-sim", Messages: longConversation(), MaxTokens: openai.Int(4)}
+	first, err := cl.Chat.Completions.New(ctx, params)
+	require.NoError(t, err)
+	require.Greater(t, first.Usage.PromptTokens, int64(1000))
+	blocks := float64(first.Usage.PromptTokens / 16)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return metricSum(t, addr, "switchyard_index_blocks", nil) >= blocks
+	}, "the engine's ZMQ events reach the router's index through its adapter")
+	predicted0 := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil)
+	second, err := cl.Chat.Completions.New(ctx, params)
+	require.NoError(t, err)
+	predicted := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil) - predicted0
+	cached := second.Usage.PromptTokensDetails.CachedTokens
+	assert.Greater(t, cached, int64(1000), "the engine served the repeated conversation from its cache")
+	assert.Equal(t, float64(cached), predicted, "the router predicted exactly the engine's cached tokens")
+}
+
+// freePortPair returns a free port p with p+1..p+3 free too (two workers'
+// event and replay ports).
+func freePortPair(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		p := testenv.FreePort(t)
+		ok := true
+		for i := 1; i < 4 && ok; i++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+i))
+			if err != nil {
+				ok = false
+				continue
+			}
+			_ = l.Close()
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no four consecutive free ports")
+	return 0
 }

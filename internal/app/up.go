@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/switchyard/switchyard/adapter"
 	"github.com/switchyard/switchyard/metrics"
 )
 
@@ -38,6 +39,15 @@ type UpConfig struct {
 	Replica    ReplicaConfig
 	Worker     WorkerConfig
 	Status     time.Duration // live status refresh; 0 disables it
+	// Protocol is the workers' protocol: ProtocolNative, or ProtocolVLLM
+	// to run each simulated worker as a vLLM-protocol engine with a
+	// `switchyard adapter` beside it (the path a real vLLM fleet takes).
+	Protocol string
+	// ZMQPort is the first vLLM-protocol worker's KV event port (its
+	// replay port is the next one; the other workers follow in pairs);
+	// AdapterPort is the first adapter's HTTP port.
+	ZMQPort     int
+	AdapterPort int
 }
 
 // DefaultUpConfig is the embedded default of `make up`.
@@ -45,7 +55,7 @@ func DefaultUpConfig() UpConfig {
 	return UpConfig{
 		Replicas: 3, Workers: 8, HTTPBase: 8080, WorkerPort: 9001, EtcdPort: 12379, NATSPort: 14222,
 		Host: "127.0.0.1", Speedup: 1, Replica: DefaultReplicaConfig(), Worker: DefaultWorkerConfig(),
-		Status: time.Second,
+		Status: time.Second, Protocol: ProtocolNative, ZMQPort: 15557, AdapterPort: 9101,
 	}
 }
 
@@ -65,6 +75,9 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&cfg.Speedup, "speedup", cfg.Speedup, "simulated engines run this many times faster than the timing model")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "embedded etcd data directory (default: a temporary one)")
 	fs.DurationVar(&cfg.Status, "status-interval", cfg.Status, "live status refresh (0: off)")
+	fs.StringVar(&cfg.Protocol, "protocol", cfg.Protocol, "workers' protocol: native, or vllm (each worker speaks vLLM's KV event protocol and metrics, and a switchyard adapter beside it joins it to the cluster)")
+	fs.IntVar(&cfg.ZMQPort, "zmq-port", cfg.ZMQPort, "with -protocol vllm: the first worker's KV event port; its replay port is the next, the other workers follow in pairs")
+	fs.IntVar(&cfg.AdapterPort, "adapter-port", cfg.AdapterPort, "with -protocol vllm: the first adapter's HTTP port; the others use the next ports")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML (default: deploy/policy.yaml, built in)")
 	level := zapcore.WarnLevel
@@ -77,6 +90,15 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.Replicas < 1 || cfg.Workers < 1 {
 		_, _ = fmt.Fprintln(stderr, "up: need at least one replica and one worker")
+		return ErrUsage
+	}
+	if cfg.Protocol != ProtocolNative && cfg.Protocol != ProtocolVLLM {
+		_, _ = fmt.Fprintf(stderr, "up: -protocol %q must be %s or %s\n", cfg.Protocol, ProtocolNative, ProtocolVLLM)
+		return ErrUsage
+	}
+	if cfg.Protocol == ProtocolVLLM && cfg.ZMQPort == 0 {
+		// The adapters must know where their engines publish.
+		_, _ = fmt.Fprintln(stderr, "up: -protocol vllm needs a -zmq-port")
 		return ErrUsage
 	}
 	if policyFile != "" {
@@ -127,9 +149,13 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		wc.ID = fmt.Sprintf("worker-%d", i+1)
 		wc.Cluster = cfg.Replica.Cluster
 		wc.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.WorkerPort, i)))
+		wc.Engine.Speedup = cfg.Speedup
+		if cfg.Protocol == ProtocolVLLM {
+			startVLLMWorkerAndAdapter(grp, cfg, i, wc, etcdURL, natsURL, log)
+			continue
+		}
 		wc.EtcdEndpoints = []string{etcdURL}
 		wc.NATSURL = natsURL
-		wc.Engine.Speedup = cfg.Speedup
 		grp.go_(wc.ID, func(ctx context.Context) error {
 			return RunWorker(ctx, wc, log.Named(wc.ID), metrics.NewRegistry())
 		})
@@ -353,4 +379,36 @@ func startEmbeddedNATS(host string, port int) (string, func(), error) {
 		return "", nil, fmt.Errorf("embedded NATS on %s:%d not ready within 10s", host, port)
 	}
 	return s.ClientURL(), func() { s.Shutdown(); s.WaitForShutdown() }, nil
+}
+
+// startVLLMWorkerAndAdapter runs worker i as a vLLM-protocol engine (it
+// registers nowhere and publishes its KV events on ZeroMQ) and an adapter
+// beside it that registers it, rehashes its events onto NATS and reports
+// its load, as a sidecar does beside a real vLLM server.
+func startVLLMWorkerAndAdapter(grp *group, cfg UpConfig, i int, wc WorkerConfig, etcdURL, natsURL string, log *zap.Logger) {
+	wc.Protocol = ProtocolVLLM
+	wc.VLLM.EventsBind = fmt.Sprintf("tcp://%s", net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.ZMQPort, 2*i))))
+	wc.VLLM.ReplayBind = fmt.Sprintf("tcp://%s", net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.ZMQPort, 2*i+1))))
+	// The adapter reaches the engine where it really listens (its port may
+	// be picked at bind time), so it starts once the worker serves.
+	served := make(chan string, 1) // size 1: Ready is called once and must not block
+	wc.Ready = func(url string) { served <- url }
+	grp.go_(wc.ID, func(ctx context.Context) error {
+		return RunWorker(ctx, wc, log.Named(wc.ID), metrics.NewRegistry())
+	})
+	ac := adapter.DefaultConfig()
+	ac.Engine = adapter.EngineVLLM
+	ac.KVEvents, ac.KVReplay = wc.VLLM.EventsBind, wc.VLLM.ReplayBind
+	ac.ID, ac.Cluster = wc.ID, wc.Cluster
+	ac.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.AdapterPort, i)))
+	ac.EtcdEndpoints, ac.NATSURL = []string{etcdURL}, natsURL
+	name := wc.ID + "-adapter"
+	grp.go_(name, func(ctx context.Context) error {
+		select {
+		case ac.EngineURL = <-served:
+		case <-ctx.Done():
+			return nil
+		}
+		return RunAdapter(ctx, ac, log.Named(name), nil)
+	})
 }
