@@ -61,7 +61,12 @@ func startVLLMEngineWithAdapter(t *testing.T, c *testCluster, id string) *vllmEn
 		cancel()
 		t.Fatalf("adapter %s did not start within 30s", id)
 	}
-	e := &vllmEngine{id: id, worker: w, stop: func() { cancel(); <-done }}
+	e := &vllmEngine{id: id, worker: w, stop: func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("adapter %s: %v", id, err)
+		}
+	}}
 	t.Cleanup(e.stop)
 	return e
 }
