@@ -98,7 +98,13 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 		if b := int(s.blockSize); b != lastB {
 			lastB, priv = b, r.privateBlocks(b)
 		}
-		cost, ok := c.workerCost(r, cfg, s, int(c.ovl[i]), priv)
+		var cost float64
+		var ok bool
+		if c.cfg.Selector == SelectorTTFT {
+			cost, ok = c.ttftCost(r, cfg, s, int(c.ovl[i]), priv)
+		} else {
+			cost, ok = c.workerCost(r, cfg, s, int(c.ovl[i]), priv)
+		}
 		if !ok {
 			continue
 		}
