@@ -55,6 +55,10 @@ type SimConfigInfo struct {
 	SplitClasses    int     `json:"split_classes"`
 	OverlapCredit   float64 `json:"overlap_credit"`
 	PrefillScale    float64 `json:"prefill_scale"`
+	Selector        string  `json:"selector"`
+	TTFTScale       float64 `json:"ttft_prefill_scale"`
+	TTFTInterfere   float64 `json:"ttft_interference"`
+	TTFTCalWindow   int     `json:"ttft_calibration_window"`
 	IgnoreDeadlines bool    `json:"ignore_deadlines"`
 	DueMarginMs     float64 `json:"due_margin_ms"`
 	ClassPolicy     string  `json:"class_policy"`
@@ -79,6 +83,10 @@ type SimWorkerReport struct {
 	Preemptions  uint64  `json:"preemptions"`
 	Evicted      uint64  `json:"blocks_evicted"`
 	IndexResyncs int     `json:"index_resyncs"`
+	// TTFTScale is the first replica's calibrated TTFT scale for the
+	// worker (observed over predicted grant-to-first-token time; 1 when
+	// the ttft selector is off or calibration is off).
+	TTFTScale float64 `json:"ttft_scale"`
 }
 
 // SimReplicaReport is one router replica's part.
@@ -115,6 +123,8 @@ func (s *simulation) report() *SimReport {
 			ArrivalSpreadMs: ms(cfg.ArrivalSpread),
 			Requests:        len(s.reqs), MaxRunning: cfg.maxRunning(), SingleClass: cfg.SingleClass,
 			SplitClasses: cfg.SplitClasses, OverlapCredit: cfg.Scheduler.OverlapCredit, PrefillScale: cfg.Scheduler.PrefillScale,
+			Selector: cfg.Scheduler.Selector.String(), TTFTScale: cfg.Scheduler.TTFT.PrefillScale,
+			TTFTInterfere: cfg.Scheduler.TTFT.Interference, TTFTCalWindow: cfg.Scheduler.TTFT.CalibrationWindow,
 			IgnoreDeadlines: cfg.IgnoreDeadlines, DueMarginMs: ms(cfg.DueMargin), ClassPolicy: cfg.Class.Policy.String(),
 			QueueLimit: cfg.Class.Limits.Requests, BlockSize: cfg.Engine.BlockSize, KVBlocks: cfg.Engine.NumBlocks,
 			MaxBatchedTok: cfg.Engine.MaxNumBatchedTokens, MaxNumSeqs: cfg.Engine.MaxNumSeqs, EngineSpeedup: cfg.Engine.Speedup,
@@ -145,6 +155,7 @@ func (s *simulation) report() *SimReport {
 			ID: w.id, Requests: w.reqs, PeakActive: w.peak, PromptTokens: st.PromptTokens,
 			CachedTokens: st.CachedTokens, HitRate: st.PrefixHitRate, BusyS: st.BusyTime.Seconds(),
 			Steps: st.Steps, Preemptions: st.Preemptions, Evicted: st.BlocksEvicted, IndexResyncs: w.resyncs,
+			TTFTScale: s.replicas[0].core.TTFTScale(w.id),
 		})
 	}
 	classIdx := map[string]int{}

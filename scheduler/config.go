@@ -12,7 +12,8 @@ import (
 type Config struct {
 	// OverlapCredit is how many prefill blocks one cached block is worth.
 	OverlapCredit float64
-	// PrefillScale weighs prefill against decode load in the selector cost.
+	// PrefillScale weighs prefill against decode load in the blocks
+	// selector's cost (the ttft selector has its own, TTFT.PrefillScale).
 	PrefillScale float64
 	// Temperature 0 picks the cheapest worker (ties at random); > 0 samples
 	// with p ∝ exp(−(c − c_min) / ((c_max − c_min)·T)).
@@ -27,15 +28,15 @@ type Config struct {
 	SnapshotInterval time.Duration
 	// Selector is the worker-selection cost: SelectorBlocks (design §5's
 	// block counts) or SelectorTTFT (predicted time to first token,
-	// selector_ttft.go). OverlapCredit, PrefillScale and Temperature apply
-	// to both.
+	// selector_ttft.go). OverlapCredit and Temperature apply to both.
 	Selector Selector
 	// TTFT is the timing model SelectorTTFT predicts with.
 	TTFT TTFTModel
 }
 
-// DefaultConfig returns the defaults: credit 1, scale 1, temperature 0,
-// ack timeout 2 s, booking expiry 30 s, snapshots every 100 ms.
+// DefaultConfig returns the defaults: the ttft selector with
+// DefaultTTFTModel, credit 1, blocks scale 1, temperature 0, ack timeout
+// 2 s, booking expiry 30 s, snapshots every 100 ms.
 func DefaultConfig() Config {
 	return Config{
 		OverlapCredit:    1,

@@ -124,6 +124,7 @@ type Core struct {
 	cands    []int // allowed worker indices of the request being selected
 	ties     []int
 	costs    []float64
+	ttft     ttftScratch
 	freeEnt  []*entry
 	freeBook []*booking
 }

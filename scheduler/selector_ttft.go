@@ -85,6 +85,11 @@ type TTFTModel struct {
 	// the cost adds Interference × (decoding sequences) × (own prefill ms).
 	// 0 predicts the request's own TTFT only.
 	Interference float64
+	// Spread adds to every worker's cost a fixed offset in [0, Spread) ms
+	// that this Core draws per worker. Replicas deciding at the same
+	// instant on the same gossiped view then break near-ties differently
+	// instead of all sending a burst to one worker. 0 turns it off.
+	Spread float64
 	// CalibrationWindow is how many first-token marks per worker the scale
 	// remembers (each older mark weighs 1 − 1/CalibrationWindow less);
 	// 0 turns calibration off (scale 1).
@@ -130,6 +135,8 @@ func (m TTFTModel) Validate() error {
 		return fmt.Errorf("%w: TTFT.StepTokens must be > 0, got %d", ErrInvalidConfig, m.StepTokens)
 	case !fin(m.Interference) || m.Interference < 0:
 		return fmt.Errorf("%w: TTFT.Interference must be a finite number >= 0, got %v", ErrInvalidConfig, m.Interference)
+	case !fin(m.Spread) || m.Spread < 0:
+		return fmt.Errorf("%w: TTFT.Spread must be a finite number >= 0, got %v", ErrInvalidConfig, m.Spread)
 	case m.CalibrationWindow < 0:
 		return fmt.Errorf("%w: TTFT.CalibrationWindow must be >= 0, got %d", ErrInvalidConfig, m.CalibrationWindow)
 	}
@@ -163,6 +170,7 @@ func (m *TTFTModel) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Float64Var(&m.PrefillScale, prefix+"prefill-scale", m.PrefillScale, "ttft selector: weight of the request's own uncached prefill against the queue ahead of it")
 	fs.IntVar(&m.StepTokens, prefix+"step-tokens", m.StepTokens, "ttft selector: the engines' token budget per step")
 	fs.Float64Var(&m.Interference, prefix+"interference", m.Interference, "ttft selector: weight of the decode stall a prefill causes (per decoding sequence)")
+	fs.Float64Var(&m.Spread, prefix+"spread", m.Spread, "ttft selector: ms of fixed per-replica, per-worker offset that spreads simultaneous decisions of several replicas (0: off)")
 	fs.IntVar(&m.CalibrationWindow, prefix+"calibration-window", m.CalibrationWindow, "ttft selector: first-token marks per worker the calibrated scale remembers (0: no calibration)")
 }
 
@@ -262,6 +270,22 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 	if s.maxRunning > 0 && load.ActiveRequests >= int(s.maxRunning) {
 		return 0, false
 	}
+	scale := 1 + s.ledger.ttftSlow
+	if ovl == 0 && load == (WorkerLoad{}) {
+		// An idle worker without the prefix costs the same as every other
+		// such worker of its pool size: most of a large fleet, once per
+		// decision.
+		m := &c.ttft
+		if !m.valid || m.kvBlocks != s.kvBlocks || m.blockSize != s.blockSize {
+			m.valid, m.kvBlocks, m.blockSize = true, s.kvBlocks, s.blockSize
+			m.cost = c.ttftLoadedCost(r, s, load, 0, len(r.BlockHashes)+priv)
+		}
+		cost := m.cost * scale
+		if c.cfg.TTFT.Spread > 0 {
+			cost += c.cfg.TTFT.Spread * c.ttftOffset(s.ID)
+		}
+		return cost, true
+	}
 	held := 0
 	if s.ledger.refs.n > 0 || s.ledger.refs.zero > 0 {
 		held = s.ledger.activeDepth(r.BlockHashes)
@@ -280,14 +304,53 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 			return 0, false
 		}
 	}
+	cost := c.ttftLoadedCost(r, s, load, cached, decode) * scale
+	if c.cfg.TTFT.Spread > 0 {
+		cost += c.cfg.TTFT.Spread * c.ttftOffset(s.ID)
+	}
+	return cost, true
+}
+
+// ttftOffset is this Core's fixed offset of worker in [0, 1): a hash of
+// the worker ID under a seed drawn once from the Core's random source.
+func (c *Core) ttftOffset(worker string) float64 {
+	m := &c.ttft
+	if !m.seeded {
+		m.seed, m.seeded = c.rng.Uint64()|1, true
+	}
+	h := m.seed
+	for i := 0; i < len(worker); i++ {
+		h = (h ^ uint64(worker[i])) * 0x100000001b3
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	return float64(h>>11) / (1 << 53)
+}
+
+// ttftScratch is the ttft selector's scratch in the Core: the cost of an
+// idle worker holding none of the prompt, memoized within one selection
+// (valid; the selector resets it), and ttftOffset's seed.
+type ttftScratch struct {
+	seed      uint64 // ttftOffset's, drawn at first use
+	seeded    bool
+	valid     bool
+	kvBlocks  int32
+	blockSize int32
+	cost      float64
+}
+
+// ttftLoadedCost is ttftCost before the worker's scale, for r with cached
+// prompt tokens and decode projected blocks on s under load.
+func (c *Core) ttftLoadedCost(r *Request, s *workerSlot, load WorkerLoad, cached, decode int) float64 {
 	credited := cached
 	if c.cfg.OverlapCredit != 1 {
 		credited = min(r.PromptTokens, int(c.cfg.OverlapCredit*float64(cached)))
 	}
 	in := ttftInputsFor(r, s, load, credited, decode)
 	m := &c.cfg.TTFT
-	queue := m.prefillTime(in.queued, in.decoding, in.kvUse)
-	own := m.prefillTime(in.queued+in.own, in.decoding, in.kvUse) - queue
+	queue, total := m.queueAndTotal(in.queued, in.own, in.decoding, in.kvUse)
+	own := total - queue
 	cost := queue + m.PrefillScale*own
 	if m.Interference > 0 {
 		cost += m.Interference * float64(in.decoding) * own
@@ -295,7 +358,26 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 	if in.overflow > 0 {
 		cost += in.overflow * float64(max(1, r.ExpectedOutputTokens)) * m.decodeMs(1)
 	}
-	return cost * (1 + s.ledger.ttftSlow), true
+	return cost
+}
+
+// queueAndTotal is prefillTime(q) and prefillTime(q+x) sharing their
+// per-step terms.
+func (m *TTFTModel) queueAndTotal(q, x, d int, u float64) (queue, total float64) {
+	chunk := max(1, m.StepTokens-d)
+	extra := 0.0
+	if d > 0 {
+		extra = m.decodeMs(u) - m.Decode[2]
+	}
+	step := m.prefillMs(chunk+d) + extra
+	at := func(n int) float64 {
+		if n <= 0 {
+			return 0
+		}
+		full := (n - 1) / chunk
+		return float64(full)*step + m.prefillMs(n-full*chunk+d) + extra
+	}
+	return at(q), at(q + x)
 }
 
 // ttftPredict is the reference-ms TTFT prediction for r on worker slot idx
