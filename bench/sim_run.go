@@ -280,6 +280,9 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 		id := "worker-" + strconv.Itoa(i)
 		ec := cfg.Engine
 		ec.WorkerID, ec.Instance, ec.Seed = id, uint64(i)+1, cfg.Seed
+		if n := len(cfg.EngineSpeedups); n > 0 {
+			ec.Speedup = cfg.EngineSpeedups[i%n]
+		}
 		ec.Events = kvSink{s: s, w: i}
 		eng, err := engine.New(ec, s.clock)
 		if err != nil {

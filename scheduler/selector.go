@@ -48,7 +48,7 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 		return -1, false
 	}
 	c.refreshRemote()
-	c.ttft.valid = false
+	c.ttft.begin()
 	c.touched = c.touched[:0]
 	for _, o := range r.Overlaps {
 		if i, ok := c.workerIdx[o.Worker]; ok {

@@ -72,12 +72,22 @@ type TTFTModel struct {
 	// decoding sequences are D more tokens through prefill and the
 	// u-dependent part, Decode(u) − Decode(0), comes on top.
 	Decode [3]float64
-	// PrefillScale weighs the request's own uncached prefill against the
-	// queue ahead of it (Config.PrefillScale is the blocks selector's). At 1
-	// the cost is the request's own predicted TTFT; above 1 it also charges
-	// what a recompute costs the requests that will queue behind it and the
-	// cache space its duplicate prefix takes (docs/benchmarks.md §7).
+	// PrefillScale charges each uncached prompt token's prefill work this
+	// many times: once in the request's own TTFT and PrefillScale − 1 times
+	// more as the work it adds to the worker, which later requests queue
+	// behind, and the duplicate prefix it caches there. At 1 the cost is
+	// the predicted TTFT alone; docs/benchmarks.md §7 measures the choice.
 	PrefillScale float64
+	// Externality adds, on top of PrefillScale, Externality × L prefill
+	// works per uncached token, where L is the fleet's mean number of
+	// prefills booked per worker (its booked prefill time over the mean
+	// request's). Work placed now delays every request that queues behind
+	// it, and in an M/M/1 queue the expected number of those is
+	// ρ/(1−ρ) = L: so the weight is near 0 at light load, where
+	// recomputing on an idle worker is cheap, and grows as the fleet
+	// saturates, where cache affinity is what keeps it out of saturation.
+	// 0 turns it off.
+	Externality float64
 	// StepTokens is the engine's token budget per step (decodes first, then
 	// prefill chunks): prefill beyond it takes more steps.
 	StepTokens int
@@ -97,16 +107,17 @@ type TTFTModel struct {
 }
 
 // DefaultTTFTModel is design §9's fit (an H100-like engine at speedup 1),
-// prefill scale 3 (measured, docs/benchmarks.md §7), the simulated
-// engine's default budget of 8,192 tokens, no interference
-// weight and a calibration window of 32 marks.
+// prefill scale 1 with externality 1 and interference 0.02 (measured,
+// docs/benchmarks.md §7), the simulated engine's default budget of 8,192
+// tokens and a calibration window of 32 marks.
 func DefaultTTFTModel() TTFTModel {
 	return TTFTModel{
 		Prefill:           [3]float64{4.209989e-7, 0.01518344, 16.50142},
 		Decode:            [3]float64{-25.74, 54.01, 5.74},
-		PrefillScale:      3,
+		PrefillScale:      1,
+		Externality:       1,
 		StepTokens:        8192,
-		Interference:      0,
+		Interference:      0.02,
 		CalibrationWindow: 32,
 	}
 }
@@ -131,6 +142,8 @@ func (m TTFTModel) Validate() error {
 		return fmt.Errorf("%w: TTFT.Prefill must be increasing (quad >= 0, lin > 0, const >= 0), got %v", ErrInvalidConfig, m.Prefill)
 	case !fin(m.PrefillScale) || m.PrefillScale < 0:
 		return fmt.Errorf("%w: TTFT.PrefillScale must be a finite number >= 0, got %v", ErrInvalidConfig, m.PrefillScale)
+	case !fin(m.Externality) || m.Externality < 0:
+		return fmt.Errorf("%w: TTFT.Externality must be a finite number >= 0, got %v", ErrInvalidConfig, m.Externality)
 	case m.StepTokens <= 0:
 		return fmt.Errorf("%w: TTFT.StepTokens must be > 0, got %d", ErrInvalidConfig, m.StepTokens)
 	case !fin(m.Interference) || m.Interference < 0:
@@ -168,6 +181,7 @@ func (m *TTFTModel) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	coeffs("prefill", "ttft selector: prefill step ms = a·T² + b·T + c for T tokens, as a,b,c", &m.Prefill)
 	coeffs("decode", "ttft selector: decode step ms = a·u² + b·u + c at KV utilisation u, as a,b,c", &m.Decode)
 	fs.Float64Var(&m.PrefillScale, prefix+"prefill-scale", m.PrefillScale, "ttft selector: weight of the request's own uncached prefill against the queue ahead of it")
+	fs.Float64Var(&m.Externality, prefix+"externality", m.Externality, "ttft selector: extra prefill works per uncached token per prefill booked on the mean worker (0: off)")
 	fs.IntVar(&m.StepTokens, prefix+"step-tokens", m.StepTokens, "ttft selector: the engines' token budget per step")
 	fs.Float64Var(&m.Interference, prefix+"interference", m.Interference, "ttft selector: weight of the decode stall a prefill causes (per decoding sequence)")
 	fs.Float64Var(&m.Spread, prefix+"spread", m.Spread, "ttft selector: ms of fixed per-replica, per-worker offset that spreads simultaneous decisions of several replicas (0: off)")
@@ -256,12 +270,20 @@ func ttftInputsFor(r *Request, s *workerSlot, load WorkerLoad, cached, decode in
 // ttftCost is SelectorTTFT's cost of r on s in calibrated ms, or false when
 // s is full or busy for this class (the same eligibility as workerCost):
 //
-//	queue       = prefillTime(booked prefill ahead)
-//	own         = prefillTime(ahead + uncached) − queue, uncached = isl − credit × cached
-//	stall       = interference × decoding sequences × own
-//	kv_wait     = overflow fraction × expected output tokens × decode(1)
-//	cost        = scale_w × (queue + ttft.prefill_scale × own + stall + kv_wait)
+//	uncached = isl − credit × cached
+//	ttft     = prefillTime(booked prefill ahead + uncached), with the
+//	           worker's decoders in every step
+//	work     = prefillTime(uncached) on an otherwise idle engine
+//	stall    = interference × decoding sequences × own prefill time
+//	kv_wait  = overflow fraction × expected output tokens × decode(1)
+//	L        = mean booked prefill time per worker ÷ mean request's work
+//	           (smoothed over decisions; see TTFTModel.Externality)
+//	cost     = scale_w × (ttft + (prefill_scale − 1 + externality × L) × work
+//	           + stall + kv_wait)
 //
+// work is the same wherever the tokens are uncached, so the scale weighs
+// recomputing against queueing without amplifying the decoders' share of
+// the steps (which ttft already counts once).
 // kv_wait stands for the time a request waits when the worker's pool is
 // oversubscribed: the engine admits it only as running requests finish,
 // roughly one generation later per pool's worth of excess.
@@ -279,6 +301,8 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 		if !m.valid || m.kvBlocks != s.kvBlocks || m.blockSize != s.blockSize {
 			m.valid, m.kvBlocks, m.blockSize = true, s.kvBlocks, s.blockSize
 			m.cost = c.ttftLoadedCost(r, s, load, 0, len(r.BlockHashes)+priv)
+		} else {
+			m.queueN++ // an idle worker's queue is 0
 		}
 		cost := m.cost * scale
 		if c.cfg.TTFT.Spread > 0 {
@@ -338,6 +362,43 @@ type ttftScratch struct {
 	kvBlocks  int32
 	blockSize int32
 	cost      float64
+	// The fleet's load L for Externality: queueSum/queueN are the booked
+	// prefill ms over the workers the last selection evaluated, work the
+	// mean booked request's prefill ms (both smoothed), load their ratio.
+	queueSum float64
+	queueN   int
+	queue    float64
+	work     float64
+	load     float64
+}
+
+// loadSmoothing is how many decisions L is smoothed over.
+const loadSmoothing = 32
+
+// begin starts a selection: it folds the previous selection's queues into
+// L (so L lags one decision, and costs need no second pass) and drops the
+// idle-worker memo.
+func (m *ttftScratch) begin() {
+	m.valid = false
+	if m.queueN == 0 {
+		return
+	}
+	q := m.queueSum / float64(m.queueN)
+	m.queueSum, m.queueN = 0, 0
+	m.queue += (q - m.queue) / loadSmoothing
+	if m.work > 0 {
+		m.load = m.queue / m.work
+	}
+}
+
+// booked folds a booked request's own prefill work (reference ms) into the
+// mean request's.
+func (m *ttftScratch) booked(work float64) {
+	if m.work == 0 {
+		m.work = work
+		return
+	}
+	m.work += (work - m.work) / loadSmoothing
 }
 
 // ttftLoadedCost is ttftCost before the worker's scale, for r with cached
@@ -350,10 +411,14 @@ func (c *Core) ttftLoadedCost(r *Request, s *workerSlot, load WorkerLoad, cached
 	in := ttftInputsFor(r, s, load, credited, decode)
 	m := &c.cfg.TTFT
 	queue, total := m.queueAndTotal(in.queued, in.own, in.decoding, in.kvUse)
-	own := total - queue
-	cost := queue + m.PrefillScale*own
+	c.ttft.queueSum += queue
+	c.ttft.queueN++
+	cost := total
+	if w := m.PrefillScale - 1 + m.Externality*c.ttft.load; w != 0 {
+		cost += w * m.prefillTime(in.own, 0, 0)
+	}
 	if m.Interference > 0 {
-		cost += m.Interference * float64(in.decoding) * own
+		cost += m.Interference * float64(in.decoding) * (total - queue)
 	}
 	if in.overflow > 0 {
 		cost += in.overflow * float64(max(1, r.ExpectedOutputTokens)) * m.decodeMs(1)
@@ -384,7 +449,7 @@ func (m *TTFTModel) queueAndTotal(q, x, d int, u float64) (queue, total float64)
 // as it would be booked now (credit 1: what the engine will really reuse).
 // The Core stores it in the booking and calibrates against the first token.
 func (c *Core) ttftPredict(r *Request, idx int) float64 {
-	if c.cfg.Selector != SelectorTTFT || c.cfg.TTFT.CalibrationWindow == 0 {
+	if c.cfg.Selector != SelectorTTFT {
 		return 0
 	}
 	s := &c.workers[idx]
@@ -392,7 +457,9 @@ func (c *Core) ttftPredict(r *Request, idx int) float64 {
 	ovl := r.OverlapBlocks(s.ID)
 	decode := load.DecodeBlocks + len(r.BlockHashes) + r.privateBlocks(int(s.blockSize))
 	in := ttftInputsFor(r, s, load, r.cachedFromOverlap(ovl, int(s.blockSize)), decode)
-	return c.cfg.TTFT.ttftPrediction(in)
+	m := &c.cfg.TTFT
+	c.ttft.booked(m.prefillTime(in.own, 0, 0))
+	return m.ttftPrediction(in)
 }
 
 // calibrate folds one first-token mark into its worker's scale: the ratio

@@ -273,7 +273,8 @@ func referenceTTFTCost(cfg Config, r *Request, w Worker, local, remote WorkerLoa
 	u := min(1, frac)
 	queue := stepByStep(m, load.PrefillTokens, d, u)
 	own := stepByStep(m, load.PrefillTokens+max(1, r.PromptTokens-credited), d, u) - queue
-	cost := queue + m.PrefillScale*own + m.Interference*float64(d)*own
+	work := stepByStep(m, max(1, r.PromptTokens-credited), 0, 0)
+	cost := queue + own + (m.PrefillScale-1)*work + m.Interference*float64(d)*own
 	if frac > 1 {
 		cost += (frac - 1) * float64(max(1, r.ExpectedOutputTokens)) * (m.Decode[0] + m.Decode[1] + m.Decode[2])
 	}
@@ -388,10 +389,10 @@ func TestTTFTFlagsSetTheModel(t *testing.T) {
 	cfg.RegisterFlags(fs, "s.")
 	require.NoError(t, fs.Parse([]string{"-s.selector", "blocks", "-s.ttft-prefill", "1e-7,0.02,10",
 		"-s.ttft-decode", "0,10,5", "-s.ttft-step-tokens", "4096", "-s.ttft-prefill-scale", "2",
-		"-s.ttft-interference", "0.1", "-s.ttft-calibration-window", "8"}))
+		"-s.ttft-interference", "0.1", "-s.ttft-calibration-window", "8", "-s.ttft-externality", "0.5", "-s.ttft-spread", "20"}))
 	require.Equal(t, SelectorBlocks, cfg.Selector)
 	require.Equal(t, TTFTModel{Prefill: [3]float64{1e-7, 0.02, 10}, Decode: [3]float64{0, 10, 5}, StepTokens: 4096,
-		PrefillScale: 2, Interference: 0.1, CalibrationWindow: 8}, cfg.TTFT)
+		PrefillScale: 2, Externality: 0.5, Interference: 0.1, Spread: 20, CalibrationWindow: 8}, cfg.TTFT)
 	require.Error(t, fs.Parse([]string{"-s.ttft-prefill", "1,2"}))
 	require.Error(t, fs.Parse([]string{"-s.selector", "nope"}))
 }
