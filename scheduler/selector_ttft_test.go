@@ -396,3 +396,52 @@ func TestTTFTFlagsSetTheModel(t *testing.T) {
 	require.Error(t, fs.Parse([]string{"-s.ttft-prefill", "1,2"}))
 	require.Error(t, fs.Parse([]string{"-s.selector", "nope"}))
 }
+
+func TestFleetLoadIsTheMeanBookedPrefillInRequestsWorth(t *testing.T) {
+	h := ttftHarness(t, workers(4, 0), nil, classCfg("c", PolicyFCFS))
+	m := DefaultTTFTModel()
+	step := m.prefillTime(8192, 0, 0)
+	run := func(n int) {
+		for range n {
+			id := fmt.Sprintf("r%d", h.arrived)
+			h.arrived++
+			h.enqueue(req(id, "c", 8192)) // uncached: one full step of work
+			h.core.Finish(h.granted(id).Booking)
+		}
+	}
+	// Every worker has one such request's prefill booked elsewhere: L = 1.
+	for _, w := range []string{"w0", "w1", "w2", "w3"} {
+		h.remote[w] = WorkerLoad{PrefillTokens: 8192}
+	}
+	run(300)
+	require.InDelta(t, 1, h.core.ttft.load, 0.01)
+	require.InDelta(t, step, h.core.ttft.work, 1e-6)
+	// Two of them carry three: the mean is two requests' worth.
+	h.remote["w0"] = WorkerLoad{PrefillTokens: 3 * 8192}
+	h.remote["w1"] = WorkerLoad{PrefillTokens: 3 * 8192}
+	run(300)
+	want := (2*m.prefillTime(3*8192, 0, 0) + 2*step) / 4 / step
+	require.InDelta(t, want, h.core.ttft.load, 0.02)
+}
+
+func TestALoadedFleetKeepsARequestOnItsCacheThatAnIdleOneWouldMove(t *testing.T) {
+	// w0 caches half of a 16k prompt but has 12k tokens booked ahead: its
+	// first token comes later than a full recompute on idle w1.
+	mk := func(h *harness, id string) *Request {
+		h.remote["w0"] = WorkerLoad{PrefillTokens: 12000}
+		r := req(id, "c", 16384)
+		r.BlockHashes = seqHashes(1, 1024)
+		r.Overlaps = []Overlap{{Worker: "w0", Blocks: 512}}
+		return r
+	}
+	idle := ttftHarness(t, workers(2, 0), nil, classCfg("c", PolicyFCFS))
+	idle.enqueue(mk(idle, "r"))
+	require.Equal(t, "w1", idle.granted("r").Worker, "an unloaded fleet: the earliest first token wins")
+
+	// With two prefills booked per worker fleet-wide, the 8k tokens the
+	// recompute would add cost two more requests' wait each: stay cached.
+	loaded := ttftHarness(t, workers(2, 0), nil, classCfg("c", PolicyFCFS))
+	loaded.core.ttft.load = 2
+	loaded.enqueue(mk(loaded, "r"))
+	require.Equal(t, "w0", loaded.granted("r").Worker)
+}
