@@ -251,7 +251,7 @@ func (m *TTFTModel) ttftPrediction(in ttftInputs) float64 {
 	return m.prefillTime(in.queued+in.own, in.decoding, in.kvUse)
 }
 
-// inputs gathers the prediction's inputs for r on s. cached is the
+// ttftInputsFor gathers the prediction's inputs for r on s. cached is the
 // request's cached prompt tokens there; decode its projected decode blocks.
 func ttftInputsFor(r *Request, s *workerSlot, load WorkerLoad, cached, decode int) ttftInputs {
 	in := ttftInputs{
