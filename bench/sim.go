@@ -164,6 +164,10 @@ type SimConfig struct {
 	// Engine is every worker's engine configuration (WorkerID, Instance,
 	// Seed and Events are set per worker).
 	Engine engine.Config
+	// EngineSpeedups, when set, overrides Engine.Speedup per worker: worker
+	// i runs at EngineSpeedups[i mod len], a heterogeneous fleet (the
+	// routers are not told; the ttft selector calibrates to it).
+	EngineSpeedups []float64
 }
 
 // DefaultSimConfig returns one replica in front of eight workers with the
@@ -237,6 +241,11 @@ func (c SimConfig) Validate() error {
 		return bad("max_running %d must not be negative", c.MaxRunning)
 	case c.DefaultClass == "":
 		return bad("default_class is empty")
+	}
+	for i, sp := range c.EngineSpeedups {
+		if !(sp > 0) || sp > 1e9 {
+			return bad("engine_speedups[%d] %v must be positive", i, sp)
+		}
 	}
 	if err := c.Vocab.Validate(); err != nil {
 		return fmt.Errorf("sim: %w", err)

@@ -143,6 +143,9 @@ func (c *simCLI) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&b.Engine.MaxNumSeqs, "sim-max-num-seqs", b.Engine.MaxNumSeqs, "sim: engine maximum running sequences")
 	fs.IntVar(&b.Engine.MaxModelLen, "sim-max-model-len", b.Engine.MaxModelLen, "sim: engine maximum prompt plus output tokens")
 	fs.Float64Var(&b.Engine.Speedup, "sim-engine-speedup", b.Engine.Speedup, "sim: divide every engine step time by this factor")
+	listFlag(fs, "sim-engine-speedups", "sim: per-worker engine speedups, assigned round-robin (e.g. 0.5,1: half the workers twice as slow)", &b.EngineSpeedups, func(s string) (float64, error) {
+		return strconv.ParseFloat(s, 64)
+	})
 	fs.BoolVar(&f.writeResults, "sim-results", f.writeResults, "sim: also write every request's results (results.jsonl, or results-<run>.jsonl per run)")
 }
 

@@ -38,32 +38,37 @@ type SimReport struct {
 
 // SimConfigInfo is the part of a SimConfig a report records.
 type SimConfigInfo struct {
-	Seed            uint64  `json:"seed"`
-	Replicas        int     `json:"replicas"`
-	Workers         int     `json:"workers"`
-	Policy          string  `json:"policy"`
-	Admission       string  `json:"admission"`
-	Gossip          bool    `json:"gossip"`
-	GossipDelayMs   float64 `json:"gossip_delay_ms"`
-	EventDelayMs    float64 `json:"event_delay_ms"`
-	PredictTTLMs    float64 `json:"predict_ttl_ms"`
-	TimeScale       float64 `json:"time_scale"`
-	ArrivalSpreadMs float64 `json:"arrival_spread_ms"`
-	Requests        int     `json:"requests"`
-	MaxRunning      int     `json:"max_running"`
-	SingleClass     bool    `json:"single_class"`
-	SplitClasses    int     `json:"split_classes"`
-	OverlapCredit   float64 `json:"overlap_credit"`
-	PrefillScale    float64 `json:"prefill_scale"`
-	IgnoreDeadlines bool    `json:"ignore_deadlines"`
-	DueMarginMs     float64 `json:"due_margin_ms"`
-	ClassPolicy     string  `json:"class_policy"`
-	QueueLimit      int     `json:"queue_limit_requests"`
-	BlockSize       int     `json:"block_size"`
-	KVBlocks        int     `json:"kv_blocks"`
-	MaxBatchedTok   int     `json:"max_batched_tokens"`
-	MaxNumSeqs      int     `json:"max_num_seqs"`
-	EngineSpeedup   float64 `json:"engine_speedup"`
+	Seed            uint64    `json:"seed"`
+	Replicas        int       `json:"replicas"`
+	Workers         int       `json:"workers"`
+	Policy          string    `json:"policy"`
+	Admission       string    `json:"admission"`
+	Gossip          bool      `json:"gossip"`
+	GossipDelayMs   float64   `json:"gossip_delay_ms"`
+	EventDelayMs    float64   `json:"event_delay_ms"`
+	PredictTTLMs    float64   `json:"predict_ttl_ms"`
+	TimeScale       float64   `json:"time_scale"`
+	ArrivalSpreadMs float64   `json:"arrival_spread_ms"`
+	Requests        int       `json:"requests"`
+	MaxRunning      int       `json:"max_running"`
+	SingleClass     bool      `json:"single_class"`
+	SplitClasses    int       `json:"split_classes"`
+	OverlapCredit   float64   `json:"overlap_credit"`
+	PrefillScale    float64   `json:"prefill_scale"`
+	Selector        string    `json:"selector"`
+	TTFTScale       float64   `json:"ttft_prefill_scale"`
+	TTFTInterfere   float64   `json:"ttft_interference"`
+	TTFTCalWindow   int       `json:"ttft_calibration_window"`
+	IgnoreDeadlines bool      `json:"ignore_deadlines"`
+	DueMarginMs     float64   `json:"due_margin_ms"`
+	ClassPolicy     string    `json:"class_policy"`
+	QueueLimit      int       `json:"queue_limit_requests"`
+	BlockSize       int       `json:"block_size"`
+	KVBlocks        int       `json:"kv_blocks"`
+	MaxBatchedTok   int       `json:"max_batched_tokens"`
+	MaxNumSeqs      int       `json:"max_num_seqs"`
+	EngineSpeedup   float64   `json:"engine_speedup"`
+	EngineSpeedups  []float64 `json:"engine_speedups,omitempty"`
 }
 
 // SimWorkerReport is one engine's view of the run.
@@ -79,6 +84,10 @@ type SimWorkerReport struct {
 	Preemptions  uint64  `json:"preemptions"`
 	Evicted      uint64  `json:"blocks_evicted"`
 	IndexResyncs int     `json:"index_resyncs"`
+	// TTFTScale is the first replica's calibrated TTFT scale for the
+	// worker (observed over predicted grant-to-first-token time; 1 when
+	// the ttft selector is off or calibration is off).
+	TTFTScale float64 `json:"ttft_scale"`
 }
 
 // SimReplicaReport is one router replica's part.
@@ -115,9 +124,12 @@ func (s *simulation) report() *SimReport {
 			ArrivalSpreadMs: ms(cfg.ArrivalSpread),
 			Requests:        len(s.reqs), MaxRunning: cfg.maxRunning(), SingleClass: cfg.SingleClass,
 			SplitClasses: cfg.SplitClasses, OverlapCredit: cfg.Scheduler.OverlapCredit, PrefillScale: cfg.Scheduler.PrefillScale,
+			Selector: cfg.Scheduler.Selector.String(), TTFTScale: cfg.Scheduler.TTFT.PrefillScale,
+			TTFTInterfere: cfg.Scheduler.TTFT.Interference, TTFTCalWindow: cfg.Scheduler.TTFT.CalibrationWindow,
 			IgnoreDeadlines: cfg.IgnoreDeadlines, DueMarginMs: ms(cfg.DueMargin), ClassPolicy: cfg.Class.Policy.String(),
 			QueueLimit: cfg.Class.Limits.Requests, BlockSize: cfg.Engine.BlockSize, KVBlocks: cfg.Engine.NumBlocks,
 			MaxBatchedTok: cfg.Engine.MaxNumBatchedTokens, MaxNumSeqs: cfg.Engine.MaxNumSeqs, EngineSpeedup: cfg.Engine.Speedup,
+			EngineSpeedups: cfg.EngineSpeedups,
 		},
 		Summary:    sum,
 		Events:     s.nEvents,
@@ -145,6 +157,7 @@ func (s *simulation) report() *SimReport {
 			ID: w.id, Requests: w.reqs, PeakActive: w.peak, PromptTokens: st.PromptTokens,
 			CachedTokens: st.CachedTokens, HitRate: st.PrefixHitRate, BusyS: st.BusyTime.Seconds(),
 			Steps: st.Steps, Preemptions: st.Preemptions, Evicted: st.BlocksEvicted, IndexResyncs: w.resyncs,
+			TTFTScale: s.replicas[0].core.TTFTScale(w.id),
 		})
 	}
 	classIdx := map[string]int{}

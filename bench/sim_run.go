@@ -280,6 +280,9 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 		id := "worker-" + strconv.Itoa(i)
 		ec := cfg.Engine
 		ec.WorkerID, ec.Instance, ec.Seed = id, uint64(i)+1, cfg.Seed
+		if n := len(cfg.EngineSpeedups); n > 0 {
+			ec.Speedup = cfg.EngineSpeedups[i%n]
+		}
 		ec.Events = kvSink{s: s, w: i}
 		eng, err := engine.New(ec, s.clock)
 		if err != nil {
@@ -334,7 +337,11 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 			view = simLoadView{s: s, self: r}
 		}
 		seed := cfg.Seed*0x9e3779b97f4a7c15 + uint64(r)
-		core := scheduler.NewCore(cfg.Scheduler, s.clock, view, rand.New(rand.NewPCG(seed, 0x636f7265)))
+		sc := cfg.Scheduler
+		// The routers are configured with the engines' step budget (the
+		// TTFT selector's chunking); their speed they calibrate themselves.
+		sc.TTFT.StepTokens = cfg.Engine.MaxNumBatchedTokens
+		core := scheduler.NewCore(sc, s.clock, view, rand.New(rand.NewPCG(seed, 0x636f7265)))
 		core.SetWorkers(schedWorkers)
 		var ccfg []scheduler.ClassConfig
 		for _, c := range classes {

@@ -12,7 +12,8 @@ import (
 type Config struct {
 	// OverlapCredit is how many prefill blocks one cached block is worth.
 	OverlapCredit float64
-	// PrefillScale weighs prefill against decode load in the selector cost.
+	// PrefillScale weighs prefill against decode load in the blocks
+	// selector's cost (the ttft selector has its own, TTFT.PrefillScale).
 	PrefillScale float64
 	// Temperature 0 picks the cheapest worker (ties at random); > 0 samples
 	// with p ∝ exp(−(c − c_min) / ((c_max − c_min)·T)).
@@ -25,10 +26,17 @@ type Config struct {
 	// SnapshotInterval is the least time between two snapshots the Actor
 	// publishes; building one is O(classes + workers), too much per admission.
 	SnapshotInterval time.Duration
+	// Selector is the worker-selection cost: SelectorBlocks (design §5's
+	// block counts) or SelectorTTFT (predicted time to first token,
+	// selector_ttft.go). OverlapCredit and Temperature apply to both.
+	Selector Selector
+	// TTFT is the timing model SelectorTTFT predicts with.
+	TTFT TTFTModel
 }
 
-// DefaultConfig returns the defaults: credit 1, scale 1, temperature 0,
-// ack timeout 2 s, booking expiry 30 s, snapshots every 100 ms.
+// DefaultConfig returns the defaults: the ttft selector with
+// DefaultTTFTModel, credit 1, blocks scale 1, temperature 0, ack timeout
+// 2 s, booking expiry 30 s, snapshots every 100 ms.
 func DefaultConfig() Config {
 	return Config{
 		OverlapCredit:    1,
@@ -37,6 +45,8 @@ func DefaultConfig() Config {
 		AckTimeout:       2 * time.Second,
 		BookingExpiry:    30 * time.Second,
 		SnapshotInterval: 100 * time.Millisecond,
+		Selector:         SelectorTTFT,
+		TTFT:             DefaultTTFTModel(),
 	}
 }
 
@@ -56,8 +66,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: BookingExpiry must be > 0, got %v", ErrInvalidConfig, c.BookingExpiry)
 	case c.SnapshotInterval <= 0:
 		return fmt.Errorf("%w: SnapshotInterval must be > 0, got %v", ErrInvalidConfig, c.SnapshotInterval)
+	case c.Selector != SelectorBlocks && c.Selector != SelectorTTFT:
+		return fmt.Errorf("%w: Selector must be blocks or ttft, got %d", ErrInvalidConfig, int(c.Selector))
 	}
-	return nil
+	return c.TTFT.Validate()
 }
 
 // RegisterFlags registers the fields as flags named prefix+"overlap-credit"
@@ -69,6 +81,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.DurationVar(&c.AckTimeout, prefix+"ack-timeout", c.AckTimeout, "roll back grants not acknowledged within this time")
 	fs.DurationVar(&c.BookingExpiry, prefix+"booking-expiry", c.BookingExpiry, "free bookings not renewed within this time")
 	fs.DurationVar(&c.SnapshotInterval, prefix+"snapshot-interval", c.SnapshotInterval, "least time between published scheduler snapshots")
+	fs.TextVar(&c.Selector, prefix+"selector", c.Selector, "worker selection cost: ttft (predicted time to first token) or blocks (block counts)")
+	c.TTFT.RegisterFlags(fs, prefix+"ttft-")
 }
 
 // Validate reports the first bad field of a worker registration.

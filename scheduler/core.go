@@ -124,6 +124,7 @@ type Core struct {
 	cands    []int // allowed worker indices of the request being selected
 	ties     []int
 	costs    []float64
+	ttft     ttftScratch
 	freeEnt  []*entry
 	freeBook []*booking
 }
@@ -182,7 +183,7 @@ func sanitize(cfg Config) Config {
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = d.SnapshotInterval
 	}
-	return cfg
+	return sanitizeSelector(cfg)
 }
 
 // Config returns the configuration in use.
@@ -606,7 +607,9 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 	w := &c.workers[idx]
 	ovl := r.OverlapBlocks(w.ID)
 	cached := r.cachedFromOverlap(ovl, w.BlockSize)
+	pred := c.ttftPredict(r, idx)
 	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.BlockHashes, r.PromptTokens, cached, r.ExpectedOutputTokens, false, now)
+	b.grantedAt, b.predMs = now.UnixNano(), pred
 	g := Grant{
 		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id,
 		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
@@ -761,6 +764,7 @@ func (c *Core) FirstToken(id BookingID) {
 		return
 	}
 	c.acknowledge(b)
+	c.calibrate(b, c.clock.Now().UnixNano())
 	if b.prefill > 0 {
 		c.capEpoch++
 		b.ledger.prefill -= b.prefill

@@ -13,6 +13,11 @@
 //     atomic pointer. Admit blocks a request goroutine until the outcome.
 //   - RealClock and FakeClock, for production and for tests/simulation.
 //
+// The worker selector has two costs (Config.Selector): design §5's block
+// counts (selector.go) and the predicted time to first token under the
+// engine's step-time model, calibrated per worker from first-token marks
+// (selector_ttft.go). No external sources were read for either.
+//
 // It declares what it consumes in ports.go: Clock and LoadView (other
 // replicas' booked load, fed by gossip).
 //

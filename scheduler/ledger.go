@@ -7,6 +7,11 @@ type workerLedger struct {
 	prefill int
 	private int       // unshared blocks: partial tails and expected output
 	refs    blockRefs // prompt block hash → bookings holding it
+	// ttftSlow is the worker's calibrated TTFT scale minus one (so the zero
+	// value is the reference speed); calObs and calPred are the decayed
+	// sums it is the ratio of (selector_ttft.go, calibrate).
+	ttftSlow        float64
+	calObs, calPred float64
 }
 
 func (l *workerLedger) load() WorkerLoad {
@@ -50,6 +55,10 @@ type booking struct {
 	acked     bool
 	deadline  int64 // Unix ns: ack deadline until acked, then renewal expiry
 	ei        int   // position in the expiry heap
+	// For the TTFT selector's calibration: when the grant was made (Unix
+	// ns; 0 for adopted bookings) and the reference-ms TTFT predicted then.
+	grantedAt int64
+	predMs    float64
 }
 
 func (l *workerLedger) add(b *booking) {

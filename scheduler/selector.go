@@ -48,6 +48,7 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 		return -1, false
 	}
 	c.refreshRemote()
+	c.ttft.begin()
 	c.touched = c.touched[:0]
 	r.eachOverlap(func(w string, blocks int) {
 		if i, ok := c.workerIdx[w]; ok {
@@ -97,7 +98,13 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 		if b := int(s.blockSize); b != lastB {
 			lastB, priv = b, r.privateBlocks(b)
 		}
-		cost, ok := c.workerCost(r, cfg, s, int(c.ovl[i]), priv)
+		var cost float64
+		var ok bool
+		if c.cfg.Selector == SelectorTTFT {
+			cost, ok = c.ttftCost(r, cfg, s, int(c.ovl[i]), priv)
+		} else {
+			cost, ok = c.workerCost(r, cfg, s, int(c.ovl[i]), priv)
+		}
 		if !ok {
 			continue
 		}

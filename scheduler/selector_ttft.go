@@ -1,0 +1,501 @@
+package scheduler
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Selector names a worker-selection cost. Values start at one so the zero
+// value is recognisably unset (NewCore replaces it with the default).
+type Selector int
+
+// Selectors.
+const (
+	// SelectorBlocks is design §5's cost in KV blocks: booked prefill plus
+	// the prompt minus the credited overlap, plus potential decode blocks.
+	SelectorBlocks Selector = iota + 1
+	// SelectorTTFT is the predicted time to first token on the worker under
+	// the engine's timing model, calibrated per worker from first-token
+	// marks (ttftCost).
+	SelectorTTFT
+)
+
+// String returns the selector's lower-case name, as accepted by ParseSelector.
+func (s Selector) String() string {
+	switch s {
+	case SelectorBlocks:
+		return "blocks"
+	case SelectorTTFT:
+		return "ttft"
+	}
+	return fmt.Sprintf("selector(%d)", int(s))
+}
+
+// ParseSelector parses "blocks" or "ttft" (case-insensitive).
+func ParseSelector(s string) (Selector, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "blocks":
+		return SelectorBlocks, nil
+	case "ttft":
+		return SelectorTTFT, nil
+	}
+	return 0, fmt.Errorf("%w: unknown selector %q (want blocks or ttft)", ErrInvalidConfig, s)
+}
+
+// MarshalText makes the selector a flag (flag.TextVar) and a config value.
+func (s Selector) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText is the inverse of MarshalText.
+func (s *Selector) UnmarshalText(b []byte) error {
+	v, err := ParseSelector(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// TTFTModel is what SelectorTTFT predicts with: design §9's step-time model
+// of a chunked-prefill engine, in milliseconds at the reference speed. Each
+// worker's predictions are multiplied by a scale calibrated online from its
+// first-token marks (observed grant-to-first-token time over predicted), so
+// one model serves engines faster or slower than the reference.
+type TTFTModel struct {
+	// Prefill is a step's time with T new tokens in it:
+	// Prefill[0]·T² + Prefill[1]·T + Prefill[2] ms.
+	Prefill [3]float64
+	// Decode is a pure decode step's time at KV utilisation u:
+	// Decode[0]·u² + Decode[1]·u + Decode[2] ms. In a mixed step the D
+	// decoding sequences are D more tokens through prefill and the
+	// u-dependent part, Decode(u) − Decode(0), comes on top.
+	Decode [3]float64
+	// PrefillScale charges each uncached prompt token's prefill work this
+	// many times: once in the request's own TTFT and PrefillScale − 1 times
+	// more as the work it adds to the worker, which later requests queue
+	// behind, and the duplicate prefix it caches there. At 1 the cost is
+	// the predicted TTFT alone; docs/benchmarks.md §7 measures the choice.
+	PrefillScale float64
+	// Externality adds, on top of PrefillScale, Externality × L prefill
+	// works per uncached token, where L is the fleet's mean number of
+	// prefills booked per worker (its booked prefill time over the mean
+	// request's). Work placed now delays every request that queues behind
+	// it, and in an M/M/1 queue the expected number of those is
+	// ρ/(1−ρ) = L: so the weight is near 0 at light load, where
+	// recomputing on an idle worker is cheap, and grows as the fleet
+	// saturates, where cache affinity is what keeps it out of saturation.
+	// 0 turns it off.
+	Externality float64
+	// StepTokens is the engine's token budget per step (decodes first, then
+	// prefill chunks): prefill beyond it takes more steps.
+	StepTokens int
+	// Interference weighs the decode stall the request's own prefill causes:
+	// the cost adds Interference × (decoding sequences) × (own prefill ms).
+	// 0 predicts the request's own TTFT only.
+	Interference float64
+	// Spread adds to every worker's cost a fixed offset in [0, Spread) ms
+	// that this Core draws per worker. Replicas deciding at the same
+	// instant on the same gossiped view then break near-ties differently
+	// instead of all sending a burst to one worker. 0 turns it off.
+	Spread float64
+	// CalibrationWindow is how many first-token marks per worker the scale
+	// remembers (each older mark weighs 1 − 1/CalibrationWindow less);
+	// 0 turns calibration off (scale 1).
+	CalibrationWindow int
+}
+
+// DefaultTTFTModel is design §9's fit (an H100-like engine at speedup 1),
+// prefill scale 1 with externality 1 and interference 0.02 (measured,
+// docs/benchmarks.md §7), the simulated engine's default budget of 8,192
+// tokens and a calibration window of 32 marks.
+func DefaultTTFTModel() TTFTModel {
+	return TTFTModel{
+		Prefill:           [3]float64{4.209989e-7, 0.01518344, 16.50142},
+		Decode:            [3]float64{-25.74, 54.01, 5.74},
+		PrefillScale:      1,
+		Externality:       1,
+		StepTokens:        8192,
+		Interference:      0.02,
+		CalibrationWindow: 32,
+	}
+}
+
+// Validate reports the first bad field.
+func (m TTFTModel) Validate() error {
+	fin := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+	for i, f := range m.Prefill {
+		if !fin(f) {
+			return fmt.Errorf("%w: TTFT.Prefill[%d] must be finite, got %v", ErrInvalidConfig, i, f)
+		}
+	}
+	for i, f := range m.Decode {
+		if !fin(f) {
+			return fmt.Errorf("%w: TTFT.Decode[%d] must be finite, got %v", ErrInvalidConfig, i, f)
+		}
+	}
+	switch {
+	case m.Prefill[0] < 0 || m.Prefill[1] <= 0 || m.Prefill[2] < 0:
+		// A step must cost more the more tokens it carries, or the model
+		// would prefer piling prefill onto one worker.
+		return fmt.Errorf("%w: TTFT.Prefill must be increasing (quad >= 0, lin > 0, const >= 0), got %v", ErrInvalidConfig, m.Prefill)
+	case !fin(m.PrefillScale) || m.PrefillScale < 0:
+		return fmt.Errorf("%w: TTFT.PrefillScale must be a finite number >= 0, got %v", ErrInvalidConfig, m.PrefillScale)
+	case !fin(m.Externality) || m.Externality < 0:
+		return fmt.Errorf("%w: TTFT.Externality must be a finite number >= 0, got %v", ErrInvalidConfig, m.Externality)
+	case m.StepTokens <= 0:
+		return fmt.Errorf("%w: TTFT.StepTokens must be > 0, got %d", ErrInvalidConfig, m.StepTokens)
+	case !fin(m.Interference) || m.Interference < 0:
+		return fmt.Errorf("%w: TTFT.Interference must be a finite number >= 0, got %v", ErrInvalidConfig, m.Interference)
+	case !fin(m.Spread) || m.Spread < 0:
+		return fmt.Errorf("%w: TTFT.Spread must be a finite number >= 0, got %v", ErrInvalidConfig, m.Spread)
+	case m.CalibrationWindow < 0:
+		return fmt.Errorf("%w: TTFT.CalibrationWindow must be >= 0, got %d", ErrInvalidConfig, m.CalibrationWindow)
+	}
+	return nil
+}
+
+// RegisterFlags registers prefix+"prefill", "decode" (three comma-separated
+// coefficients each), "step-tokens", "interference" and
+// "calibration-window", with the receiver's values as defaults.
+func (m *TTFTModel) RegisterFlags(fs *flag.FlagSet, prefix string) {
+	coeffs := func(name, usage string, dst *[3]float64) {
+		fs.Func(prefix+name, fmt.Sprintf("%s (default %s)", usage, formatCoeffs(*dst)), func(s string) error {
+			parts := strings.Split(s, ",")
+			if len(parts) != 3 {
+				return fmt.Errorf("want three comma-separated numbers, got %q", s)
+			}
+			var v [3]float64
+			for i, p := range parts {
+				f, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+				if err != nil {
+					return fmt.Errorf("coefficient %d: %w", i, err)
+				}
+				v[i] = f
+			}
+			*dst = v
+			return nil
+		})
+	}
+	coeffs("prefill", "ttft selector: prefill step ms = a·T² + b·T + c for T tokens, as a,b,c", &m.Prefill)
+	coeffs("decode", "ttft selector: decode step ms = a·u² + b·u + c at KV utilisation u, as a,b,c", &m.Decode)
+	fs.Float64Var(&m.PrefillScale, prefix+"prefill-scale", m.PrefillScale, "ttft selector: weight of the request's own uncached prefill against the queue ahead of it")
+	fs.Float64Var(&m.Externality, prefix+"externality", m.Externality, "ttft selector: extra prefill works per uncached token per prefill booked on the mean worker (0: off)")
+	fs.IntVar(&m.StepTokens, prefix+"step-tokens", m.StepTokens, "ttft selector: the engines' token budget per step")
+	fs.Float64Var(&m.Interference, prefix+"interference", m.Interference, "ttft selector: weight of the decode stall a prefill causes (per decoding sequence)")
+	fs.Float64Var(&m.Spread, prefix+"spread", m.Spread, "ttft selector: ms of fixed per-replica, per-worker offset that spreads simultaneous decisions of several replicas (0: off)")
+	fs.IntVar(&m.CalibrationWindow, prefix+"calibration-window", m.CalibrationWindow, "ttft selector: first-token marks per worker the calibrated scale remembers (0: no calibration)")
+}
+
+func formatCoeffs(c [3]float64) string {
+	return strconv.FormatFloat(c[0], 'g', -1, 64) + "," + strconv.FormatFloat(c[1], 'g', -1, 64) + "," + strconv.FormatFloat(c[2], 'g', -1, 64)
+}
+
+// sanitizeSelector replaces an unset or invalid selector or model with the
+// defaults (NewCore's rule for every field).
+func sanitizeSelector(cfg Config) Config {
+	d := DefaultConfig()
+	if cfg.Selector != SelectorBlocks && cfg.Selector != SelectorTTFT {
+		cfg.Selector = d.Selector
+	}
+	if cfg.TTFT.Validate() != nil {
+		cfg.TTFT = d.TTFT
+	}
+	return cfg
+}
+
+func (m *TTFTModel) prefillMs(t int) float64 {
+	x := float64(t)
+	return (m.Prefill[0]*x+m.Prefill[1])*x + m.Prefill[2]
+}
+
+func (m *TTFTModel) decodeMs(u float64) float64 {
+	return (m.Decode[0]*u+m.Decode[1])*u + m.Decode[2]
+}
+
+// prefillTime is how long, in reference ms, an engine with d decoding
+// sequences at KV utilisation u takes to prefill n tokens starting now:
+// every step carries the d decode tokens first and at most StepTokens − d
+// prefill tokens, the last step the remainder. 0 for n <= 0.
+func (m *TTFTModel) prefillTime(n, d int, u float64) float64 {
+	if n <= 0 {
+		return 0
+	}
+	chunk := max(1, m.StepTokens-d)
+	full := (n - 1) / chunk
+	extra := 0.0
+	if d > 0 {
+		extra = m.decodeMs(u) - m.Decode[2]
+	}
+	last := m.prefillMs(n-full*chunk+d) + extra
+	if full == 0 {
+		return last
+	}
+	return float64(full)*(m.prefillMs(chunk+d)+extra) + last
+}
+
+// ttftInputs is one worker's state as the TTFT prediction sees it.
+type ttftInputs struct {
+	queued   int     // booked prefill tokens ahead of the request (local + remote)
+	own      int     // the request's uncached prompt tokens there
+	decoding int     // sequences the worker runs (each takes a decode token per step)
+	kvUse    float64 // projected KV utilisation with the request, clamped to [0, 1]
+	overflow float64 // projected KV blocks beyond the pool, as a fraction of it
+}
+
+// ttftPrediction is the request's predicted time to first token in
+// reference ms (before the worker's calibrated scale): the booked prefill
+// ahead of it, then its own.
+func (m *TTFTModel) ttftPrediction(in ttftInputs) float64 {
+	return m.prefillTime(in.queued+in.own, in.decoding, in.kvUse)
+}
+
+// ttftInputsFor gathers the prediction's inputs for r on s. cached is the
+// request's cached prompt tokens there; decode its projected decode blocks.
+func ttftInputsFor(r *Request, s *workerSlot, load WorkerLoad, cached, decode int) ttftInputs {
+	in := ttftInputs{
+		queued:   max(0, load.PrefillTokens),
+		own:      max(1, r.PromptTokens-cached), // an engine always computes one token
+		decoding: max(0, load.ActiveRequests),
+	}
+	if s.kvBlocks > 0 {
+		f := float64(decode) / float64(s.kvBlocks)
+		in.kvUse = min(1, max(0, f))
+		in.overflow = max(0, f-1)
+	}
+	return in
+}
+
+// ttftCost is SelectorTTFT's cost of r on s in calibrated ms, or false when
+// s is full or busy for this class (the same eligibility as workerCost):
+//
+//	uncached = isl − credit × cached
+//	ttft     = prefillTime(booked prefill ahead + uncached), with the
+//	           worker's decoders in every step
+//	work     = prefillTime(uncached) on an otherwise idle engine
+//	stall    = interference × decoding sequences × own prefill time
+//	kv_wait  = overflow fraction × expected output tokens × decode(1)
+//	L        = mean booked prefill time per worker ÷ mean request's work
+//	           (smoothed over decisions; see TTFTModel.Externality)
+//	cost     = scale_w × (ttft + (prefill_scale − 1 + externality × L) × work
+//	           + stall + kv_wait)
+//
+// work is the same wherever the tokens are uncached, so the scale weighs
+// recomputing against queueing without amplifying the decoders' share of
+// the steps (which ttft already counts once).
+// kv_wait stands for the time a request waits when the worker's pool is
+// oversubscribed: the engine admits it only as running requests finish,
+// roughly one generation later per pool's worth of excess.
+func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv int) (float64, bool) {
+	load := s.projectLoad()
+	if s.maxRunning > 0 && load.ActiveRequests >= int(s.maxRunning) {
+		return 0, false
+	}
+	scale := 1 + s.ledger.ttftSlow
+	if ovl == 0 && load == (WorkerLoad{}) {
+		// An idle worker without the prefix costs the same as every other
+		// such worker of its pool size: most of a large fleet, once per
+		// decision.
+		m := &c.ttft
+		if !m.valid || m.kvBlocks != s.kvBlocks || m.blockSize != s.blockSize {
+			m.valid, m.kvBlocks, m.blockSize = true, s.kvBlocks, s.blockSize
+			m.cost = c.ttftLoadedCost(r, s, load, 0, len(r.BlockHashes)+priv)
+		} else {
+			m.queueN++ // an idle worker's queue is 0
+		}
+		cost := m.cost * scale
+		if c.cfg.TTFT.Spread > 0 {
+			cost += c.cfg.TTFT.Spread * c.ttftOffset(s.ID)
+		}
+		return cost, true
+	}
+	held := 0
+	if s.ledger.refs.n > 0 || s.ledger.refs.zero > 0 {
+		held = s.ledger.activeDepth(r.BlockHashes)
+	}
+	if s.remote.ActiveRequests > 0 {
+		held = max(held, ovl) // as workerCost: remote bookings' blocks arrive as counts only
+	}
+	decode := load.DecodeBlocks + len(r.BlockHashes) - held + priv
+	cached := r.cachedFromOverlap(ovl, int(s.blockSize))
+	if load.ActiveRequests > 0 {
+		if cfg.BusyPrefillTokens > 0 && load.PrefillTokens+r.PromptTokens-cached > cfg.BusyPrefillTokens {
+			return 0, false
+		}
+		if cfg.BusyDecodeFraction > 0 && s.kvBlocks > 0 &&
+			float64(decode)/float64(s.kvBlocks) > cfg.BusyDecodeFraction {
+			return 0, false
+		}
+	}
+	cost := c.ttftLoadedCost(r, s, load, cached, decode) * scale
+	if c.cfg.TTFT.Spread > 0 {
+		cost += c.cfg.TTFT.Spread * c.ttftOffset(s.ID)
+	}
+	return cost, true
+}
+
+// ttftOffset is this Core's fixed offset of worker in [0, 1): a hash of
+// the worker ID under a seed drawn once from the Core's random source.
+func (c *Core) ttftOffset(worker string) float64 {
+	m := &c.ttft
+	if !m.seeded {
+		m.seed, m.seeded = c.rng.Uint64()|1, true
+	}
+	h := m.seed
+	for i := 0; i < len(worker); i++ {
+		h = (h ^ uint64(worker[i])) * 0x100000001b3
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	return float64(h>>11) / (1 << 53)
+}
+
+// ttftScratch is the ttft selector's scratch in the Core: the cost of an
+// idle worker holding none of the prompt, memoized within one selection
+// (valid; the selector resets it), and ttftOffset's seed.
+type ttftScratch struct {
+	seed      uint64 // ttftOffset's, drawn at first use
+	seeded    bool
+	valid     bool
+	kvBlocks  int32
+	blockSize int32
+	cost      float64
+	// The fleet's load L for Externality: queueSum/queueN are the booked
+	// prefill ms over the workers the last selection evaluated, work the
+	// mean booked request's prefill ms (both smoothed), load their ratio.
+	queueSum float64
+	queueN   int
+	queue    float64
+	work     float64
+	load     float64
+}
+
+// loadSmoothing is how many decisions L is smoothed over.
+const loadSmoothing = 32
+
+// begin starts a selection: it folds the previous selection's queues into
+// L (so L lags one decision, and costs need no second pass) and drops the
+// idle-worker memo.
+func (m *ttftScratch) begin() {
+	m.valid = false
+	if m.queueN == 0 {
+		return
+	}
+	q := m.queueSum / float64(m.queueN)
+	m.queueSum, m.queueN = 0, 0
+	m.queue += (q - m.queue) / loadSmoothing
+	if m.work > 0 {
+		m.load = m.queue / m.work
+	}
+}
+
+// booked folds a booked request's own prefill work (reference ms) into the
+// mean request's.
+func (m *ttftScratch) booked(work float64) {
+	if m.work == 0 {
+		m.work = work
+		return
+	}
+	m.work += (work - m.work) / loadSmoothing
+}
+
+// ttftLoadedCost is ttftCost before the worker's scale, for r with cached
+// prompt tokens and decode projected blocks on s under load.
+func (c *Core) ttftLoadedCost(r *Request, s *workerSlot, load WorkerLoad, cached, decode int) float64 {
+	credited := cached
+	if c.cfg.OverlapCredit != 1 {
+		credited = min(r.PromptTokens, int(c.cfg.OverlapCredit*float64(cached)))
+	}
+	in := ttftInputsFor(r, s, load, credited, decode)
+	m := &c.cfg.TTFT
+	queue, total := m.queueAndTotal(in.queued, in.own, in.decoding, in.kvUse)
+	c.ttft.queueSum += queue
+	c.ttft.queueN++
+	cost := total
+	if w := m.PrefillScale - 1 + m.Externality*c.ttft.load; w != 0 {
+		cost += w * m.prefillTime(in.own, 0, 0)
+	}
+	if m.Interference > 0 {
+		cost += m.Interference * float64(in.decoding) * (total - queue)
+	}
+	if in.overflow > 0 {
+		cost += in.overflow * float64(max(1, r.ExpectedOutputTokens)) * m.decodeMs(1)
+	}
+	return cost
+}
+
+// queueAndTotal is prefillTime(q) and prefillTime(q+x) sharing their
+// per-step terms.
+func (m *TTFTModel) queueAndTotal(q, x, d int, u float64) (queue, total float64) {
+	chunk := max(1, m.StepTokens-d)
+	extra := 0.0
+	if d > 0 {
+		extra = m.decodeMs(u) - m.Decode[2]
+	}
+	step := m.prefillMs(chunk+d) + extra
+	at := func(n int) float64 {
+		if n <= 0 {
+			return 0
+		}
+		full := (n - 1) / chunk
+		return float64(full)*step + m.prefillMs(n-full*chunk+d) + extra
+	}
+	return at(q), at(q + x)
+}
+
+// ttftPredict is the reference-ms TTFT prediction for r on worker slot idx
+// as it would be booked now (credit 1: what the engine will really reuse).
+// The Core stores it in the booking and calibrates against the first token.
+func (c *Core) ttftPredict(r *Request, idx int) float64 {
+	if c.cfg.Selector != SelectorTTFT {
+		return 0
+	}
+	s := &c.workers[idx]
+	load := s.projectLoad()
+	ovl := r.OverlapBlocks(s.ID)
+	decode := load.DecodeBlocks + len(r.BlockHashes) + r.privateBlocks(int(s.blockSize))
+	in := ttftInputsFor(r, s, load, r.cachedFromOverlap(ovl, int(s.blockSize)), decode)
+	m := &c.cfg.TTFT
+	c.ttft.booked(m.prefillTime(in.own, 0, 0))
+	return m.ttftPrediction(in)
+}
+
+// calibrate folds one first-token mark into its worker's scale: the ratio
+// of decayed sums of observed and predicted grant-to-first-token times.
+// Sums, not a mean of ratios, so the many short cache-hit prefills (whose
+// ratio is mostly noise around the step overhead) do not outvote the long
+// ones, which carry the engine's speed.
+func (c *Core) calibrate(b *booking, nowNs int64) {
+	w := c.cfg.TTFT.CalibrationWindow
+	if b.predMs <= 0 || b.grantedAt == 0 || w == 0 {
+		return
+	}
+	obs := float64(nowNs-b.grantedAt) / 1e6
+	if obs < 0 {
+		return
+	}
+	pred := b.predMs
+	b.predMs = 0 // one mark per booking: FirstToken may be repeated
+	l := b.ledger
+	keep := 1 - 1/float64(w)
+	l.calObs = l.calObs*keep + obs
+	l.calPred = l.calPred*keep + pred
+	scale := min(maxTTFTScale, max(1/maxTTFTScale, l.calObs/l.calPred))
+	l.ttftSlow = scale - 1
+}
+
+// maxTTFTScale bounds the calibrated scale both ways: a worker reporting
+// nonsense (a stuck clock, marks lost for minutes) cannot make itself free
+// or unusable.
+const maxTTFTScale = 64.0
+
+// TTFTScale returns worker's calibrated scale (observed over predicted time
+// to first token; 1 before any mark or for unknown workers).
+func (c *Core) TTFTScale(worker string) float64 {
+	if l := c.ledgers[worker]; l != nil {
+		return 1 + l.ttftSlow
+	}
+	return 1
+}
