@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 var allEncodings = func() []Encoding {
@@ -199,7 +200,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 			p := EncodeBatch(benchBatch(), enc)
 			b.SetBytes(int64(len(p)))
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := testenv.ProcessCPU()
 			for b.Loop() {
 				if _, err := DecodeBatch(p); err != nil {
 					b.Fatal(err)
@@ -219,7 +220,7 @@ func BenchmarkDecodeBatchGeneric(b *testing.B) {
 			p := EncodeBatch(benchBatch(), enc)
 			b.SetBytes(int64(len(p)))
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := testenv.ProcessCPU()
 			for b.Loop() {
 				var v any
 				if err := msgpack.Unmarshal(p, &v); err != nil {
@@ -231,20 +232,10 @@ func BenchmarkDecodeBatchGeneric(b *testing.B) {
 	}
 }
 
-// processCPU is the process's user+system CPU time: on a machine shared
-// with other work, blocks per CPU-second is steadier than per wall second.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 func reportBlocks(b *testing.B, cpu0 time.Duration) {
 	blocks := float64(32 * b.N)
 	b.ReportMetric(blocks/b.Elapsed().Seconds(), "blocks/s")
-	if cpu := processCPU() - cpu0; cpu > 0 {
+	if cpu := testenv.ProcessCPU() - cpu0; cpu > 0 {
 		b.ReportMetric(blocks/cpu.Seconds(), "blocks/cpu-s")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 // benchCore builds a Core with n workers, a little booked load spread over
@@ -62,7 +64,7 @@ func BenchmarkAdmission(b *testing.B) {
 			respond := func(x Grant, err error) bool { g, gerr = x, err; return true }
 			b.ReportAllocs()
 			b.ResetTimer()
-			start, cpu := time.Now(), processCPU()
+			start, cpu := time.Now(), testenv.ProcessCPU()
 			for b.Loop() {
 				c.Enqueue(r, respond) // enqueue → drain → select → book → respond
 				if gerr != nil {
@@ -88,7 +90,7 @@ func BenchmarkAdmission(b *testing.B) {
 		r := benchRequest(1000)
 		b.ReportAllocs()
 		b.ResetTimer()
-		start, cpu := time.Now(), processCPU()
+		start, cpu := time.Now(), testenv.ProcessCPU()
 		for b.Loop() {
 			g, err := a.Admit(ctx, r) // two channel hand-offs around the Core's turn
 			if err != nil {
@@ -107,21 +109,21 @@ func BenchmarkSelect(b *testing.B) {
 		cfg := &c.classes["interactive"].cfg
 		b.ReportAllocs()
 		b.ResetTimer()
-		start, cpu := time.Now(), processCPU()
+		start, cpu := time.Now(), testenv.ProcessCPU()
 		for b.Loop() {
 			if _, ok := c.selectWorker(r, cfg); !ok {
 				b.Fatal("no worker selected")
 			}
 		}
 		reportRates(b, start, cpu)
-		b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N)/1000, "cpu-ns/worker")
+		b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Nanoseconds())/float64(b.N)/1000, "cpu-ns/worker")
 	})
 }
 
 // reportRates adds admissions per wall second and CPU ns per operation.
 func reportRates(b *testing.B, start time.Time, cpu time.Duration) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
-	b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkAdmissionProduction is the path a replica runs: the remote load
@@ -155,7 +157,7 @@ func BenchmarkAdmissionProduction(b *testing.B) {
 			respond := func(x Grant, err error) bool { g, gerr = x, err; return true }
 			b.ReportAllocs()
 			b.ResetTimer()
-			start, cpu := time.Now(), processCPU()
+			start, cpu := time.Now(), testenv.ProcessCPU()
 			for b.Loop() {
 				c.Enqueue(r, respond)
 				if gerr != nil {

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 // fullView is a versioned LoadView that reports every worker full (busy
@@ -69,10 +71,10 @@ func BenchmarkDrain(b *testing.B) {
 		}
 		view.busy, view.version = false, view.version+1
 		b.StartTimer()
-		start, cpu0 := time.Now(), processCPU()
+		start, cpu0 := time.Now(), testenv.ProcessCPU()
 		c.Drain()
 		drained += time.Since(start)
-		cpu += processCPU() - cpu0
+		cpu += testenv.ProcessCPU() - cpu0
 		b.StopTimer()
 		if len(granted) != backlog {
 			b.Fatalf("%d granted, want %d", len(granted), backlog)

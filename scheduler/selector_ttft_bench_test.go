@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 // BenchmarkSelectors compares the selectors' cost per decision on the same
@@ -18,14 +20,14 @@ func BenchmarkSelectors(b *testing.B) {
 			cfg := &c.classes["interactive"].cfg
 			b.ReportAllocs()
 			b.ResetTimer()
-			start, cpu := time.Now(), processCPU()
+			start, cpu := time.Now(), testenv.ProcessCPU()
 			for b.Loop() {
 				if _, ok := c.selectWorker(r, cfg); !ok {
 					b.Fatal("no worker selected")
 				}
 			}
 			reportRates(b, start, cpu)
-			b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N)/1000, "cpu-ns/worker")
+			b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Nanoseconds())/float64(b.N)/1000, "cpu-ns/worker")
 		})
 		b.Run(fmt.Sprintf("admission/selector=%s/workers=1000", sel), func(b *testing.B) {
 			c := benchCore(b, 1000, 0)
@@ -36,7 +38,7 @@ func BenchmarkSelectors(b *testing.B) {
 			respond := func(x Grant, err error) bool { g, gerr = x, err; return true }
 			b.ReportAllocs()
 			b.ResetTimer()
-			start, cpu := time.Now(), processCPU()
+			start, cpu := time.Now(), testenv.ProcessCPU()
 			for b.Loop() {
 				c.Enqueue(r, respond)
 				if gerr != nil {

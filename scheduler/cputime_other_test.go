@@ -1,8 +1,0 @@
-//go:build !unix
-
-package scheduler
-
-import "time"
-
-// processCPU is unavailable here; benchmarks then report 0 cpu-ns/op.
-func processCPU() time.Duration { return 0 }
