@@ -32,10 +32,13 @@ type vllmEngine struct {
 	stop   func()
 }
 
-func startVLLMEngineWithAdapter(t *testing.T, c *testCluster, id string) *vllmEngine {
+func startVLLMEngineWithAdapter(t *testing.T, c *testCluster, id string, format func(*VLLMWorkerConfig)) *vllmEngine {
 	t.Helper()
 	wcfg := vllmWorkerConfig(t)
 	wcfg.ID = id
+	if format != nil {
+		format(&wcfg.VLLM)
+	}
 	w := startWorker(t, wcfg)
 
 	acfg := adapter.DefaultConfig()
@@ -77,9 +80,25 @@ func startVLLMEngineWithAdapter(t *testing.T, c *testCluster, id string) *vllmEn
 // adapter beside each. A multi-turn conversation's turns 2..n go to the
 // worker that holds turn 1's blocks, and what the router predicted cached
 // on each turn is exactly what the engine reports it served from cache.
+//
+// It runs with current vLLM's wire format (map events, unsigned hashes,
+// replay replies with a topic) and with SGLang's (tagged-array events,
+// signed 64-bit hashes, replay replies without a topic).
 func TestAMultiTurnChatStaysOnTheVLLMEngineHoldingItsBlocksAndCachedTokensMatchThePrediction(t *testing.T) {
+	formats := map[string]func(*VLLMWorkerConfig){
+		"vllm": nil,
+		"sglang": func(v *VLLMWorkerConfig) {
+			v.Encoding, v.HashForm, v.ReplyWithTopic = "array", "int64", false
+		},
+	}
+	for name, format := range formats {
+		t.Run(name, func(t *testing.T) { multiTurnChatThroughAdapters(t, format) })
+	}
+}
+
+func multiTurnChatThroughAdapters(t *testing.T, format func(*VLLMWorkerConfig)) {
 	c := newTestCluster(t, 0)
-	engines := []*vllmEngine{startVLLMEngineWithAdapter(t, c, "v1"), startVLLMEngineWithAdapter(t, c, "v2")}
+	engines := []*vllmEngine{startVLLMEngineWithAdapter(t, c, "v1", format), startVLLMEngineWithAdapter(t, c, "v2", format)}
 	// Routing-time predictions expire at once, so every overlap the router
 	// sees comes from the engines' own events as the adapters rehash them:
 	// a wrong hash would show as a cache miss on the next turn.
