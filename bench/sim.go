@@ -175,6 +175,10 @@ type SimConfig struct {
 // Mooncake "worker's worth" (1,700 blocks of 512 tokens, as 16-token blocks).
 func DefaultSimConfig() SimConfig {
 	sc := scheduler.DefaultConfig()
+	// The simulator defaults to the TTFT selector (docs/benchmarks.md §7);
+	// live routers keep block counts until the TTFT model's calibration
+	// separates fixed hand-off overhead from engine time (see there).
+	sc.Selector = scheduler.SelectorTTFT
 	// Lifecycle marks are never lost in the simulator: bookings must not
 	// expire under long generations.
 	sc.BookingExpiry = 1000 * time.Hour
