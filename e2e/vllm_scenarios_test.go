@@ -279,7 +279,7 @@ func TestVLLMRestartingAnEngineResetsTheRoutersIndexForItAndRefillsItWithoutStal
 		return s.value(adapterURL(victim)+"/metrics", metricSubResets, map[string]string{"reason": "restart"}) > restartsBefore
 	}, "the adapter of %s seeing the engine's sequence start again", victim)
 	s.waitSettled(routerIDs, settleBound)
-	r.Failover = time.Since(start).Round(100*time.Millisecond).String()
+	r.Failover = time.Since(start).Round(100 * time.Millisecond).String()
 	s.pause(time.Duration(2*loadSeconds/3) * time.Second)
 	l.stop()
 	onVictim := func(x Result) bool {
