@@ -23,7 +23,8 @@ export E2E_VARIANT=${E2E_VARIANT:-all}
 case $E2E_VARIANT in
   all)
     rc=0
-    E2E_VARIANT=native "$0" || rc=$?
+    # After the cd above, the script is ./e2e/run.sh whatever $0 was.
+    E2E_VARIANT=native ./e2e/run.sh || rc=$?
     # The vLLM variant publishes the same loopback ports; the native project
     # is down by now (unless E2E_KEEP=1 left it up, which this refuses).
     if [[ ${E2E_KEEP:-0} == 1 ]]; then
@@ -31,7 +32,7 @@ case $E2E_VARIANT in
       exit "$rc"
     fi
     vrc=0
-    E2E_VARIANT=vllm SKIP_BUILD=1 "$0" || vrc=$?
+    E2E_VARIANT=vllm SKIP_BUILD=1 ./e2e/run.sh || vrc=$?
     exit $(( rc != 0 ? rc : vrc ))
     ;;
   native)
