@@ -10,7 +10,10 @@
 // request), the SSE stream classifier (DecodeStream), the /debug/cluster
 // decoder, Prometheus text scraping and the reset-aware counter sums, and the
 // docker CLI wrapper. With the tag, scenarios_test.go drives the six fault
-// scenarios against the running project and prints a report per scenario.
+// scenarios against the running project and prints a report per scenario;
+// vllm_scenarios_test.go holds the TestVLLM* scenarios of the vLLM variant
+// (deploy/docker-compose.vllm.yml: vLLM-protocol engines behind adapters,
+// E2E_VARIANT=vllm), which skip against the native project.
 //
 // Concurrency: Driver.Run owns every request goroutine it starts and returns
 // only after all of them finished (each is bounded by RequestTimeout); its

@@ -4,13 +4,53 @@
 # container to be healthy, runs the scenarios (go test -tags e2e), always
 # tears the project down (down -v), and prints the report.
 #
+# E2E_VARIANT picks the cluster: native (deploy/docker-compose.yml, the
+# native scenarios), vllm (deploy/docker-compose.vllm.yml as project
+# switchyard-e2e-vllm: vLLM-protocol engines behind adapters, the TestVLLM*
+# scenarios), or all (the default: native, then vllm with the images
+# already built; the exit code is the first failure's).
+#
 # Environment: E2E_RATE (requests/s, default 25), E2E_LOAD_SECONDS (per
 # scenario, default 24), E2E_RUN (go test -run filter), E2E_KEEP=1 (leave the
-# project running for inspection; tear it down yourself), SKIP_BUILD=1.
+# project running for inspection; tear it down yourself), SKIP_BUILD=1,
+# E2E_LOGS (directory for the containers' logs, one subdirectory per variant).
+# E2E_RUN replaces the vllm variant's ^TestVLLM filter, so with E2E_RUN name
+# the variant too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export COMPOSE_PROJECT_NAME=switchyard-e2e
+export E2E_VARIANT=${E2E_VARIANT:-all}
+case $E2E_VARIANT in
+  all)
+    rc=0
+    # After the cd above, the script is ./e2e/run.sh whatever $0 was.
+    E2E_VARIANT=native ./e2e/run.sh || rc=$?
+    # The vLLM variant publishes the same loopback ports; the native project
+    # is down by now (unless E2E_KEEP=1 left it up, which this refuses).
+    if [[ ${E2E_KEEP:-0} == 1 ]]; then
+      echo "E2E_KEEP=1 with E2E_VARIANT=all: not starting the vllm variant over the kept native project" >&2
+      exit "$rc"
+    fi
+    vrc=0
+    E2E_VARIANT=vllm SKIP_BUILD=1 ./e2e/run.sh || vrc=$?
+    exit $(( rc != 0 ? rc : vrc ))
+    ;;
+  native)
+    export COMPOSE_PROJECT_NAME=switchyard-e2e
+    compose_file=deploy/docker-compose.yml
+    # The vLLM scenarios skip themselves here; leave them out of the run.
+    test_select=(-skip '^TestVLLM')
+    ;;
+  vllm)
+    export COMPOSE_PROJECT_NAME=switchyard-e2e-vllm
+    compose_file=deploy/docker-compose.vllm.yml
+    test_select=(-run "${E2E_RUN:-^TestVLLM}")
+    ;;
+  *)
+    echo "E2E_VARIANT must be native, vllm or all, not $E2E_VARIANT" >&2
+    exit 2
+    ;;
+esac
 export E2E_PROJECT=$COMPOSE_PROJECT_NAME
 # The suite kills, stops and restarts containers itself, and Docker treats
 # those as manual (no restart); a process that exits on its own (a router whose
@@ -18,9 +58,13 @@ export E2E_PROJECT=$COMPOSE_PROJECT_NAME
 export RESTART_POLICY=on-failure
 export SWITCHYARD_CLUSTER=${SWITCHYARD_CLUSTER:-e2e}
 GO=${GO:-go}
-compose_file=deploy/docker-compose.yml
 report=$(mktemp "${TMPDIR:-/tmp}/switchyard-e2e-report.XXXXXX")
-logs=${E2E_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/switchyard-e2e-logs.XXXXXX")}
+if [[ -n ${E2E_LOGS:-} ]]; then
+  logs=$E2E_LOGS/$E2E_VARIANT # both variants' logs under one E2E_LOGS
+  mkdir -p "$logs"
+else
+  logs=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-e2e-logs-$E2E_VARIANT.XXXXXX")
+fi
 export E2E_REPORT=$report
 
 # Compose v2 plugin if there is one, else docker-compose v1 (1.28+ for profiles).
@@ -47,7 +91,7 @@ teardown() {
   fi
   if [[ -s $report ]]; then cat "$report"; fi
   rm -f "$report"
-  step "e2e finished with exit code $rc"
+  step "e2e ($E2E_VARIANT) finished with exit code $rc"
   exit "$rc"
 }
 trap teardown EXIT
@@ -81,5 +125,6 @@ echo "$total containers healthy"
 
 step "running the scenarios"
 rc=0
-"$GO" test -tags e2e -count=1 -timeout 30m -v ${E2E_RUN:+-run "$E2E_RUN"} ./e2e/... 2>&1 | tee "$logs/go-test.log" || rc=$?
+if [[ $E2E_VARIANT == native && -n ${E2E_RUN:-} ]]; then test_select+=(-run "$E2E_RUN"); fi
+"$GO" test -tags e2e -count=1 -timeout 30m -v "${test_select[@]}" ./e2e/... 2>&1 | tee "$logs/go-test.log" || rc=$?
 exit "$rc"
