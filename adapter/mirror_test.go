@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -13,6 +14,7 @@ import (
 	"github.com/switchyard/switchyard/enginekv"
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/wire"
 )
 
 const (
@@ -268,6 +270,12 @@ func TestAMalformedDumpRequestIsCountedAndUnanswered(t *testing.T) {
 	n := testenv.StartNATS(t)
 	m := startMirror(t, n, "w1", testShape(), prometheus.NewRegistry())
 	nc := n.Conn(t)
+	// The mirror subscribes in Run: a dump it answers shows it listens, so
+	// none of the malformed requests below can be published before that.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		_, err := nc.Request("sy."+testCluster+".kvdump.w1", wire.EncodeKVDumpRequest(&wire.KVDumpRequest{}), 200*time.Millisecond)
+		return err == nil
+	}, "the mirror answers dump requests")
 	for _, body := range []string{"", "{", `{"version":99}`, `{"version":1,"max_blocks_per_chunk":-1}`} {
 		require.NoError(t, nc.Publish("sy."+testCluster+".kvdump.w1", []byte(body)))
 	}

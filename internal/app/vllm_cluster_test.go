@@ -50,6 +50,10 @@ func startVLLMEngineWithAdapter(t *testing.T, c *testCluster, id string, format 
 	acfg.EtcdEndpoints, acfg.NATSURL = c.etcd.Endpoints, c.nats.URL
 	acfg.LeaseTTL = 2 * time.Second
 	acfg.HealthInterval = 100 * time.Millisecond
+	// A replay that times out resets the engine's blocks on the routers (a
+	// miss, never a stale hit), which is right but would fail the routing
+	// assertions below when a loaded CI machine stalls the engine's ROUTER.
+	acfg.KVReplayTimeout = 15 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan string, 1)
