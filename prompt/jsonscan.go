@@ -245,6 +245,14 @@ func scanString(b []byte, i int) (end int, plain, ok bool) {
 	i = start
 	escaped, high := false, false
 	for i < len(b) {
+		// Most of a body is the text of long strings: skip its ordinary
+		// bytes in a tight loop.
+		for i < len(b) && plainByte[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':
@@ -357,3 +365,12 @@ func foldsTo(key []byte, name string) bool {
 	}
 	return true
 }
+
+// plainByte marks the bytes a string literal holds as they are: not a
+// quote, a backslash, a control character or a non-ASCII byte.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
