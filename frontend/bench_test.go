@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -309,22 +310,51 @@ func BenchmarkRequestPath(b *testing.B) {
 	b.Run("completion=1k/tokenizer=toy", func(b *testing.B) { benchRequestPath(b, toyPrompts(b, "m"), endpointCompletions, completion) })
 	b.Run("completion=1k/tokenizer=o200k", func(b *testing.B) { benchRequestPath(b, realPrompts(b), endpointCompletions, completion) })
 	b.Run("chat=4k/tokenizer=o200k", func(b *testing.B) { benchRequestPath(b, realPrompts(b), endpointChat, chat) })
-	b.Run("chat=4k/tokenizer=llama3", func(b *testing.B) {
+	llama3 := func(b *testing.B) *prompt.Registry {
 		dir := llama3Dir(b)
 		cfg := prompt.DefaultConfig()
 		cfg.Tokenizers = map[string]string{"m": dir}
 		reg, err := prompt.NewRegistry(cfg, prompt.Deps{}, zap.NewNop(), nil)
 		require.NoError(b, err)
-		benchRequestPath(b, reg, endpointChat, chat)
-	})
+		return reg
+	}
+	b.Run("chat=4k/tokenizer=llama3", func(b *testing.B) { benchRequestPath(b, llama3(b), endpointChat, chat) })
+	// A conversation's next turn: the same 4k history with a user message
+	// the router has not seen yet, every iteration a different one. With
+	// Llama 3 the history up to its last <|eot_id|> comes from the
+	// incremental cache; o200k's ChatML markers are not special tokens, so
+	// there it is encoded in full, like a fresh chat. Building each body
+	// (one copy of the history) is inside the measurement.
+	b.Run("chat=4k/next-turn/tokenizer=o200k", func(b *testing.B) { benchRequestPathTurns(b, realPrompts(b), chat) })
+	b.Run("chat=4k/next-turn/tokenizer=llama3", func(b *testing.B) { benchRequestPathTurns(b, llama3(b), chat) })
 }
 
 func benchRequestPath(b *testing.B, prompts Prompts, ep endpoint, body []byte) {
+	benchRequestBodies(b, prompts, ep, len(body), func(int) []byte { return body })
+}
+
+// benchRequestPathTurns sends chat with a new final user message each
+// iteration.
+func benchRequestPathTurns(b *testing.B, prompts Prompts, chat []byte) {
+	end := bytes.LastIndex(chat, []byte(`],"model"`))
+	require.Positive(b, end, "chatBody's messages are followed by its model")
+	var buf []byte
+	benchRequestBodies(b, prompts, endpointChat, len(chat), func(i int) []byte {
+		buf = append(buf[:0], chat[:end]...)
+		buf = append(buf, `,{"role":"user","content":"And in turn `...)
+		buf = strconv.AppendInt(buf, int64(i), 10)
+		buf = append(buf, `, which worker holds the prefix?"}`...)
+		return append(buf, chat[end:]...)
+	})
+}
+
+func benchRequestBodies(b *testing.B, prompts Prompts, ep endpoint, size int, bodyOf func(i int) []byte) {
 	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
+	b.SetBytes(int64(size))
 	tokens := 0
 	cpu0 := cpuTime()
-	for b.Loop() {
+	for i := 0; b.Loop(); i++ {
+		body := bodyOf(i)
 		p, apiErr := parseRequest(ep, body, http.Header{})
 		if apiErr != nil {
 			b.Fatal(apiErr)

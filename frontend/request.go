@@ -130,8 +130,11 @@ type parsedRequest struct {
 // (tokenize), once the model is known to be served.
 func parseRequest(ep endpoint, body []byte, h http.Header) (*parsedRequest, *APIError) {
 	var req openAIRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, jsonError(err)
+	if !decodeRequest(body, &req) {
+		req = openAIRequest{}
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, jsonError(err)
+		}
 	}
 	if req.Model == nil || *req.Model == "" {
 		return nil, badRequest("model", "missing_required_parameter", "you must provide a model parameter")

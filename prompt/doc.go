@@ -17,7 +17,11 @@
 //     POST /tokenize, with a short timeout and a bounded LRU keyed by a hash
 //     of the prompt part), then approximate pseudo-tokens (one per 4 bytes of
 //     the rendered text) that route by predictions only;
-//   - switchyard_router_tokenize_total{model,path}, which path served.
+//   - switchyard_router_tokenize_total{model,path}, which path served;
+//   - ScanObject and ScanArray, the one-pass validating JSON scanner that
+//     request bodies and messages are split with (values alias the body);
+//     whatever it cannot vouch for is decoded with encoding/json instead,
+//     so values and error messages are encoding/json's.
 //
 // BOS follows vLLM: chat prompts are tokenized without adding special
 // tokens (the template writes BOS), text prompts get the tokenizer's BOS

@@ -178,9 +178,12 @@ func (in *Input) parseChat(f *Fields) error {
 	if isNull(f.Messages) {
 		return badField("messages", "missing_required_parameter", "you must provide messages")
 	}
-	var raws []json.RawMessage
-	if err := json.Unmarshal(f.Messages, &raws); err != nil {
-		return badField("messages", "invalid_type", "messages must be an array of message objects")
+	raws, ok := ScanArray(f.Messages, nil)
+	if !ok {
+		raws = raws[:0]
+		if err := json.Unmarshal(f.Messages, &raws); err != nil {
+			return badField("messages", "invalid_type", "messages must be an array of message objects")
+		}
 	}
 	if len(raws) == 0 {
 		return badField("messages", "invalid_value", "messages must not be empty")
@@ -227,15 +230,19 @@ func parseMessage(raw json.RawMessage, param string) (Message, error) {
 	if len(raw) == 0 || raw[0] != '{' {
 		return Message{}, badField(param, "invalid_type", "every message must be an object")
 	}
-	var wm wireMessage
-	if err := json.Unmarshal(raw, &wm); err != nil {
-		return Message{}, badField(param, "invalid_type", "the message does not parse: "+err.Error())
+	var members [4]Member
+	wm, n, first, ok := scanMessage(raw, members[:0])
+	if !ok {
+		if err := json.Unmarshal(raw, &wm); err != nil {
+			return Message{}, badField(param, "invalid_type", "the message does not parse: "+err.Error())
+		}
+		n, first = topLevelMembers(raw)
 	}
 	if wm.Role == "" {
 		return Message{}, badField(param+".role", "missing_required_parameter", "every message needs a role")
 	}
 	m := Message{Role: wm.Role, Raw: raw}
-	if n, first := topLevelMembers(raw); n == 2 && (first == "role" || first == "content") {
+	if n == 2 && (first == "role" || first == "content") {
 		m.plain, m.roleFirst = true, first == "role"
 	}
 	if isNull(wm.Content) {

@@ -149,6 +149,7 @@ func newModel(spec, digest string, tok *tokenizer.Model, cfg, tmpl []byte, prefi
 		ct.vars["eos_token"] = tok.EOSToken()
 	}
 	ct.openAIContent = ct.t.ContentFormat() == chat.ContentOpenAI
+	ct.builtinChatML = ct.t == chat.ChatML()
 	m := &Model{Spec: spec, Digest: digest, Encode: tok.Encode, Decode: tok.Decode, Template: ct,
 		Describe: fmt.Sprintf("%d ids, template %s", tok.VocabSize(), templateName)}
 	if tok.AddBOS() {
@@ -182,9 +183,64 @@ type chatTemplate struct {
 	t             *chat.Template
 	vars          map[string]any
 	openAIContent bool
+	// builtinChatML is set when t is chat.ChatML(), which plain chats
+	// skip (see renderChatML).
+	builtinChatML bool
 }
 
 func (c *chatTemplate) Render(in *Input) (string, error) {
+	out, ok := c.renderChatML(in)
+	if !ok {
+		var err error
+		if out, err = c.renderJinja(in); err != nil {
+			return "", err
+		}
+	}
+	if in.ContinueFinalMessage && len(in.Messages) > 0 {
+		// As transformers does: cut the rendering right after the final
+		// message's content, so the model continues it.
+		final := strings.TrimSpace(in.Messages[len(in.Messages)-1].Content)
+		if i := strings.LastIndex(out, final); final != "" && i >= 0 {
+			out = out[:i+len(final)]
+		}
+	}
+	return out, nil
+}
+
+// renderChatML writes what the built-in ChatML template renders for a chat
+// of plain messages (role and string content only, no tools, no kwargs):
+// building the template's values and running the Jinja evaluator was a
+// third of a long chat's routing cost, for a template this simple.
+// TestBuiltinChatMLFastPathRendersAsTheTemplate holds the two equal.
+func (c *chatTemplate) renderChatML(in *Input) (string, bool) {
+	if !c.builtinChatML || in.Tools != nil || in.Kwargs != nil {
+		return "", false
+	}
+	n := len("<|im_start|>assistant\n")
+	for i := range in.Messages {
+		m := &in.Messages[i]
+		if !m.plain || m.NullContent || m.Parts != nil {
+			return "", false
+		}
+		n += len("<|im_start|>\n<|im_end|>\n") + len(m.Role) + len(m.Content)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for i := range in.Messages {
+		m := &in.Messages[i]
+		b.WriteString("<|im_start|>")
+		b.WriteString(m.Role)
+		b.WriteByte('\n')
+		b.WriteString(m.Content)
+		b.WriteString("<|im_end|>\n")
+	}
+	if in.AddGenerationPrompt {
+		b.WriteString("<|im_start|>assistant\n")
+	}
+	return b.String(), true
+}
+
+func (c *chatTemplate) renderJinja(in *Input) (string, error) {
 	msgs := make([]any, len(in.Messages))
 	for i := range in.Messages {
 		v, err := c.message(&in.Messages[i])
@@ -222,19 +278,7 @@ func (c *chatTemplate) Render(in *Input) (string, error) {
 			kwargs[m.Key] = m.Value
 		}
 	}
-	out, err := c.t.Render(chat.Input{Messages: msgs, Tools: tools, AddGenerationPrompt: in.AddGenerationPrompt, Vars: c.vars, Kwargs: kwargs})
-	if err != nil {
-		return "", err
-	}
-	if in.ContinueFinalMessage && len(in.Messages) > 0 {
-		// As transformers does: cut the rendering right after the final
-		// message's content, so the model continues it.
-		final := strings.TrimSpace(in.Messages[len(in.Messages)-1].Content)
-		if i := strings.LastIndex(out, final); final != "" && i >= 0 {
-			out = out[:i+len(final)]
-		}
-	}
-	return out, nil
+	return c.t.Render(chat.Input{Messages: msgs, Tools: tools, AddGenerationPrompt: in.AddGenerationPrompt, Vars: c.vars, Kwargs: kwargs})
 }
 
 // message is one message as the template sees it: the client's object in

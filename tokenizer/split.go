@@ -330,6 +330,9 @@ func o200kWord(s string, j int, upperFirst bool) int {
 }
 
 func (o200kSplitter) next(s string, i int) int {
+	if e := o200kASCIIWord(s, i); e > 0 {
+		return e
+	}
 	r, w := decode(s, i)
 	prefix := !isLetter(r) && !isNewline(r) && !isNumber(r)
 	for _, upperFirst := range [2]bool{false, true} {
@@ -360,4 +363,44 @@ func (o200kSplitter) next(s string, i int) int {
 		return whitespace(s, i)
 	}
 	return i + w
+}
+
+// o200kASCIIWord is next's answer when the piece at i is a word (the first
+// two alternatives) decided by ASCII bytes alone, the bulk of English text
+// and code; it returns -1 when it cannot tell, and next then runs the
+// general matcher. With ASCII only, the Unicode classes reduce to [A-Z]
+// (upperish) and [a-z] (lowerish), and U*L+'s backtracking cannot succeed
+// once the upper run is followed by no lower letter: the letters it gives
+// back are upper, not lower.
+func o200kASCIIWord(s string, i int) int {
+	c := s[i]
+	if c >= utf8.RuneSelf {
+		return -1
+	}
+	j := i
+	switch {
+	case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+	case '0' <= c && c <= '9', c == '\r', c == '\n':
+		return -1
+	default: // [^\r\n\p{L}\p{N}]? takes it, if a word follows
+		if j++; j >= len(s) {
+			return -1
+		}
+	}
+	u := j
+	for u < len(s) && 'A' <= s[u] && s[u] <= 'Z' {
+		u++
+	}
+	l := u
+	for l < len(s) && 'a' <= s[l] && s[l] <= 'z' {
+		l++
+	}
+	if l < len(s) && s[l] >= utf8.RuneSelf {
+		return -1 // a non-ASCII letter or mark may extend the word
+	}
+	if l == u && u == j {
+		return -1 // no word at j; the other alternatives decide
+	}
+	// U*L+ when a lower run follows, else U+L* with an empty L*.
+	return l + contraction(s, l, true)
 }

@@ -1,0 +1,117 @@
+package prompt
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// scanDocs are documents on both sides of JSON's grammar.
+var scanDocs = []string{
+	`{}`, ` { } `, `{"a":1}`, `{"a":-0.5e+3,"b":[1,{"c":null}],"d":"x\u00e9\n","e":true,"f":false}`,
+	`{"model":"m","messages":[{"role":"user","content":"héllo"}]}`, "{\"a\":\"\xff\"}", `{"a\"b":1}`,
+	`{"a":1,"a":2}`, `{"A":1}`, `[]`, `"x"`, `1`, `null`, ``, `{`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{,}`,
+	`{"a":01}`, `{"a":1.}`, `{"a":.5}`, `{"a":1e}`, `{"a":-}`, `{"a":"\x"}`, `{"a":"\u12"}`, "{\"a\":\"\x01\"}",
+	`{"a":tru}`, `{"a":nul}`, `{"a":[1,]}`, `{"a":[1 2]}`, `{} {}`, `{}x`, `{"a":1}]`, "\t{\"a\" :\n1 }\r\n",
+}
+
+func TestScanObjectAcceptsWhatEncodingJSONAcceptsAndSplitsMembersAsItDoes(t *testing.T) {
+	for _, doc := range scanDocs {
+		members, ok := ScanObject([]byte(doc), nil)
+		trimmed := bytes.TrimSpace([]byte(doc))
+		want := json.Valid([]byte(doc)) && len(trimmed) > 0 && trimmed[0] == '{'
+		require.Equal(t, want, ok, "%q", doc)
+		if !ok {
+			continue
+		}
+		var m map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(doc), &m))
+		keys := map[string]int{}
+		for _, mb := range members {
+			keys[string(mb.Key)]++
+		}
+		for _, mb := range members {
+			if mb.Escaped || keys[string(mb.Key)] > 1 {
+				continue
+			}
+			assert.Equal(t, string(m[string(mb.Key)]), string(mb.Value), "%q member %q", doc, mb.Key)
+			if mb.PlainString {
+				var s string
+				require.NoError(t, json.Unmarshal(mb.Value, &s))
+				assert.Equal(t, s, string(mb.Value[1:len(mb.Value)-1]), "%q member %q", doc, mb.Key)
+			}
+		}
+	}
+}
+
+func TestScanArraySplitsElementsAsEncodingJSONDoes(t *testing.T) {
+	for _, doc := range []string{`[]`, ` [ ] `, `[1]`, `[{"a":[1,2]}, "x" ,null]`, `[1,]`, `[`, `{}`, `[1]x`, `[01]`} {
+		elems, ok := ScanArray([]byte(doc), nil)
+		var want []json.RawMessage
+		err := json.Unmarshal([]byte(doc), &want)
+		require.Equal(t, err == nil, ok, "%q", doc)
+		if ok {
+			require.Len(t, elems, len(want), "%q", doc)
+			for i := range want {
+				assert.Equal(t, string(want[i]), string(elems[i]), "%q element %d", doc, i)
+			}
+		}
+	}
+}
+
+func TestScanMessageDefersWhatOnlyEncodingJSONDecidesExactly(t *testing.T) {
+	for _, raw := range []string{
+		`{"Role":"user","content":"x"}`, `{"role":"user","CONTENT":"x"}`, `{"role":"a","role":"b"}`,
+		`{"role":1}`, `{"role":"\u0075ser"}`, `{"r\u006fle":"user"}`, "{\"role\":\"\xff\"}", `[]`,
+	} {
+		_, _, _, ok := scanMessage([]byte(raw), nil)
+		assert.False(t, ok, "%s must go to encoding/json", raw)
+	}
+	wm, n, first, ok := scanMessage([]byte(`{"content":null,"role":"assistant","tool_calls":[]}`), nil)
+	require.True(t, ok)
+	assert.Equal(t, "assistant", wm.Role)
+	assert.Equal(t, "null", string(wm.Content))
+	assert.Equal(t, 3, n)
+	assert.Equal(t, "content", first)
+}
+
+// FuzzScanObjectAgreesWithEncodingJSON: the scanner accepts exactly the
+// objects encoding/json accepts, and what it reads of a message is what
+// json.Unmarshal and topLevelMembers read.
+func FuzzScanObjectAgreesWithEncodingJSON(f *testing.F) {
+	for _, s := range scanDocs {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(`{"role":"user","content":[{"type":"text","text":"a"}],"name":"n"}`))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		members, ok := ScanObject(doc, nil)
+		trimmed := bytes.TrimSpace(doc)
+		want := json.Valid(doc) && len(trimmed) > 0 && trimmed[0] == '{'
+		if ok != want && (!want || len(doc) <= maxScanDepth) {
+			t.Fatalf("ScanObject(%q) ok=%v, encoding/json valid object=%v", doc, ok, want)
+		}
+		for _, mb := range members {
+			if mb.PlainString {
+				var s string
+				if json.Unmarshal(mb.Value, &s) != nil || s != string(mb.Value[1:len(mb.Value)-1]) {
+					t.Fatalf("member %q of %q is not the plain string it claims", mb.Key, doc)
+				}
+			}
+		}
+		wm, n, first, ok := scanMessage(doc, nil)
+		if !ok {
+			return
+		}
+		var ref wireMessage
+		if err := json.Unmarshal(doc, &ref); err != nil {
+			t.Fatalf("scanMessage accepted %q, encoding/json says %v", doc, err)
+		}
+		rn, rfirst := topLevelMembers(doc)
+		if wm.Role != ref.Role || !bytes.Equal(wm.Content, ref.Content) || n != rn || first != rfirst {
+			t.Fatalf("scanMessage(%q) = %q %q %d %q, want %q %q %d %q", doc, wm.Role, wm.Content, n, first, ref.Role, ref.Content, rn, rfirst)
+		}
+	})
+}
