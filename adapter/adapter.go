@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -396,7 +395,7 @@ func (a *Adapter) Run(ctx context.Context) error {
 	}
 	base := a.cfg.AdvertiseURL
 	if base == "" {
-		base = advertiseURL(ln.Addr().(*net.TCPAddr))
+		base = wire.AdvertiseURL(ln.Addr().(*net.TCPAddr))
 	}
 	base = strings.TrimRight(base, "/")
 	rc := RegistrarConfig{
@@ -509,16 +508,4 @@ func (a *Adapter) followEvents(ctx context.Context) error {
 		}
 		wait = min(2*wait, 30*time.Second)
 	}
-}
-
-func advertiseURL(a *net.TCPAddr) string {
-	host := a.IP.String()
-	if a.IP.IsUnspecified() {
-		if h, err := os.Hostname(); err == nil {
-			host = h
-		} else {
-			host = "127.0.0.1"
-		}
-	}
-	return "http://" + net.JoinHostPort(host, fmt.Sprint(a.Port))
 }

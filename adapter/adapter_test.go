@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -172,19 +171,7 @@ func TestLoadReportsCarryTheEnginesMetricsAndTheMirrorsPosition(t *testing.T) {
 	eng := startFakeEngine(t)
 	cfg := testAdapterConfig(eng, etcd, n)
 	cfg.KVEvents = "tcp://127.0.0.1:5557"
-	nc := n.Conn(t)
-	reports := make(chan *wire.LoadReport, 64)
-	sub, err := nc.Subscribe(wire.NewSubjects(testCluster).Load("w1"), func(m *nats.Msg) {
-		r, err := wire.DecodeLoadReport(m.Data)
-		if assert.NoError(t, err) {
-			select {
-			case reports <- r:
-			default:
-			}
-		}
-	})
-	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
+	reports := loadReports(t, n, "w1")
 	ra := startAdapter(t, cfg, etcd, n)
 	testenv.Eventually(t, 5*time.Second, func() bool { return ra.a.Registered() }, "registration")
 	f := &feeder{h: ra.a.Mirror()}
@@ -300,18 +287,7 @@ func TestAnOpenAIServerWithAMetricsURLGetsLoadReportsFromEitherEnginesNames(t *t
 	eng.setMetrics("sglang:num_running_reqs 6\nsglang:num_queue_reqs 1\nsglang:token_usage 0.5\n")
 	cfg := testAdapterConfig(eng, etcd, n)
 	cfg.Engine, cfg.MetricsURL = EngineOpenAI, eng.srv.URL+"/metrics"
-	nc := n.Conn(t)
-	reports := make(chan *wire.LoadReport, 16)
-	sub, err := nc.Subscribe(wire.NewSubjects(testCluster).Load("w1"), func(m *nats.Msg) {
-		if r, err := wire.DecodeLoadReport(m.Data); err == nil {
-			select {
-			case reports <- r:
-			default:
-			}
-		}
-	})
-	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
+	reports := loadReports(t, n, "w1")
 	ra := startAdapter(t, cfg, etcd, n)
 	assert.Nil(t, ra.a.Mirror(), "no KV events for an openai engine")
 	select {

@@ -165,20 +165,11 @@ func BenchmarkEventToRouterIndex(b *testing.B) {
 		b.StartTimer()
 		t0 := time.Now()
 		f.batch(ev)
-		for !router.ix.Held("bench", last) {
-			if time.Since(t0) > 5*time.Second {
-				b.Fatalf("block %d never reached the router", i)
-			}
-			time.Sleep(20 * time.Microsecond)
-		}
+		pollUntil(b, t0, func() bool { return router.ix.Held("bench", last) }, "block %d never reached the router", i)
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
-	slices.Sort(lat)
-	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
-	b.ReportMetric(q(0.5), "p50_us")
-	b.ReportMetric(q(0.99), "p99_us")
-	b.ReportMetric(q(1), "max_us")
+	reportLatencies(b, lat)
 }
 
 // BenchmarkNATSDeliveryBaseline is BenchmarkEventToRouterIndex's baseline
@@ -205,15 +196,26 @@ func BenchmarkNATSDeliveryBaseline(b *testing.B) {
 		if err := pub.Publish("baseline", buf[:]); err != nil {
 			b.Fatal(err)
 		}
-		for got.Load() != i {
-			if time.Since(t0) > 5*time.Second {
-				b.Fatalf("message %d never arrived", i)
-			}
-			time.Sleep(20 * time.Microsecond)
-		}
+		pollUntil(b, t0, func() bool { return got.Load() == i }, "message %d never arrived", i)
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
+	reportLatencies(b, lat)
+}
+
+// pollUntil polls done every 20 µs, the same way for a benchmark and its
+// baseline, and fails the benchmark 5 s after t0.
+func pollUntil(b *testing.B, t0 time.Time, done func() bool, format string, args ...any) {
+	for !done() {
+		if time.Since(t0) > 5*time.Second {
+			b.Fatalf(format, args...)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+// reportLatencies reports the median, 99th percentile and largest of lat.
+func reportLatencies(b *testing.B, lat []time.Duration) {
 	slices.Sort(lat)
 	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
 	b.ReportMetric(q(0.5), "p50_us")

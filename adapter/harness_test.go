@@ -10,13 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/enginekv"
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/wire"
 )
 
 const testCluster = "adapter-test"
@@ -105,6 +108,27 @@ func startFakeEngine(t *testing.T) *fakeEngine {
 
 func (e *fakeEngine) setModels(s string)  { e.models.Store(&s) }
 func (e *fakeEngine) setMetrics(s string) { e.metrics.Store(&s) }
+
+// loadReports subscribes to the worker's load reports until the test ends.
+// A report that does not decode fails the test; one that finds the channel
+// full (64 unread) is dropped, so the adapter is never held up.
+func loadReports(t *testing.T, n *testenv.NATS, worker string) <-chan *wire.LoadReport {
+	t.Helper()
+	nc := n.Conn(t)
+	reports := make(chan *wire.LoadReport, 64)
+	sub, err := nc.Subscribe(wire.NewSubjects(testCluster).Load(worker), func(m *nats.Msg) {
+		r, err := wire.DecodeLoadReport(m.Data)
+		if assert.NoError(t, err) {
+			select {
+			case reports <- r:
+			default:
+			}
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return reports
+}
 
 // routerIndex is a router's KV index fed by a real kvindex.Subscriber from
 // NATS, as internal/app/replica.go wires it.

@@ -320,6 +320,21 @@ func TestAnEntryBacksOffOnItsClockWhileItsOwnStoppedActorAnswersOwnershipLost(t 
 	require.ErrorIs(t, (<-res).err, context.Canceled)
 }
 
+// fakeClockEntry is the entry replica "b", on its own connection and a fake
+// clock, with a local actor that owns nothing: the tests that use it point
+// its owners elsewhere and watch the timers its admits arm.
+func fakeClockEntry(t *testing.T, h *harness) (*Client, *Metrics, *scheduler.FakeClock, ClientConfig) {
+	t.Helper()
+	_, port := actorOnly(t, h.classes, h.workers)
+	m := NewMetrics(prometheus.NewRegistry())
+	entryNC := rawConn(t, h)
+	srv := NewServer("b", cluster, entryNC, port, zap.NewNop(), m)
+	clock := scheduler.NewFakeClock(time.Now())
+	cfg := DefaultClientConfig()
+	cfg.Clock = clock
+	return NewClient(cfg, "b", cluster, entryNC, port, srv, zap.NewNop(), m), m, clock, cfg
+}
+
 func TestAnAdmitWithoutADeadlineWhoseReplyIsLostIsResubmittedAfterTheReplyTimeout(t *testing.T) {
 	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
 	nc := rawConn(t, h)
@@ -348,14 +363,7 @@ func TestAnAdmitWithoutADeadlineWhoseReplyIsLostIsResubmittedAfterTheReplyTimeou
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
 
-	_, port := actorOnly(t, h.classes, h.workers)
-	m := NewMetrics(prometheus.NewRegistry())
-	entryNC := rawConn(t, h)
-	srv := NewServer("b", cluster, entryNC, port, zap.NewNop(), m)
-	clock := scheduler.NewFakeClock(time.Now())
-	cfg := DefaultClientConfig()
-	cfg.Clock = clock
-	cli := NewClient(cfg, "b", cluster, entryNC, port, srv, zap.NewNop(), m)
+	cli, m, clock, cfg := fakeClockEntry(t, h)
 	cli.OwnersChanged(map[string]Owner{"gold": {Replica: "x", Epoch: 1}})
 
 	ctx := testenv.Context(t)
@@ -392,14 +400,7 @@ func TestAnEntryDoesNotCountASecondOutcomeForARequestItsOwnerAlreadyCounted(t *t
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
 
-	_, port := actorOnly(t, h.classes, h.workers)
-	m := NewMetrics(prometheus.NewRegistry())
-	entryNC := rawConn(t, h)
-	srv := NewServer("b", cluster, entryNC, port, zap.NewNop(), m)
-	clock := scheduler.NewFakeClock(time.Now())
-	cfg := DefaultClientConfig()
-	cfg.Clock = clock
-	cli := NewClient(cfg, "b", cluster, entryNC, port, srv, zap.NewNop(), m)
+	cli, _, clock, _ := fakeClockEntry(t, h)
 	cli.OwnersChanged(map[string]Owner{"gold": {Replica: "x", Epoch: 1}})
 
 	r := request("gold", 0)
@@ -429,14 +430,7 @@ func TestTheAbandonGraceRunsOnTheClientsClockAndStopsWithRun(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
 
-	_, port := actorOnly(t, h.classes, h.workers)
-	m := NewMetrics(prometheus.NewRegistry())
-	entryNC := rawConn(t, h)
-	srv := NewServer("b", cluster, entryNC, port, zap.NewNop(), m)
-	clock := scheduler.NewFakeClock(time.Now())
-	cfg := DefaultClientConfig()
-	cfg.Clock = clock
-	cli := NewClient(cfg, "b", cluster, entryNC, port, srv, zap.NewNop(), m)
+	cli, _, clock, cfg := fakeClockEntry(t, h)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	runDone := make(chan struct{})
 	go func() { defer close(runDone); _ = cli.Run(runCtx) }()

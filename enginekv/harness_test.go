@@ -113,27 +113,11 @@ func subConfig(endpoint, replay string) SubscriberConfig {
 	return c
 }
 
-// counter reads one series of a registry.
+// counter reads the series of a registry's metric name whose label has
+// value.
 func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-			if label == "" {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return testenv.MetricValue(t, reg, name, map[string]string{label: value})
 }
 
 // --- events the scenarios publish ------------------------------------------

@@ -560,34 +560,31 @@ func (s *Subscriber) replayDone(ctx context.Context, r replayResult, wg *sync.Wa
 		if rb.topic == "" {
 			rb.topic = s.liveTopic
 		}
-		if !s.haveSeq {
-			if rb.seq != r.start {
-				complete = false
-				s.reset(ResetJoinedMidStream)
-			}
-			s.deliverFrom(rb)
-			continue
-		}
-		if !s.take(rb) {
-			complete = false
-		}
+		complete = s.takeReplayed(rb, rb.seq == r.start) && complete
 	}
 	for _, rb := range buffered {
-		if !s.haveSeq {
-			complete = false
-			s.reset(ResetJoinedMidStream)
-			s.deliverFrom(rb)
-			continue
-		}
-		if !s.take(rb) {
-			complete = false
-		}
+		complete = s.takeReplayed(rb, false) && complete
 	}
 	if complete {
 		s.m.replays.WithLabelValues(replayOK).Inc()
 	} else {
 		s.m.replays.WithLabelValues(replayIncomplete).Inc()
 	}
+}
+
+// takeReplayed delivers rb, replayed or buffered during the replay, and
+// reports false where something is missing. Before the first delivery a
+// batch other than the replay's start (every buffered one) means we joined
+// mid-stream; after it, take checks the sequence.
+func (s *Subscriber) takeReplayed(rb rawBatch, atStart bool) bool {
+	if s.haveSeq {
+		return s.take(rb)
+	}
+	if !atStart {
+		s.reset(ResetJoinedMidStream)
+	}
+	s.deliverFrom(rb)
+	return atStart
 }
 
 // take delivers rb after a replay: duplicates are dropped and a gap that

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -27,7 +28,7 @@ func TestFirstContactInTheMiddleOfAStreamNeedsADump(t *testing.T) {
 	ix, reg, _ := newTestIndex(t)
 	require.Equal(t, OutcomeResync, mustApply(t, ix, "a", 9, 5, stored(nil, chain(1, 2)...)))
 	require.Equal(t, []string{"a"}, ix.NeedingDump(nil))
-	require.Equal(t, 1.0, metricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "first_contact"}))
+	require.Equal(t, 1.0, testenv.MetricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "first_contact"}))
 	select {
 	case <-ix.ResyncNotify():
 	default:
@@ -43,7 +44,7 @@ func TestAGapResetsTheWorkerAndTheDumpReplaysOnlyLaterBufferedEvents(t *testing.
 	require.Equal(t, OutcomeResync, mustApply(t, ix, "a", 9, 3, stored(ptr(h[1]), h[2])))
 	require.Zero(t, ix.Blocks("a"), "a reset drops the worker's entries at once")
 	require.Empty(t, ix.Lookup(h, nil))
-	require.Equal(t, 1.0, metricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "gap"}))
+	require.Equal(t, 1.0, testenv.MetricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "gap"}))
 
 	// Events arriving while the dump is in flight are kept.
 	require.Equal(t, OutcomeBuffered, mustApply(t, ix, "a", 9, 4, stored(ptr(h[2]), h[3]), stored(ptr(h[3]), h[4])))
@@ -65,7 +66,7 @@ func TestAStoredChainWithAnUnknownParentIsAGap(t *testing.T) {
 	h := chain(1, 3)
 	mustApply(t, ix, "a", 9, 1, stored(nil, h[0]))
 	require.Equal(t, OutcomeResync, mustApply(t, ix, "a", 9, 2, stored(ptr(h[1]), h[2])))
-	require.Equal(t, 1.0, metricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "unknown_parent"}))
+	require.Equal(t, 1.0, testenv.MetricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "unknown_parent"}))
 	require.True(t, ix.NeedsDump("a"))
 }
 
@@ -78,7 +79,7 @@ func TestAnEngineRestartFromIDOneReplacesTheOldBlocksWithoutADump(t *testing.T) 
 	require.Equal(t, []uint64{h[3]}, ix.WorkerHashes("a", nil))
 	d, _ := ix.Digest("a")
 	require.Equal(t, Digest{Worker: "a", Instance: 10, LastID: 1, Blocks: 1, Synced: true}, d)
-	require.Equal(t, 1.0, metricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "instance"}))
+	require.Equal(t, 1.0, testenv.MetricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "instance"}))
 }
 
 func TestAnEngineRestartSeenMidStreamNeedsADump(t *testing.T) {
@@ -92,7 +93,7 @@ func TestIDsGoingBackWithinAnInstanceReset(t *testing.T) {
 	ix, reg, _ := newTestIndex(t)
 	mustApply(t, ix, "a", 9, 1, stored(nil, chain(1, 2)...), stored(nil, chain(2, 2)...))
 	require.Equal(t, OutcomeResync, mustApply(t, ix, "a", 9, 2, stored(nil, chain(3, 1)...)))
-	require.Equal(t, 1.0, metricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "id_back"}))
+	require.Equal(t, 1.0, testenv.MetricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "id_back"}))
 }
 
 func TestAHeartbeatRevealsALostTrailingBatch(t *testing.T) {
@@ -114,9 +115,9 @@ func TestRemovedAndClearedEventsDropEntries(t *testing.T) {
 	require.Equal(t, []Match{{"b", 2}}, ix.Lookup(h, nil))
 	d, _ := ix.Digest("a")
 	require.True(t, d.Synced, "a cleared cache is a known state, not a gap")
-	require.Equal(t, 4.0, metricValue(t, reg, "switchyard_index_events_applied_total", map[string]string{"kind": "stored"})-2)
-	require.Equal(t, 2.0, metricValue(t, reg, "switchyard_index_events_applied_total", map[string]string{"kind": "removed"}))
-	require.Equal(t, 1.0, metricValue(t, reg, "switchyard_index_events_applied_total", map[string]string{"kind": "cleared"}))
+	require.Equal(t, 4.0, testenv.MetricValue(t, reg, "switchyard_index_events_applied_total", map[string]string{"kind": "stored"})-2)
+	require.Equal(t, 2.0, testenv.MetricValue(t, reg, "switchyard_index_events_applied_total", map[string]string{"kind": "removed"}))
+	require.Equal(t, 1.0, testenv.MetricValue(t, reg, "switchyard_index_events_applied_total", map[string]string{"kind": "cleared"}))
 }
 
 func TestMoreBlocksThanTheWorkerCanHoldMeansMissedRemovals(t *testing.T) {
@@ -125,12 +126,12 @@ func TestMoreBlocksThanTheWorkerCanHoldMeansMissedRemovals(t *testing.T) {
 	mustApply(t, ix, "a", 9, 1, stored(nil, chain(1, 4)...))
 	require.Equal(t, OutcomeResync, mustApply(t, ix, "a", 9, 2, stored(nil, chain(2, 1)...)))
 	require.Zero(t, ix.Blocks("a"))
-	require.Equal(t, 1.0, metricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "over_capacity"}))
+	require.Equal(t, 1.0, testenv.MetricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "over_capacity"}))
 
 	o := ix.ApplyDump(&Dump{Worker: "a", Instance: 9, AsOfID: 2, Hashes: chain(3, 6)})
 	require.Equal(t, OutcomeApplied, o)
 	require.Equal(t, 4, ix.Blocks("a"), "a dump is cut at the capacity")
-	require.Equal(t, 1.0, metricValue(t, reg, "switchyard_index_dropped_total", map[string]string{"kind": "dump_blocks_over_capacity"}))
+	require.Equal(t, 1.0, testenv.MetricValue(t, reg, "switchyard_index_dropped_total", map[string]string{"kind": "dump_blocks_over_capacity"}))
 }
 
 func TestAHoleInTheBufferedBatchesAsksForAnotherDump(t *testing.T) {
@@ -158,7 +159,7 @@ func TestOverflowingTheDumpBufferIsCountedAndRepairedByTheNextDump(t *testing.T)
 	mustApply(t, ix, "a", 9, 3, stored(nil, chain(1, 1)...))
 	mustApply(t, ix, "a", 9, 4, stored(nil, chain(2, 1)...))
 	mustApply(t, ix, "a", 9, 5, stored(nil, chain(3, 1)...))
-	require.Equal(t, 1.0, metricValue(t, reg, "switchyard_index_dropped_total", map[string]string{"kind": "buffered_batches"}))
+	require.Equal(t, 1.0, testenv.MetricValue(t, reg, "switchyard_index_dropped_total", map[string]string{"kind": "buffered_batches"}))
 	require.Equal(t, OutcomeResync, ix.ApplyDump(&Dump{Worker: "a", Instance: 9, AsOfID: 3}))
 	require.Equal(t, OutcomeApplied, ix.ApplyDump(&Dump{Worker: "a", Instance: 9, AsOfID: 5, Hashes: chain(4, 3)}))
 	require.Equal(t, 3, ix.Blocks("a"))
@@ -244,7 +245,7 @@ switchyard_index_events_applied_total{kind="stored"} 3
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"switchyard_index_events_applied_total", "switchyard_index_blocks"))
-	require.Equal(t, 1.0, metricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "gap"}))
+	require.Equal(t, 1.0, testenv.MetricValue(t, reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "gap"}))
 }
 
 func TestDroppingEntriesWithNoIDLeftFallsBackToAnImmediateScan(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 func TestLookupTakesTheLargerOfExactAndPredictedDepth(t *testing.T) {
@@ -36,7 +38,7 @@ func TestSweepRemovesOnlyExpiredPredictions(t *testing.T) {
 	clk.Advance(2 * time.Second)
 	require.Equal(t, 3, ix.SweepPredictions())
 	require.Equal(t, 2, ix.PredictedEntries())
-	require.Equal(t, 2.0, metricValue(t, reg, "switchyard_index_predicted_entries", nil))
+	require.Equal(t, 2.0, testenv.MetricValue(t, reg, "switchyard_index_predicted_entries", nil))
 	require.Equal(t, []Match{{"b", 2}}, ix.Lookup(chain(2, 2), nil))
 }
 
@@ -56,7 +58,7 @@ func TestPredictionsBeyondTheLimitAreDroppedAndCounted(t *testing.T) {
 	ix, reg, _ := newTestIndex(t, func(c *Config) { c.MaxPredictedEntries = 2 })
 	require.NoError(t, ix.Predict("a", chain(1, 3), time.Second))
 	require.Equal(t, 2, ix.PredictedEntries())
-	require.Equal(t, 1.0, metricValue(t, reg, "switchyard_index_dropped_total", map[string]string{"kind": "predicted_entries"}))
+	require.Equal(t, 1.0, testenv.MetricValue(t, reg, "switchyard_index_dropped_total", map[string]string{"kind": "predicted_entries"}))
 	require.Equal(t, []Match{{"a", 2}}, ix.Lookup(chain(1, 3), nil))
 }
 

@@ -102,12 +102,12 @@ func TestTwoReplicasConvergeOnTheWorkersTrueBlocksDespiteLostBatchesAndARestart(
 	}
 	converge(t, w, "after lost batches", exact, lossy)
 	require.Positive(t, dropped.Load(), "the lossy replica lost batches")
-	require.Positive(t, metricValue(t, lossy.reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "gap"})+
-		metricValue(t, lossy.reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "unknown_parent"}),
+	require.Positive(t, testenv.MetricValue(t, lossy.reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "gap"})+
+		testenv.MetricValue(t, lossy.reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "unknown_parent"}),
 		"the lossy replica detected its losses")
-	require.Positive(t, metricValue(t, lossy.reg, "switchyard_index_dumps_total", map[string]string{"result": "applied"}))
-	require.Zero(t, metricValue(t, exact.reg, "switchyard_index_dumps_total", nil), "a replica that lost nothing never needs a dump")
-	require.Positive(t, metricValue(t, exact.reg, "switchyard_index_event_lag_seconds", nil), "lag is measured from publish times")
+	require.Positive(t, testenv.MetricValue(t, lossy.reg, "switchyard_index_dumps_total", map[string]string{"result": "applied"}))
+	require.Zero(t, testenv.MetricValue(t, exact.reg, "switchyard_index_dumps_total", nil), "a replica that lost nothing never needs a dump")
+	require.Positive(t, testenv.MetricValue(t, exact.reg, "switchyard_index_event_lag_seconds", nil), "lag is measured from publish times")
 	blocks, _, _ := w.truth()
 	require.NotEmpty(t, blocks, "the comparison is not vacuous")
 
@@ -116,7 +116,7 @@ func TestTwoReplicasConvergeOnTheWorkersTrueBlocksDespiteLostBatchesAndARestart(
 		w.step()
 	}
 	converge(t, w, "after the engine restarted", exact, lossy)
-	require.Equal(t, 1.0, metricValue(t, exact.reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "instance"}),
+	require.Equal(t, 1.0, testenv.MetricValue(t, exact.reg, "switchyard_index_event_gaps_total", map[string]string{"reason": "instance"}),
 		"the restart is detected from the instance change")
 }
 
@@ -132,7 +132,7 @@ func TestADumpWithoutResponderIsRetriedUntilTheWorkerAnswers(t *testing.T) {
 	r := startReplica(t, n)
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		w.heartbeat()
-		return metricValue(t, r.reg, "switchyard_index_dumps_total", map[string]string{"result": "no_responders"}) > 0
+		return testenv.MetricValue(t, r.reg, "switchyard_index_dumps_total", map[string]string{"result": "no_responders"}) > 0
 	}, "no dump attempt failed for lack of responders")
 	require.True(t, r.ix.NeedsDump("w2"))
 
@@ -152,7 +152,7 @@ func TestMalformedBatchesAreCountedAndDropped(t *testing.T) {
 	other := wire.AppendKVEventBatch(nil, batch("w4", 1, 1, stored(nil, 1)))
 	require.NoError(t, pub.Publish(subj.KV("w3"), other), "a batch on another worker's subject")
 	testenv.Eventually(t, 5*time.Second, func() bool {
-		return metricValue(t, r.reg, "switchyard_index_decode_errors_total", map[string]string{"kind": "batch"}) == 2
+		return testenv.MetricValue(t, r.reg, "switchyard_index_decode_errors_total", map[string]string{"kind": "batch"}) == 2
 	}, "decode errors not counted")
 	_, ok := r.ix.Digest("w4")
 	require.False(t, ok, "a batch whose worker disagrees with its subject is not applied")

@@ -58,21 +58,7 @@ func BenchmarkAdmission(b *testing.B) {
 	for _, tc := range []struct{ workers, backlog int }{{100, 0}, {1000, 0}, {1000, 10000}} {
 		b.Run(fmt.Sprintf("workers=%d/backlog=%d", tc.workers, tc.backlog), func(b *testing.B) {
 			c := benchCore(b, tc.workers, tc.backlog)
-			r := benchRequest(tc.workers)
-			var g Grant
-			var gerr error
-			respond := func(x Grant, err error) bool { g, gerr = x, err; return true }
-			b.ReportAllocs()
-			b.ResetTimer()
-			start, cpu := time.Now(), testenv.ProcessCPU()
-			for b.Loop() {
-				c.Enqueue(r, respond) // enqueue → drain → select → book → respond
-				if gerr != nil {
-					b.Fatal(gerr)
-				}
-				c.Finish(g.Booking)
-			}
-			reportRates(b, start, cpu)
+			benchAdmit(b, c, benchRequest(tc.workers), false)
 		})
 	}
 	b.Run("actor/workers=1000/backlog=0", func(b *testing.B) {
@@ -104,20 +90,47 @@ func BenchmarkAdmission(b *testing.B) {
 
 func BenchmarkSelect(b *testing.B) {
 	b.Run("workers=1000", func(b *testing.B) {
-		c := benchCore(b, 1000, 0)
-		r := benchRequest(1000)
-		cfg := &c.classes["interactive"].cfg
-		b.ReportAllocs()
-		b.ResetTimer()
-		start, cpu := time.Now(), testenv.ProcessCPU()
-		for b.Loop() {
-			if _, ok := c.selectWorker(r, cfg); !ok {
-				b.Fatal("no worker selected")
-			}
-		}
-		reportRates(b, start, cpu)
-		b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Nanoseconds())/float64(b.N)/1000, "cpu-ns/worker")
+		benchSelect(b, benchCore(b, 1000, 0), benchRequest(1000), 1000)
 	})
+}
+
+// benchSelect measures the choice of a worker for r on c, whose n workers
+// give the cost per worker considered.
+func benchSelect(b *testing.B, c *Core, r *Request, n int) {
+	cfg := &c.classes["interactive"].cfg
+	b.ReportAllocs()
+	b.ResetTimer()
+	start, cpu := time.Now(), testenv.ProcessCPU()
+	for b.Loop() {
+		if _, ok := c.selectWorker(r, cfg); !ok {
+			b.Fatal("no worker selected")
+		}
+	}
+	reportRates(b, start, cpu)
+	b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/worker")
+}
+
+// benchAdmit measures admission turns of r on c (enqueue → drain → select →
+// book → respond), each finished before the next; with firstToken each also
+// reports its first token, which feeds the ttft selector's calibration.
+func benchAdmit(b *testing.B, c *Core, r *Request, firstToken bool) {
+	var g Grant
+	var gerr error
+	respond := func(x Grant, err error) bool { g, gerr = x, err; return true }
+	b.ReportAllocs()
+	b.ResetTimer()
+	start, cpu := time.Now(), testenv.ProcessCPU()
+	for b.Loop() {
+		c.Enqueue(r, respond)
+		if gerr != nil {
+			b.Fatal(gerr)
+		}
+		if firstToken {
+			c.FirstToken(g.Booking)
+		}
+		c.Finish(g.Booking)
+	}
+	reportRates(b, start, cpu)
 }
 
 // reportRates adds admissions per wall second and CPU ns per operation.
@@ -151,21 +164,7 @@ func BenchmarkAdmissionProduction(b *testing.B) {
 				lv = plainLoads{view}
 			}
 			c := benchCoreWith(b, tc.workers, tc.backlog, lv)
-			r := benchRequest(tc.workers)
-			var g Grant
-			var gerr error
-			respond := func(x Grant, err error) bool { g, gerr = x, err; return true }
-			b.ReportAllocs()
-			b.ResetTimer()
-			start, cpu := time.Now(), testenv.ProcessCPU()
-			for b.Loop() {
-				c.Enqueue(r, respond)
-				if gerr != nil {
-					b.Fatal(gerr)
-				}
-				c.Finish(g.Booking)
-			}
-			reportRates(b, start, cpu)
+			benchAdmit(b, c, benchRequest(tc.workers), false)
 		})
 	}
 }

@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+	"net"
+	"os"
 )
 
 // RegistryVersion is the version of WorkerInfo and ReplicaInfo records.
@@ -157,4 +159,20 @@ func DecodeReplicaInfo(b []byte) (*ReplicaInfo, error) {
 		return nil, err
 	}
 	return &r, nil
+}
+
+// AdvertiseURL is the base URL (WorkerInfo.URL, TokenizerSource.URL) that a
+// server listening at a registers: its address, or, for a listener on every
+// interface, the machine's host name (127.0.0.1 if it has none) so that other
+// hosts can reach it.
+func AdvertiseURL(a *net.TCPAddr) string {
+	host := a.IP.String()
+	if a.IP.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		} else {
+			host = "127.0.0.1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, fmt.Sprint(a.Port))
 }

@@ -2,6 +2,8 @@ package wire
 
 import (
 	"errors"
+	"net"
+	"os"
 	"reflect"
 	"testing"
 
@@ -103,4 +105,13 @@ func FuzzDecodeReplicaInfo(f *testing.F) {
 			t.Fatalf("round trip failed: %v", err)
 		}
 	})
+}
+
+func TestAdvertiseURLIsTheBoundAddressOrTheHostNameForAnyInterface(t *testing.T) {
+	require.Equal(t, "http://127.0.0.1:9001", AdvertiseURL(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9001}))
+	require.Equal(t, "http://[::1]:9001", AdvertiseURL(&net.TCPAddr{IP: net.IPv6loopback, Port: 9001}))
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	require.Equal(t, "http://"+net.JoinHostPort(host, "9001"), AdvertiseURL(&net.TCPAddr{IP: net.IPv4zero, Port: 9001}),
+		"a listener on every interface is reached by the machine's name")
 }

@@ -74,6 +74,24 @@ func startUp(t *testing.T, mutate func(*UpConfig)) string {
 	return addr
 }
 
+// repeatPredictsTheCache waits until the router at addr indexes the blocks
+// KV blocks its first chat stored (events says how they get there), sends
+// params again, and checks that the router predicted exactly the tokens the
+// engine served from its cache (why says what that shows).
+func repeatPredictsTheCache(t *testing.T, cl openai.Client, addr string, params openai.ChatCompletionNewParams, blocks int, events, why string) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return metricSum(t, addr, "switchyard_index_blocks", nil) >= float64(blocks)
+	}, events)
+	predicted0 := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil)
+	second, err := cl.Chat.Completions.New(testenv.Context(t), params)
+	require.NoError(t, err)
+	predicted := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil) - predicted0
+	cached := second.Usage.PromptTokensDetails.CachedTokens
+	assert.Greater(t, cached, int64(1000), "the engine served the repeated conversation from its cache")
+	assert.Equal(t, float64(cached), predicted, why)
+}
+
 func upClient(addr string) openai.Client {
 	return openai.NewClient(option.WithBaseURL("http://"+addr+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 }
@@ -152,17 +170,8 @@ func TestTheLocalClusterRoutesOnTheRealTokenizerAndPredictsTheEnginesCachedToken
 	require.Equal(t, int64(len(want)), first.Usage.PromptTokens, "the worker tokenized with o200k_base and ChatML")
 	require.Greater(t, len(want), 1000)
 
-	blocks := float64(len(want) / 16)
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		return metricSum(t, addr, "switchyard_index_blocks", nil) >= blocks
-	}, "the worker's KV events reach the router's index")
-	predicted0 := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil)
-	second, err := cl.Chat.Completions.New(ctx, params)
-	require.NoError(t, err)
-	predicted := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil) - predicted0
-	cached := second.Usage.PromptTokensDetails.CachedTokens
-	assert.Greater(t, cached, int64(1000), "the engine served the repeated conversation from its cache")
-	assert.Equal(t, float64(cached), predicted, "the router predicted exactly the engine's cached tokens")
+	repeatPredictsTheCache(t, cl, addr, params, len(want)/16,
+		"the worker's KV events reach the router's index", "the router predicted exactly the engine's cached tokens")
 	assert.Equal(t, 2.0, metricSum(t, addr, "switchyard_router_tokenize_total",
 		map[string]string{"model": "switchyard-sim", "path": "local"}), "both chats were tokenized by the router's own tokenizer")
 
@@ -308,16 +317,8 @@ func TestARouterWithoutTheModelsTokenizerAsksTheEngineAndStillPredictsItsCache(t
 	first, err := cl.Chat.Completions.New(ctx, params)
 	require.NoError(t, err)
 	require.Greater(t, first.Usage.PromptTokens, int64(1000))
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		return metricSum(t, addr, "switchyard_index_blocks", nil) >= float64(first.Usage.PromptTokens/16)
-	}, "the worker's KV events reach the router's index")
-	predicted0 := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil)
-	second, err := cl.Chat.Completions.New(ctx, params)
-	require.NoError(t, err)
-	predicted := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil) - predicted0
-	assert.Greater(t, second.Usage.PromptTokensDetails.CachedTokens, int64(1000))
-	assert.Equal(t, float64(second.Usage.PromptTokensDetails.CachedTokens), predicted,
-		"the engine's ids, asked over /tokenize, hash to the blocks it stored")
+	repeatPredictsTheCache(t, cl, addr, params, int(first.Usage.PromptTokens/16),
+		"the worker's KV events reach the router's index", "the engine's ids, asked over /tokenize, hash to the blocks it stored")
 	assert.Equal(t, 2.0, metricSum(t, addr, "switchyard_router_tokenize_total", map[string]string{"model": testModel, "path": "engine"}))
 }
 
@@ -339,17 +340,8 @@ func TestTheLocalClusterOnVLLMProtocolWorkersRoutesOnTheAdaptersEvents(t *testin
 	first, err := cl.Chat.Completions.New(ctx, params)
 	require.NoError(t, err)
 	require.Greater(t, first.Usage.PromptTokens, int64(1000))
-	blocks := float64(first.Usage.PromptTokens / 16)
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		return metricSum(t, addr, "switchyard_index_blocks", nil) >= blocks
-	}, "the engine's ZMQ events reach the router's index through its adapter")
-	predicted0 := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil)
-	second, err := cl.Chat.Completions.New(ctx, params)
-	require.NoError(t, err)
-	predicted := metricSum(t, addr, "switchyard_router_predicted_cached_tokens_total", nil) - predicted0
-	cached := second.Usage.PromptTokensDetails.CachedTokens
-	assert.Greater(t, cached, int64(1000), "the engine served the repeated conversation from its cache")
-	assert.Equal(t, float64(cached), predicted, "the router predicted exactly the engine's cached tokens")
+	repeatPredictsTheCache(t, cl, addr, params, int(first.Usage.PromptTokens/16),
+		"the engine's ZMQ events reach the router's index through its adapter", "the router predicted exactly the engine's cached tokens")
 }
 
 // freePortPair returns a free port p with p+1..p+3 free too (two workers'

@@ -279,7 +279,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	defer ln.Close() // no-op once the server owns and closed it
 	w.url = cfg.AdvertiseURL
 	if w.url == "" {
-		w.url = workerAdvertiseURL(ln.Addr().(*net.TCPAddr))
+		w.url = wire.AdvertiseURL(ln.Addr().(*net.TCPAddr))
 	}
 
 	var sink engine.EventSink
@@ -424,18 +424,6 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	}
 	log.Info("worker stopped")
 	return runErr
-}
-
-func workerAdvertiseURL(a *net.TCPAddr) string {
-	host := a.IP.String()
-	if a.IP.IsUnspecified() {
-		if h, err := os.Hostname(); err == nil {
-			host = h
-		} else {
-			host = "127.0.0.1"
-		}
-	}
-	return "http://" + net.JoinHostPort(host, fmt.Sprint(a.Port))
 }
 
 // workerRegistration is the worker's lease-bound record in etcd.

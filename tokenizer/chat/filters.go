@@ -167,6 +167,30 @@ func pyTypeName(v jinja.Value) string {
 	return "Undefined"
 }
 
+// pyItems is what Python's iter() yields for a filter's value: a list's
+// items, a dict's keys, a string's characters, nothing for Undefined, and a
+// TypeError for the rest. A list's items are returned as they are: callers
+// only read them.
+func pyItems(v jinja.Value) ([]jinja.Value, error) {
+	var items []jinja.Value
+	switch {
+	case v.IsList():
+		items = v.AsList().Items
+	case v.IsDict():
+		for _, k := range v.AsDict().Keys {
+			items = append(items, jinja.NewString(k))
+		}
+	case v.IsString():
+		for _, r := range v.AsString() {
+			items = append(items, jinja.NewString(string(r)))
+		}
+	case v.IsUndefined():
+	default:
+		return nil, fmt.Errorf("TypeError: '%s' object is not iterable", pyTypeName(v))
+	}
+	return items, nil
+}
+
 // sortFilter is Jinja2's sort(value, reverse=False, case_sensitive=False,
 // attribute=None): a stable sort, strings compared case-insensitively unless
 // asked, by an attribute or item (dotted path) when given. Values Python
@@ -188,22 +212,9 @@ func sortFilter(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value,
 	}
 	reverse := params["reverse"].IsTruthy()
 	caseSensitive := params["case_sensitive"].IsTruthy()
-	var items []jinja.Value
-	v := args[0]
-	switch {
-	case v.IsList():
-		items = append(items, v.AsList().Items...)
-	case v.IsDict():
-		for _, k := range v.AsDict().Keys {
-			items = append(items, jinja.NewString(k))
-		}
-	case v.IsString():
-		for _, r := range v.AsString() {
-			items = append(items, jinja.NewString(string(r)))
-		}
-	case v.IsUndefined():
-	default:
-		return jinja.Value{}, fmt.Errorf("TypeError: '%s' object is not iterable", pyTypeName(v))
+	items, err := pyItems(args[0])
+	if err != nil {
+		return jinja.Value{}, err
 	}
 	keys := make([]jinja.Value, len(items))
 	attr, hasAttr := params["attribute"]
@@ -581,22 +592,9 @@ func joinFilter(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value,
 	if v, ok := kwargs["attribute"]; ok {
 		attr = v
 	}
-	var items []jinja.Value
-	v := args[0]
-	switch {
-	case v.IsList():
-		items = v.AsList().Items
-	case v.IsDict():
-		for _, k := range v.AsDict().Keys {
-			items = append(items, jinja.NewString(k))
-		}
-	case v.IsString():
-		for _, r := range v.AsString() {
-			items = append(items, jinja.NewString(string(r)))
-		}
-	case v.IsUndefined():
-	default:
-		return jinja.Value{}, fmt.Errorf("TypeError: '%s' object is not iterable", pyTypeName(v))
+	items, err := pyItems(args[0])
+	if err != nil {
+		return jinja.Value{}, err
 	}
 	parts := make([]string, len(items))
 	for i, it := range items {

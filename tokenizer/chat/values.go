@@ -150,26 +150,11 @@ func toValue(v any, depth int) (jinja.Value, error) {
 		return jinja.NewBool(x), nil
 	case string:
 		return jinja.NewString(x), nil
-	case int:
-		return jinja.NewInt(int64(x)), nil
-	case int8:
-		return jinja.NewInt(int64(x)), nil
-	case int16:
-		return jinja.NewInt(int64(x)), nil
-	case int32:
-		return jinja.NewInt(int64(x)), nil
-	case int64:
-		return jinja.NewInt(x), nil
-	case uint:
-		return jinja.NewInt(int64(x)), nil
-	case uint8:
-		return jinja.NewInt(int64(x)), nil
-	case uint16:
-		return jinja.NewInt(int64(x)), nil
-	case uint32:
-		return jinja.NewInt(int64(x)), nil
-	case uint64:
-		return jinja.NewInt(int64(x)), nil
+	case int, int8, int16, int32, int64:
+		return jinja.NewInt(reflect.ValueOf(x).Int()), nil
+	case uint, uint8, uint16, uint32, uint64:
+		// A uint64 beyond MaxInt64 wraps, as the conversion always did.
+		return jinja.NewInt(int64(reflect.ValueOf(x).Uint())), nil
 	case float32:
 		return floatValue(float64(x)), nil
 	case float64:
@@ -214,25 +199,9 @@ func toValue(v any, depth int) (jinja.Value, error) {
 		}
 		return d, nil
 	case []any:
-		items := make([]jinja.Value, len(x))
-		for i, it := range x {
-			iv, err := toValue(it, depth+1)
-			if err != nil {
-				return jinja.Value{}, err
-			}
-			items[i] = iv
-		}
-		return jinja.NewList(items), nil
+		return listValue(x, depth)
 	case []map[string]any:
-		items := make([]jinja.Value, len(x))
-		for i, it := range x {
-			iv, err := toValue(it, depth+1)
-			if err != nil {
-				return jinja.Value{}, err
-			}
-			items[i] = iv
-		}
-		return jinja.NewList(items), nil
+		return listValue(x, depth)
 	case []string:
 		items := make([]jinja.Value, len(x))
 		for i, it := range x {
@@ -263,6 +232,19 @@ func toValue(v any, depth int) (jinja.Value, error) {
 		}
 	}
 	return jinja.Value{}, fmt.Errorf("%w: cannot pass a %T to a template", ErrTemplate, v)
+}
+
+// listValue converts the items of a list one level below depth.
+func listValue[T any](xs []T, depth int) (jinja.Value, error) {
+	items := make([]jinja.Value, len(xs))
+	for i, it := range xs {
+		iv, err := toValue(it, depth+1)
+		if err != nil {
+			return jinja.Value{}, err
+		}
+		items[i] = iv
+	}
+	return jinja.NewList(items), nil
 }
 
 func floatValue(f float64) jinja.Value {
