@@ -28,6 +28,12 @@ import (
 //	add <json batch>   buffer a batch (its seq is the buffer index + base)
 //	pub <seq>          send buffered batch seq on the PUB socket
 //	restart            forget the buffer and start again from seq 0
+//	waitsub            wait until a subscriber has subscribed
+//
+// The socket is an XPUB, wire-compatible with vLLM's PUB, so that waitsub
+// can see the adapter's subscription arrive: a PUB drops what it sends
+// before that (ZeroMQ's slow joiner), and a batch lost with nothing after
+// it is a loss no subscriber can notice.
 //
 // Replay requests [identity, "", start u64 BE] are answered per batch from
 // start with [identity, "", topic, seq, payload] and closed with seq -1.
@@ -37,7 +43,7 @@ const publisherPy = `
 import sys, json, time, threading, zmq, msgpack
 pub_ep, replay_ep, topic = sys.argv[1], sys.argv[2], sys.argv[3].encode()
 ctx = zmq.Context()
-pub = ctx.socket(zmq.PUB); pub.bind(pub_ep)
+pub = ctx.socket(zmq.XPUB); pub.bind(pub_ep)
 rtr = ctx.socket(zmq.ROUTER); rtr.bind(replay_ep)
 lock = threading.Lock()
 buf = []
@@ -69,6 +75,8 @@ for line in sys.stdin:
         pub.send_multipart([topic, seq.to_bytes(8, "big"), p])
     elif cmd == "restart":
         with lock: buf.clear()
+    elif cmd == "waitsub":
+        pub.recv()
     print("ok", flush=True)
 `
 
@@ -144,6 +152,7 @@ func zmqAdapter(t *testing.T, p *pyPublisher) (*runningAdapter, *routerIndex) {
 	router := startRouterIndex(t, n, "w1", 2048)
 	reg := startAdapterReal(t, cfg, etcd, n)
 	testenv.Eventually(t, 10*time.Second, func() bool { return reg.a.ready() == "" }, "adapter ready")
+	p.do(t, "waitsub")
 	return reg, router
 }
 
