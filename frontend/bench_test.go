@@ -9,9 +9,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime/metrics"
 	"slices"
 	"strconv"
@@ -26,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
@@ -311,7 +309,7 @@ func BenchmarkRequestPath(b *testing.B) {
 	b.Run("completion=1k/tokenizer=o200k", func(b *testing.B) { benchRequestPath(b, realPrompts(b), endpointCompletions, completion) })
 	b.Run("chat=4k/tokenizer=o200k", func(b *testing.B) { benchRequestPath(b, realPrompts(b), endpointChat, chat) })
 	llama3 := func(b *testing.B) *prompt.Registry {
-		dir := llama3Dir(b)
+		dir := testenv.Llama3Dir(b)
 		cfg := prompt.DefaultConfig()
 		cfg.Tokenizers = map[string]string{"m": dir}
 		reg, err := prompt.NewRegistry(cfg, prompt.Deps{}, zap.NewNop(), nil)
@@ -370,25 +368,4 @@ func benchRequestBodies(b *testing.B, prompts Prompts, ep endpoint, size int, bo
 	// process CPU per op is the router's cost.
 	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 	b.ReportMetric(float64(tokens), "tokens/op")
-}
-
-// llama3Dir is a model directory of Meta-Llama-3-8B-Instruct's tokenizer
-// files from the daulet/tokenizers module zip (go mod download, offline
-// from the module cache), symlinked into a temporary directory; it skips
-// when the module cannot be had.
-func llama3Dir(b *testing.B) string {
-	const mod = "github.com/daulet/tokenizers@v1.24.0"
-	out, err := exec.Command("go", "mod", "download", "-json", mod).Output()
-	var v struct{ Dir, Error string }
-	if err == nil {
-		err = json.Unmarshal(out, &v)
-	}
-	if err != nil || v.Dir == "" {
-		b.Skipf("the reference module %s is not available (%v %s), so the Llama 3 tokenizer cannot be loaded", mod, err, v.Error)
-	}
-	dir := b.TempDir()
-	data := filepath.Join(v.Dir, "test", "data")
-	require.NoError(b, os.Symlink(filepath.Join(data, "Meta-Llama-3-8B-Instruct.json"), filepath.Join(dir, "tokenizer.json")))
-	require.NoError(b, os.Symlink(filepath.Join(data, "meta-llama-3-8b-instruct", "tokenizer_config.json"), filepath.Join(dir, "tokenizer_config.json")))
-	return dir
 }

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/tokenizer"
 	"github.com/switchyard/switchyard/tokenizer/chat"
 	"github.com/switchyard/switchyard/wire"
@@ -123,7 +124,7 @@ func TestResponsesInputBecomesChatMessages(t *testing.T) {
 }
 
 func TestLocalTokenizationAddsBOSToCompletionsButNotToChats(t *testing.T) {
-	dir := llama3Dir(t)
+	dir := testenv.Llama3Dir(t)
 	r := registry(t, map[string]string{"llama": dir}, nil)
 	m, path := r.Model("llama")
 	require.NotNil(t, m)
@@ -341,7 +342,7 @@ func runRegistry(t *testing.T, r *Registry) {
 }
 
 func TestARouterFetchesAWorkersAdvertisedTokenizerAndChecksItsDigest(t *testing.T) {
-	dir := llama3Dir(t)
+	dir := testenv.Llama3Dir(t)
 	_, src := tokenizerFiles(t, dir)
 	r := registry(t, nil, nil)
 	runRegistry(t, r)

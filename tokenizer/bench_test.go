@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 const regexp2Mod = "github.com/dlclark/regexp2@v1.12.0"
@@ -13,7 +15,7 @@ const regexp2Mod = "github.com/dlclark/regexp2@v1.12.0"
 // benchText is ~16 kB of English and code: regexp2's README (prose with
 // code samples) followed by its regexp.go, read from the module cache.
 func benchText(b *testing.B) string {
-	dir := moduleDir(b, regexp2Mod)
+	dir := testenv.ModuleDir(b, regexp2Mod)
 	readme, err := readFile(filepath.Join(dir, "README.md"))
 	if err != nil {
 		b.Fatal(err)

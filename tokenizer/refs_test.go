@@ -1,51 +1,19 @@
 package tokenizer
 
 import (
-	"encoding/json"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 // Reference files are read from Go module zips in the module cache (never
 // copied into the repository): github.com/daulet/tokenizers carries real
 // Hugging Face tokenizer files and the tests with their expected ids.
-const daulet = "github.com/daulet/tokenizers@v1.24.0"
-
-var (
-	modDirMu sync.Mutex
-	modDirs  = map[string]string{}
-)
-
-// moduleDir returns the directory of module@version as `go mod download
-// -json` prints it (offline from the module cache, or via the proxy), and
-// skips the test when it cannot be had.
-func moduleDir(t testing.TB, mod string) string {
-	t.Helper()
-	modDirMu.Lock()
-	defer modDirMu.Unlock()
-	if d, ok := modDirs[mod]; ok {
-		if d == "" {
-			t.Skipf("reference module %s is not available, so its tokenizer files cannot be loaded", mod)
-		}
-		return d
-	}
-	out, err := exec.Command("go", "mod", "download", "-json", mod).Output()
-	var v struct{ Dir, Error string }
-	if err == nil {
-		err = json.Unmarshal(out, &v)
-	}
-	if err != nil || v.Dir == "" {
-		modDirs[mod] = ""
-		t.Skipf("reference module %s is not available (go mod download: %v %s), so its tokenizer files cannot be loaded", mod, err, v.Error)
-	}
-	modDirs[mod] = v.Dir
-	return v.Dir
-}
 
 func dauletFile(t testing.TB, rel string) string {
-	return filepath.Join(moduleDir(t, daulet), "test", "data", rel)
+	return filepath.Join(testenv.ModuleDir(t, testenv.TokenizersModule), "test", "data", rel)
 }
 
 var (
@@ -58,7 +26,7 @@ var (
 // tokenizer_config.json, once per test binary.
 func llama3(t testing.TB) *Model {
 	t.Helper()
-	dir := moduleDir(t, daulet)
+	dir := testenv.ModuleDir(t, testenv.TokenizersModule)
 	llamaOnce.Do(func() {
 		tj, err := readFile(filepath.Join(dir, "test/data/Meta-Llama-3-8B-Instruct.json"))
 		if err != nil {

@@ -12,9 +12,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -275,33 +272,11 @@ func TestEveryRequestFormReachesASimulatedWorkerThroughTheLocalCluster(t *testin
 	})
 }
 
-// llama3Dir is a model directory of Meta-Llama-3-8B-Instruct's tokenizer
-// files from the daulet/tokenizers module zip (go mod download, offline
-// from the module cache), symlinked into a temporary directory; the test
-// skips when the module cannot be had.
-func llama3Dir(t *testing.T) string {
-	t.Helper()
-	const mod = "github.com/daulet/tokenizers@v1.24.0"
-	out, err := exec.Command("go", "mod", "download", "-json", mod).Output()
-	var v struct{ Dir, Error string }
-	if err == nil {
-		err = json.Unmarshal(out, &v)
-	}
-	if err != nil || v.Dir == "" {
-		t.Skipf("the reference module %s is not available (%v %s), so the Llama 3 tokenizer cannot be loaded", mod, err, v.Error)
-	}
-	dir := t.TempDir()
-	data := filepath.Join(v.Dir, "test", "data")
-	require.NoError(t, os.Symlink(filepath.Join(data, "Meta-Llama-3-8B-Instruct.json"), filepath.Join(dir, "tokenizer.json")))
-	require.NoError(t, os.Symlink(filepath.Join(data, "meta-llama-3-8b-instruct", "tokenizer_config.json"), filepath.Join(dir, "tokenizer_config.json")))
-	return dir
-}
-
 func TestARouterWithoutTheModelsTokenizerAsksTheEngineAndStillPredictsItsCache(t *testing.T) {
 	// The worker runs Llama 3's tokenizer from a directory, which it does
 	// not advertise (only built-in specs are): the router has no tokenizer
 	// for the model and asks the worker's POST /tokenize.
-	dir := llama3Dir(t)
+	dir := testenv.Llama3Dir(t)
 	c := routerTestCluster(t)
 	c.addWorker("w1", func(cfg *WorkerConfig) { cfg.Tokenizer = dir })
 	r := c.startReplicaWith("r1", "127.0.0.1:0", func(cfg *ReplicaConfig) { cfg.PredictTTL = time.Millisecond })

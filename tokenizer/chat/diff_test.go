@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 // fixedNow is strftime_now's clock on both sides of the differential test.
@@ -55,7 +57,7 @@ func buildDiffCases(t *testing.T) []diffCase {
 	t.Helper()
 	templates := referenceTemplates(t)
 	var convs []conversation
-	reqDir := filepath.Join(moduleDir(t, jinjaModule), "testdata", "requests")
+	reqDir := filepath.Join(testenv.ModuleDir(t, testenv.JinjaModule), "testdata", "requests")
 	reqFiles, err := filepath.Glob(filepath.Join(reqDir, "*.json"))
 	if err != nil || len(reqFiles) == 0 {
 		t.Fatalf("no sample requests in %s: %v", reqDir, err)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 // FuzzParse feeds arbitrary template sources: parsing, and rendering what
@@ -47,7 +49,7 @@ func FuzzParse(f *testing.F) {
 // jinjaTemplatesDir finds ardanlabs/jinja's templates for seeding; the
 // corpus just lacks them when the module is absent.
 func jinjaTemplatesDir() (string, error) {
-	dir, err := findModuleDir(jinjaModule)
+	dir, err := testenv.FindModuleDir(testenv.JinjaModule)
 	if err != nil {
 		return "", err
 	}

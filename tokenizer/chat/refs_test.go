@@ -3,48 +3,19 @@ package chat
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 const (
-	jinjaModule      = "github.com/ardanlabs/jinja@v1.8.0"
-	tokenizersModule = "github.com/daulet/tokenizers@v1.24.0"
-	python           = "/usr/bin/python3"
+	python = "/usr/bin/python3"
 )
-
-var moduleDirs sync.Map
-
-// moduleDir locates a reference module in the module cache (or fetches it
-// through the proxy) with `go mod download -json`, skipping the test when it
-// cannot be had.
-func moduleDir(t testing.TB, module string) string {
-	t.Helper()
-	dir, err := findModuleDir(module)
-	if err != nil {
-		t.Skipf("reference module %s is not in the module cache and cannot be downloaded: %v", module, err)
-	}
-	return dir
-}
-
-func findModuleDir(module string) (string, error) {
-	if d, ok := moduleDirs.Load(module); ok {
-		return d.(string), nil
-	}
-	out, err := exec.Command("go", "mod", "download", "-json", module).Output()
-	var info struct{ Dir, Error string }
-	if jerr := json.Unmarshal(out, &info); jerr != nil || info.Dir == "" {
-		return "", fmt.Errorf("go mod download: %v %s", err, info.Error)
-	}
-	moduleDirs.Store(module, info.Dir)
-	return info.Dir, nil
-}
 
 type refTemplate struct {
 	name   string
@@ -57,7 +28,7 @@ type refTemplate struct {
 // tokenizer_config.json, and the built-in ChatML.
 func referenceTemplates(t testing.TB) []refTemplate {
 	t.Helper()
-	dir := moduleDir(t, jinjaModule)
+	dir := testenv.ModuleDir(t, testenv.JinjaModule)
 	files, err := filepath.Glob(filepath.Join(dir, "testdata", "templates", "*.jinja"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no templates in %s: %v", dir, err)
@@ -90,10 +61,10 @@ func referenceTemplates(t testing.TB) []refTemplate {
 
 func llama3Config(t testing.TB) []byte {
 	t.Helper()
-	dir := moduleDir(t, tokenizersModule)
+	dir := testenv.ModuleDir(t, testenv.TokenizersModule)
 	cfg, err := os.ReadFile(filepath.Join(dir, "test", "data", "meta-llama-3-8b-instruct", "tokenizer_config.json"))
 	if err != nil {
-		t.Skipf("Llama-3 tokenizer_config.json missing from %s: %v", tokenizersModule, err)
+		t.Skipf("Llama-3 tokenizer_config.json missing from %s: %v", testenv.TokenizersModule, err)
 	}
 	return cfg
 }
@@ -109,7 +80,7 @@ func llama3Template(t testing.TB) *Template {
 
 func qwen3Template(t testing.TB) *Template {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join(moduleDir(t, jinjaModule), "testdata", "templates", "Qwen3-8B-Q8_0.jinja"))
+	src, err := os.ReadFile(filepath.Join(testenv.ModuleDir(t, testenv.JinjaModule), "testdata", "templates", "Qwen3-8B-Q8_0.jinja"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 func TestContentFormatIsOpenAIOnlyForTemplatesThatLoopOverAMessagesContent(t *testing.T) {
-	dir := filepath.Join(moduleDir(t, jinjaModule), "testdata", "templates")
+	dir := filepath.Join(testenv.ModuleDir(t, testenv.JinjaModule), "testdata", "templates")
 	want := map[string]ContentFormat{
 		"Qwen3-VL-30B-A3B-Instruct-Q8_0":     ContentOpenAI, // for content in message.content
 		"gemma-4-26B-A4B-it-UD-Q8_K_XL":      ContentOpenAI, // for item in message['content']
