@@ -61,27 +61,11 @@ func requestFieldIndex(key []byte) int {
 		}
 	}
 	for _, name := range requestFields {
-		if asciiFold(key, name) {
+		if prompt.FoldsTo(key, name) {
 			return len(requestFields)
 		}
 	}
 	return -1
-}
-
-func asciiFold(key []byte, name string) bool {
-	if len(key) != len(name) {
-		return false
-	}
-	for i := range key {
-		c := key[i]
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != name[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func decodeRequestField(req *openAIRequest, name string, m prompt.Member) bool {

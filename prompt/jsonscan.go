@@ -339,7 +339,7 @@ func scanMessage(raw []byte, buf []Member) (wm wireMessage, n int, first string,
 			}
 			seenContent = true
 			wm.Content = mb.Value
-		case foldsTo(mb.Key, "role"), foldsTo(mb.Key, "content"):
+		case FoldsTo(mb.Key, "role"), FoldsTo(mb.Key, "content"):
 			return wireMessage{}, 0, "", false
 		}
 	}
@@ -349,8 +349,10 @@ func scanMessage(raw []byte, buf []Member) (wm wireMessage, n int, first string,
 	return wm, len(members), first, true
 }
 
-// foldsTo reports whether the ASCII key equals name ignoring case.
-func foldsTo(key []byte, name string) bool {
+// FoldsTo reports whether key equals the lower-case ASCII name ignoring
+// ASCII case: the matches of a JSON member name to a field that the
+// scanners decide themselves (anything else is left to encoding/json).
+func FoldsTo(key []byte, name string) bool {
 	if len(key) != len(name) {
 		return false
 	}
