@@ -34,7 +34,8 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 10s).
 	  done; done
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run go vet, golangci-lint (gofmt/goimports) and the dependency rules.
+lint: $(GOLANGCI_LINT) ## Run go vet, golangci-lint (gofmt/goimports), the dependency rules, and fail on an untidy go.mod.
+	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
 	./scripts/depcheck.sh
