@@ -115,6 +115,11 @@ type Core struct {
 	unknownClass   uint64
 	invalidConfigs uint64
 
+	// ix indexes the workers by load for selection (selindex.go);
+	// scanOnly makes every selection the full scan (tests: the reference).
+	ix       selIndex
+	scanOnly bool
+
 	// scratch for the selector, sized to the worker count
 	ovl      []int32  // effective overlap per worker index
 	allow    []uint64 // allow-list stamp per worker index
@@ -696,7 +701,7 @@ func (c *Core) NextWake() (time.Time, bool) {
 func (c *Core) ledgerFor(worker string) *workerLedger {
 	l := c.ledgers[worker]
 	if l == nil {
-		l = &workerLedger{}
+		l = &workerLedger{slot: -1}
 		c.ledgers[worker] = l
 	}
 	return l
@@ -722,6 +727,7 @@ func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, p
 		b.prefill = max(0, prompt-cached)
 	}
 	b.ledger.add(b)
+	c.ledgerChanged(b.ledger)
 	c.bookings[b.id] = b
 	c.expiry.push(b)
 	return b
@@ -730,6 +736,7 @@ func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, p
 func (c *Core) free(b *booking) {
 	c.capEpoch++
 	b.ledger.remove(b)
+	c.ledgerChanged(b.ledger)
 	c.expiry.remove(b.ei)
 	delete(c.bookings, b.id)
 	if b.ledger.empty() {
@@ -770,6 +777,7 @@ func (c *Core) FirstToken(id BookingID) {
 		b.ledger.prefill -= b.prefill
 		b.prefill = 0
 	}
+	c.ledgerChanged(b.ledger)
 	c.drain()
 }
 
@@ -860,11 +868,15 @@ func (c *Core) SetWorkers(ws []Worker) {
 		c.workers = append(c.workers, newWorkerSlot(w, c.ledgerFor(w.ID)))
 	}
 	for id, l := range c.ledgers {
-		if _, ok := c.workerIdx[id]; !ok && l.empty() {
+		l.slot = -1
+		if i, ok := c.workerIdx[id]; ok {
+			l.slot = int32(i)
+		} else if l.empty() {
 			delete(c.ledgers, id)
 		}
 	}
 	c.remoteValid = false
+	c.ix.built = false
 	c.capEpoch++
 	n := len(c.workers)
 	if cap(c.ovl) < n {

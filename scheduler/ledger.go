@@ -7,6 +7,7 @@ type workerLedger struct {
 	prefill int
 	private int       // unshared blocks: partial tails and expected output
 	refs    blockRefs // prompt block hash → bookings holding it
+	slot    int32     // the worker's index in Core.workers, -1 unregistered
 	// ttftSlow is the worker's calibrated TTFT scale minus one (so the zero
 	// value is the reference speed); calObs and calPred are the decayed
 	// sums it is the ratio of (selector_ttft.go, calibrate).

@@ -301,8 +301,6 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 		if !m.valid || m.kvBlocks != s.kvBlocks || m.blockSize != s.blockSize {
 			m.valid, m.kvBlocks, m.blockSize = true, s.kvBlocks, s.blockSize
 			m.cost = c.ttftLoadedCost(r, s, load, 0, len(r.BlockHashes)+priv)
-		} else {
-			m.queueN++ // an idle worker's queue is 0
 		}
 		cost := m.cost * scale
 		if c.cfg.TTFT.Spread > 0 {
@@ -362,29 +360,27 @@ type ttftScratch struct {
 	kvBlocks  int32
 	blockSize int32
 	cost      float64
-	// The fleet's load L for Externality: queueSum/queueN are the booked
-	// prefill ms over the workers the last selection evaluated, work the
-	// mean booked request's prefill ms (both smoothed), load their ratio.
-	queueSum float64
-	queueN   int
-	queue    float64
-	work     float64
-	load     float64
+	// The fleet's load L for Externality: queue is the mean booked
+	// prefill ms per registered worker, work the mean booked request's
+	// prefill ms (both smoothed), load their ratio.
+	queue float64
+	work  float64
+	load  float64
 }
 
 // loadSmoothing is how many decisions L is smoothed over.
 const loadSmoothing = 32
 
-// begin starts a selection: it folds the previous selection's queues into
-// L (so L lags one decision, and costs need no second pass) and drops the
+// begin starts a selection: it folds the fleet's booked prefill time
+// (queueSum over n registered workers, kept by the selection index as
+// bookings change, each worker's at its own KV use) into L and drops the
 // idle-worker memo.
-func (m *ttftScratch) begin() {
+func (m *ttftScratch) begin(queueSum float64, n int) {
 	m.valid = false
-	if m.queueN == 0 {
+	if n == 0 {
 		return
 	}
-	q := m.queueSum / float64(m.queueN)
-	m.queueSum, m.queueN = 0, 0
+	q := max(0, queueSum/float64(n))
 	m.queue += (q - m.queue) / loadSmoothing
 	if m.work > 0 {
 		m.load = m.queue / m.work
@@ -411,8 +407,6 @@ func (c *Core) ttftLoadedCost(r *Request, s *workerSlot, load WorkerLoad, cached
 	in := ttftInputsFor(r, s, load, credited, decode)
 	m := &c.cfg.TTFT
 	queue, total := m.queueAndTotal(in.queued, in.own, in.decoding, in.kvUse)
-	c.ttft.queueSum += queue
-	c.ttft.queueN++
 	cost := total
 	if w := m.PrefillScale - 1 + m.Externality*c.ttft.load; w != 0 {
 		cost += w * m.prefillTime(in.own, 0, 0)
