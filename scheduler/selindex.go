@@ -55,8 +55,8 @@ type selIndex struct {
 	minSlow  float64 // least ttftSlow of the registered workers
 	minDirty bool
 
-	tie     []uint64    // scratch: tied workers as a bitset
-	exact   []idxCost   // scratch: exactly evaluated candidates
+	tie     []uint64      // scratch: tied workers as a bitset
+	exact   []idxCost     // scratch: exactly evaluated candidates
 	buckets []*idleBucket // scratch: idle buckets at the best cost so far
 }
 
