@@ -21,6 +21,7 @@ func (c *Core) refreshRemote() {
 		s := &c.workers[i]
 		if l := c.load.RemoteLoad(s.ID); l != s.remote {
 			s.remote = l
+			c.capAt[i] = c.capEpoch
 			if c.ix.built {
 				c.reindex(i)
 			}
@@ -54,7 +55,7 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	}
 	c.refreshRemote()
 	c.ensureIndex()
-	c.ttft.begin(c.ix.queueSum, n)
+	c.ttft.begin()
 	c.touched = c.touched[:0]
 	r.eachOverlap(func(w string, blocks int) {
 		if i, ok := c.workerIdx[w]; ok {

@@ -371,30 +371,27 @@ type ttftScratch struct {
 // loadSmoothing is how many decisions L is smoothed over.
 const loadSmoothing = 32
 
-// begin starts a selection: it folds the fleet's booked prefill time
-// (queueSum over n registered workers, kept by the selection index as
-// bookings change, each worker's at its own KV use) into L and drops the
-// idle-worker memo.
-func (m *ttftScratch) begin(queueSum float64, n int) {
-	m.valid = false
-	if n == 0 {
-		return
+// begin starts a selection: it drops the idle-worker memo.
+func (m *ttftScratch) begin() { m.valid = false }
+
+// booked folds a booked request's own prefill work (reference ms) into the
+// mean request's, and the fleet's booked prefill time before the booking
+// (queueSum over n registered workers, each at its own KV use; the
+// selection index keeps the sum as loads change) into the mean queue, and
+// updates L. Once per admission, so L does not depend on how many
+// selections a turn tried.
+func (m *ttftScratch) booked(work, queueSum float64, n int) {
+	if m.work == 0 {
+		m.work = work
+	} else {
+		m.work += (work - m.work) / loadSmoothing
 	}
-	q := max(0, queueSum/float64(n))
-	m.queue += (q - m.queue) / loadSmoothing
+	if n > 0 {
+		m.queue += (max(0, queueSum/float64(n)) - m.queue) / loadSmoothing
+	}
 	if m.work > 0 {
 		m.load = m.queue / m.work
 	}
-}
-
-// booked folds a booked request's own prefill work (reference ms) into the
-// mean request's.
-func (m *ttftScratch) booked(work float64) {
-	if m.work == 0 {
-		m.work = work
-		return
-	}
-	m.work += (work - m.work) / loadSmoothing
 }
 
 // ttftLoadedCost is ttftCost before the worker's scale, for r with cached
@@ -452,7 +449,8 @@ func (c *Core) ttftPredict(r *Request, idx int) float64 {
 	decode := load.DecodeBlocks + len(r.BlockHashes) + r.privateBlocks(int(s.blockSize))
 	in := ttftInputsFor(r, s, load, r.cachedFromOverlap(ovl, int(s.blockSize)), decode)
 	m := &c.cfg.TTFT
-	c.ttft.booked(m.prefillTime(in.own, 0, 0))
+	c.ensureIndex()
+	c.ttft.booked(m.prefillTime(in.own, 0, 0), c.ix.queueSum, len(c.workers))
 	return m.ttftPrediction(in)
 }
 
