@@ -75,6 +75,12 @@ func (l *workerLedger) remove(b *booking) {
 	l.active--
 	l.prefill -= b.prefill
 	l.private -= b.private
+	if l.active == 0 && len(l.refs.keys) <= 16*len(b.hashes) {
+		// The last booking leaves: every count drops to zero, and clearing
+		// the table is cheaper than deleting its keys one by one.
+		l.refs.reset()
+		return
+	}
 	for _, h := range b.hashes {
 		l.refs.dec(h)
 	}
