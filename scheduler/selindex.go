@@ -18,7 +18,7 @@ import (
 //     k-th set bit. Buckets of one (block size, pool) family are kept in
 //     ascending scale, which is ascending cost, so a decision stops at the
 //     first bucket dearer than the best so far.
-//   - loaded: kept in ascending order of a request-independent key such that
+//   - loaded: kept in order of a request-independent key such that
 //     key + (a term of the request alone) is a lower bound of its cost
 //     whenever it holds none of the prompt's prefix (lowerBound). The scan
 //     stops at the first worker whose bound exceeds the best cost found.
@@ -44,7 +44,7 @@ type selIndex struct {
 	prune bool
 
 	slots    []slotIndex
-	loaded   []loadedEntry // ascending (key, idx)
+	loaded   []loadedEntry // descending (key, idx): see cmpLoaded
 	families []*idleFamily
 	spare    []*idleBucket
 	sizes    []int32 // distinct block sizes of the registered workers
@@ -199,11 +199,14 @@ func (c *Core) reindex(i int) {
 	}
 }
 
+// cmpLoaded orders the loaded workers by descending (key, idx): a scan
+// walks from the end, and the workers booked and freed most often, the
+// cheap ones, sit there, where inserting and deleting moves least.
 func cmpLoaded(a, b loadedEntry) int {
 	switch {
-	case a.less(b):
-		return -1
 	case b.less(a):
+		return -1
+	case a.less(b):
 		return 1
 	}
 	return 0
@@ -407,7 +410,8 @@ func (c *Core) selectIndexed(r *Request, cfg *ClassConfig) (int, bool) {
 	}
 	// 3. Loaded workers, in ascending key, until the bound passes the best.
 	term := c.lowerBoundTerm(r)
-	for _, e := range ix.loaded {
+	for j := len(ix.loaded) - 1; j >= 0; j-- {
+		e := ix.loaded[j]
 		if ix.prune && boundExceeds(e.key, term, best) {
 			break
 		}
