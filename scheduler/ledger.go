@@ -9,10 +9,12 @@ type workerLedger struct {
 	refs    blockRefs // prompt block hash → bookings holding it
 	slot    int32     // the worker's index in Core.workers, -1 unregistered
 	// ttftSlow is the worker's calibrated TTFT scale minus one (so the zero
-	// value is the reference speed); calObs and calPred are the decayed
-	// sums it is the ratio of (selector_ttft.go, calibrate).
-	ttftSlow        float64
-	calObs, calPred float64
+	// value is the reference speed) and ttftOverhead the fixed part of its
+	// observed grant-to-first-token times, in ms; cal is the fit they come
+	// from (selector_ttft.go, calibrate).
+	ttftSlow     float64
+	ttftOverhead float64
+	cal          calibrationFit
 }
 
 func (l *workerLedger) load() WorkerLoad {

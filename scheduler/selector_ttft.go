@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Selector names a worker-selection cost. Values start at one so the zero
@@ -454,11 +455,17 @@ func (c *Core) ttftPredict(r *Request, idx int) float64 {
 	return m.ttftPrediction(in)
 }
 
-// calibrate folds one first-token mark into its worker's scale: the ratio
-// of decayed sums of observed and predicted grant-to-first-token times.
-// Sums, not a mean of ratios, so the many short cache-hit prefills (whose
-// ratio is mostly noise around the step overhead) do not outvote the long
-// ones, which carry the engine's speed.
+// calibrate folds one first-token mark into its worker's fit of
+//
+//	observed = overhead + scale × predicted
+//
+// (grant-to-first-token ms against the reference model's prediction). On a
+// live router the observed time also carries a fixed hand-off cost (HTTP to
+// the worker, its first flush, goroutine scheduling) that does not grow with
+// the prompt; a ratio of observed to predicted would fold it into the scale,
+// and with fast engines the worker holding a conversation would look many
+// times slower than an idle one. The selector uses the scale only: the
+// hand-off is paid wherever the request goes.
 func (c *Core) calibrate(b *booking, nowNs int64) {
 	w := c.cfg.TTFT.CalibrationWindow
 	if b.predMs <= 0 || b.grantedAt == 0 || w == 0 {
@@ -471,23 +478,84 @@ func (c *Core) calibrate(b *booking, nowNs int64) {
 	pred := b.predMs
 	b.predMs = 0 // one mark per booking: FirstToken may be repeated
 	l := b.ledger
-	keep := 1 - 1/float64(w)
-	l.calObs = l.calObs*keep + obs
-	l.calPred = l.calPred*keep + pred
-	scale := min(maxTTFTScale, max(1/maxTTFTScale, l.calObs/l.calPred))
-	l.ttftSlow = scale - 1
+	l.cal.add(pred, obs, 1-1/float64(w))
+	scale, overhead := l.cal.fit()
+	l.ttftSlow, l.ttftOverhead = scale-1, overhead
 }
+
+// calibrationFit is a weighted least-squares fit of observed = overhead +
+// scale × predicted over exponentially decayed sums (each older mark
+// weighs 1 − 1/CalibrationWindow less). Each mark weighs 1/predicted: the
+// engine's noise grows with the prompt, and with no overhead the fit is
+// then the ratio of the sums of observed and predicted times, so the many
+// short cache-hit prefills do not outvote the long ones, which carry the
+// engine's speed. A prior (calibrationPrior marks) pulls the scale to 1:
+// until the marks' predictions differ enough to tell a slope from an offset
+// (one mark, or a run of equal prompts), the excess over the reference
+// model is read as overhead, not as a slower engine.
+type calibrationFit struct {
+	// decayed Σ 1/pred, Σ 1, Σ obs/pred, Σ pred, Σ obs: the weighted sums
+	// Σw, Σw·x, Σw·y, Σw·x², Σw·x·y with w = 1/x.
+	w, n, r, x, y float64
+}
+
+func (f *calibrationFit) add(pred, obs, keep float64) {
+	f.w = f.w*keep + 1/pred
+	f.n = f.n*keep + 1
+	f.r = f.r*keep + obs/pred
+	f.x = f.x*keep + pred
+	f.y = f.y*keep + obs
+}
+
+// fit returns the scale, within [1/maxTTFTScale, maxTTFTScale], and the
+// overhead in ms, at least 0 and at most the weighted mean observed time.
+func (f *calibrationFit) fit() (scale, overhead float64) {
+	if f.n <= 0 || f.x <= 0 || f.w <= 0 {
+		return 1, 0
+	}
+	prior := calibrationPrior * f.x / f.n // calibrationPrior marks' Σw·x² at slope 1
+	// Normal equations with the prior on the slope b (a the overhead):
+	//	w·a + n·b = r,  n·a + (x + prior)·b = y + prior.
+	// det = w·x − n² + w·prior ≥ w·prior > 0 (Cauchy–Schwarz).
+	det := f.w*(f.x+prior) - f.n*f.n
+	b := (f.w*(f.y+prior) - f.n*f.r) / det
+	if a := (f.r - b*f.n) / f.w; a < 0 || !(det > 0) || math.IsNaN(b) {
+		// No overhead: the slope through the origin, with the prior.
+		b = (f.y + prior) / (f.x + prior)
+	}
+	if math.IsNaN(b) {
+		b = 1
+	}
+	b = min(maxTTFTScale, max(1/maxTTFTScale, b))
+	return b, max(0, (f.r-b*f.n)/f.w)
+}
+
+// calibrationPrior is the prior's weight on scale 1, in marks: enough to
+// hold the scale near 1 while the predictions barely differ, little enough
+// to leave a spread of prompts a bias of a few per cent.
+const calibrationPrior = 0.2
 
 // maxTTFTScale bounds the calibrated scale both ways: a worker reporting
 // nonsense (a stuck clock, marks lost for minutes) cannot make itself free
 // or unusable.
 const maxTTFTScale = 64.0
 
-// TTFTScale returns worker's calibrated scale (observed over predicted time
-// to first token; 1 before any mark or for unknown workers).
+// TTFTScale returns worker's calibrated scale (observed grant-to-first-token
+// time per predicted ms, the fixed overhead aside; 1 before any mark or for
+// unknown workers).
 func (c *Core) TTFTScale(worker string) float64 {
 	if l := c.ledgers[worker]; l != nil {
 		return 1 + l.ttftSlow
 	}
 	return 1
+}
+
+// TTFTOverhead returns worker's calibrated fixed overhead: the part of its
+// observed grant-to-first-token times that does not grow with the
+// prediction (0 before any mark or for unknown workers).
+func (c *Core) TTFTOverhead(worker string) time.Duration {
+	if l := c.ledgers[worker]; l != nil {
+		return time.Duration(l.ttftOverhead * float64(time.Millisecond))
+	}
+	return 0
 }
