@@ -497,9 +497,16 @@ type calibrationFit struct {
 	// decayed Σ 1/pred, Σ 1, Σ obs/pred, Σ pred, Σ obs: the weighted sums
 	// Σw, Σw·x, Σw·y, Σw·x², Σw·x·y with w = 1/x.
 	w, n, r, x, y float64
+	// fade is the start prior's remaining weight: 1 before the first
+	// mark, decayed like a mark's.
+	fade float64
 }
 
 func (f *calibrationFit) add(pred, obs, keep float64) {
+	if f.n == 0 {
+		f.fade = 1
+	}
+	f.fade *= keep
 	f.w = f.w*keep + 1/pred
 	f.n = f.n*keep + 1
 	f.r = f.r*keep + obs/pred
@@ -513,7 +520,8 @@ func (f *calibrationFit) fit() (scale, overhead float64) {
 	if f.n <= 0 || f.x <= 0 || f.w <= 0 {
 		return 1, 0
 	}
-	prior := calibrationPrior * f.x / f.n // calibrationPrior marks' Σw·x² at slope 1
+	// The prior's marks' Σw·x² at slope 1.
+	prior := (calibrationPrior + calibrationStartPrior*f.fade) * f.x / f.n
 	// Normal equations with the prior on the slope b (a the overhead):
 	//	w·a + n·b = r,  n·a + (x + prior)·b = y + prior.
 	// det = w·x − n² + w·prior ≥ w·prior > 0 (Cauchy–Schwarz).
@@ -534,6 +542,12 @@ func (f *calibrationFit) fit() (scale, overhead float64) {
 // hold the scale near 1 while the predictions barely differ, little enough
 // to leave a spread of prompts a bias of a few per cent.
 const calibrationPrior = 0.2
+
+// calibrationStartPrior is a stronger prior on scale 1 that fades with the
+// first window of marks: a worker's first marks carry the noisiest
+// overheads (a cold connection, a first flush), and two or three of them
+// at different prompt sizes would otherwise pass for a steep slope.
+const calibrationStartPrior = 8.0
 
 // maxTTFTScale bounds the calibrated scale both ways: a worker reporting
 // nonsense (a stuck clock, marks lost for minutes) cannot make itself free

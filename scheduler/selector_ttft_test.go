@@ -150,8 +150,8 @@ func TestACalibratedSlowWorkerLosesToAnEqualReferenceWorker(t *testing.T) {
 	// Teach the Core that w0 is twice as slow: pin calibration requests of
 	// several sizes to it (equal sizes could not tell slow from overhead).
 	m := DefaultTTFTModel()
-	for i := range 10 {
-		isl := 1000 + 3000*i
+	for i := range 60 {
+		isl := 1000 + 3000*(i%10)
 		r := req(fmt.Sprintf("cal-%d", i), "c", isl)
 		r.Pinned = "w0"
 		h.enqueue(r)
@@ -161,7 +161,7 @@ func TestACalibratedSlowWorkerLosesToAnEqualReferenceWorker(t *testing.T) {
 		h.core.Finish(g.Booking)
 	}
 	require.InDelta(t, 2, h.core.TTFTScale("w0"), 0.1)
-	require.InDelta(t, 0, h.core.TTFTOverhead("w0").Seconds(), 0.01)
+	require.Less(t, h.core.TTFTOverhead("w0"), 20*time.Millisecond, "no overhead in the marks (the prior reads a little)")
 	for i := range 20 {
 		id := fmt.Sprintf("r%d", i)
 		h.enqueue(req(id, "c", 1000))

@@ -368,7 +368,9 @@ func TestALoadedWorkerOutsideTheIndexBoundIsNeverChosen(t *testing.T) {
 }
 
 func TestTheIndexIsRebuiltWhenTheSelectorChanges(t *testing.T) {
-	c := NewCore(DefaultConfig(), NewFakeClock(t0), nil, rand.New(rand.NewPCG(1, 1)))
+	cfg := DefaultConfig()
+	cfg.Selector = SelectorBlocks
+	c := NewCore(cfg, NewFakeClock(t0), nil, rand.New(rand.NewPCG(1, 1)))
 	c.SetWorkers(workers(20, 0))
 	c.SetClasses([]ClassConfig{classCfg("a", PolicyFCFS)})
 	c.Enqueue(req("r1", "a", 500), func(Grant, error) bool { return true })
