@@ -62,8 +62,9 @@ func (s *Selector) UnmarshalText(b []byte) error {
 // TTFTModel is what SelectorTTFT predicts with: design §9's step-time model
 // of a chunked-prefill engine, in milliseconds at the reference speed. Each
 // worker's predictions are multiplied by a scale calibrated online from its
-// first-token marks (observed grant-to-first-token time over predicted), so
-// one model serves engines faster or slower than the reference.
+// first-token marks (observed grant-to-first-token time = fixed overhead +
+// scale × predicted), so one model serves engines faster or slower than the
+// reference, behind any hand-off.
 type TTFTModel struct {
 	// Prefill is a step's time with T new tokens in it:
 	// Prefill[0]·T² + Prefill[1]·T + Prefill[2] ms.
@@ -101,9 +102,10 @@ type TTFTModel struct {
 	// instant on the same gossiped view then break near-ties differently
 	// instead of all sending a burst to one worker. 0 turns it off.
 	Spread float64
-	// CalibrationWindow is how many first-token marks per worker the scale
-	// remembers (each older mark weighs 1 − 1/CalibrationWindow less);
-	// 0 turns calibration off (scale 1).
+	// CalibrationWindow is how many first-token marks per worker the
+	// calibration (observed = overhead + scale × predicted) remembers
+	// (each older mark weighs 1 − 1/CalibrationWindow less); 0 turns
+	// calibration off (scale 1).
 	CalibrationWindow int
 }
 
@@ -186,7 +188,7 @@ func (m *TTFTModel) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.IntVar(&m.StepTokens, prefix+"step-tokens", m.StepTokens, "ttft selector: the engines' token budget per step")
 	fs.Float64Var(&m.Interference, prefix+"interference", m.Interference, "ttft selector: weight of the decode stall a prefill causes (per decoding sequence)")
 	fs.Float64Var(&m.Spread, prefix+"spread", m.Spread, "ttft selector: ms of fixed per-replica, per-worker offset that spreads simultaneous decisions of several replicas (0: off)")
-	fs.IntVar(&m.CalibrationWindow, prefix+"calibration-window", m.CalibrationWindow, "ttft selector: first-token marks per worker the calibrated scale remembers (0: no calibration)")
+	fs.IntVar(&m.CalibrationWindow, prefix+"calibration-window", m.CalibrationWindow, "ttft selector: first-token marks per worker the calibration (scale and fixed overhead) remembers (0: no calibration)")
 }
 
 func formatCoeffs(c [3]float64) string {
