@@ -20,8 +20,9 @@ import (
 //     first bucket dearer than the best so far.
 //   - loaded: kept in order of a request-independent key such that
 //     key + (a term of the request alone) is a lower bound of its cost
-//     whenever it holds none of the prompt's prefix (lowerBound). The scan
-//     stops at the first worker whose bound exceeds the best cost found.
+//     whenever it holds none of the prompt's prefix (loadedKey,
+//     lowerBoundTerm, boundExceeds). The scan stops at the first worker
+//     whose bound exceeds the best cost found.
 //
 // Workers the request reports a prefix on (its Overlaps: few, from the KV
 // index) are evaluated exactly, outside both structures. Every cost that
