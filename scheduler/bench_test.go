@@ -144,15 +144,27 @@ func reportRates(b *testing.B, start time.Time, cpu time.Duration) {
 // gossip round; every 5th worker carries other replicas' bookings), which
 // lets the Core cache remote loads and skip a blocked backlog while the
 // view does not change.
+//
+// Both selectors run it (the ttft turns also report a first token, which
+// calibrates the worker, as a live turn does).
 func BenchmarkAdmissionProduction(b *testing.B) {
-	for _, tc := range []struct {
+	type tcase struct {
 		view             string
+		sel              Selector
 		workers, backlog int
-	}{
-		{"versioned", 100, 0}, {"versioned", 100, 10000}, {"versioned", 1000, 0}, {"versioned", 1000, 10000},
-		{"plain", 1000, 0}, {"plain", 1000, 10000}, // the unversioned view production had before
-	} {
-		b.Run(fmt.Sprintf("view=%s/workers=%d/backlog=%d", tc.view, tc.workers, tc.backlog), func(b *testing.B) {
+	}
+	var cases []tcase
+	for _, sel := range []Selector{SelectorBlocks, SelectorTTFT} {
+		for _, n := range []int{100, 1000} {
+			for _, backlog := range []int{0, 10000} {
+				cases = append(cases, tcase{"versioned", sel, n, backlog})
+			}
+		}
+	}
+	// the unversioned view production had before
+	cases = append(cases, tcase{"plain", SelectorBlocks, 1000, 0}, tcase{"plain", SelectorBlocks, 1000, 10000})
+	for _, tc := range cases {
+		b.Run(fmt.Sprintf("view=%s/selector=%s/workers=%d/backlog=%d", tc.view, tc.sel, tc.workers, tc.backlog), func(b *testing.B) {
 			view := &RemoteLoads{}
 			loads := map[string]WorkerLoad{}
 			for i := 0; i < tc.workers; i += 5 {
@@ -164,7 +176,8 @@ func BenchmarkAdmissionProduction(b *testing.B) {
 				lv = plainLoads{view}
 			}
 			c := benchCoreWith(b, tc.workers, tc.backlog, lv)
-			benchAdmit(b, c, benchRequest(tc.workers), false)
+			c.cfg.Selector = tc.sel
+			benchAdmit(b, c, benchRequest(tc.workers), tc.sel == SelectorTTFT)
 		})
 	}
 }

@@ -114,6 +114,13 @@ func (s *blockRefs) dec(k uint64) {
 	s.keys[i], s.vals[i] = 0, 0
 }
 
+// reset empties the set, keeping its table.
+func (s *blockRefs) reset() {
+	clear(s.keys)
+	clear(s.vals)
+	s.n, s.zero = 0, 0
+}
+
 func (s *blockRefs) grow() {
 	size := max(blockRefsMinSize, 2*len(s.keys))
 	oldK, oldV := s.keys, s.vals

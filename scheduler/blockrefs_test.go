@@ -52,3 +52,22 @@ func TestBlockRefsAgreesWithAMapUnderRandomAddsAndRemoves(t *testing.T) {
 		require.Zero(t, s.count(), "seed %d: every reference released", seed)
 	}
 }
+
+func TestALedgerWhoseLastBookingLeavesHoldsNoBlocksAndTakesNewOnes(t *testing.T) {
+	var l workerLedger
+	a := &booking{hashes: seqHashes(1, 100), prefill: 10, private: 3}
+	b := &booking{hashes: seqHashes(1, 40), prefill: 5, private: 2}
+	l.add(a)
+	l.add(b)
+	l.remove(a)
+	require.Equal(t, 40, l.refs.count(), "the remaining booking's blocks stay")
+	require.True(t, l.refs.has(seqHashes(1, 40)[39]))
+	l.remove(b) // the last one: the table is cleared at once
+	require.Equal(t, WorkerLoad{}, l.load())
+	require.False(t, l.refs.has(seqHashes(1, 1)[0]))
+	c := &booking{hashes: seqHashes(2, 30)}
+	l.add(c)
+	require.Equal(t, 30, l.refs.count())
+	require.True(t, l.refs.has(seqHashes(2, 30)[29]))
+	require.False(t, l.refs.has(seqHashes(1, 40)[39]))
+}

@@ -45,7 +45,7 @@ func DefaultConfig() Config {
 		AckTimeout:       2 * time.Second,
 		BookingExpiry:    30 * time.Second,
 		SnapshotInterval: 100 * time.Millisecond,
-		Selector:         SelectorBlocks,
+		Selector:         SelectorTTFT,
 		TTFT:             DefaultTTFTModel(),
 	}
 }

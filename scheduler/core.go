@@ -39,6 +39,11 @@ type class struct {
 	// blocked until capacity frees (Core.capEpoch moves) or its queue changes.
 	blocked   bool
 	blockedAt uint64
+	// What the blocked walk depended on: every worker (an unconstrained
+	// entry was blocked), or only the pinned/allowed workers of the
+	// constrained entries it stepped over (blockedOn, worker indices).
+	blockedAll bool
+	blockedOn  []int32
 }
 
 // workerSlot is one registered worker with its ledger and what the selector
@@ -88,6 +93,12 @@ type Core struct {
 	// else can unblock a waiting class, so blocked classes are not
 	// re-evaluated until it moves or their own queue changes.
 	capEpoch uint64
+	// capAll is the capEpoch of the last change that may free capacity on
+	// every worker; capAt[i] that of the last on worker i alone. A class
+	// blocked on a few pinned workers stays blocked while theirs and capAll
+	// have not moved since (stillBlocked).
+	capAll uint64
+	capAt  []uint64
 
 	epoch    time.Time // arrival offsets are measured from here
 	instance uint64
@@ -114,6 +125,13 @@ type Core struct {
 
 	unknownClass   uint64
 	invalidConfigs uint64
+
+	// ix indexes the workers by load for selection (selindex.go);
+	// scanOnly makes every selection the full scan and a blocked class
+	// wait for any freed capacity (tests: the Core as it was, the
+	// reference the index and the per-worker memo are checked against).
+	ix       selIndex
+	scanOnly bool
 
 	// scratch for the selector, sized to the worker count
 	ovl      []int32  // effective overlap per worker index
@@ -477,6 +495,7 @@ func (c *Core) drain() {
 // outside the Core's knowledge (other replicas' load through the LoadView).
 func (c *Core) Drain() {
 	c.capEpoch++
+	c.capAll = c.capEpoch
 	c.drain()
 }
 
@@ -564,9 +583,10 @@ func (c *Core) candidate(cls *class) (*entry, int) {
 	cls.selGen, cls.selEntry, cls.selIdx = c.gen, nil, -1
 	// A plain LoadView can change under us at any time: no memo then.
 	memo := c.load == nil || c.vload != nil
-	if memo && cls.blocked && cls.blockedAt == c.capEpoch {
+	if memo && cls.blocked && c.stillBlocked(cls) {
 		return nil, -1
 	}
+	all, deps := false, cls.blockedOn[:0]
 	// In-order walk of the heap: a frontier of heap positions, smallest first.
 	front := append(c.front[:0], 0)
 	for steps := 0; steps < constraintLookahead && len(front) > 0 && len(cls.q) > 0; steps++ {
@@ -585,8 +605,10 @@ func (c *Core) candidate(cls *class) (*entry, int) {
 			break
 		}
 		if e.req.Pinned == "" && len(e.req.Allowed) == 0 {
+			all = true
 			break
 		}
+		deps = c.appendConstraint(deps, e.req)
 		for _, ch := range [2]int{2*qi + 1, 2*qi + 2} {
 			if ch < len(cls.q) {
 				front = append(front, ch)
@@ -594,10 +616,63 @@ func (c *Core) candidate(cls *class) (*entry, int) {
 		}
 	}
 	c.front = front
-	if cls.selEntry == nil && len(cls.q) > 0 {
-		cls.blocked, cls.blockedAt = true, c.capEpoch
-	}
+	cls.blockedOn = deps
+	cls.blocked = cls.selEntry == nil && len(cls.q) > 0
+	cls.blockedAt, cls.blockedAll = c.capEpoch, all || len(deps) > maxBlockedOn
 	return cls.selEntry, cls.selIdx
+}
+
+// maxBlockedOn bounds the workers a blocked class remembers; past it, any
+// freed capacity re-evaluates the class.
+const maxBlockedOn = 64
+
+// appendConstraint appends the registered workers r may run on (r is
+// pinned or allow-listed) to deps, up to just past maxBlockedOn.
+func (c *Core) appendConstraint(deps []int32, r *Request) []int32 {
+	if r.Pinned != "" {
+		if i, ok := c.workerIdx[r.Pinned]; ok {
+			deps = append(deps, int32(i))
+		}
+		return deps
+	}
+	for _, a := range r.Allowed {
+		if len(deps) > maxBlockedOn {
+			break
+		}
+		if i, ok := c.workerIdx[a]; ok {
+			deps = append(deps, int32(i))
+		}
+	}
+	return deps
+}
+
+// stillBlocked reports whether nothing that could unblock cls changed
+// since it was found blocked: no capacity anywhere (capEpoch), or, when
+// only constrained entries were blocked, none on their workers (capAt)
+// and none everywhere (capAll). Selection is deterministic in these, so a
+// re-walk would find the class blocked again.
+func (c *Core) stillBlocked(cls *class) bool {
+	at := cls.blockedAt
+	if at == c.capEpoch {
+		return true
+	}
+	if c.scanOnly || cls.blockedAll || c.capAll > at {
+		return false
+	}
+	for _, i := range cls.blockedOn {
+		if c.capAt[i] > at {
+			return false
+		}
+	}
+	return true
+}
+
+// capFreed records that capacity may have been freed on ledger l's worker.
+func (c *Core) capFreed(l *workerLedger) {
+	c.capEpoch++
+	if l.slot >= 0 {
+		c.capAt[l.slot] = c.capEpoch
+	}
 }
 
 // admit is the canonical admission path after selection: book, respond, and
@@ -696,7 +771,7 @@ func (c *Core) NextWake() (time.Time, bool) {
 func (c *Core) ledgerFor(worker string) *workerLedger {
 	l := c.ledgers[worker]
 	if l == nil {
-		l = &workerLedger{}
+		l = &workerLedger{slot: -1}
 		c.ledgers[worker] = l
 	}
 	return l
@@ -722,14 +797,16 @@ func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, p
 		b.prefill = max(0, prompt-cached)
 	}
 	b.ledger.add(b)
+	c.ledgerChanged(b.ledger)
 	c.bookings[b.id] = b
 	c.expiry.push(b)
 	return b
 }
 
 func (c *Core) free(b *booking) {
-	c.capEpoch++
+	c.capFreed(b.ledger)
 	b.ledger.remove(b)
+	c.ledgerChanged(b.ledger)
 	c.expiry.remove(b.ei)
 	delete(c.bookings, b.id)
 	if b.ledger.empty() {
@@ -766,10 +843,11 @@ func (c *Core) FirstToken(id BookingID) {
 	c.acknowledge(b)
 	c.calibrate(b, c.clock.Now().UnixNano())
 	if b.prefill > 0 {
-		c.capEpoch++
+		c.capFreed(b.ledger)
 		b.ledger.prefill -= b.prefill
 		b.prefill = 0
 	}
+	c.ledgerChanged(b.ledger)
 	c.drain()
 }
 
@@ -860,12 +938,19 @@ func (c *Core) SetWorkers(ws []Worker) {
 		c.workers = append(c.workers, newWorkerSlot(w, c.ledgerFor(w.ID)))
 	}
 	for id, l := range c.ledgers {
-		if _, ok := c.workerIdx[id]; !ok && l.empty() {
+		l.slot = -1
+		if i, ok := c.workerIdx[id]; ok {
+			l.slot = int32(i)
+		} else if l.empty() {
 			delete(c.ledgers, id)
 		}
 	}
 	c.remoteValid = false
+	c.ix.built = false
 	c.capEpoch++
+	c.capAll = c.capEpoch
+	c.capAt = slices.Grow(c.capAt[:0], len(c.workers))[:len(c.workers)]
+	clear(c.capAt)
 	n := len(c.workers)
 	if cap(c.ovl) < n {
 		c.ovl = make([]int32, n)
@@ -916,6 +1001,7 @@ func sortBySeq(es []*entry) {
 // Snapshot.InvalidConfigs); the last of duplicate names wins.
 func (c *Core) SetClasses(cfgs []ClassConfig) {
 	c.capEpoch++ // thresholds may have changed
+	c.capAll = c.capEpoch
 	keep := make(map[string]bool, len(cfgs))
 	c.ring = c.ring[:0]
 	for _, cfg := range cfgs {

@@ -15,8 +15,13 @@
 //
 // The worker selector has two costs (Config.Selector): design §5's block
 // counts (selector.go) and the predicted time to first token under the
-// engine's step-time model, calibrated per worker from first-token marks
-// (selector_ttft.go). No external sources were read for either.
+// engine's step-time model, calibrated per worker from first-token marks as
+// overhead + scale × prediction (selector_ttft.go; the default). No external
+// sources were read for either. A selection index (selindex.go) keeps idle
+// workers in equal-cost buckets and loaded workers in order of a cost lower
+// bound, so a decision over a large fleet evaluates the prefix holders, one
+// worker per bucket and the few loaded workers whose bound is below the best;
+// it chooses exactly what the full scan would (a differential test checks).
 //
 // It declares what it consumes in ports.go: Clock and LoadView (other
 // replicas' booked load, fed by gossip).

@@ -7,11 +7,14 @@ type workerLedger struct {
 	prefill int
 	private int       // unshared blocks: partial tails and expected output
 	refs    blockRefs // prompt block hash → bookings holding it
+	slot    int32     // the worker's index in Core.workers, -1 unregistered
 	// ttftSlow is the worker's calibrated TTFT scale minus one (so the zero
-	// value is the reference speed); calObs and calPred are the decayed
-	// sums it is the ratio of (selector_ttft.go, calibrate).
-	ttftSlow        float64
-	calObs, calPred float64
+	// value is the reference speed) and ttftOverhead the fixed part of its
+	// observed grant-to-first-token times, in ms; cal is the fit they come
+	// from (selector_ttft.go, calibrate).
+	ttftSlow     float64
+	ttftOverhead float64
+	cal          calibrationFit
 }
 
 func (l *workerLedger) load() WorkerLoad {
@@ -74,6 +77,12 @@ func (l *workerLedger) remove(b *booking) {
 	l.active--
 	l.prefill -= b.prefill
 	l.private -= b.private
+	if l.active == 0 && len(l.refs.keys) <= 16*len(b.hashes) {
+		// The last booking leaves: every count drops to zero, and clearing
+		// the table is cheaper than deleting its keys one by one.
+		l.refs.reset()
+		return
+	}
 	for _, h := range b.hashes {
 		l.refs.dec(h)
 	}

@@ -19,7 +19,13 @@ func (c *Core) refreshRemote() {
 	}
 	for i := range c.workers {
 		s := &c.workers[i]
-		s.remote = c.load.RemoteLoad(s.ID)
+		if l := c.load.RemoteLoad(s.ID); l != s.remote {
+			s.remote = l
+			c.capAt[i] = c.capEpoch
+			if c.ix.built {
+				c.reindex(i)
+			}
+		}
 	}
 }
 
@@ -48,6 +54,7 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 		return -1, false
 	}
 	c.refreshRemote()
+	c.ensureIndex()
 	c.ttft.begin()
 	c.touched = c.touched[:0]
 	r.eachOverlap(func(w string, blocks int) {
@@ -56,6 +63,11 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 			c.touched = append(c.touched, i)
 		}
 	})
+	if !c.scanOnly && c.indexable(r) {
+		idx, ok := c.selectIndexed(r, cfg)
+		c.resetOverlaps()
+		return idx, ok
+	}
 
 	// Constrained requests iterate their own workers only (deduplicated),
 	// the rest iterate every worker.

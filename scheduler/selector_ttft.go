@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Selector names a worker-selection cost. Values start at one so the zero
@@ -61,8 +62,9 @@ func (s *Selector) UnmarshalText(b []byte) error {
 // TTFTModel is what SelectorTTFT predicts with: design §9's step-time model
 // of a chunked-prefill engine, in milliseconds at the reference speed. Each
 // worker's predictions are multiplied by a scale calibrated online from its
-// first-token marks (observed grant-to-first-token time over predicted), so
-// one model serves engines faster or slower than the reference.
+// first-token marks (observed grant-to-first-token time = fixed overhead +
+// scale × predicted), so one model serves engines faster or slower than the
+// reference, behind any hand-off.
 type TTFTModel struct {
 	// Prefill is a step's time with T new tokens in it:
 	// Prefill[0]·T² + Prefill[1]·T + Prefill[2] ms.
@@ -100,9 +102,10 @@ type TTFTModel struct {
 	// instant on the same gossiped view then break near-ties differently
 	// instead of all sending a burst to one worker. 0 turns it off.
 	Spread float64
-	// CalibrationWindow is how many first-token marks per worker the scale
-	// remembers (each older mark weighs 1 − 1/CalibrationWindow less);
-	// 0 turns calibration off (scale 1).
+	// CalibrationWindow is how many first-token marks per worker the
+	// calibration (observed = overhead + scale × predicted) remembers
+	// (each older mark weighs 1 − 1/CalibrationWindow less); 0 turns
+	// calibration off (scale 1).
 	CalibrationWindow int
 }
 
@@ -185,7 +188,7 @@ func (m *TTFTModel) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.IntVar(&m.StepTokens, prefix+"step-tokens", m.StepTokens, "ttft selector: the engines' token budget per step")
 	fs.Float64Var(&m.Interference, prefix+"interference", m.Interference, "ttft selector: weight of the decode stall a prefill causes (per decoding sequence)")
 	fs.Float64Var(&m.Spread, prefix+"spread", m.Spread, "ttft selector: ms of fixed per-replica, per-worker offset that spreads simultaneous decisions of several replicas (0: off)")
-	fs.IntVar(&m.CalibrationWindow, prefix+"calibration-window", m.CalibrationWindow, "ttft selector: first-token marks per worker the calibrated scale remembers (0: no calibration)")
+	fs.IntVar(&m.CalibrationWindow, prefix+"calibration-window", m.CalibrationWindow, "ttft selector: first-token marks per worker the calibration (scale and fixed overhead) remembers (0: no calibration)")
 }
 
 func formatCoeffs(c [3]float64) string {
@@ -301,8 +304,6 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 		if !m.valid || m.kvBlocks != s.kvBlocks || m.blockSize != s.blockSize {
 			m.valid, m.kvBlocks, m.blockSize = true, s.kvBlocks, s.blockSize
 			m.cost = c.ttftLoadedCost(r, s, load, 0, len(r.BlockHashes)+priv)
-		} else {
-			m.queueN++ // an idle worker's queue is 0
 		}
 		cost := m.cost * scale
 		if c.cfg.TTFT.Spread > 0 {
@@ -362,43 +363,38 @@ type ttftScratch struct {
 	kvBlocks  int32
 	blockSize int32
 	cost      float64
-	// The fleet's load L for Externality: queueSum/queueN are the booked
-	// prefill ms over the workers the last selection evaluated, work the
-	// mean booked request's prefill ms (both smoothed), load their ratio.
-	queueSum float64
-	queueN   int
-	queue    float64
-	work     float64
-	load     float64
+	// The fleet's load L for Externality: queue is the mean booked
+	// prefill ms per registered worker, work the mean booked request's
+	// prefill ms (both smoothed), load their ratio.
+	queue float64
+	work  float64
+	load  float64
 }
 
 // loadSmoothing is how many decisions L is smoothed over.
 const loadSmoothing = 32
 
-// begin starts a selection: it folds the previous selection's queues into
-// L (so L lags one decision, and costs need no second pass) and drops the
-// idle-worker memo.
-func (m *ttftScratch) begin() {
-	m.valid = false
-	if m.queueN == 0 {
-		return
+// begin starts a selection: it drops the idle-worker memo.
+func (m *ttftScratch) begin() { m.valid = false }
+
+// booked folds a booked request's own prefill work (reference ms) into the
+// mean request's, and the fleet's booked prefill time before the booking
+// (queueSum over n registered workers, each at its own KV use; the
+// selection index keeps the sum as loads change) into the mean queue, and
+// updates L. Once per admission, so L does not depend on how many
+// selections a turn tried.
+func (m *ttftScratch) booked(work, queueSum float64, n int) {
+	if m.work == 0 {
+		m.work = work
+	} else {
+		m.work += (work - m.work) / loadSmoothing
 	}
-	q := m.queueSum / float64(m.queueN)
-	m.queueSum, m.queueN = 0, 0
-	m.queue += (q - m.queue) / loadSmoothing
+	if n > 0 {
+		m.queue += (max(0, queueSum/float64(n)) - m.queue) / loadSmoothing
+	}
 	if m.work > 0 {
 		m.load = m.queue / m.work
 	}
-}
-
-// booked folds a booked request's own prefill work (reference ms) into the
-// mean request's.
-func (m *ttftScratch) booked(work float64) {
-	if m.work == 0 {
-		m.work = work
-		return
-	}
-	m.work += (work - m.work) / loadSmoothing
 }
 
 // ttftLoadedCost is ttftCost before the worker's scale, for r with cached
@@ -411,8 +407,6 @@ func (c *Core) ttftLoadedCost(r *Request, s *workerSlot, load WorkerLoad, cached
 	in := ttftInputsFor(r, s, load, credited, decode)
 	m := &c.cfg.TTFT
 	queue, total := m.queueAndTotal(in.queued, in.own, in.decoding, in.kvUse)
-	c.ttft.queueSum += queue
-	c.ttft.queueN++
 	cost := total
 	if w := m.PrefillScale - 1 + m.Externality*c.ttft.load; w != 0 {
 		cost += w * m.prefillTime(in.own, 0, 0)
@@ -458,15 +452,22 @@ func (c *Core) ttftPredict(r *Request, idx int) float64 {
 	decode := load.DecodeBlocks + len(r.BlockHashes) + r.privateBlocks(int(s.blockSize))
 	in := ttftInputsFor(r, s, load, r.cachedFromOverlap(ovl, int(s.blockSize)), decode)
 	m := &c.cfg.TTFT
-	c.ttft.booked(m.prefillTime(in.own, 0, 0))
+	c.ensureIndex()
+	c.ttft.booked(m.prefillTime(in.own, 0, 0), c.ix.queueSum, len(c.workers))
 	return m.ttftPrediction(in)
 }
 
-// calibrate folds one first-token mark into its worker's scale: the ratio
-// of decayed sums of observed and predicted grant-to-first-token times.
-// Sums, not a mean of ratios, so the many short cache-hit prefills (whose
-// ratio is mostly noise around the step overhead) do not outvote the long
-// ones, which carry the engine's speed.
+// calibrate folds one first-token mark into its worker's fit of
+//
+//	observed = overhead + scale × predicted
+//
+// (grant-to-first-token ms against the reference model's prediction). On a
+// live router the observed time also carries a fixed hand-off cost (HTTP to
+// the worker, its first flush, goroutine scheduling) that does not grow with
+// the prompt; a ratio of observed to predicted would fold it into the scale,
+// and with fast engines the worker holding a conversation would look many
+// times slower than an idle one. The selector uses the scale only: the
+// hand-off is paid wherever the request goes.
 func (c *Core) calibrate(b *booking, nowNs int64) {
 	w := c.cfg.TTFT.CalibrationWindow
 	if b.predMs <= 0 || b.grantedAt == 0 || w == 0 {
@@ -479,23 +480,98 @@ func (c *Core) calibrate(b *booking, nowNs int64) {
 	pred := b.predMs
 	b.predMs = 0 // one mark per booking: FirstToken may be repeated
 	l := b.ledger
-	keep := 1 - 1/float64(w)
-	l.calObs = l.calObs*keep + obs
-	l.calPred = l.calPred*keep + pred
-	scale := min(maxTTFTScale, max(1/maxTTFTScale, l.calObs/l.calPred))
-	l.ttftSlow = scale - 1
+	l.cal.add(pred, obs, 1-1/float64(w))
+	scale, overhead := l.cal.fit()
+	l.ttftSlow, l.ttftOverhead = scale-1, overhead
 }
+
+// calibrationFit is a weighted least-squares fit of observed = overhead +
+// scale × predicted over exponentially decayed sums (each older mark
+// weighs 1 − 1/CalibrationWindow less). Each mark weighs 1/predicted: the
+// engine's noise grows with the prompt, and with no overhead the fit is
+// then the ratio of the sums of observed and predicted times, so the many
+// short cache-hit prefills do not outvote the long ones, which carry the
+// engine's speed. A prior (calibrationPrior marks) pulls the scale to 1:
+// until the marks' predictions differ enough to tell a slope from an offset
+// (one mark, or a run of equal prompts), the excess over the reference
+// model is read as overhead, not as a slower engine.
+type calibrationFit struct {
+	// decayed Σ 1/pred, Σ 1, Σ obs/pred, Σ pred, Σ obs: the weighted sums
+	// Σw, Σw·x, Σw·y, Σw·x², Σw·x·y with w = 1/x.
+	w, n, r, x, y float64
+	// fade is the start prior's remaining weight: 1 before the first
+	// mark, decayed like a mark's.
+	fade float64
+}
+
+func (f *calibrationFit) add(pred, obs, keep float64) {
+	if f.n == 0 {
+		f.fade = 1
+	}
+	f.fade *= keep
+	f.w = f.w*keep + 1/pred
+	f.n = f.n*keep + 1
+	f.r = f.r*keep + obs/pred
+	f.x = f.x*keep + pred
+	f.y = f.y*keep + obs
+}
+
+// fit returns the scale, within [1/maxTTFTScale, maxTTFTScale], and the
+// overhead in ms, at least 0 and at most the weighted mean observed time.
+func (f *calibrationFit) fit() (scale, overhead float64) {
+	if f.n <= 0 || f.x <= 0 || f.w <= 0 {
+		return 1, 0
+	}
+	// The prior's marks' Σw·x² at slope 1.
+	prior := (calibrationPrior + calibrationStartPrior*f.fade) * f.x / f.n
+	// Normal equations with the prior on the slope b (a the overhead):
+	//	w·a + n·b = r,  n·a + (x + prior)·b = y + prior.
+	// det = w·x − n² + w·prior ≥ w·prior > 0 (Cauchy–Schwarz).
+	det := f.w*(f.x+prior) - f.n*f.n
+	b := (f.w*(f.y+prior) - f.n*f.r) / det
+	if a := (f.r - b*f.n) / f.w; a < 0 || !(det > 0) || math.IsNaN(b) {
+		// No overhead: the slope through the origin, with the prior.
+		b = (f.y + prior) / (f.x + prior)
+	}
+	if math.IsNaN(b) {
+		b = 1
+	}
+	b = min(maxTTFTScale, max(1/maxTTFTScale, b))
+	return b, max(0, (f.r-b*f.n)/f.w)
+}
+
+// calibrationPrior is the prior's weight on scale 1, in marks: enough to
+// hold the scale near 1 while the predictions barely differ, little enough
+// to leave a spread of prompts a bias of a few per cent.
+const calibrationPrior = 0.2
+
+// calibrationStartPrior is a stronger prior on scale 1 that fades with the
+// first window of marks: a worker's first marks carry the noisiest
+// overheads (a cold connection, a first flush), and two or three of them
+// at different prompt sizes would otherwise pass for a steep slope.
+const calibrationStartPrior = 8.0
 
 // maxTTFTScale bounds the calibrated scale both ways: a worker reporting
 // nonsense (a stuck clock, marks lost for minutes) cannot make itself free
 // or unusable.
 const maxTTFTScale = 64.0
 
-// TTFTScale returns worker's calibrated scale (observed over predicted time
-// to first token; 1 before any mark or for unknown workers).
+// TTFTScale returns worker's calibrated scale (observed grant-to-first-token
+// time per predicted ms, the fixed overhead aside; 1 before any mark or for
+// unknown workers).
 func (c *Core) TTFTScale(worker string) float64 {
 	if l := c.ledgers[worker]; l != nil {
 		return 1 + l.ttftSlow
 	}
 	return 1
+}
+
+// TTFTOverhead returns worker's calibrated fixed overhead: the part of its
+// observed grant-to-first-token times that does not grow with the
+// prediction (0 before any mark or for unknown workers).
+func (c *Core) TTFTOverhead(worker string) time.Duration {
+	if l := c.ledgers[worker]; l != nil {
+		return time.Duration(l.ttftOverhead * float64(time.Millisecond))
+	}
+	return 0
 }
