@@ -85,6 +85,8 @@ const (
 	// internal/app, from the ownership view).
 	NameClusterSessionHealthy        = "switchyard_cluster_session_healthy"
 	NameClusterSessionRenewals       = "switchyard_cluster_session_renewals_total"
+	NameClusterSessionLeases         = "switchyard_cluster_session_leases_total"
+	NameClusterSessionLeasesLost     = "switchyard_cluster_session_leases_lost_total"
 	NameClusterClassesOwned          = "switchyard_cluster_classes_owned"
 	NameClusterClassOwned            = "switchyard_cluster_class_owned"
 	NameClusterHandoffs              = "switchyard_cluster_handoffs_total"
