@@ -63,6 +63,7 @@ const (
 	NameAdmissionStaleGrants        = "switchyard_admission_stale_grants_total"
 	NameAdmissionDegraded           = "switchyard_admission_degraded"
 	NameAdmissionDegradedAdmissions = "switchyard_admission_degraded_admissions_total"
+	NameAdmissionEtcdDegraded       = "switchyard_admission_etcd_degraded"
 	NameAdmissionInflightBookings   = "switchyard_admission_inflight_bookings"
 	NameAdmissionRenewals           = "switchyard_admission_renewals_total"
 	NameAdmissionAdoptedBookings    = "switchyard_admission_adopted_bookings_total"
