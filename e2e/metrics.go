@@ -20,7 +20,10 @@ const (
 	MetricAdmitted       = "switchyard_router_admission_admitted_total"
 	MetricRetried        = "switchyard_router_admission_retried_total"
 	MetricWorkerRequests = "switchyard_worker_http_requests_total"
-	metricProcessStart   = "process_start_time_seconds"
+	// MetricDegradedAdmissions counts what routers admitted locally in a
+	// degraded mode (NATS or etcd unreachable).
+	MetricDegradedAdmissions = "switchyard_admission_degraded_admissions_total"
+	metricProcessStart       = "process_start_time_seconds"
 )
 
 // Sample is one scrape of one process: the sums of the counters the suite
