@@ -61,10 +61,9 @@ func completeVia(client *http.Client, addr, class string, n int) answer {
 
 // load is a steady stream of completions to one replica.
 type load struct {
-	mu   sync.Mutex
-	wg   sync.WaitGroup
-	out  []*answer
-	stop chan struct{}
+	mu  sync.Mutex
+	wg  sync.WaitGroup
+	out []*answer
 }
 
 // sent is how many requests were sent so far.
