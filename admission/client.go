@@ -48,6 +48,16 @@ type ClientConfig struct {
 	// Clock is what the entry side reads and waits on (nil: wall time). It
 	// must be the clock of the replica's scheduler.
 	Clock scheduler.Clock
+	// ClusterHealthy reports whether this replica's etcd session is healthy
+	// (nil: always). While it is not, no class owner can be trusted to be
+	// admitting (every owner that lost etcd has fenced itself, and the
+	// ownership view may be stale), so a request that has waited
+	// EtcdDegradedAfter for an owner is admitted by this replica's own
+	// scheduler instead (degraded mode, counted like NATS's).
+	ClusterHealthy func() bool
+	// EtcdDegradedAfter is how long a request waits for an owner while the
+	// etcd session is unhealthy before it is admitted locally.
+	EtcdDegradedAfter time.Duration
 }
 
 // DefaultClientConfig returns the defaults.
@@ -61,6 +71,7 @@ func DefaultClientConfig() ClientConfig {
 		AbandonGrace:   500 * time.Millisecond,
 
 		OwnerReplyTimeout: time.Minute,
+		EtcdDegradedAfter: 2 * time.Second,
 	}
 }
 
@@ -79,6 +90,8 @@ func (c ClientConfig) Validate() error {
 		return fmt.Errorf("admission: AbandonGrace must be >= 0")
 	case c.OwnerReplyTimeout <= 0:
 		return fmt.Errorf("admission: OwnerReplyTimeout must be > 0")
+	case c.EtcdDegradedAfter <= 0:
+		return fmt.Errorf("admission: EtcdDegradedAfter must be > 0")
 	}
 	return nil
 }
@@ -100,10 +113,15 @@ type Client struct {
 	changed  chan struct{}    // closed and replaced on every ownership change
 	pending  map[*pendingAdmit]struct{}
 	inflight map[*Ticket]struct{}
-	degraded bool
-	counts   map[string]*metrics.AdmissionCounts // per class, cumulative (see Counts)
-	instance uint64
-	seq      uint64
+	degraded bool // NATS unreachable: every class is admitted locally
+	etcdDown bool // the etcd session is unhealthy: requests without a reachable owner fall back to local admission
+	// leaving is closed by Leave: the replica is going away, and a request
+	// that would wait for an owner is answered at once instead.
+	leaving   chan struct{}
+	leaveOnce sync.Once
+	counts    map[string]*metrics.AdmissionCounts // per class, cumulative (see Counts)
+	instance  uint64
+	seq       uint64
 
 	kick    chan struct{} // size one: wakes the re-home loop
 	abandon chan struct{} // size one: an abandon grace started (Run arms its timer)
@@ -129,6 +147,7 @@ func NewClient(cfg ClientConfig, replica, cluster string, nc *nats.Conn, actor A
 		pending: map[*pendingAdmit]struct{}{}, inflight: map[*Ticket]struct{}{},
 		counts: map[string]*metrics.AdmissionCounts{}, instance: rand.Uint64(),
 		kick: make(chan struct{}, 1), abandon: make(chan struct{}, 1), clock: clockOr(cfg.Clock),
+		leaving: make(chan struct{}),
 	}
 }
 
@@ -235,12 +254,41 @@ func (c *Client) wake() {
 	}
 }
 
-// Degraded reports whether the replica admits every class locally because
-// NATS is unreachable.
+// Degraded reports whether the replica is in a degraded mode: it admits
+// every class locally because NATS is unreachable, or it admits requests
+// that find no owner locally because its etcd session is unhealthy.
 func (c *Client) Degraded() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.degraded
+	return c.degraded || c.etcdDown
+}
+
+// DegradedModes names the degraded modes in force: "nats" and/or "etcd".
+func (c *Client) DegradedModes() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	if c.degraded {
+		out = append(out, "nats")
+	}
+	if c.etcdDown {
+		out = append(out, "etcd")
+	}
+	return out
+}
+
+// Leave tells the client that its replica is going away for good (its
+// ownership watch is about to stop): from now on a request that has no
+// owner to go to is answered at once with ownership_moved (HTTP 503 with
+// Retry-After) instead of waiting for one, since this replica may never
+// learn of the next owner. Requests already on their way to an owner, or
+// queued at one, are not affected. Leave is idempotent.
+func (c *Client) Leave() {
+	c.leaveOnce.Do(func() { close(c.leaving) })
+}
+
+func (c *Client) clusterHealthy() bool {
+	return c.cfg.ClusterHealthy == nil || c.cfg.ClusterHealthy()
 }
 
 // Run renews in-flight bookings, re-homes them when their class moves, and
@@ -284,12 +332,22 @@ func (c *Client) Run(ctx context.Context) error {
 // so their entry replicas resubmit them to the owners.
 func (c *Client) checkConnection() {
 	down := !c.nc.IsConnected()
+	etcdDown := !c.clusterHealthy()
 	c.mu.Lock()
-	was := c.degraded
-	c.degraded = down
+	was, etcdWas := c.degraded, c.etcdDown
+	c.degraded, c.etcdDown = down, etcdDown
 	var foreign []string
-	if was && !down {
+	if (was && !down && !etcdDown) || (etcdWas && !etcdDown && !down) {
+		// Every class a degraded admission may have queued here: the
+		// known owners' and every class this entry has received.
+		seen := make(map[string]struct{}, len(c.owners)+len(c.counts))
 		for class := range c.owners {
+			seen[class] = struct{}{}
+		}
+		for class := range c.counts {
+			seen[class] = struct{}{}
+		}
+		for class := range seen {
 			if _, ok := c.server.Owns(class); !ok {
 				foreign = append(foreign, class)
 			}
@@ -303,6 +361,19 @@ func (c *Client) checkConnection() {
 	case was && !down:
 		c.m.degraded.Set(0)
 		c.log.Info("NATS reachable again: normal mode")
+	}
+	switch {
+	case etcdDown && !etcdWas:
+		c.m.etcdDegraded.Set(1)
+		c.log.Warn("etcd session unhealthy: requests that find no owner are admitted locally after a bound",
+			zap.Duration("after", c.cfg.EtcdDegradedAfter))
+	case etcdWas && !etcdDown:
+		c.m.etcdDegraded.Set(0)
+		c.log.Info("etcd session healthy again: normal mode")
+	}
+	if len(foreign) > 0 {
+		// Entries a degraded mode queued here for classes owned elsewhere
+		// go back to their owners (as retries).
 		for _, class := range foreign {
 			c.actor.RejectQueued(class, scheduler.ReasonOwnershipLost)
 		}
@@ -334,6 +405,11 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 		degraded := c.degraded || !c.nc.IsConnected()
 		changed := c.changed
 		c.mu.Unlock()
+		// etcd unavailable: no owner can be trusted to admit, so a request
+		// that has waited long enough for one is admitted here.
+		if !degraded && !waitSince.IsZero() && c.clock.Now().Sub(waitSince) >= c.cfg.EtcdDegradedAfter && !c.clusterHealthy() {
+			degraded = true
+		}
 
 		epoch, ownLocal := c.server.Owns(r.Class)
 		switch {
@@ -416,13 +492,28 @@ func (c *Client) waitForOwner(ctx context.Context, r *scheduler.Request, since t
 		c.entryReject(r.Class, scheduler.ReasonOwnershipLost)
 		return scheduler.Reject(scheduler.ReasonOwnershipLost, "", fmt.Sprintf("class %s had no owner for %v", r.Class, c.cfg.NoOwnerTimeout))
 	}
+	select {
+	case <-c.leaving:
+		c.entryReject(r.Class, scheduler.ReasonOwnershipLost)
+		return scheduler.Reject(scheduler.ReasonOwnershipLost, "", "the router is shutting down and the class has no owner it can reach; retry")
+	default:
+	}
 	d := min(*backoff, limit.Sub(now))
+	if !c.clusterHealthy() {
+		// Wake when the etcd fallback becomes due.
+		if left := since.Add(c.cfg.EtcdDegradedAfter).Sub(now); left > 0 {
+			d = min(d, left)
+		} else {
+			d = 0
+		}
+	}
 	*backoff = min(2**backoff, c.cfg.BackoffMax)
 	t := c.clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-c.leaving:
 	case <-changed:
 	case <-t.C():
 	}

@@ -28,7 +28,12 @@
 // which the attempt is cancelled and resubmitted. A request that reached an
 // owner is counted there, so the entry never counts a second outcome for it. When NATS is unreachable it admits every class on the
 // local actor (degraded mode, counted and exported) and returns to normal by
-// itself once NATS is back.
+// itself once NATS is back. While the replica's etcd session is unhealthy
+// (ClientConfig.ClusterHealthy) no owner can be trusted to admit, so a
+// request that has waited EtcdDegradedAfter for one is admitted on the local
+// actor the same way; that mode too ends by itself. Leave, called when the
+// replica stops for good, answers every request that would wait for an
+// owner at once (ownership_lost) instead.
 //
 // Concurrency: Server and Client are safe for concurrent use. Each has
 // Run(ctx), which owns the goroutines they need (Server: the replier, beside

@@ -18,6 +18,7 @@ type Metrics struct {
 	staleGrants       prometheus.Counter
 	degraded          prometheus.Gauge
 	degradedAdmits    prometheus.Counter
+	etcdDegraded      prometheus.Gauge
 	decodeErrors      *prometheus.CounterVec
 	staleLifeMarks    prometheus.Counter
 	adopted           prometheus.Counter
@@ -50,7 +51,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		degradedAdmits: f.NewCounter(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionDegradedAdmissions,
-			Help: "Requests of classes owned elsewhere that this replica admitted locally in degraded mode.",
+			Help: "Requests of classes owned elsewhere (or by nobody reachable) that this replica admitted locally in a degraded mode (NATS or etcd unreachable).",
+		}),
+		etcdDegraded: f.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.NameAdmissionEtcdDegraded,
+			Help: "1 while this replica's etcd session is unhealthy and requests that find no owner are admitted locally after a bound.",
 		}),
 		decodeErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionDecodeErrors,

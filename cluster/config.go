@@ -41,6 +41,13 @@ type SessionConfig struct {
 	// RenewInterval is how often the lease is renewed. 0 means TTL/6, which
 	// leaves room for two failed renewals before the TTL/2 fence.
 	RenewInterval time.Duration
+	// Regrant keeps the session going when its lease is lost (it expired
+	// while etcd or the network was away, or it was revoked): Run grants a
+	// new lease, retrying with backoff, instead of returning
+	// ErrSessionExpired, and so it does for the first grant too. Status
+	// then names the new lease; everything bound to the old one is gone and
+	// must be registered and claimed again (Ownership does its part).
+	Regrant bool
 }
 
 // DefaultSessionConfig is the one place session defaults are spelled.
@@ -67,6 +74,10 @@ func (c SessionConfig) Validate() error {
 	}
 	return nil
 }
+
+// regrantBackoff bounds the wait between failed grants of a regranting
+// session: from a tenth of the TTL, doubling, up to the TTL.
+func (c SessionConfig) regrantBackoff() (lo, hi time.Duration) { return c.TTL / 10, c.TTL }
 
 func (c SessionConfig) renewInterval() time.Duration {
 	if c.RenewInterval > 0 {

@@ -19,8 +19,12 @@
 // the fence always fires before the server can expire the lease and another
 // replica can claim. If renewals resume while the lease lives, the keys are
 // still ours and the classes are re-acquired with their old epochs. A lease
-// that expired ends the session for good (ErrSessionExpired); the app builds a
-// new one and registers again.
+// that expired ends the session for good (ErrSessionExpired), unless
+// SessionConfig.Regrant is set: then the session grants a new lease (with
+// backoff) and lives on, and Ownership releases what it held under the old
+// lease and claims again under the new one once the app has registered under
+// it. Routers run that way, so an etcd outage or a partition longer than the
+// TTL never makes them exit.
 //
 // # Ownership protocol
 //

@@ -166,6 +166,8 @@ type nodeOpts struct {
 	proxied     bool
 	notReady    bool
 	sessionDeps Deps // Clock for the session, if a test drives it
+	// regrant makes the session replace a lost lease (SessionConfig.Regrant).
+	regrant bool
 	// acquireErr, when set, can fail OnAcquire (the app could not start
 	// admitting the class).
 	acquireErr func(class string) error
@@ -209,7 +211,7 @@ func (c *harness) start(id string, o nodeOpts) *node {
 
 	sdeps := o.sessionDeps
 	sdeps.Logger, sdeps.Registerer = log, n.reg
-	n.sess, err = NewSession(client, SessionConfig{Cluster: testCluster, TTL: c.ttl}, sdeps)
+	n.sess, err = NewSession(client, SessionConfig{Cluster: testCluster, TTL: c.ttl, Regrant: o.regrant}, sdeps)
 	require.NoError(t, err)
 	deps := Deps{Logger: log, Registerer: n.reg}
 	n.reps, err = NewReplicas(client, RegistryConfig{Cluster: testCluster, RetryInterval: 100 * time.Millisecond}, deps)

@@ -119,6 +119,7 @@ type Ownership struct {
 	relinquished map[string]int64 // class -> epoch released by us and (to be) deleted
 	waitRev      map[string]int64 // class -> owner view revision to wait for before judging it again
 	retryAt      time.Time
+	lease        clientv3.LeaseID         // the session lease the claims above were made under
 	tracked      atomic.Pointer[[]string] // classes in relinquished or waitRev, for tests
 
 	ownedGauge    prometheus.Gauge
@@ -316,6 +317,9 @@ func (o *Ownership) NewestEpoch(class string) int64 { return o.owners.snapshot()
 // them (OnRelease with ReleaseShutdown, then the keys are deleted so the next
 // owners can claim at once). It returns nil on ctx end and ErrSessionExpired
 // (wrapped) when the session ends first; everything was released then too.
+// A session that replaces a lost lease (SessionConfig.Regrant) does not end
+// Run: the classes held under the old lease are released (ReleaseSessionLost)
+// and claimed again under the new one once this replica's record is back.
 func (o *Ownership) Run(ctx context.Context) error {
 	if !o.started.CompareAndSwap(false, true) {
 		return errors.New("cluster: Ownership.Run called twice")
@@ -362,6 +366,17 @@ func (o *Ownership) loop(ctx context.Context, errs <-chan error) error {
 		if st.Done {
 			o.releaseAll(ReleaseSessionLost)
 			return fmt.Errorf("ownership: %w", ErrSessionExpired)
+		}
+		if st.Lease != o.lease {
+			// A regranting session replaced a lost lease: every key of the
+			// old one is gone. Drop what was held under it (already
+			// released by the fence, normally) and claim afresh.
+			if o.lease != 0 {
+				o.releaseAll(ReleaseSessionLost)
+				clear(o.relinquished)
+				o.log.Info("session lease replaced; claiming again", zap.Int64("old_lease", int64(o.lease)), zap.Int64("lease", int64(st.Lease)))
+			}
+			o.lease = st.Lease
 		}
 		var wake time.Duration = -1
 		if !st.Healthy {

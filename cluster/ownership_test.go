@@ -336,6 +336,43 @@ func TestOwnershipReturnsSessionExpiredWhenTheLeaseIsRevokedBehindItsBack(t *tes
 	h.tl.requireNoOverlap(t)
 }
 
+// With a regranting session a lost lease ends nothing: the session grants a
+// new one, and once the replica's record is back under it (the app's part)
+// ownership claims its classes again, under new epochs, never overlapping
+// with anyone.
+func TestOwnershipClaimsAgainUnderANewLeaseWhenARegrantingSessionLosesItsLease(t *testing.T) {
+	h := newTestCluster(t, testTTL, testSettle, classNames(3))
+	a := h.start("a", nodeOpts{regrant: true})
+	h.requireAgreement([]*node{a}, converge, "a alone")
+	before := a.heldClasses()
+	old := a.sess.Lease()
+
+	_, err := h.admin.Revoke(testenv.Context(t), old)
+	require.NoError(t, err)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		st := a.sess.Status()
+		return st.Lease != old && st.Healthy
+	}, "the session is granted a new lease")
+	select {
+	case err := <-a.ownDone:
+		t.Fatalf("ownership stopped when the lease was replaced: %v", err)
+	case err := <-a.sessErr:
+		t.Fatalf("the session ended when its lease was lost: %v", err)
+	default:
+	}
+	require.False(t, a.sess.Status().Done)
+	a.setReady(true) // the app registers again under the new lease
+	h.requireAgreement([]*node{a}, converge, "a again, under its new lease")
+	after := a.heldClasses()
+	require.Len(t, after, len(before))
+	for class, epoch := range after {
+		require.Greater(t, epoch, before[class], "class %s is claimed anew: a newer epoch", class)
+	}
+	require.Equal(t, 2.0, testutil.ToFloat64(a.sess.leases), "one lease granted at start, one after the loss")
+	require.Equal(t, 1.0, testutil.ToFloat64(a.sess.lost))
+	h.tl.requireNoOverlap(t)
+}
+
 // A follower that applies OwnersView and waits on the channel that came with
 // it (as the replica's main loop does) ends on etcd's final view after a
 // burst of handoffs: no change that lands while it applies one is lost.

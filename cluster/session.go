@@ -45,6 +45,8 @@ type Session struct {
 
 	healthy  prometheus.Gauge
 	renewals *prometheus.CounterVec
+	leases   prometheus.Counter
+	lost     prometheus.Counter
 }
 
 // SessionStatus is an immutable view of the session's health. Changed is
@@ -56,8 +58,10 @@ type SessionStatus struct {
 	// Healthy is true while the last successful renewal is younger than TTL/2.
 	// When false, nothing bound to the lease may be acted on (fenced).
 	Healthy bool
-	// Done is true once the session is over for good: the lease expired, the
-	// client closed, or Run returned. Done implies !Healthy.
+	// Done is true once the session is over for good: the lease expired
+	// (without SessionConfig.Regrant), the client closed, or Run returned.
+	// Done implies !Healthy. With Regrant a lost lease is not Done: the
+	// status stays unhealthy until a new Lease replaces it.
 	Done    bool
 	changed chan struct{}
 }
@@ -87,6 +91,14 @@ func NewSession(client *clientv3.Client, cfg SessionConfig, deps Deps) (*Session
 			Name: metrics.NameClusterSessionRenewals,
 			Help: "Lease renewals by result (ok, failed).",
 		}, []string{"result"}),
+		leases: f.NewCounter(prometheus.CounterOpts{
+			Name: metrics.NameClusterSessionLeases,
+			Help: "Leases granted to this session: the first, and one for each lost lease it replaced.",
+		}),
+		lost: f.NewCounter(prometheus.CounterOpts{
+			Name: metrics.NameClusterSessionLeasesLost,
+			Help: "Session leases lost (expired while etcd or the network was away, or revoked) and replaced by a new one.",
+		}),
 	}
 	s.status.Store(&SessionStatus{changed: make(chan struct{})})
 	return s, nil
@@ -107,7 +119,9 @@ func (s *Session) TTL() time.Duration { return s.cfg.TTL }
 // LastRenewal is the send time of the newest successful renewal (or grant).
 func (s *Session) LastRenewal() time.Time { return time.Unix(0, s.lastRenewal.Load()) }
 
-// WaitLease blocks until Run has been granted a lease, Run failed, or ctx ends.
+// WaitLease blocks until Run has been granted its first lease, Run failed, or
+// ctx ends. The lease it returns may since have been replaced (Regrant):
+// read Status for the current one.
 func (s *Session) WaitLease(ctx context.Context) (clientv3.LeaseID, error) {
 	select {
 	case <-s.leaseReady:
@@ -144,10 +158,13 @@ type renewResult struct {
 
 // Run grants the lease and renews it until ctx ends or the lease is lost. It
 // returns nil when ctx ends and ErrSessionExpired (wrapped) when the lease
-// expired or the client was closed. In every case the status is Done when Run
-// returns. Run does not revoke the lease: call Revoke once everything using
-// the session has stopped, so no owned class is deleted before its owner has
-// let go of it (otherwise the lease simply expires after TTL).
+// expired or the client was closed. With SessionConfig.Regrant a lost lease
+// (and a failed first grant) is replaced by a new one instead, retried with
+// backoff until ctx ends; only a closed client ends the session then. In
+// every case the status is Done when Run returns. Run does not revoke the
+// lease: call Revoke once everything using the session has stopped, so no
+// owned class is deleted before its owner has let go of it (otherwise the
+// lease simply expires after TTL).
 func (s *Session) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("cluster: Session.Run called twice")
@@ -161,18 +178,53 @@ func (s *Session) Run(ctx context.Context) error {
 			close(s.leaseReady)
 		}
 	}()
+	lo, hi := s.cfg.regrantBackoff()
+	backoff := lo
+	for {
+		granted, err := s.grant(ctx)
+		switch {
+		case err == nil:
+			backoff = lo
+			lease = granted
+			err = s.keep(ctx, lease)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !s.cfg.Regrant || s.client.Ctx().Err() != nil {
+				return err
+			}
+			// The lease is gone, and with it everything bound to it; the
+			// status stays fenced (not Done) until a new lease is granted.
+			s.lost.Inc()
+			s.log.Warn("session lease lost; granting a new one", zap.Int64("lease", int64(lease)), zap.Error(err))
+			continue
+		case ctx.Err() != nil:
+			return nil
+		case !s.cfg.Regrant || s.client.Ctx().Err() != nil:
+			return err
+		}
+		s.log.Warn("granting a session lease failed; retrying", zap.Duration("backoff", backoff), zap.Error(err))
+		t := s.clock.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.Chan():
+		}
+		backoff = min(2*backoff, hi)
+	}
+}
 
+// grant asks etcd for a new lease and, on success, publishes it healthy.
+func (s *Session) grant(ctx context.Context) (clientv3.LeaseID, error) {
 	sent := s.clock.Now()
 	gctx, cancel := context.WithTimeout(ctx, s.cfg.TTL)
 	resp, err := s.client.Grant(gctx, int64(s.cfg.TTL/time.Second))
 	cancel()
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("grant session lease: %w", err)
+		return 0, fmt.Errorf("grant session lease: %w", err)
 	}
-	lease = resp.ID
+	lease := resp.ID
 	if granted := time.Duration(resp.TTL) * time.Second; granted != s.cfg.TTL {
 		// etcd raises TTLs below its minimum; fencing on the configured,
 		// shorter TTL stays on the safe side.
@@ -180,9 +232,20 @@ func (s *Session) Run(ctx context.Context) error {
 	}
 	s.lastRenewal.Store(sent.UnixNano())
 	s.publish(lease, true, false)
-	close(s.leaseReady)
+	s.leases.Inc()
+	select {
+	case <-s.leaseReady:
+	default:
+		close(s.leaseReady)
+	}
 	s.log.Info("session started", zap.Int64("lease", int64(lease)), zap.Duration("ttl", s.cfg.TTL))
+	return lease, nil
+}
 
+// keep renews lease until ctx ends (nil) or the lease is lost
+// (ErrSessionExpired, wrapped). It returns with the status unhealthy when
+// the lease was lost.
+func (s *Session) keep(ctx context.Context, lease clientv3.LeaseID) error {
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -203,7 +266,7 @@ func (s *Session) Run(ctx context.Context) error {
 	}
 
 	half := s.cfg.TTL / 2
-	fence := s.clock.NewTimer(half - s.clock.Since(sent))
+	fence := s.clock.NewTimer(half - s.clock.Since(s.LastRenewal()))
 	defer fence.Stop()
 	ticker := s.clock.NewTicker(s.cfg.renewInterval())
 	defer ticker.Stop()
@@ -244,6 +307,7 @@ func (s *Session) Run(ctx context.Context) error {
 				}
 			case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
 				s.renewals.WithLabelValues("failed").Inc()
+				s.publish(lease, false, false)
 				s.log.Warn("session lease expired", zap.Int64("lease", int64(lease)))
 				return fmt.Errorf("lease %x: %w", int64(lease), ErrSessionExpired)
 			case s.client.Ctx().Err() != nil:

@@ -118,3 +118,28 @@ func (c Compose) Health(ctx context.Context, service string) (string, error) {
 	}
 	return c.docker(ctx, "inspect", "-f", "{{if and .State.Running .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}", id)
 }
+
+// ContainerState is what the suite reads of a container's life: its last
+// exit code, how often Docker restarted it, and when it last started.
+type ContainerState struct {
+	ExitCode     int
+	RestartCount int
+	StartedAt    string
+}
+
+// State inspects service's container.
+func (c Compose) State(ctx context.Context, service string) (ContainerState, error) {
+	id, err := c.Container(ctx, service)
+	if err != nil {
+		return ContainerState{}, err
+	}
+	out, err := c.docker(ctx, "inspect", "-f", "{{.State.ExitCode}} {{.RestartCount}} {{.State.StartedAt}}", id)
+	if err != nil {
+		return ContainerState{}, err
+	}
+	var st ContainerState
+	if _, err := fmt.Sscan(out, &st.ExitCode, &st.RestartCount, &st.StartedAt); err != nil {
+		return ContainerState{}, fmt.Errorf("inspect %s: %q: %w", service, out, err)
+	}
+	return st, nil
+}

@@ -38,6 +38,13 @@ type DriverConfig struct {
 	Prefixes int
 	// RequestTimeout bounds one request from send to the end of its stream.
 	RequestTimeout time.Duration
+	// Redirects is how many times a request that no router took in is
+	// sent again, to the next target, as a client behind a load balancer
+	// would: no answer at all before any response byte (refused, or a
+	// keep-alive connection closed under it), or a 503 not_ready or
+	// shutting_down, which a router answers before admission. 0 = never.
+	// The targets stay in the rotation: the driver never avoids a router.
+	Redirects int
 }
 
 // DefaultDriverConfig returns the defaults of the driver.
@@ -71,6 +78,8 @@ func (c DriverConfig) Validate() error {
 		return fmt.Errorf("driver config: Prefixes %d must be positive", c.Prefixes)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("driver config: RequestTimeout %v must be positive", c.RequestTimeout)
+	case c.Redirects < 0:
+		return fmt.Errorf("driver config: Redirects %d must not be negative", c.Redirects)
 	}
 	return nil
 }
@@ -90,6 +99,12 @@ type Result struct {
 	RequestID string // x-request-id
 	Chunks    int
 	Err       string
+	// Header is when the response headers arrived (zero: none did): a
+	// streamed request's wait for admission and the worker's first byte.
+	Header time.Time
+	// Redirected counts the earlier attempts no router took in (see
+	// DriverConfig.Redirects); Target is the last attempt's router.
+	Redirected int
 }
 
 // Admitted reports whether a router granted the request a worker (the
@@ -194,7 +209,7 @@ func (d *Driver) Run(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				d.record(d.do(ctx, seq, target))
+				d.record(d.send(ctx, seq, target))
 			}()
 		}
 		select {
@@ -245,6 +260,41 @@ func (d *Driver) prompt(seq int) string {
 	return b.String()
 }
 
+// send runs one request, redirecting it to the next targets while no
+// router took it in (DriverConfig.Redirects).
+func (d *Driver) send(ctx context.Context, seq int, target string) Result {
+	r := d.do(ctx, seq, target)
+	for n := 1; n <= d.cfg.Redirects && notTakenIn(r); n++ {
+		<-time.After(50 * time.Millisecond) // a short pause, as a client's retry would make
+		next := d.nextTarget(target, 1)
+		d.mu.Lock()
+		d.inflight[target]--
+		d.inflight[next]++
+		d.mu.Unlock()
+		target = next
+		start := r.Start
+		r = d.do(ctx, seq, target)
+		r.Start, r.Redirected = start, n
+	}
+	return r
+}
+
+// notTakenIn reports whether no router took the request in: nothing was
+// answered at all, or a 503 that routers send before admission.
+func notTakenIn(r Result) bool {
+	return r.Outcome == OutcomeTransport || (r.Status == http.StatusServiceUnavailable && (r.Code == "not_ready" || r.Code == "shutting_down"))
+}
+
+// nextTarget is the n-th target after target in the configured order.
+func (d *Driver) nextTarget(target string, n int) string {
+	for i, t := range d.cfg.Targets {
+		if t == target {
+			return d.cfg.Targets[(i+n)%len(d.cfg.Targets)]
+		}
+	}
+	return target
+}
+
 func (d *Driver) do(ctx context.Context, seq int, target string) Result {
 	r := Result{Seq: seq, Target: target, Class: d.class(seq), Start: time.Now()}
 	defer func() { r.End = time.Now() }()
@@ -271,6 +321,7 @@ func (d *Driver) do(ctx context.Context, seq int, target string) Result {
 		return r
 	}
 	defer resp.Body.Close()
+	r.Header = time.Now()
 	r.Status = resp.StatusCode
 	r.RequestID = resp.Header.Get("x-request-id")
 	r.Worker = resp.Header.Get("x-switchyard-routed-worker")

@@ -41,6 +41,11 @@ func scriptedRouter(t *testing.T, script func(n int) string) *httptest.Server {
 		w.Header().Set("x-switchyard-routed-worker", "worker-"+r.Header.Get("x-switchyard-class"))
 		fl := w.(http.Flusher)
 		switch script(n) {
+		case "not_ready":
+			w.Header().Set("content-type", "application/json")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":{"message":"shutting down","type":"service_unavailable","code":"not_ready"}}`))
 		case "reject":
 			w.Header().Set("content-type", "application/json")
 			w.WriteHeader(http.StatusTooManyRequests)
@@ -186,4 +191,47 @@ func TestDriverConfigValidationNamesTheBadField(t *testing.T) {
 	cfg = fastConfig("x")
 	cfg.MaxTokens = 0
 	assert.ErrorContains(t, cfg.Validate(), "MaxTokens")
+}
+
+// A request no router took in (nothing answered, or 503 not_ready) goes to
+// the next router, as many times as configured; one that was answered with
+// an admission error is not sent again.
+func TestTheDriverRedirectsRequestsNoRouterTookInAndOnlyThose(t *testing.T) {
+	lame := scriptedRouter(t, func(n int) string {
+		if n%2 == 0 {
+			return "not_ready"
+		}
+		return "reject"
+	})
+	gone := httptest.NewServer(http.NotFoundHandler())
+	goneURL := gone.URL
+	gone.Close() // refuses connections from now on
+	good := scriptedRouter(t, func(int) string { return "ok" })
+
+	cfg := fastConfig(lame.URL, goneURL, good.URL)
+	cfg.MaxRequests = 12
+	cfg.Redirects = 2
+	d := runDriver(t, cfg)
+	for _, r := range d.Results() {
+		switch {
+		case r.Seq%3 == 0 && r.Seq%2 == 1: // to lame, rejected there: an answer, kept
+			assert.Equal(t, OutcomeRejected, r.Outcome, "request %d", r.Seq)
+			assert.Equal(t, "queue_full", r.Code)
+			assert.Zero(t, r.Redirected)
+		case r.Seq%3 == 0: // to lame, not_ready: lame -> gone -> good
+			assert.Equal(t, OutcomeSuccess, r.Outcome, "request %d", r.Seq)
+			assert.Equal(t, 2, r.Redirected)
+			assert.Equal(t, good.URL, r.Target)
+		case r.Seq%3 == 1: // to gone: refused, then good
+			assert.Equal(t, OutcomeSuccess, r.Outcome, "request %d", r.Seq)
+			assert.Equal(t, 1, r.Redirected)
+		default:
+			assert.Equal(t, OutcomeSuccess, r.Outcome, "request %d", r.Seq)
+			assert.Zero(t, r.Redirected)
+			assert.False(t, r.Header.IsZero(), "the headers' arrival is recorded")
+		}
+	}
+	for _, target := range cfg.Targets {
+		assert.Zero(t, d.InFlight(target), "in-flight counts follow redirected requests")
+	}
 }

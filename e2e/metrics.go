@@ -20,7 +20,10 @@ const (
 	MetricAdmitted       = "switchyard_router_admission_admitted_total"
 	MetricRetried        = "switchyard_router_admission_retried_total"
 	MetricWorkerRequests = "switchyard_worker_http_requests_total"
-	metricProcessStart   = "process_start_time_seconds"
+	// MetricDegradedAdmissions counts what routers admitted locally in a
+	// degraded mode (NATS or etcd unreachable).
+	MetricDegradedAdmissions = "switchyard_admission_degraded_admissions_total"
+	metricProcessStart       = "process_start_time_seconds"
 )
 
 // Sample is one scrape of one process: the sums of the counters the suite
@@ -158,6 +161,11 @@ type CounterWatch struct {
 	sources  map[string]string // name -> /metrics URL
 	names    []string
 	interval time.Duration
+	// scraping serializes the scrapes of each source (scrape and record as
+	// one step): two concurrent scrapes of one source (Run's, and a test's
+	// PollSource on a stopping router) recorded out of order would look
+	// like a counter going backwards.
+	scraping map[string]*sync.Mutex
 
 	mu      sync.Mutex
 	sums    map[string]*ResetSum
@@ -169,7 +177,11 @@ type CounterWatch struct {
 // NewCounterWatch watches names on sources (source name -> metrics URL).
 func NewCounterWatch(client *http.Client, sources map[string]string, names []string, interval time.Duration) *CounterWatch {
 	w := &CounterWatch{client: client, sources: sources, names: names, interval: interval,
-		sums: map[string]*ResetSum{}, decline: map[string]int{}, last: map[string]float64{}}
+		sums: map[string]*ResetSum{}, decline: map[string]int{}, last: map[string]float64{},
+		scraping: map[string]*sync.Mutex{}}
+	for src := range sources {
+		w.scraping[src] = &sync.Mutex{}
+	}
 	for _, n := range names {
 		w.sums[n] = NewResetSum()
 	}
@@ -201,6 +213,10 @@ func (w *CounterWatch) Poll(ctx context.Context) {
 // PollSource scrapes one source once, as Poll does for all; it reports
 // whether the scrape succeeded.
 func (w *CounterWatch) PollSource(ctx context.Context, src string) bool {
+	if m := w.scraping[src]; m != nil {
+		m.Lock()
+		defer m.Unlock()
+	}
 	s, err := Scrape(ctx, w.client, w.sources[src], w.names, nil)
 	w.mu.Lock()
 	defer w.mu.Unlock()

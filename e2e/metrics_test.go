@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,4 +104,32 @@ func FuzzParseMetrics(f *testing.F) {
 			t.Fatal("no values map on success")
 		}
 	})
+}
+
+// Concurrent scrapes of one source (the watch's own poll and a test's
+// PollSource on a stopping router) are recorded in the order they were
+// made: a slow older answer recorded after a newer one would look like a
+// counter going backwards.
+func TestConcurrentScrapesOfOneSourceNeverLookLikeARegression(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		v := n.Add(1)
+		if v%2 == 1 {
+			time.Sleep(20 * time.Millisecond) // the older answer is the slower one
+		}
+		fmt.Fprintf(w, "# TYPE %s counter\n%s %d\n# TYPE %s gauge\n%s 1000\n", MetricReceived, MetricReceived, v, metricProcessStart, metricProcessStart)
+	}))
+	defer srv.Close()
+	w := NewCounterWatch(srv.Client(), map[string]string{"r": srv.URL}, []string{MetricReceived}, time.Hour)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(2)
+		go func() { defer wg.Done(); w.PollSource(context.Background(), "r") }()
+		go func() { defer wg.Done(); w.PollSource(context.Background(), "r") }()
+		wg.Wait()
+	}
+	reg, _, _, errs := w.Health(MetricReceived)
+	require.Zero(t, errs)
+	require.Zero(t, reg, "a counter that only grew was seen going backwards")
+	require.Equal(t, float64(16), w.Total(MetricReceived))
 }

@@ -40,6 +40,10 @@ type Deps struct {
 	Policy *Policy
 	// Ready gates /readyz and the API; nil means always ready.
 	Ready ReadyFunc
+	// Draining, when set and true, fails /readyz (503) while the API keeps
+	// serving: a replica in lame duck asks its load balancer to stop
+	// sending while it still serves what arrives meanwhile.
+	Draining func() bool
 	// ReadyDetail, if set, adds lines to a ready /readyz answer about how
 	// the replica serves (e.g. degraded mode); nil or empty adds none.
 	ReadyDetail func() []string
@@ -68,6 +72,7 @@ type Server struct {
 	idBase  string
 	idSeq   atomic.Uint64
 	closing atomic.Bool
+	srv     atomic.Pointer[http.Server] // the one Serve runs, for CloseKeepAlives
 	// inflight counts running handlers so Serve can wait for all of them;
 	// once stopped is set no handler starts (a request that slipped past the
 	// closed listener is refused).
@@ -183,6 +188,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
 	}
+	s.srv.Store(srv)
 	errc := make(chan error, 1) // size one: Serve's single result, read below
 	go func() { errc <- srv.Serve(ln) }()
 	var err error
@@ -212,6 +218,39 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return nil
 	}
 	return err
+}
+
+// CloseKeepAlives makes every response from now on close its connection
+// and closes the idle ones, so clients stop reusing connections to a server
+// that is about to stop listening (a request written on an idle connection
+// just as Shutdown closes it is lost to its client with no answer). A no-op
+// before Serve.
+func (s *Server) CloseKeepAlives() {
+	if srv := s.srv.Load(); srv != nil {
+		srv.SetKeepAlivesEnabled(false)
+	}
+}
+
+// WaitIdle waits until no instrumented handler (the API, /readyz, /healthz,
+// /debug/cluster; not /metrics) is running, or ctx ends (its error). With
+// Ready failing, new API requests are answered at once, so this waits for
+// the streams and admissions already in flight.
+func (s *Server) WaitIdle(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		s.inflightMu.Lock()
+		s.idle.Broadcast()
+		s.inflightMu.Unlock()
+	})
+	defer stop()
+	s.inflightMu.Lock()
+	defer s.inflightMu.Unlock()
+	for s.inflight > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s.idle.Wait()
+	}
+	return nil
 }
 
 // instrument counts responses by route and code and tracks in-flight
@@ -290,7 +329,11 @@ func (s *Server) ready() error {
 
 func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request) int {
 	w.Header().Set("Content-Type", "text/plain")
-	if err := s.ready(); err != nil {
+	err := s.ready()
+	if err == nil && s.deps.Draining != nil && s.deps.Draining() {
+		err = errors.New("draining: the router is shutting down and serves only what still reaches it")
+	}
+	if err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = io.WriteString(w, "not ready: "+err.Error()+"\n")
 		return http.StatusServiceUnavailable

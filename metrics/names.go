@@ -63,6 +63,7 @@ const (
 	NameAdmissionStaleGrants        = "switchyard_admission_stale_grants_total"
 	NameAdmissionDegraded           = "switchyard_admission_degraded"
 	NameAdmissionDegradedAdmissions = "switchyard_admission_degraded_admissions_total"
+	NameAdmissionEtcdDegraded       = "switchyard_admission_etcd_degraded"
 	NameAdmissionInflightBookings   = "switchyard_admission_inflight_bookings"
 	NameAdmissionRenewals           = "switchyard_admission_renewals_total"
 	NameAdmissionAdoptedBookings    = "switchyard_admission_adopted_bookings_total"
@@ -85,6 +86,8 @@ const (
 	// internal/app, from the ownership view).
 	NameClusterSessionHealthy        = "switchyard_cluster_session_healthy"
 	NameClusterSessionRenewals       = "switchyard_cluster_session_renewals_total"
+	NameClusterSessionLeases         = "switchyard_cluster_session_leases_total"
+	NameClusterSessionLeasesLost     = "switchyard_cluster_session_leases_lost_total"
 	NameClusterClassesOwned          = "switchyard_cluster_classes_owned"
 	NameClusterClassOwned            = "switchyard_cluster_class_owned"
 	NameClusterHandoffs              = "switchyard_cluster_handoffs_total"

@@ -51,6 +51,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
+		// The first signal starts a graceful stop (a router's lame duck
+		// takes seconds); a second one gets the default behaviour and
+		// ends the process at once.
+		context.AfterFunc(ctx, stop)
 		err := c.run(ctx, args[1:], stdout, stderr)
 		switch {
 		case err == nil, errors.Is(err, context.Canceled):

@@ -70,6 +70,7 @@ func (c *testCluster) startReplicaWith(id, httpAddr string, mutate func(*Replica
 	cfg.NATSURL = c.nats.URL
 	cfg.Session.TTL = 5 * time.Second
 	cfg.Ownership.SettlePeriod = 200 * time.Millisecond
+	cfg.DrainDelay = 0 // tests that stop a replica under load set their own
 	cfg.Gossip.BindAddr, cfg.Gossip.BindPort = "127.0.0.1", 0
 	c.mu.Lock()
 	for _, r := range c.replicas {

@@ -51,6 +51,12 @@ type ReplicaConfig struct {
 	// events (WorkerInfo.PublishesEvents false): predictions are all the
 	// index will ever know about it (design §6).
 	PredictTTLNoEvents time.Duration
+	// DrainDelay is the lame duck's first phase: when the replica is told
+	// to stop it fails /readyz, marks itself not ready in etcd (its classes
+	// move to the other replicas) and keeps serving the API this long, so
+	// load balancers stop sending before it stops accepting
+	// (docs/operations.md, "Stopping a router").
+	DrainDelay time.Duration
 	// ShutdownLinger keeps /metrics (and the API) up this long after the
 	// replica has handed its classes off and exported its final counters,
 	// so a scraper sees the last values before the process goes away.
@@ -82,6 +88,7 @@ func DefaultReplicaConfig() ReplicaConfig {
 		WorkerType:         "simulated",
 		PredictTTL:         5 * time.Second,
 		PredictTTLNoEvents: 120 * time.Second,
+		DrainDelay:         5 * time.Second,
 		Session:            cluster.DefaultSessionConfig(),
 		Ownership:          cluster.DefaultOwnershipConfig(),
 		Gossip:             gossip.DefaultConfig(),
@@ -106,6 +113,9 @@ func defaultPromptConfig() prompt.Config {
 // normalize copies the shared fields (id, cluster) into every part.
 func (c *ReplicaConfig) normalize() {
 	c.Session.Cluster = c.Cluster
+	// A router never exits because its lease was lost (etcd outage,
+	// partition): it takes a new one and registers and claims again.
+	c.Session.Regrant = true
 	c.Ownership.Cluster, c.Ownership.ReplicaID = c.Cluster, c.ID
 	c.Ingest.Cluster = c.Cluster
 	c.Gossip.NodeName = c.ID
@@ -132,6 +142,8 @@ func (c ReplicaConfig) Validate() error {
 		return errors.New("PredictTTLNoEvents must be > 0")
 	case c.ShutdownLinger < 0:
 		return errors.New("ShutdownLinger must be >= 0")
+	case c.DrainDelay < 0:
+		return errors.New("DrainDelay must be >= 0")
 	}
 	for _, v := range []interface{ Validate() error }{c.Session, c.Ownership, c.Gossip, c.Scheduler, c.Index, c.Ingest, c.Frontend, c.Admission, c.Exporter, c.Prompt} {
 		if err := v.Validate(); err != nil {
@@ -267,7 +279,9 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	am.DegradedByClass = admissionMetrics.DegradedAdmissions
 	port := admission.LocalActor(actor, func() []scheduler.ClassConfig { return *classes.Load() })
 	server := admission.NewServer(cfg.ID, cfg.Cluster, nc, port, log, am)
-	client := admission.NewClient(cfg.Admission, cfg.ID, cfg.Cluster, nc, port, server, log, am)
+	acfg := cfg.Admission
+	acfg.ClusterHealthy = session.Healthy
+	client := admission.NewClient(acfg, cfg.ID, cfg.Cluster, nc, port, server, log, am)
 
 	// The ownership manager is the one watcher of the policy key: it hands
 	// each version to the app (onPolicy, set once the frontend exists and
@@ -313,7 +327,10 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	}
 	prompts.SetPolicy(policy.Tokenizers)
 
-	var serving atomic.Bool
+	// serving: registries and index loaded; draining: the lame duck has
+	// begun (/readyz fails, the API still serves); stopping: the drain
+	// delay is over (the API answers 503 not_ready with Retry-After).
+	var serving, draining, stopping atomic.Bool
 	fe, err := frontend.New(cfg.Frontend, frontend.Deps{
 		Admitter: admitter{c: client, m: admissionMetrics, model: cfg.Model, workerType: cfg.WorkerType},
 		Workers:  workerView{workersReg},
@@ -322,6 +339,8 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 		Policy:   policy,
 		Ready: func() error {
 			switch {
+			case stopping.Load():
+				return errors.New("shutting down: retry on another router")
 			case !serving.Load():
 				return errors.New("starting: registries and index not loaded yet")
 			}
@@ -332,11 +351,19 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 			// no_endpoints, which tells clients more.
 			return nil
 		},
+		Draining: draining.Load,
 		ReadyDetail: func() []string {
-			if client.Degraded() {
-				return []string{"degraded: NATS unreachable; every class is admitted by this replica's own scheduler until it is back"}
+			var out []string
+			for _, mode := range client.DegradedModes() {
+				switch mode {
+				case "nats":
+					out = append(out, "degraded: NATS unreachable; every class is admitted by this replica's own scheduler until it is back")
+				case "etcd":
+					out = append(out, fmt.Sprintf("degraded: etcd session unhealthy; requests that find no owner for %v are admitted by this replica's own scheduler until it is back",
+						cfg.Admission.EtcdDegradedAfter))
+				}
 			}
-			return nil
+			return out
 		},
 		ClusterInfo:    clusterInfo(cfg.ID, replicasReg, workersReg, own, actor, g, client, prompts),
 		MetricsHandler: metrics.Handler(reg),
@@ -355,13 +382,23 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 		httpAddr = cfg.AdvertiseHTTP
 	}
 
-	// Shutdown order: hand the classes off (while the etcd session still
-	// lives, so their keys are deleted and the next owners claim at once),
-	// export the final counters, linger, then stop everything else. So the
-	// components run under their own context, not the caller's.
+	// Shutdown is a lame duck (docs/operations.md, "Stopping a router"):
+	//  1. /readyz fails and the replica re-registers as not ready, so its
+	//     classes move to settled replicas while it keeps serving the API,
+	//     its ownership and policy watchers and NATS, for DrainDelay;
+	//  2. new API requests are answered 503 not_ready (Retry-After), and the
+	//     ones in flight finish: admitted by the classes' new owners, and
+	//     their streams drained, for up to the frontend's ShutdownGrace;
+	//  3. whatever still waits for an owner is answered at once
+	//     (Client.Leave), ownership stops (remaining classes released, keys
+	//     deleted), the final counters are exported, the replica lingers
+	//     (ShutdownLinger) with /metrics up, and everything else stops.
+	// So the components run under their own contexts, not the caller's.
 	grp := newGroup(context.Background())
 	ownCtx, stopOwnership := context.WithCancel(context.Background())
 	ownDone := make(chan struct{})
+	httpCtx, stopHTTP := context.WithCancel(context.Background())
+	leave := make(chan struct{}) // closed when the lame duck begins
 	sequenced := make(chan struct{})
 	go func() {
 		defer close(sequenced)
@@ -369,6 +406,28 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 		case <-ctx.Done():
 		case <-grp.ctx.Done(): // a component failed
 		}
+		start := time.Now()
+		if grp.ctx.Err() == nil && serving.Load() { // nobody sends to a replica that never served
+			draining.Store(true)
+			close(leave)
+			log.Info("lame duck: readiness failed, handing classes off, still serving", zap.Duration("drain_delay", cfg.DrainDelay))
+			t := time.NewTimer(cfg.DrainDelay)
+			select {
+			case <-t.C:
+			case <-grp.ctx.Done():
+			}
+			t.Stop()
+		}
+		stopping.Store(true)
+		// From now on every answer closes its connection: when the
+		// listener finally closes, no client is left holding an idle one.
+		fe.CloseKeepAlives()
+		idleCtx, cancelIdle := context.WithTimeout(context.Background(), cfg.Frontend.ShutdownGrace)
+		if err := fe.WaitIdle(idleCtx); err != nil {
+			log.Warn("requests still in flight after the shutdown grace; cutting them", zap.Duration("grace", cfg.Frontend.ShutdownGrace))
+		}
+		cancelIdle()
+		client.Leave()
 		stopOwnership()
 		select {
 		case <-ownDone:
@@ -379,13 +438,14 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 			exporter.Observe(admissionSnapshot(snap, cfg.Model, cfg.WorkerType))
 		}
 		exporter.Observe(client.Counts(cfg.Model, cfg.WorkerType))
+		log.Info("drained: classes handed off, final counters exported", zap.Duration("since_stop", time.Since(start)))
 		if grp.ctx.Err() == nil && cfg.ShutdownLinger > 0 {
-			log.Info("classes handed off; lingering before exit", zap.Duration("linger", cfg.ShutdownLinger))
 			select {
 			case <-time.After(cfg.ShutdownLinger):
 			case <-grp.ctx.Done():
 			}
 		}
+		stopHTTP()
 		grp.cancel()
 	}()
 	grp.go_("session", session.Run)
@@ -398,17 +458,26 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	grp.go_("admission_client", client.Run)
 	grp.go_("exporter", exporter.Run)
 	grp.go_("tokenizers", prompts.Run)
-	grp.go_("http", func(ctx context.Context) error { return fe.Serve(ctx, ln) })
+	grp.go_("http", func(ctx context.Context) error {
+		// Served until the shutdown sequence is done with the API (or a
+		// component failed): the streams were drained before, so the
+		// frontend's own grace only covers stragglers.
+		sctx, cancel := context.WithCancel(httpCtx)
+		defer context.AfterFunc(ctx, cancel)()
+		defer cancel()
+		return fe.Serve(sctx, ln)
+	})
 	grp.go_("wiring", func(ctx context.Context) error {
 		return runWiring(ctx, wiring{
 			cfg: cfg, nc: nc, reg: reg, log: log, etcd: etcd, session: session, workers: workersReg, replicas: replicasReg,
 			own: own, actor: actor, remote: remote, ix: ix, g: g, client: client, fe: fe, classes: &classes,
 			exporter: exporter, adm: admissionMetrics, router: routerMetrics, httpAddr: httpAddr, prompts: prompts,
-			serving: &serving, ready: ready, grp: grp, ownCtx: ownCtx, ownDone: ownDone,
+			serving: &serving, ready: ready, grp: grp, ownCtx: ownCtx, ownDone: ownDone, leave: leave,
 		})
 	})
 	err = grp.wait()
 	stopOwnership()
+	stopHTTP()
 	<-sequenced
 	// Remove the registration now rather than when the lease expires.
 	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -455,6 +524,7 @@ type wiring struct {
 	grp      *group
 	ownCtx   context.Context
 	ownDone  chan struct{}
+	leave    <-chan struct{} // closed when the lame duck begins: register as not ready
 
 	peersCheckedAt time.Time // last catchUpWithPeers (wiring goroutine only)
 	classOwned     *prometheus.GaugeVec
@@ -492,6 +562,7 @@ func runWiring(ctx context.Context, w wiring) error {
 	if err := w.session.RegisterReplica(ctx, info); err != nil {
 		return err
 	}
+	reg := registration{info: info, lease: w.session.Lease(), written: true, ready: true}
 	w.grp.go_("load_reports", w.followLoadReports)
 	w.grp.go_("ownership", func(context.Context) error {
 		defer close(w.ownDone)
@@ -506,12 +577,33 @@ func runWiring(ctx context.Context, w wiring) error {
 
 	tick := time.NewTicker(w.cfg.Gossip.Interval)
 	defer tick.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	leave := w.leave
+	sessionChanged := w.session.Status().Changed()
 	// Each sync returns the change channel of the very snapshot it applied,
 	// so a change landing while one is applied is never missed.
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-leave:
+			leave = nil
+			reg.info.Ready = false
+			w.log.Info("registering as not ready: the classes move to the other replicas")
+			if !w.register(ctx, &reg) {
+				retry.Reset(w.cfg.Ownership.RetryInterval)
+			}
+		case <-sessionChanged:
+			sessionChanged = w.session.Status().Changed()
+			if !w.register(ctx, &reg) {
+				retry.Reset(w.cfg.Ownership.RetryInterval)
+			}
+		case <-retry.C:
+			if !w.register(ctx, &reg) {
+				retry.Reset(w.cfg.Ownership.RetryInterval)
+			}
 		case <-workersChanged:
 			workersChanged = w.syncWorkers()
 		case <-ownersChanged:
@@ -522,6 +614,43 @@ func runWiring(ctx context.Context, w wiring) error {
 			w.publishLoads()
 		}
 	}
+}
+
+// registration is the replica record as last written, and the lease it was
+// written under.
+type registration struct {
+	info    wire.ReplicaInfo
+	lease   clientv3.LeaseID
+	written bool // a record is in etcd under lease
+	ready   bool // the Ready it was written with
+}
+
+// register writes the replica record again when the session's lease
+// changed (a lost lease was replaced: the old record vanished with it) or
+// the record did (not ready in lame duck). It reports false when a write
+// failed and should be retried; an unhealthy session waits for its next
+// status change instead.
+func (w *wiring) register(ctx context.Context, reg *registration) bool {
+	st := w.session.Status()
+	if st.Lease != reg.lease {
+		reg.lease, reg.written = st.Lease, false
+	}
+	if reg.info.Ready != reg.ready {
+		reg.written = false
+	}
+	if reg.written || !st.Healthy || st.Lease == 0 {
+		return true
+	}
+	rctx, cancel := context.WithTimeout(ctx, w.cfg.Ownership.OpTimeout)
+	defer cancel()
+	if err := w.session.RegisterReplica(rctx, reg.info); err != nil {
+		w.log.Warn("registering the replica failed; retrying", zap.Error(err))
+		return false
+	}
+	reg.written = true
+	reg.ready = reg.info.Ready
+	w.log.Info("replica registered", zap.Int64("lease", int64(st.Lease)), zap.Bool("ready", reg.info.Ready))
+	return true
 }
 
 // followLoadReports reads the workers' own load reports. Their last KV

@@ -35,7 +35,9 @@ func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.WorkerType, "worker-type", cfg.WorkerType, "worker_type label of the admission metrics")
 	fs.DurationVar(&cfg.PredictTTL, "predict-ttl", cfg.PredictTTL, "lifetime of a routing decision's predicted prefix on a worker that publishes KV events")
 	fs.DurationVar(&cfg.PredictTTLNoEvents, "predict-ttl-no-events", cfg.PredictTTLNoEvents, "lifetime of a routing decision's predicted prefix on a worker registered without KV events")
+	fs.DurationVar(&cfg.DrainDelay, "shutdown-drain-delay", cfg.DrainDelay, "lame duck: on SIGTERM fail /readyz, hand the classes off and keep serving this long before refusing new requests (then in-flight requests get -http.shutdown-grace)")
 	fs.DurationVar(&cfg.ShutdownLinger, "shutdown-linger", cfg.ShutdownLinger, "after handing classes off and exporting final counters, keep serving /metrics this long before exiting")
+	fs.DurationVar(&cfg.Admission.EtcdDegradedAfter, "etcd-degraded-after", cfg.Admission.EtcdDegradedAfter, "while this router's etcd session is unhealthy, a request that found no owner for this long is admitted by the router's own scheduler (degraded mode)")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML seeded into etcd when it has none (docs/policy.md; default: the built-in policy)")
 	cfg.Frontend.RegisterFlags(fs, "http.")

@@ -54,9 +54,17 @@ type UpConfig struct {
 func DefaultUpConfig() UpConfig {
 	return UpConfig{
 		Replicas: 3, Workers: 8, HTTPBase: 8080, WorkerPort: 9001, EtcdPort: 12379, NATSPort: 14222,
-		Host: "127.0.0.1", Speedup: 1, Replica: DefaultReplicaConfig(), Worker: DefaultWorkerConfig(),
+		Host: "127.0.0.1", Speedup: 1, Replica: upReplicaConfig(), Worker: DefaultWorkerConfig(),
 		Status: time.Second, Protocol: ProtocolNative, ZMQPort: 15557, AdapterPort: 9101,
 	}
+}
+
+// upReplicaConfig is a router's defaults in `up`: no load balancer sits in
+// front of the local replicas, so the lame duck's drain delay is short.
+func upReplicaConfig() ReplicaConfig {
+	c := DefaultReplicaConfig()
+	c.DrainDelay = time.Second
+	return c
 }
 
 // Up is the `switchyard up` subcommand: embedded etcd and NATS, router
@@ -78,6 +86,8 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Protocol, "protocol", cfg.Protocol, "workers' protocol: native, or vllm (each worker speaks vLLM's KV event protocol and metrics, and a switchyard adapter beside it joins it to the cluster)")
 	fs.IntVar(&cfg.ZMQPort, "zmq-port", cfg.ZMQPort, "with -protocol vllm: the first worker's KV event port; its replay port is the next, the other workers follow in pairs")
 	fs.IntVar(&cfg.AdapterPort, "adapter-port", cfg.AdapterPort, "with -protocol vllm: the first adapter's HTTP port; the others use the next ports")
+	fs.DurationVar(&cfg.Replica.DrainDelay, "shutdown-drain-delay", cfg.Replica.DrainDelay, "on Ctrl-C each router fails /readyz, hands its classes off and keeps serving this long (lame duck) before draining its streams")
+	fs.DurationVar(&cfg.Replica.Frontend.ShutdownGrace, "shutdown-grace", cfg.Replica.Frontend.ShutdownGrace, "how long each router then waits for its in-flight requests and streams")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML (default: deploy/policy.yaml, built in)")
 	level := zapcore.WarnLevel
@@ -177,9 +187,9 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		i := i
 		started := make(chan string, 1)
 		grp.go_(rc.ID, func(ctx context.Context) error {
-			// A replica whose etcd session was lost exits (crash-only, see
-			// docs/architecture.md); here, as an orchestrator would, it is
-			// restarted with a fresh session after a second.
+			// A replica survives a lost etcd session (it takes a new lease);
+			// one that fails for another reason is restarted after a
+			// second, as an orchestrator would.
 			for first := true; ; first = false {
 				err := RunReplica(ctx, rc, log.Named(rc.ID), metrics.NewRegistry(), func(s *ReplicaStatus) {
 					mu.Lock()
