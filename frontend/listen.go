@@ -55,7 +55,7 @@ func wrapListener(ln net.Listener, max int, tlsCfg *tls.Config) net.Listener {
 // stream longer than it): writeDeadlines applies it to each write instead.
 func (s *Server) httpServer(h http.Handler, name string) *http.Server {
 	if s.cfg.WriteTimeout > 0 {
-		h = writeDeadlines(h, s.cfg.WriteTimeout, s.now)
+		h = writeDeadlines(h, s.cfg.WriteTimeout)
 	}
 	return &http.Server{
 		Handler:           h,
@@ -70,10 +70,11 @@ func (s *Server) httpServer(h http.Handler, name string) *http.Server {
 // writeDeadlines gives every write of a response (headers, body, flush)
 // d to complete, counted from when it starts: a stream of any length lives
 // as long as the client keeps reading, and a client that stops reading is
-// cut after d.
-func writeDeadlines(h http.Handler, d time.Duration, now func() time.Time) http.Handler {
+// cut after d. Socket deadlines are wall-clock time, so this reads the wall
+// clock, not the injected one.
+func writeDeadlines(h http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: d, now: now}
+		dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: d}
 		dw.extend()
 		h.ServeHTTP(dw, r)
 	})
@@ -81,12 +82,11 @@ func writeDeadlines(h http.Handler, d time.Duration, now func() time.Time) http.
 
 type deadlineWriter struct {
 	http.ResponseWriter
-	rc  *http.ResponseController
-	d   time.Duration
-	now func() time.Time
+	rc *http.ResponseController
+	d  time.Duration
 }
 
-func (w *deadlineWriter) extend() { _ = w.rc.SetWriteDeadline(w.now().Add(w.d)) }
+func (w *deadlineWriter) extend() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.d)) }
 
 func (w *deadlineWriter) WriteHeader(code int) {
 	w.extend()
