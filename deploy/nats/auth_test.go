@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -174,4 +176,51 @@ func TestTheRouterUsesTheAdmissionSubjectsAndAWrongPasswordIsRefused(t *testing.
 	require.ErrorIs(t, err, nats.ErrAuthorization)
 	_, err = nats.Connect(url)
 	require.ErrorIs(t, err, nats.ErrAuthorization, "no credentials, no connection")
+}
+
+func TestTheShippedTLSConfigRequiresClientCertificatesAndKeepsThePermissions(t *testing.T) {
+	t.Setenv("SWITCHYARD_NATS_ROUTER_PASSWORD", "router-secret")
+	for i := 1; i <= 8; i++ {
+		t.Setenv(fmt.Sprintf("SWITCHYARD_NATS_WORKER_%d_PASSWORD", i), fmt.Sprintf("worker-%d-secret", i))
+	}
+	dir := t.TempDir()
+	ca, err := tlsconf.NewCA("test-ca", time.Hour)
+	require.NoError(t, err)
+	srv, err := ca.WriteFiles(dir, "nats", []string{"127.0.0.1"}, tlsconf.Server, time.Hour)
+	require.NoError(t, err)
+	cli, err := ca.WriteFiles(dir, "worker-1", nil, tlsconf.Client, time.Hour)
+	require.NoError(t, err)
+	conf, err := os.ReadFile("nats-tls.conf")
+	require.NoError(t, err)
+	auth, err := os.ReadFile("auth.conf")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "auth.conf"), auth, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "nats-tls.conf"), []byte(strings.ReplaceAll(string(conf), "/certs/", dir+"/")), 0o600))
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats-tls.conf"))
+	require.NoError(t, err)
+	opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", server.RANDOM_PORT, 0
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	url := s.ClientURL()
+	require.True(t, strings.HasPrefix(url, "tls://"), url)
+
+	noCert, err := links.NATS{TLS: tlsconf.ClientConfig{CAFile: srv.CA}, User: "worker-1", Password: "worker-1-secret"}.Options(url, tlsconf.Deps{})
+	require.NoError(t, err)
+	_, err = nats.Connect(url, noCert...)
+	require.Error(t, err, "no client certificate, no connection")
+
+	withCert, err := links.NATS{TLS: tlsconf.ClientConfig{CAFile: srv.CA, CertFile: cli.Cert, KeyFile: cli.Key},
+		User: "worker-1", Password: "worker-1-secret"}.Options(url, tlsconf.Deps{})
+	require.NoError(t, err)
+	errs := make(chan error, 4)
+	nc, err := nats.Connect(url, append(withCert, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))...)
+	require.NoError(t, err)
+	defer nc.Close()
+	subj := wire.NewSubjects("default")
+	require.NoError(t, nc.Publish(subj.KV("worker-2"), []byte("forged")))
+	requireViolation(t, errs, subj.KV("worker-2"))
 }
