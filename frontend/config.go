@@ -176,5 +176,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.StringVar(&c.AdminAddr, prefix+"admin-addr", c.AdminAddr, "separate listener for /metrics, /debug/cluster, /healthz and /readyz (empty: all on the API listener)")
 	c.AdminTLS.RegisterFlags(fs, prefix+"admin-tls.", "the admin listener")
 	fs.IntVar(&c.AdminMaxConns, prefix+"admin-max-conns", c.AdminMaxConns, "open connections on the admin listener at most (0: unbounded)")
-	c.EngineTLS.RegisterFlags(fs, prefix+"engine-tls.", "engines (https:// worker URLs)")
+	c.EngineTLS.RegisterFlags(fs, prefix+"engine-tls.", "engines at https:// URLs")
 }

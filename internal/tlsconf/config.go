@@ -191,10 +191,10 @@ func (c ClientConfig) Validate(prefix string) error {
 // "etcd."), with the receiver's current values as defaults. what names the
 // server in the help text.
 func (c *ClientConfig) RegisterFlags(fs *flag.FlagSet, prefix, what string) {
-	fs.StringVar(&c.CAFile, prefix+"ca-file", c.CAFile, "PEM bundle of CAs that "+what+"'s certificate must chain to (default: the system's roots)")
+	fs.StringVar(&c.CAFile, prefix+"ca-file", c.CAFile, "PEM bundle of CAs the certificate of "+what+" must chain to (default: the system's roots)")
 	fs.StringVar(&c.CertFile, prefix+"cert-file", c.CertFile, "PEM client certificate presented to "+what+" (re-read when it changes)")
 	fs.StringVar(&c.KeyFile, prefix+"key-file", c.KeyFile, "PEM private key of the client certificate for "+what+" (re-read when it changes)")
-	fs.StringVar(&c.ServerName, prefix+"server-name", c.ServerName, "name expected in "+what+"'s certificate (default: the host dialled)")
+	fs.StringVar(&c.ServerName, prefix+"server-name", c.ServerName, "name expected in the certificate of "+what+" (default: the host dialled)")
 	fs.StringVar(&c.MinVersion, prefix+"min-version", c.MinVersion, "lowest TLS version used with "+what+": 1.2 or 1.3 (default 1.2)")
 }
 
