@@ -145,11 +145,14 @@ func TestTheAPIListenerServesAtMostMaxConnsConnectionsAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/healthz", nil)
-	_, err = (&http.Client{Transport: tr}).Do(req)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
 	require.Error(t, err, "a second connection is not served while the first is open")
 
 	require.NoError(t, hold.Close())
-	resp, err := (&http.Client{Transport: tr}).Get(base + "/healthz")
+	resp, err = (&http.Client{Transport: tr}).Get(base + "/healthz")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode, "served once the first connection closed")
