@@ -12,7 +12,28 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/switchyard/switchyard/internal/tlsconf"
+	"github.com/switchyard/switchyard/metrics"
 )
+
+// listeners is what Serve and ServeAdmin add to the API's handler.
+type listeners struct {
+	admin            *http.ServeMux // Config.AdminAddr's routes; nil: on the API's mux
+	apiTLS, adminTLS *tls.Config    // nil: plaintext
+}
+
+// adminRoutes is the mux /metrics and /debug/cluster go on: a mux of their
+// own (with /healthz and /readyz) when Config.AdminAddr is set, so they
+// leave the API's listener, else the API's.
+func (s *Server) adminRoutes() *http.ServeMux {
+	if s.cfg.AdminAddr == "" {
+		return s.mux
+	}
+	s.lis.admin = http.NewServeMux()
+	s.lis.admin.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
+	s.lis.admin.HandleFunc("GET /readyz", s.instrument(metrics.RouteReadyz, s.handleReadyz))
+	s.lis.admin.HandleFunc("/", s.instrument(metrics.RouteOther, s.handleUnknown))
+	return s.lis.admin
+}
 
 // buildTLS builds the API's and the admin listener's TLS configurations
 // and the client TLS for engines (nil each where not configured).
@@ -20,11 +41,11 @@ func (s *Server) buildTLS() error {
 	var err error
 	d := s.tlsDeps("http")
 	d.NextProtos = []string{"h2", "http/1.1"}
-	if s.apiTLS, err = s.cfg.TLS.Build(d); err != nil {
+	if s.lis.apiTLS, err = s.cfg.TLS.Build(d); err != nil {
 		return err
 	}
 	d.Name = "http_admin"
-	if s.adminTLS, err = s.cfg.AdminTLS.Build(d); err != nil {
+	if s.lis.adminTLS, err = s.cfg.AdminTLS.Build(d); err != nil {
 		return err
 	}
 	if s.cfg.EngineTLS.Enabled() {
@@ -109,23 +130,23 @@ func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // AdminHandler serves /metrics, /debug/cluster, /healthz and /readyz when
 // Config.AdminAddr is set (nil otherwise: the API's handler serves them).
 func (s *Server) AdminHandler() http.Handler {
-	if s.admin == nil {
+	if s.lis.admin == nil {
 		return nil
 	}
-	return s.admin
+	return s.lis.admin
 }
 
 // ServeAdmin serves the admin routes on ln (with Config.AdminTLS, and at
 // most AdminMaxConns connections) until ctx ends, then shuts down within
 // a second. Without Config.AdminAddr it returns at once with an error.
 func (s *Server) ServeAdmin(ctx context.Context, ln net.Listener) error {
-	if s.admin == nil {
+	if s.lis.admin == nil {
 		_ = ln.Close()
 		return errors.New("frontend: no admin listener configured (Config.AdminAddr)")
 	}
-	srv := s.httpServer(s.admin, "http_admin")
+	srv := s.httpServer(s.lis.admin, "http_admin")
 	errc := make(chan error, 1) // size one: Serve's single result, read below
-	go func() { errc <- srv.Serve(wrapListener(ln, s.cfg.AdminMaxConns, s.adminTLS)) }()
+	go func() { errc <- srv.Serve(wrapListener(ln, s.cfg.AdminMaxConns, s.lis.adminTLS)) }()
 	var err error
 	select {
 	case err = <-errc:

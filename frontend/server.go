@@ -3,7 +3,6 @@ package frontend
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -61,21 +60,19 @@ type Deps struct {
 
 // Server is the OpenAI HTTP API of one router replica.
 type Server struct {
-	cfg    Config
-	deps   Deps
-	log    *zap.Logger
-	m      *metrics.Router
-	now    func() time.Time
-	policy atomic.Pointer[Policy]
-	client *http.Client
-	tr     *http.Transport
-	mux    *http.ServeMux
-	admin  *http.ServeMux // Config.AdminAddr's routes; nil: on mux
-	// apiTLS and adminTLS serve the listeners over TLS (nil: plaintext).
-	apiTLS, adminTLS *tls.Config
-	idBase           string
-	idSeq            atomic.Uint64
-	closing          atomic.Bool
+	cfg     Config
+	deps    Deps
+	log     *zap.Logger
+	m       *metrics.Router
+	now     func() time.Time
+	policy  atomic.Pointer[Policy]
+	client  *http.Client
+	tr      *http.Transport
+	mux     *http.ServeMux
+	idBase  string
+	idSeq   atomic.Uint64
+	closing atomic.Bool
+	lis     listeners // listen.go: the admin routes and the listeners' TLS
 	// inflight counts running handlers so Serve can wait for all of them;
 	// once stopped is set no handler starts (a request that slipped past the
 	// closed listener is refused).
@@ -150,14 +147,7 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	s.mux.HandleFunc("GET /v1/models", s.instrument(metrics.RouteModels, s.handleModels))
 	s.mux.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
 	s.mux.HandleFunc("GET /readyz", s.instrument(metrics.RouteReadyz, s.handleReadyz))
-	adminMux := s.mux
-	if cfg.AdminAddr != "" { // the admin routes leave the API's listener
-		s.admin = http.NewServeMux()
-		adminMux = s.admin
-		s.admin.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
-		s.admin.HandleFunc("GET /readyz", s.instrument(metrics.RouteReadyz, s.handleReadyz))
-		s.admin.HandleFunc("/", s.instrument(metrics.RouteOther, s.handleUnknown))
-	}
+	adminMux := s.adminRoutes() // s.mux unless Config.AdminAddr is set
 	adminMux.HandleFunc("GET /debug/cluster", s.instrument(metrics.RouteDebugCluster, s.handleDebugCluster))
 	if deps.MetricsHandler != nil {
 		adminMux.Handle("GET /metrics", deps.MetricsHandler)
@@ -200,7 +190,7 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := s.httpServer(s.mux, "http")
 	errc := make(chan error, 1) // size one: Serve's single result, read below
-	go func() { errc <- srv.Serve(wrapListener(ln, s.cfg.MaxConns, s.apiTLS)) }()
+	go func() { errc <- srv.Serve(wrapListener(ln, s.cfg.MaxConns, s.lis.apiTLS)) }()
 	var err error
 	select {
 	case err = <-errc:
