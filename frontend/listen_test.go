@@ -61,11 +61,13 @@ func TestAStreamLongerThanTheReadAndWriteTimeoutsArrivesWholeOverPlainHTTPAndTLS
 	for _, secure := range []bool{false, true} {
 		name := map[bool]string{false: "plaintext HTTP/1.1", true: "TLS with HTTP/2"}[secure]
 		t.Run(name, func(t *testing.T) {
-			up := newUpstream(t, 12)
-			up.interval = 50 * time.Millisecond // 550 ms of stream
+			up := newUpstream(t, 16)
+			up.interval = 150 * time.Millisecond // 2.25 s of stream
 			ws := staticWorkers{{ID: "w1", URL: up.URL(), Model: "m", BlockSize: 16}}
 			cfg := DefaultConfig()
-			cfg.WriteTimeout, cfg.ReadTimeout = 150*time.Millisecond, 150*time.Millisecond
+			// Short, but not so short that a loaded machine misses reading
+			// the request itself in time.
+			cfg.WriteTimeout, cfg.ReadTimeout = 300*time.Millisecond, time.Second
 			client, scheme := http.DefaultClient, "http://"
 			if secure {
 				cfg.TLS = tlsconf.ServerConfig{CertFile: pki.srv.Cert, KeyFile: pki.srv.Key}
@@ -74,7 +76,7 @@ func TestAStreamLongerThanTheReadAndWriteTimeoutsArrivesWholeOverPlainHTTPAndTLS
 			s, _ := newTestServer(t, cfg, Deps{Admitter: grantInOrder(&grantRecorder{}, ws...), Workers: ws})
 			base := scheme + strings.TrimPrefix(startServer(t, s), "http://")
 			body, proto := streamThrough(t, client, base+"/v1/completions")
-			require.Equal(t, 14, strings.Count(body, "data: "), "12 tokens, usage and [DONE]: %q", body)
+			require.Equal(t, 18, strings.Count(body, "data: "), "16 tokens, usage and [DONE]: %q", body)
 			require.Contains(t, body, "data: [DONE]")
 			if secure {
 				require.Equal(t, "HTTP/2.0", proto)
