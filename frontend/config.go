@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/tlsconf"
 )
 
 // Config is the frontend's configuration. DefaultConfig holds every default.
@@ -35,6 +37,33 @@ type Config struct {
 	// MaxIdleConnsPerWorker sizes the keep-alive pool per worker; it should be
 	// near the expected concurrent streams per worker so connections are reused.
 	MaxIdleConnsPerWorker int
+
+	// Listener hardening (docs/security.md). ReadHeaderTimeout bounds
+	// reading a request's headers, ReadTimeout the whole request with its
+	// body, IdleTimeout a keep-alive connection's wait for its next request.
+	// WriteTimeout bounds each write to the client (headers, a body chunk, a
+	// stream event), not the response: a stream lives as long as the client
+	// reads it, and a client that stops reading is cut after WriteTimeout.
+	// MaxHeaderBytes bounds request headers (431 above). MaxConns bounds
+	// the API listener's open connections (0: unbounded); a client over it
+	// waits to be accepted.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	MaxHeaderBytes    int
+	MaxConns          int
+	// TLS serves the API over TLS from files reloaded on change.
+	TLS tlsconf.ServerConfig
+	// AdminAddr, if set, is a separate listener for /metrics,
+	// /debug/cluster, /healthz and /readyz; the first two then leave the
+	// API's listener. AdminTLS and AdminMaxConns are its TLS and bound.
+	AdminAddr     string
+	AdminTLS      tlsconf.ServerConfig
+	AdminMaxConns int
+	// EngineTLS verifies engines reached over https:// (a CA bundle) and
+	// may present a client certificate to them.
+	EngineTLS tlsconf.ClientConfig
 }
 
 // DefaultConfig returns the defaults.
@@ -50,6 +79,13 @@ func DefaultConfig() Config {
 		ShutdownGrace:         30 * time.Second,
 		DialTimeout:           3 * time.Second,
 		MaxIdleConnsPerWorker: 256,
+		ReadHeaderTimeout:     10 * time.Second,
+		ReadTimeout:           60 * time.Second,
+		WriteTimeout:          60 * time.Second,
+		IdleTimeout:           120 * time.Second,
+		MaxHeaderBytes:        64 << 10,
+		MaxConns:              4096,
+		AdminMaxConns:         64,
 	}
 }
 
@@ -86,6 +122,34 @@ func (c Config) Validate() error {
 	if c.MaxIdleConnsPerWorker <= 0 {
 		errs = append(errs, fmt.Errorf("frontend.MaxIdleConnsPerWorker: %d, must be > 0", c.MaxIdleConnsPerWorker))
 	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ReadHeaderTimeout", c.ReadHeaderTimeout}, {"ReadTimeout", c.ReadTimeout}, {"WriteTimeout", c.WriteTimeout}, {"IdleTimeout", c.IdleTimeout}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("frontend.%s: %v, must be >= 0 (0: none)", d.name, d.v))
+		}
+	}
+	if c.MaxHeaderBytes <= 0 {
+		errs = append(errs, fmt.Errorf("frontend.MaxHeaderBytes: %d, must be > 0", c.MaxHeaderBytes))
+	}
+	if c.MaxConns < 0 {
+		errs = append(errs, fmt.Errorf("frontend.MaxConns: %d, must be >= 0 (0: unbounded)", c.MaxConns))
+	}
+	if c.AdminMaxConns < 0 {
+		errs = append(errs, fmt.Errorf("frontend.AdminMaxConns: %d, must be >= 0 (0: unbounded)", c.AdminMaxConns))
+	}
+	if err := c.TLS.Validate("http.tls."); err != nil {
+		errs = append(errs, err)
+	}
+	if c.AdminAddr == "" && (c.AdminTLS.Enabled() || c.AdminTLS.ClientCAFile != "") {
+		errs = append(errs, errors.New("frontend.AdminTLS: set without http.admin-addr"))
+	} else if err := c.AdminTLS.Validate("http.admin-tls."); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.EngineTLS.Validate("http.engine-tls."); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -102,4 +166,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.DurationVar(&c.ShutdownGrace, prefix+"shutdown-grace", c.ShutdownGrace, "how long shutdown waits for in-flight streams")
 	fs.DurationVar(&c.DialTimeout, prefix+"dial-timeout", c.DialTimeout, "timeout for connecting to a worker")
 	fs.IntVar(&c.MaxIdleConnsPerWorker, prefix+"max-idle-conns-per-worker", c.MaxIdleConnsPerWorker, "keep-alive connections kept per worker")
+	fs.DurationVar(&c.ReadHeaderTimeout, prefix+"read-header-timeout", c.ReadHeaderTimeout, "time allowed to read a request's headers (0: none)")
+	fs.DurationVar(&c.ReadTimeout, prefix+"read-timeout", c.ReadTimeout, "time allowed to read a whole request, body included (0: none)")
+	fs.DurationVar(&c.WriteTimeout, prefix+"write-timeout", c.WriteTimeout, "time allowed for each write to a client; streams live as long as the client reads (0: none)")
+	fs.DurationVar(&c.IdleTimeout, prefix+"idle-timeout", c.IdleTimeout, "how long a keep-alive connection waits for its next request (0: none)")
+	fs.IntVar(&c.MaxHeaderBytes, prefix+"max-header-bytes", c.MaxHeaderBytes, "largest request header block (431 above)")
+	fs.IntVar(&c.MaxConns, prefix+"max-conns", c.MaxConns, "open connections on the API listener at most (0: unbounded)")
+	c.TLS.RegisterFlags(fs, prefix+"tls.", "the API listener")
+	fs.StringVar(&c.AdminAddr, prefix+"admin-addr", c.AdminAddr, "separate listener for /metrics, /debug/cluster, /healthz and /readyz (empty: all on the API listener)")
+	c.AdminTLS.RegisterFlags(fs, prefix+"admin-tls.", "the admin listener")
+	fs.IntVar(&c.AdminMaxConns, prefix+"admin-max-conns", c.AdminMaxConns, "open connections on the admin listener at most (0: unbounded)")
+	c.EngineTLS.RegisterFlags(fs, prefix+"engine-tls.", "engines at https:// URLs")
 }

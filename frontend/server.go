@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/prompt"
@@ -56,6 +57,9 @@ type Deps struct {
 	Metrics *metrics.Router
 	// Now is the clock (ingress times, deadlines, latencies); nil = time.Now.
 	Now func() time.Time
+	// TLSMetrics counts reloads of the listeners' and engine client's TLS
+	// files; nil counts nothing.
+	TLSMetrics *tlsconf.Metrics
 }
 
 // Server is the OpenAI HTTP API of one router replica.
@@ -73,6 +77,7 @@ type Server struct {
 	idSeq   atomic.Uint64
 	closing atomic.Bool
 	srv     atomic.Pointer[http.Server] // the one Serve runs, for CloseKeepAlives
+	lis     listeners // listen.go: the admin routes and the listeners' TLS
 	// inflight counts running handlers so Serve can wait for all of them;
 	// once stopped is set no handler starts (a request that slipped past the
 	// closed listener is refused).
@@ -122,6 +127,9 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 		tr: tr, client: &http.Client{Transport: tr},
 		idBase: hex.EncodeToString(seed[:]),
 	}
+	if err := s.buildTLS(); err != nil {
+		return nil, fmt.Errorf("frontend: %w", err)
+	}
 	p := deps.Policy
 	if p == nil {
 		p = DefaultPolicy()
@@ -144,9 +152,10 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	s.mux.HandleFunc("GET /v1/models", s.instrument(metrics.RouteModels, s.handleModels))
 	s.mux.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
 	s.mux.HandleFunc("GET /readyz", s.instrument(metrics.RouteReadyz, s.handleReadyz))
-	s.mux.HandleFunc("GET /debug/cluster", s.instrument(metrics.RouteDebugCluster, s.handleDebugCluster))
+	adminMux := s.adminRoutes() // s.mux unless Config.AdminAddr is set
+	adminMux.HandleFunc("GET /debug/cluster", s.instrument(metrics.RouteDebugCluster, s.handleDebugCluster))
 	if deps.MetricsHandler != nil {
-		s.mux.Handle("GET /metrics", deps.MetricsHandler)
+		adminMux.Handle("GET /metrics", deps.MetricsHandler)
 	}
 	// Everything else gets an OpenAI-shaped 404 or 405, so clients that parse
 	// error bodies never see net/http's plain-text ones.
@@ -177,20 +186,17 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx, ln)
 }
 
-// Serve serves the API on ln until ctx ends, then shuts down gracefully: it
+// Serve serves the API on ln (over TLS with Config.TLS, at most
+// Config.MaxConns connections at once) until ctx ends, then shuts down gracefully: it
 // stops accepting, lets in-flight requests and streams finish for up to
 // Config.ShutdownGrace, then cuts the rest (their clients see the stream end
 // and their tickets are finished as aborted). It returns only after every
 // handler has returned and the worker connections are closed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           s.mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
-	}
+	srv := s.httpServer(s.mux, "http")
 	s.srv.Store(srv)
 	errc := make(chan error, 1) // size one: Serve's single result, read below
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(wrapListener(ln, s.cfg.MaxConns, s.lis.apiTLS)) }()
 	var err error
 	select {
 	case err = <-errc:

@@ -33,6 +33,15 @@ type Config struct {
 	// SecretKey (16, 24 or 32 bytes: AES-128/192/256) encrypts and
 	// authenticates all gossip. Empty disables encryption (logged).
 	SecretKey []byte
+	// KeyringFile, instead of SecretKey, names a file of base64 keys, one
+	// per line, the first the primary (ParseKeyring). It is re-read every
+	// KeyringCheckInterval and installed when it changes: the way to rotate
+	// keys without downtime (Keys).
+	KeyringFile          string
+	KeyringCheckInterval time.Duration
+	// RequireEncryption makes a member without SecretKey or KeyringFile
+	// refuse to start (deploy manifests set it).
+	RequireEncryption bool
 	// Interval is how often local load changes are coalesced into
 	// broadcasts, and how often departures and expiries are checked.
 	Interval time.Duration
@@ -88,24 +97,25 @@ type Config struct {
 // replicas and 500 on 8 all converged without one.
 func DefaultConfig() Config {
 	return Config{
-		BindAddr:            "0.0.0.0",
-		BindPort:            7946,
-		JoinRetryInterval:   time.Second,
-		ClusterLabel:        "switchyard",
-		Interval:            50 * time.Millisecond,
-		DigestInterval:      time.Second,
-		GracePeriod:         10 * time.Second,
-		GossipInterval:      50 * time.Millisecond,
-		GossipNodes:         3,
-		RetransmitMult:      6,
-		PushPullInterval:    10 * time.Second,
-		ProbeInterval:       time.Second,
-		ProbeTimeout:        500 * time.Millisecond,
-		SuspicionMult:       4,
-		MaxMessageBytes:     1024,
-		InboxSize:           1024,
-		PredictionQueueSize: 1024,
-		LeaveTimeout:        2 * time.Second,
+		BindAddr:             "0.0.0.0",
+		BindPort:             7946,
+		JoinRetryInterval:    time.Second,
+		ClusterLabel:         "switchyard",
+		Interval:             50 * time.Millisecond,
+		DigestInterval:       time.Second,
+		GracePeriod:          10 * time.Second,
+		GossipInterval:       50 * time.Millisecond,
+		GossipNodes:          3,
+		RetransmitMult:       6,
+		PushPullInterval:     10 * time.Second,
+		ProbeInterval:        time.Second,
+		ProbeTimeout:         500 * time.Millisecond,
+		SuspicionMult:        4,
+		MaxMessageBytes:      1024,
+		InboxSize:            1024,
+		PredictionQueueSize:  1024,
+		LeaveTimeout:         2 * time.Second,
+		KeyringCheckInterval: 5 * time.Second,
 	}
 }
 
@@ -134,6 +144,12 @@ func (c Config) Validate() error {
 		return bad("ClusterLabel", "longer than %d bytes", maxLabelLen)
 	case len(c.SecretKey) != 0 && len(c.SecretKey) != 16 && len(c.SecretKey) != 24 && len(c.SecretKey) != 32:
 		return bad("SecretKey", "%d bytes; want 16, 24 or 32", len(c.SecretKey))
+	case len(c.SecretKey) != 0 && c.KeyringFile != "":
+		return bad("KeyringFile", "set together with SecretKey; give one")
+	case c.RequireEncryption && len(c.SecretKey) == 0 && c.KeyringFile == "":
+		return bad("SecretKey", "empty, and encryption is required: give a secret key or a keyring file")
+	case c.KeyringFile != "" && c.KeyringCheckInterval <= 0:
+		return bad("KeyringCheckInterval", "must be positive")
 	case c.Interval <= 0:
 		return bad("Interval", "must be positive")
 	case c.DigestInterval <= 0:
@@ -212,6 +228,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 		c.SecretKey = k
 		return nil
 	})
+	fs.StringVar(&c.KeyringFile, prefix+"keyring-file", c.KeyringFile, "file of base64 gossip keys, one per line, the first the primary; re-read and installed when it changes (key rotation, docs/security.md)")
+	fs.DurationVar(&c.KeyringCheckInterval, prefix+"keyring-check-interval", c.KeyringCheckInterval, "how often the keyring file is re-read")
+	fs.BoolVar(&c.RequireEncryption, prefix+"require-encryption", c.RequireEncryption, "refuse to start without a secret key or keyring file")
 	fs.DurationVar(&c.Interval, prefix+"interval", c.Interval, "coalescing interval for load broadcasts")
 	fs.DurationVar(&c.DigestInterval, prefix+"digest-interval", c.DigestInterval, "sampling interval for KV index digests")
 	fs.DurationVar(&c.GracePeriod, prefix+"grace-period", c.GracePeriod, "how long a departed replica's load is kept")

@@ -39,8 +39,9 @@
 // # Concurrency
 //
 // Run owns everything it starts: the memberlist (its goroutines, and the
-// counting transport's stream forwarder), a join goroutine, and the owner
-// loop, which runs on Run's goroutine. Run returns only after all have
+// counting transport's stream forwarder), a join goroutine, the keyring
+// file watcher (with KeyringFile), and the owner loop, which runs on Run's
+// goroutine. Run returns only after all have
 // exited. New starts nothing.
 //
 // The owner loop is the only writer of the state. memberlist callbacks
@@ -49,6 +50,16 @@
 // through the inbox with a non-blocking send, counting drops. The inbox and
 // the prediction queue are buffered (InboxSize, PredictionQueueSize), as
 // their config fields document.
+//
+// # Encryption and key rotation
+//
+// memberlist's keyring encrypts every packet and stream (AES-GCM) with the
+// primary key and decrypts with any installed key. SetKeys (or a change of
+// the KeyringFile) adds new keys, switches the primary and removes the
+// rest, in that order; rotating without downtime is three such changes,
+// each made on every member before the next (Keys, docs/security.md).
+// A member that started without a key cannot be given one: memberlist
+// decides at creation whether it encrypts.
 //
 // Producers (SetLocalLoads, SetDigests, Predict) never block: they publish a
 // copy through an atomic pointer or a non-blocking send. Readers

@@ -16,6 +16,11 @@ var (
 	ErrMetaTooLarge = errors.New("gossip: node meta too large")
 	// ErrInvalidConfig is wrapped by every Config.Validate error.
 	ErrInvalidConfig = errors.New("gossip: invalid config")
+	// ErrInvalidKeyring is wrapped by errors about a keyring file or keys.
+	ErrInvalidKeyring = errors.New("gossip: invalid keyring")
+	// ErrNoEncryption: keys cannot be installed in a member that started
+	// without encryption.
+	ErrNoEncryption = errors.New("gossip: started without encryption; a key needs a restart")
 	// ErrAlreadyRunning is returned by a second call to Run.
 	ErrAlreadyRunning = errors.New("gossip: already running")
 )

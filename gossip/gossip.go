@@ -88,6 +88,10 @@ type Gossip struct {
 	snap     atomic.Pointer[snapshot]
 	fullSt   atomic.Pointer[[]byte]
 	delegate *delegate
+	// keyring is memberlist's (nil: no encryption); SetKeys and the keyring
+	// file watcher change it while memberlist runs (it locks itself).
+	keyring *memberlist.Keyring
+	km      keyringMetrics
 }
 
 type inboxItem struct {
@@ -122,15 +126,21 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, opts ...Option)
 	}
 	cfg.Join = slices.Clone(cfg.Join)
 	cfg.SecretKey = slices.Clone(cfg.SecretKey)
+	keyring, err := newKeyring(cfg)
+	if err != nil {
+		return nil, err
+	}
 	g := &Gossip{
-		cfg:   cfg,
-		log:   log.Named("gossip"),
-		m:     newMetrics(reg),
-		clock: wallClock{},
-		meta:  meta,
-		inbox: make(chan inboxItem, cfg.InboxSize),
-		preds: make(chan predictRequest, cfg.PredictionQueueSize),
-		ready: make(chan struct{}),
+		keyring: keyring,
+		km:      newKeyringMetrics(reg),
+		cfg:     cfg,
+		log:     log.Named("gossip"),
+		m:       newMetrics(reg),
+		clock:   wallClock{},
+		meta:    meta,
+		inbox:   make(chan inboxItem, cfg.InboxSize),
+		preds:   make(chan predictRequest, cfg.PredictionQueueSize),
+		ready:   make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(g)
@@ -272,7 +282,7 @@ func (g *Gossip) Run(ctx context.Context) error {
 	if !g.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
-	if len(g.cfg.SecretKey) == 0 {
+	if g.keyring == nil {
 		g.log.Warn("gossip is not encrypted: no secret key configured")
 	}
 	ml, err := g.createMemberlist()
@@ -292,6 +302,13 @@ func (g *Gossip) Run(ctx context.Context) error {
 		defer wg.Done()
 		g.joinLoop(ownerCtx, ml)
 	}()
+	if g.cfg.KeyringFile != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.watchKeyring(ownerCtx)
+		}()
+	}
 	g.ownerLoop(ownerCtx, ml)
 	cancel()
 	wg.Wait()
@@ -349,7 +366,7 @@ func (g *Gossip) createMemberlist() (*memberlist.Memberlist, error) {
 	}
 	mc.Transport = tr
 	mc.Label = g.cfg.ClusterLabel
-	mc.SecretKey = g.cfg.SecretKey
+	mc.Keyring = g.keyring
 	mc.GossipInterval = g.cfg.GossipInterval
 	mc.GossipNodes = g.cfg.GossipNodes
 	mc.RetransmitMult = g.cfg.RetransmitMult

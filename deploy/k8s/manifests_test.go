@@ -421,3 +421,50 @@ func TestRoutersJoinGossipThroughAHeadlessServiceThatListsUnreadyPods(t *testing
 	}
 	assert.Equal(t, true, full["publishNotReadyAddresses"], "a starting router must be able to join before it is ready")
 }
+
+func TestRoutersRequireAGossipKeyringFromASecretMountedWhereTheyReadIt(t *testing.T) {
+	objs := loadManifests(t)
+	var spec deploymentSpec
+	var full struct {
+		Template struct {
+			Spec struct {
+				Volumes []struct {
+					Name   string `yaml:"name"`
+					Secret *struct {
+						SecretName string `yaml:"secretName"`
+						Optional   *bool  `yaml:"optional"`
+					} `yaml:"secret"`
+				} `yaml:"volumes"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+	}
+	for _, d := range byKind(objs, "Deployment") {
+		if d.Metadata.Name == "switchyard-router" {
+			spec = decodeSpec[deploymentSpec](t, d)
+			require.NoError(t, d.Spec.Decode(&full))
+		}
+	}
+	c := spec.Template.Spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	require.Equal(t, "true", env["SWITCHYARD_GOSSIP_REQUIRE_ENCRYPTION"], "a router without a key must not start")
+	file := env["SWITCHYARD_GOSSIP_KEYRING_FILE"]
+	require.NotEmpty(t, file)
+	secretMounted := false
+	for _, m := range c.VolumeMounts {
+		if !strings.HasPrefix(file, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			continue
+		}
+		for _, v := range full.Template.Spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil {
+				require.NotEmpty(t, v.Secret.SecretName)
+				require.True(t, v.Secret.Optional == nil || !*v.Secret.Optional, "the keyring Secret must not be optional")
+				secretMounted = true
+			}
+		}
+	}
+	require.True(t, secretMounted, "%s is not on a Secret volume", file)
+	require.NotContains(t, env, "SWITCHYARD_GOSSIP_SECRET_KEY", "no key in plain sight in the manifest")
+}

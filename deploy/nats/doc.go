@@ -5,6 +5,11 @@
 // image built FROM scratch has no curl). The probe needs the monitoring port
 // (-m 8222), whose /healthz answers 200 once the server accepts clients.
 //
+// auth.conf is the users and subject permissions of a cluster (one user per
+// role: routers, and each worker or adapter), nats-tls.conf adds TLS with
+// client certificates to it; docs/security.md explains both. The tests load
+// the shipped files into an in-process server.
+//
 // Concurrency: the server owns its goroutines; healthcheck is one blocking
 // HTTP request bounded by -timeout.
 package main

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/switchyard/switchyard/adapter"
+	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/metrics"
 )
 
@@ -26,6 +26,9 @@ func Adapter(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("adapter", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.RegisterFlags(fs, "")
+	var lk Links
+	lk.Etcd.RegisterFlags(fs, "etcd.")
+	lk.NATS.RegisterFlags(fs, "nats.")
 	level := zapcore.InfoLevel
 	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
 	if err := parseFlags(fs, args, stderr); err != nil {
@@ -38,9 +41,13 @@ func Adapter(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		_, _ = fmt.Fprintf(stderr, "adapter: %v\n", err)
 		return ErrUsage
 	}
+	if err := lk.Validate(); err != nil {
+		_, _ = fmt.Fprintf(stderr, "adapter: %v\n", err)
+		return ErrUsage
+	}
 	log := newLogger(stderr, level)
 	defer func() { _ = log.Sync() }()
-	return RunAdapter(ctx, cfg, log, func(url string) {
+	return RunAdapterWithLinks(ctx, cfg, lk, log, func(url string) {
 		_, _ = fmt.Fprintf(stdout, "adapter %s fronting %s engine %s; serving %s\n", cfg.ID, cfg.Engine, cfg.EngineURL, url)
 	})
 }
@@ -49,22 +56,35 @@ func Adapter(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // ready, if non-nil, is called with the adapter's HTTP base URL once it
 // serves.
 func RunAdapter(ctx context.Context, cfg adapter.Config, log *zap.Logger, ready func(url string)) error {
+	return RunAdapterWithLinks(ctx, cfg, Links{}, log, ready)
+}
+
+// RunAdapterWithLinks is RunAdapter with secured etcd and NATS links.
+func RunAdapterWithLinks(ctx context.Context, cfg adapter.Config, lk Links, log *zap.Logger, ready func(url string)) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	etcd, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: quietEtcdLogger(log)})
+	if err := lk.Validate(); err != nil {
+		return err
+	}
+	reg := metrics.NewRegistry()
+	tlsMetrics := tlsconf.NewMetrics(reg)
+	etcd, err := lk.dialEtcd(cfg.EtcdEndpoints, log, tlsMetrics)
 	if err != nil {
-		return fmt.Errorf("etcd client: %w", err)
+		return err
 	}
 	defer etcd.Close()
 	// The adapter outlives NATS outages; routers repair the gaps from dumps.
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("switchyard-adapter-"+cfg.ID), nats.MaxReconnects(-1),
+	opts, err := lk.natsOptions(cfg.NATSURL, log, tlsMetrics, nats.Name("switchyard-adapter-"+cfg.ID), nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(cfg.NATSURL, opts...)
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}
 	defer nc.Close()
-	reg := metrics.NewRegistry()
 	a, err := adapter.New(cfg, adapter.Deps{Etcd: etcd, NATS: nc, Logger: log, Registerer: reg, Gatherer: reg, Ready: ready})
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard/switchyard/cluster"
 	"github.com/switchyard/switchyard/frontend"
 	"github.com/switchyard/switchyard/gossip"
+	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/prompt"
@@ -74,6 +75,8 @@ type ReplicaConfig struct {
 	// Prompt maps served model names to tokenizers (-tokenizer NAME=SPEC)
 	// and tunes the fallbacks for models without one.
 	Prompt prompt.Config
+	// Links secure the connections to etcd and NATS (-etcd.*, -nats.*).
+	Links Links
 }
 
 // DefaultReplicaConfig returns the defaults of every part.
@@ -145,7 +148,7 @@ func (c ReplicaConfig) Validate() error {
 	case c.DrainDelay < 0:
 		return errors.New("DrainDelay must be >= 0")
 	}
-	for _, v := range []interface{ Validate() error }{c.Session, c.Ownership, c.Gossip, c.Scheduler, c.Index, c.Ingest, c.Frontend, c.Admission, c.Exporter, c.Prompt} {
+	for _, v := range []interface{ Validate() error }{c.Session, c.Ownership, c.Gossip, c.Scheduler, c.Index, c.Ingest, c.Frontend, c.Admission, c.Exporter, c.Prompt, c.Links} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
@@ -214,13 +217,18 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	}
 	log = log.With(zap.String("replica", cfg.ID))
 
-	etcd, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: quietEtcdLogger(log)})
+	tlsMetrics := tlsconf.NewMetrics(reg)
+	etcd, err := cfg.Links.dialEtcd(cfg.EtcdEndpoints, log, tlsMetrics)
 	if err != nil {
-		return fmt.Errorf("etcd client: %w", err)
+		return err
 	}
 	defer etcd.Close()
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name(cfg.ID), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+	natsOpts, err := cfg.Links.natsOptions(cfg.NATSURL, log, tlsMetrics, nats.Name(cfg.ID), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(cfg.NATSURL, natsOpts...)
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}
@@ -368,6 +376,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 		ClusterInfo:    clusterInfo(cfg.ID, replicasReg, workersReg, own, actor, g, client, prompts),
 		MetricsHandler: metrics.Handler(reg),
 		Metrics:        routerMetrics,
+		TLSMetrics:     tlsMetrics,
 	}, log, reg)
 	if err != nil {
 		return fmt.Errorf("frontend: %w", err)
@@ -380,6 +389,13 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	httpAddr := ln.Addr().String()
 	if cfg.AdvertiseHTTP != "" {
 		httpAddr = cfg.AdvertiseHTTP
+	}
+	var adminLn net.Listener
+	if cfg.Frontend.AdminAddr != "" {
+		if adminLn, err = net.Listen("tcp", cfg.Frontend.AdminAddr); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("listen %s: %w", cfg.Frontend.AdminAddr, err)
+		}
 	}
 
 	// Shutdown is a lame duck (docs/operations.md, "Stopping a router"):
@@ -467,6 +483,9 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 		defer cancel()
 		return fe.Serve(sctx, ln)
 	})
+	if adminLn != nil {
+		grp.go_("http_admin", func(ctx context.Context) error { return fe.ServeAdmin(ctx, adminLn) })
+	}
 	grp.go_("wiring", func(ctx context.Context) error {
 		return runWiring(ctx, wiring{
 			cfg: cfg, nc: nc, reg: reg, log: log, etcd: etcd, session: session, workers: workersReg, replicas: replicasReg,

@@ -49,6 +49,8 @@ func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Ownership.RegisterFlags(fs, "")
 	cfg.Ingest.RegisterFlags(fs, "ingest.")
 	cfg.Prompt.RegisterFlags(fs, "tokenizer.")
+	cfg.Links.Etcd.RegisterFlags(fs, "etcd.")
+	cfg.Links.NATS.RegisterFlags(fs, "nats.")
 	level := zapcore.InfoLevel
 	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
 	if err := parseFlags(fs, args, stderr); err != nil {
@@ -72,7 +74,11 @@ func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	log := newLogger(stderr, level)
 	defer func() { _ = log.Sync() }()
 	return RunReplica(ctx, cfg, log.Named(cfg.ID), metrics.NewRegistry(), func(s *ReplicaStatus) {
-		_, _ = fmt.Fprintf(stdout, "router %s ready: OpenAI API http://%s/v1\n", s.ID, s.HTTPAddr)
+		scheme := "http"
+		if cfg.Frontend.TLS.Enabled() {
+			scheme = "https"
+		}
+		_, _ = fmt.Fprintf(stdout, "router %s ready: OpenAI API %s://%s/v1\n", s.ID, scheme, s.HTTPAddr)
 	})
 }
 

@@ -17,11 +17,13 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/switchyard/switchyard/adapter"
+	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/metrics"
 )
 
@@ -48,6 +50,12 @@ type UpConfig struct {
 	// AdapterPort is the first adapter's HTTP port.
 	ZMQPort     int
 	AdapterPort int
+	// TLS runs every link over TLS with credentials: a CA made for the run
+	// issues the certificates of etcd (mutual TLS), NATS (mutual TLS and a
+	// user per role with the subject permissions of deploy/nats/auth.conf),
+	// the routers' API and the workers' HTTP, which routers verify. Gossip
+	// is encrypted either way.
+	TLS bool
 }
 
 // DefaultUpConfig is the embedded default of `make up`.
@@ -88,6 +96,7 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.AdapterPort, "adapter-port", cfg.AdapterPort, "with -protocol vllm: the first adapter's HTTP port; the others use the next ports")
 	fs.DurationVar(&cfg.Replica.DrainDelay, "shutdown-drain-delay", cfg.Replica.DrainDelay, "on Ctrl-C each router fails /readyz, hands its classes off and keeps serving this long (lame duck) before draining its streams")
 	fs.DurationVar(&cfg.Replica.Frontend.ShutdownGrace, "shutdown-grace", cfg.Replica.Frontend.ShutdownGrace, "how long each router then waits for its in-flight requests and streams")
+	fs.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run every link over TLS with credentials, from a CA made for this run (docs/security.md)")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML (default: deploy/policy.yaml, built in)")
 	level := zapcore.WarnLevel
@@ -104,6 +113,10 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.Protocol != ProtocolNative && cfg.Protocol != ProtocolVLLM {
 		_, _ = fmt.Fprintf(stderr, "up: -protocol %q must be %s or %s\n", cfg.Protocol, ProtocolNative, ProtocolVLLM)
+		return ErrUsage
+	}
+	if cfg.TLS && cfg.Protocol == ProtocolVLLM {
+		_, _ = fmt.Fprintln(stderr, "up: -tls runs native workers only (the adapter's link to its engine has no TLS settings yet)")
 		return ErrUsage
 	}
 	if cfg.Protocol == ProtocolVLLM && cfg.ZMQPort == 0 {
@@ -134,12 +147,23 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	etcdURL, stopEtcd, err := startEmbeddedEtcd(filepath.Join(dir, "etcd"), cfg.Host, cfg.EtcdPort)
+	workerIDs := make([]string, cfg.Workers)
+	for i := range workerIDs {
+		workerIDs[i] = fmt.Sprintf("worker-%d", i+1)
+	}
+	var pki *upPKI
+	if cfg.TLS {
+		var err error
+		if pki, err = newUpPKI(filepath.Join(dir, "pki"), cfg.Host, workerIDs); err != nil {
+			return fmt.Errorf("up -tls: %w", err)
+		}
+	}
+	etcdURL, stopEtcd, err := startEmbeddedEtcd(filepath.Join(dir, "etcd"), cfg.Host, cfg.EtcdPort, pki)
 	if err != nil {
 		return err
 	}
 	defer stopEtcd()
-	natsURL, stopNATS, err := startEmbeddedNATS(cfg.Host, cfg.NATSPort)
+	natsURL, stopNATS, err := startEmbeddedNATS(cfg.Host, cfg.NATSPort, pki)
 	if err != nil {
 		return err
 	}
@@ -166,6 +190,10 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		}
 		wc.EtcdEndpoints = []string{etcdURL}
 		wc.NATSURL = natsURL
+		if pki != nil {
+			wc.Links = pki.workerLinks(wc.ID)
+			wc.TLS = tlsconf.ServerConfig{CertFile: pki.worker.Cert, KeyFile: pki.worker.Key}
+		}
 		grp.go_(wc.ID, func(ctx context.Context) error {
 			return RunWorker(ctx, wc, log.Named(wc.ID), metrics.NewRegistry())
 		})
@@ -181,6 +209,11 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		rc.EtcdEndpoints = []string{etcdURL}
 		rc.NATSURL = natsURL
 		rc.Gossip.BindAddr, rc.Gossip.BindPort = cfg.Host, 0
+		if pki != nil {
+			rc.Links = pki.routerLinks()
+			rc.Frontend.TLS = tlsconf.ServerConfig{CertFile: pki.router.Cert, KeyFile: pki.router.Key}
+			rc.Frontend.EngineTLS = tlsconf.ClientConfig{CAFile: pki.routerClient.CA, CertFile: pki.routerClient.Cert, KeyFile: pki.routerClient.Key}
+		}
 		if gossipSeed != "" {
 			rc.Gossip.Join = []string{gossipSeed}
 		}
@@ -251,11 +284,16 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		}
 	}
 	_, _ = fmt.Fprintf(stdout, "Switchyard is up: %d router replicas, %d simulated workers (embedded etcd %s, NATS %s)\n", cfg.Replicas, cfg.Workers, etcdURL, natsURL)
+	scheme, curl := "http", "curl -s"
+	if pki != nil {
+		scheme, curl = "https", "curl -s --cacert "+pki.caFile()
+		_, _ = fmt.Fprintf(stdout, "  every link over TLS: CA %s (made for this run), etcd and NATS with client certificates, NATS users per role\n", pki.caFile())
+	}
 	for _, s := range statuses {
-		_, _ = fmt.Fprintf(stdout, "  OpenAI API  http://%s/v1   (readiness /readyz, metrics /metrics, cluster /debug/cluster)\n", s.HTTPAddr)
+		_, _ = fmt.Fprintf(stdout, "  OpenAI API  %s://%s/v1   (readiness /readyz, metrics /metrics, cluster /debug/cluster)\n", scheme, s.HTTPAddr)
 	}
 	_, _ = fmt.Fprintf(stdout, "  model %s tokenized with %s on routers and workers alike\n", cfg.Worker.Model, cfg.Worker.Tokenizer)
-	_, _ = fmt.Fprintf(stdout, "Try: curl -s http://%s/v1/completions -H 'content-type: application/json' -d '{\"model\":\"%s\",\"prompt\":\"hello\",\"max_tokens\":8}'\n", statuses[0].HTTPAddr, cfg.Worker.Model)
+	_, _ = fmt.Fprintf(stdout, "Try: %s %s://%s/v1/completions -H 'content-type: application/json' -d '{\"model\":\"%s\",\"prompt\":\"hello\",\"max_tokens\":8}'\n", curl, scheme, statuses[0].HTTPAddr, cfg.Worker.Model)
 	_, _ = fmt.Fprintln(stdout, "Ctrl-C stops the cluster.")
 	if cfg.Status > 0 {
 		// On a terminal the status line is rewritten in place; elsewhere
@@ -330,7 +368,7 @@ func printStatus(ctx context.Context, w io.Writer, replicas func() []*ReplicaSta
 	}
 }
 
-func startEmbeddedEtcd(dir, host string, port int) (string, func(), error) {
+func startEmbeddedEtcd(dir, host string, port int, pki *upPKI) (string, func(), error) {
 	peerPort := port + 1
 	if port == 0 { // any free ports: etcd needs them spelled out in its URLs
 		var err error
@@ -346,8 +384,17 @@ func startEmbeddedEtcd(dir, host string, port int) (string, func(), error) {
 	cfg.Name = "switchyard-up"
 	cfg.Logger = "zap"
 	cfg.LogLevel = "fatal"
-	client, _ := url.Parse("http://" + net.JoinHostPort(host, strconv.Itoa(port)))
-	peer, _ := url.Parse("http://" + net.JoinHostPort(host, strconv.Itoa(peerPort)))
+	scheme := "http"
+	if pki != nil {
+		// Mutual TLS on the client and the peer port: a client without a
+		// certificate from the run's CA is refused.
+		scheme = "https"
+		for _, ti := range []*transport.TLSInfo{&cfg.ClientTLSInfo, &cfg.PeerTLSInfo} {
+			ti.CertFile, ti.KeyFile, ti.TrustedCAFile, ti.ClientCertAuth = pki.etcd.Cert, pki.etcd.Key, pki.etcd.CA, true
+		}
+	}
+	client, _ := url.Parse(scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port)))
+	peer, _ := url.Parse(scheme + "://" + net.JoinHostPort(host, strconv.Itoa(peerPort)))
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
 	cfg.InitialCluster = cfg.Name + "=" + peer.String()
@@ -375,11 +422,18 @@ func freePort(host string) (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func startEmbeddedNATS(host string, port int) (string, func(), error) {
+func startEmbeddedNATS(host string, port int, pki *upPKI) (string, func(), error) {
 	if port == 0 {
 		port = natsserver.RANDOM_PORT
 	}
-	s, err := natsserver.NewServer(&natsserver.Options{Host: host, Port: port, NoLog: true, NoSigs: true, MaxPayload: 8 << 20})
+	opts := &natsserver.Options{Host: host, Port: port, NoLog: true, NoSigs: true, MaxPayload: 8 << 20}
+	if pki != nil {
+		if err := pki.natsTLSOptions(opts); err != nil {
+			return "", nil, err
+		}
+		opts.Users = natsUsers(pki.routerPassword, pki.workerPasswords)
+	}
+	s, err := natsserver.NewServer(opts)
 	if err != nil {
 		return "", nil, fmt.Errorf("embedded NATS: %w", err)
 	}
@@ -388,7 +442,8 @@ func startEmbeddedNATS(host string, port int) (string, func(), error) {
 		s.Shutdown()
 		return "", nil, fmt.Errorf("embedded NATS on %s:%d not ready within 10s", host, port)
 	}
-	return s.ClientURL(), func() { s.Shutdown(); s.WaitForShutdown() }, nil
+	u := s.ClientURL() // tls://... when TLS is on
+	return u, func() { s.Shutdown(); s.WaitForShutdown() }, nil
 }
 
 // startVLLMWorkerAndAdapter runs worker i as a vLLM-protocol engine (it

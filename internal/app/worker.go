@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/enginekv"
+	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -75,6 +77,11 @@ type WorkerConfig struct {
 	// nowhere (worker_vllm.go).
 	Protocol string
 	VLLM     VLLMWorkerConfig
+	// Links secure the connections to etcd and NATS (-etcd.*, -nats.*);
+	// TLS serves the worker's HTTP API over TLS (-tls.*), and its
+	// registered URL is then https://.
+	Links Links
+	TLS   tlsconf.ServerConfig
 
 	// Ready, if set, is called once with the worker's base URL when it
 	// serves HTTP and is registered. It must not block.
@@ -135,6 +142,12 @@ func (c *WorkerConfig) Validate() error {
 	if err := c.Engine.Validate(); err != nil {
 		return fmt.Errorf("worker config: %w", err)
 	}
+	if err := c.Links.Validate(); err != nil {
+		return fmt.Errorf("worker config: %w", err)
+	}
+	if err := c.TLS.Validate("tls."); err != nil {
+		return fmt.Errorf("worker config: %w", err)
+	}
 	return c.validateProtocol()
 }
 
@@ -166,6 +179,9 @@ func (c *WorkerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.StringVar(&c.Protocol, prefix+"protocol", c.Protocol, "engine protocol: native (etcd and NATS) or vllm (vLLM's ZMQ KV events and metrics; an adapter registers the worker)")
 	c.VLLM.registerFlags(fs, prefix)
 	c.Engine.RegisterFlags(fs, prefix)
+	c.Links.Etcd.RegisterFlags(fs, prefix+"etcd.")
+	c.Links.NATS.RegisterFlags(fs, prefix+"nats.")
+	c.TLS.RegisterFlags(fs, prefix+"tls.", "the worker's HTTP API")
 }
 
 // splitList splits a comma-separated flag value (also used by router.go).
@@ -280,13 +296,28 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	w.url = cfg.AdvertiseURL
 	if w.url == "" {
 		w.url = wire.AdvertiseURL(ln.Addr().(*net.TCPAddr))
+		if cfg.TLS.Enabled() {
+			w.url = "https://" + strings.TrimPrefix(w.url, "http://")
+		}
+	}
+	tlsMetrics := tlsconf.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"worker": cfg.ID}, reg))
+	if cfg.TLS.Enabled() {
+		tc, err := cfg.TLS.Build(tlsconf.Deps{Name: "worker_http", Logger: log, Metrics: tlsMetrics, NextProtos: []string{"h2", "http/1.1"}})
+		if err != nil {
+			return fmt.Errorf("worker %s: %w", cfg.ID, err)
+		}
+		ln = tls.NewListener(ln, tc)
 	}
 
 	var sink engine.EventSink
 	if cfg.NATSURL != "" {
-		w.nc, err = nats.Connect(cfg.NATSURL,
+		opts, err := cfg.Links.natsOptions(cfg.NATSURL, log, tlsMetrics,
 			nats.Name("switchyard-worker-"+cfg.ID),
 			nats.MaxReconnects(-1)) // a worker outlives NATS outages; consumers repair gaps from dumps
+		if err != nil {
+			return fmt.Errorf("worker %s: %w", cfg.ID, err)
+		}
+		w.nc, err = nats.Connect(cfg.NATSURL, opts...)
 		if err != nil {
 			return fmt.Errorf("worker %s: connect nats %s: %w", cfg.ID, cfg.NATSURL, err)
 		}
@@ -451,10 +482,9 @@ func (w *worker) register(ctx context.Context) (*workerRegistration, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: encode workerRegistration: %w", w.cfg.ID, err)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: w.cfg.EtcdEndpoints, DialTimeout: 5 * time.Second,
-		Logger: quietEtcdLogger(w.log)})
+	cli, err := w.cfg.Links.dialEtcd(w.cfg.EtcdEndpoints, w.log, nil)
 	if err != nil {
-		return nil, fmt.Errorf("worker %s: etcd client: %w", w.cfg.ID, err)
+		return nil, fmt.Errorf("worker %s: %w", w.cfg.ID, err)
 	}
 	r := &workerRegistration{w: w, cli: cli, key: wire.NewKeys(w.cfg.Cluster).Worker(w.cfg.ID), val: string(val),
 		stopped: make(chan struct{})}

@@ -12,17 +12,23 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/tlsconf"
 )
 
 // Probe fails unless url answers 200 within timeout.
 func Probe(ctx context.Context, url string, timeout time.Duration) error {
+	return probe(ctx, http.DefaultClient, url, timeout)
+}
+
+func probe(ctx context.Context, client *http.Client, url string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("healthcheck %s: %w", url, err)
 	}
@@ -41,13 +47,26 @@ func Main(ctx context.Context, args []string, defaultURL string, stdout, stderr 
 	fs.SetOutput(stderr)
 	url := fs.String("url", defaultURL, "URL to probe")
 	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for the answer")
+	var tc tlsconf.ClientConfig
+	tc.RegisterFlags(fs, "", "the probed server (https:// URLs)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if err := Probe(ctx, *url, *timeout); err != nil {
+	client := http.DefaultClient
+	if tc.Enabled() {
+		c, err := tc.Build(tlsconf.Deps{})
+		if err != nil {
+			_, _ = fmt.Fprintln(stderr, err)
+			return 2
+		}
+		tr := &http.Transport{TLSClientConfig: c}
+		defer tr.CloseIdleConnections()
+		client = &http.Client{Transport: tr}
+	}
+	if err := probe(ctx, client, *url, *timeout); err != nil {
 		_, _ = fmt.Fprintln(stderr, err)
 		return 1
 	}

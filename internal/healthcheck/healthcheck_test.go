@@ -6,8 +6,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/internal/tlsconf"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -35,4 +38,34 @@ func TestMainExitsZeroOnlyWhenTheURLAnswers200(t *testing.T) {
 	ok.CloseClientConnections()
 	ok.Client().CloseIdleConnections()
 	http.DefaultClient.CloseIdleConnections()
+}
+
+func TestMainProbesAnHTTPSServerWithTheGivenCAAndClientCertificate(t *testing.T) {
+	ca, err := tlsconf.NewCA("test-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	srv, err := ca.WriteFiles(dir, "server", []string{"127.0.0.1"}, tlsconf.Server, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := ca.WriteFiles(dir, "probe", nil, tlsconf.Client, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	if s.TLS, err = (tlsconf.ServerConfig{CertFile: srv.Cert, KeyFile: srv.Key, ClientCAFile: srv.CA}).Build(tlsconf.Deps{}); err != nil {
+		t.Fatal(err)
+	}
+	s.StartTLS()
+	defer s.Close()
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"--url", s.URL, "--ca-file", srv.CA}, "", &out, &errOut); code != 1 {
+		t.Fatalf("without a client certificate: exit %d; want 1", code)
+	}
+	args := []string{"--url", s.URL, "--ca-file", srv.CA, "--cert-file", cli.Cert, "--key-file", cli.Key}
+	if code := Main(context.Background(), args, "", &out, &errOut); code != 0 {
+		t.Fatalf("with CA and certificate: exit %d (%s)", code, errOut.String())
+	}
 }

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/gossip"
+	"github.com/switchyard/switchyard/internal/tlsconf"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestItWritesCertificatesTheTLSPackageLoadsAKeyringAndOnePasswordPerNATSUser(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "certs")
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"-dir", dir, "-routers", "2", "-workers", "3"}, &out, &errOut), errOut.String())
+	for _, n := range []string{"etcd", "nats", "router-1", "router-2", "worker-1", "worker-3"} {
+		f := tlsconf.ServerConfig{CertFile: filepath.Join(dir, n+".crt"), KeyFile: filepath.Join(dir, n+".key"), ClientCAFile: filepath.Join(dir, "ca.crt")}
+		_, err := f.Build(tlsconf.Deps{})
+		require.NoError(t, err, n)
+		_, err = tlsconf.ClientConfig{CAFile: filepath.Join(dir, "ca.crt"), CertFile: f.CertFile, KeyFile: f.KeyFile}.Build(tlsconf.Deps{})
+		require.NoError(t, err, n)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "gossip.keyring"))
+	require.NoError(t, err)
+	k, err := gossip.ParseKeyring(b)
+	require.NoError(t, err)
+	require.Len(t, k.Primary, 32)
+	env, err := os.ReadFile(filepath.Join(dir, "secrets.env"))
+	require.NoError(t, err)
+	for _, v := range []string{"SWITCHYARD_NATS_ROUTER_PASSWORD=", "SWITCHYARD_NATS_WORKER_1_PASSWORD=", "SWITCHYARD_NATS_WORKER_3_PASSWORD="} {
+		require.Contains(t, string(env), v)
+	}
+	require.NotContains(t, string(env), "WORKER_4_")
+	require.False(t, strings.Contains(string(env), "PASSWORD=\n"), "no empty password")
+}

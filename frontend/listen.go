@@ -1,0 +1,170 @@
+package frontend
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
+
+	"github.com/switchyard/switchyard/internal/tlsconf"
+	"github.com/switchyard/switchyard/metrics"
+)
+
+// listeners is what Serve and ServeAdmin add to the API's handler.
+type listeners struct {
+	admin            *http.ServeMux // Config.AdminAddr's routes; nil: on the API's mux
+	apiTLS, adminTLS *tls.Config    // nil: plaintext
+}
+
+// adminRoutes is the mux /metrics and /debug/cluster go on: a mux of their
+// own (with /healthz and /readyz) when Config.AdminAddr is set, so they
+// leave the API's listener, else the API's.
+func (s *Server) adminRoutes() *http.ServeMux {
+	if s.cfg.AdminAddr == "" {
+		return s.mux
+	}
+	s.lis.admin = http.NewServeMux()
+	s.lis.admin.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
+	s.lis.admin.HandleFunc("GET /readyz", s.instrument(metrics.RouteReadyz, s.handleReadyz))
+	s.lis.admin.HandleFunc("/", s.instrument(metrics.RouteOther, s.handleUnknown))
+	return s.lis.admin
+}
+
+// buildTLS builds the API's and the admin listener's TLS configurations
+// and the client TLS for engines (nil each where not configured).
+func (s *Server) buildTLS() error {
+	var err error
+	d := s.tlsDeps("http")
+	d.NextProtos = []string{"h2", "http/1.1"}
+	if s.lis.apiTLS, err = s.cfg.TLS.Build(d); err != nil {
+		return err
+	}
+	d.Name = "http_admin"
+	if s.lis.adminTLS, err = s.cfg.AdminTLS.Build(d); err != nil {
+		return err
+	}
+	if s.cfg.EngineTLS.Enabled() {
+		c, err := s.cfg.EngineTLS.Build(s.tlsDeps("engine"))
+		if err != nil {
+			return err
+		}
+		s.tr.TLSClientConfig = c
+	}
+	return nil
+}
+
+// wrapListener bounds ln to max concurrent connections (0: no bound) and
+// serves TLS on it when tlsCfg is set. The bound counts connections, not
+// requests: a client over it waits in the kernel's accept queue.
+func wrapListener(ln net.Listener, max int, tlsCfg *tls.Config) net.Listener {
+	if max > 0 {
+		ln = netutil.LimitListener(ln, max)
+	}
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	return ln
+}
+
+// httpServer is an http.Server with the configured limits. WriteTimeout is
+// not net/http's (a deadline on the whole response, which would cut every
+// stream longer than it): writeDeadlines applies it to each write instead.
+func (s *Server) httpServer(h http.Handler, name string) *http.Server {
+	if s.cfg.WriteTimeout > 0 {
+		h = writeDeadlines(h, s.cfg.WriteTimeout)
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ErrorLog:          zap.NewStdLog(s.log.Named(name)),
+	}
+}
+
+// writeDeadlines gives every write of a response (headers, body, flush)
+// d to complete, counted from when it starts: a stream of any length lives
+// as long as the client keeps reading, and a client that stops reading is
+// cut after d. Socket deadlines are wall-clock time, so this reads the wall
+// clock, not the injected one.
+func writeDeadlines(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: d}
+		dw.extend()
+		h.ServeHTTP(dw, r)
+	})
+}
+
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func (w *deadlineWriter) extend() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.d)) }
+
+func (w *deadlineWriter) WriteHeader(code int) {
+	w.extend()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	w.extend()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *deadlineWriter) Flush() {
+	w.extend()
+	_ = w.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// AdminHandler serves /metrics, /debug/cluster, /healthz and /readyz when
+// Config.AdminAddr is set (nil otherwise: the API's handler serves them).
+func (s *Server) AdminHandler() http.Handler {
+	if s.lis.admin == nil {
+		return nil
+	}
+	return s.lis.admin
+}
+
+// ServeAdmin serves the admin routes on ln (with Config.AdminTLS, and at
+// most AdminMaxConns connections) until ctx ends, then shuts down within
+// a second. Without Config.AdminAddr it returns at once with an error.
+func (s *Server) ServeAdmin(ctx context.Context, ln net.Listener) error {
+	if s.lis.admin == nil {
+		_ = ln.Close()
+		return errors.New("frontend: no admin listener configured (Config.AdminAddr)")
+	}
+	srv := s.httpServer(s.lis.admin, "http_admin")
+	errc := make(chan error, 1) // size one: Serve's single result, read below
+	go func() { errc <- srv.Serve(wrapListener(ln, s.cfg.AdminMaxConns, s.lis.adminTLS)) }()
+	var err error
+	select {
+	case err = <-errc:
+		_ = srv.Close()
+	case <-ctx.Done():
+		graceCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		if shutErr := srv.Shutdown(graceCtx); shutErr != nil {
+			_ = srv.Close()
+		}
+		cancel()
+		err = <-errc
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) tlsDeps(name string) tlsconf.Deps {
+	return tlsconf.Deps{Name: name, Logger: s.log, Metrics: s.deps.TLSMetrics}
+}
