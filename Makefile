@@ -37,6 +37,10 @@ nemesis: ## Soak the randomized fault test: NEMESIS_DURATION=30m NEMESIS_SEED=1 
 	  -nemesis.seed=$(NEMESIS_SEED) -nemesis.duration=$(NEMESIS_DURATION) -nemesis.faults=$(NEMESIS_FAULTS) \
 	  -nemesis.progress=5s $(NEMESIS_FLAGS)
 
+.PHONY: nemesis-ci
+nemesis-ci: ## Run the nemesis's CI seeds (1,2,3; 20 s each) under the race detector.
+	$(GO) test -race -count=1 -timeout 15m -run '^TestNemesis$$' ./internal/app/ -args -nemesis.seeds=1,2,3
+
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s).
 	@set -e; for pkg in $$($(GO) list ./...); do \
