@@ -29,11 +29,10 @@ import (
 // started again on the same URLs and data directory (its leases survive a
 // restart, as a real member's do).
 type nemesisEtcd struct {
-	dir              string
-	client, peer     string // host:port
-	mu               sync.Mutex
-	e                *embed.Etcd // nil while stopped
-	restarts, outage atomic.Int64
+	dir          string
+	client, peer string // host:port
+	mu           sync.Mutex
+	e            *embed.Etcd // nil while stopped
 }
 
 func newNemesisEtcd(dir string, clientPort, peerPort int) *nemesisEtcd {

@@ -318,15 +318,14 @@ const (
 )
 
 type requestRecord struct {
-	slot             int
-	class            int
-	start, end       time.Time
-	outcome, code    string
-	status           int
-	detail           string
-	wroteRequest     bool
-	routedWorker     string
-	incarnationStart int // the slot's incarnation count when the request started
+	slot          int
+	class         int
+	start, end    time.Time
+	outcome, code string
+	status        int
+	detail        string
+	wroteRequest  bool
+	routedWorker  string
 }
 
 // nemesisSlot is one replica id across its incarnations.
