@@ -112,14 +112,19 @@ func (r *nemesisRun) sampleQueues() {
 	r.mu.Unlock()
 }
 
-// registries is every registry of the run: each replica incarnation's and
-// each worker's.
+// registries is every registry whose counters may still move: each
+// replica incarnation's until 10 s after it stopped (its final export is
+// compared once more; a soak restarts replicas hundreds of times), and each
+// worker's.
 func (r *nemesisRun) registries() []*prometheus.Registry {
 	var out []*prometheus.Registry
+	settled := time.Now().Add(-10 * time.Second).UnixNano()
 	for _, s := range r.slots {
 		s.mu.Lock()
 		for _, inc := range s.all {
-			out = append(out, inc.reg)
+			if at := inc.stoppedAt.Load(); at == 0 || at > settled {
+				out = append(out, inc.reg)
+			}
 		}
 		s.mu.Unlock()
 	}

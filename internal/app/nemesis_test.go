@@ -352,6 +352,7 @@ type nemesisReplica struct {
 	done              chan struct{}
 	err               error
 	stopping          atomic.Bool
+	stoppedAt         atomic.Int64 // unix nanos once Run returned
 	etcdProxy, natsPx *faultProxy
 }
 
@@ -639,6 +640,7 @@ func (r *nemesisRun) startIncarnation(s *nemesisSlot) error {
 	ready := make(chan *ReplicaStatus, 1)
 	go func() {
 		defer close(inc.done)
+		defer func() { inc.stoppedAt.Store(time.Now().UnixNano()) }()
 		inc.err = RunReplica(ctx, cfg, r.log.With(zap.String("nemesis_slot", s.id)), inc.reg, func(st *ReplicaStatus) { ready <- st })
 	}()
 	select {
