@@ -7,6 +7,11 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 BENCHTIME ?= 1s
 FUZZTIME  ?= 10s
+# The nemesis soak (docs/testing.md): one seed, this long, these fault kinds.
+NEMESIS_DURATION ?= 30m
+NEMESIS_SEED     ?= 1
+NEMESIS_FAULTS   ?= crash,nats_cut,etcd_restart,slow_actor,clock_skew,life_drop,life_duplicate
+NEMESIS_FLAGS    ?=
 
 .DEFAULT_GOAL := help
 
@@ -25,6 +30,16 @@ up: ## Start a local cluster (embedded etcd + NATS, 3 routers, 8 simulated worke
 .PHONY: test
 test: ## Run every test with the race detector (fuzz targets run their seed corpora).
 	$(GO) test -race -count=1 ./...
+
+.PHONY: nemesis
+nemesis: ## Soak the randomized fault test: NEMESIS_DURATION=30m NEMESIS_SEED=1 NEMESIS_FAULTS=all (progress line, final table).
+	$(GO) test -count=1 -timeout 0 -run '^TestNemesis$$' ./internal/app/ -args \
+	  -nemesis.seed=$(NEMESIS_SEED) -nemesis.duration=$(NEMESIS_DURATION) -nemesis.faults=$(NEMESIS_FAULTS) \
+	  -nemesis.progress=5s $(NEMESIS_FLAGS)
+
+.PHONY: nemesis-ci
+nemesis-ci: ## Run the nemesis's CI seeds (1,2,3; 20 s each) under the race detector.
+	$(GO) test -race -count=1 -timeout 15m -run '^TestNemesis$$' ./internal/app/ -args -nemesis.seeds=1,2,3
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s).

@@ -109,9 +109,16 @@ type batchEntry struct {
 
 // Stats is a snapshot of the engine's state and cumulative counters.
 type Stats struct {
-	Instance      uint64
-	Running       int
-	Waiting       int
+	Instance uint64
+	Running  int
+	Waiting  int
+	// PeakLive is the most requests the engine held at once (waiting and
+	// running: submitted and not yet ended) since it started, and
+	// PeakRunning the largest running set. A router that books a worker
+	// up to its cap never pushes PeakLive past it; the randomized fault
+	// test (internal/app nemesis) checks exactly that.
+	PeakLive      int
+	PeakRunning   int
 	KVBlocksUsed  int
 	KVBlocksTotal int
 	KVUsage       float64
@@ -236,6 +243,7 @@ func (e *Engine) Submit(req *Request) (*Stream, error) {
 	e.seqs[req.ID] = s
 	heap.Push(&e.waiting, s)
 	e.st.Submitted++
+	e.st.PeakLive = max(e.st.PeakLive, len(e.seqs))
 	signal(e.wake)
 	signal(e.changed)
 	if s.stream == nil {
@@ -460,6 +468,7 @@ func (e *Engine) schedule(now time.Time) {
 		}
 		s.state = stateRunning
 		e.insertRunning(s)
+		e.st.PeakRunning = max(e.st.PeakRunning, len(e.running))
 		e.add(s, n, false)
 		budget -= n
 	}

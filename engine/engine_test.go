@@ -352,3 +352,19 @@ func TestConfigValidateNamesTheBadField(t *testing.T) {
 	def := DefaultConfig()
 	assert.NoError(t, def.Validate())
 }
+
+func TestPeakLiveAndPeakRunningRecordTheMostRequestsHeldAtOnce(t *testing.T) {
+	cfg := smallConfig()
+	cfg.MaxNumSeqs = 2 // the third request waits: live 3, running 2
+	h := newHarness(t, cfg)
+	h.submit("a", prompt(1, 20), 4, 0)
+	h.submit("b", prompt(2, 20), 4, 0)
+	h.submit("c", prompt(3, 20), 4, 0)
+	h.runIdle()
+	h.submit("d", prompt(4, 20), 4, 0) // alone: the peaks stay
+	h.runIdle()
+	st := h.e.Stats()
+	assert.Equal(t, 3, st.PeakLive, "three requests were submitted before any ended")
+	assert.Equal(t, 2, st.PeakRunning, "the running set never exceeds MaxNumSeqs")
+	assert.Zero(t, st.Running+st.Waiting)
+}

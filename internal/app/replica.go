@@ -77,6 +77,9 @@ type ReplicaConfig struct {
 	Prompt prompt.Config
 	// Links secure the connections to etcd and NATS (-etcd.*, -nats.*).
 	Links Links
+	// Clock is what admission reads and waits on: the scheduler, the owner
+	// side and the entry side (nil: wall time). Tests skew it.
+	Clock scheduler.Clock
 }
 
 // DefaultReplicaConfig returns the defaults of every part.
@@ -266,9 +269,14 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	// gossiped view, refreshed every gossip round (publishLoads), so it
 	// caches remote loads and skips blocked classes between rounds.
 	remote := &scheduler.RemoteLoads{}
-	core := scheduler.NewCore(cfg.Scheduler, scheduler.RealClock{}, remote, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
+	clock := cfg.Clock
+	if clock == nil {
+		clock = scheduler.RealClock{}
+	}
+	cfg.Admission.Clock = clock
+	core := scheduler.NewCore(cfg.Scheduler, clock, remote, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
 	core.SetClasses(policy.Classes)
-	actor := scheduler.NewActor(core, scheduler.RealClock{}, log)
+	actor := scheduler.NewActor(core, clock, log)
 
 	ix, err := kvindex.New(cfg.Index, kvindex.RealClock{}, log, reg)
 	if err != nil {
@@ -286,7 +294,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	am := admission.NewMetrics(reg)
 	am.DegradedByClass = admissionMetrics.DegradedAdmissions
 	port := admission.LocalActor(actor, func() []scheduler.ClassConfig { return *classes.Load() })
-	server := admission.NewServer(cfg.ID, cfg.Cluster, nc, port, log, am)
+	server := admission.NewServer(cfg.ID, cfg.Cluster, nc, port, log, am, admission.WithServerClock(clock))
 	acfg := cfg.Admission
 	acfg.ClusterHealthy = session.Healthy
 	client := admission.NewClient(acfg, cfg.ID, cfg.Cluster, nc, port, server, log, am)

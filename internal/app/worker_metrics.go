@@ -48,6 +48,8 @@ type engineCollector struct{ eng *engine.Engine }
 var (
 	engDescRunning      = prometheus.NewDesc("switchyard_engine_running_requests", "Requests in the running set.", nil, nil)
 	engDescWaiting      = prometheus.NewDesc("switchyard_engine_waiting_requests", "Requests in the waiting queue.", nil, nil)
+	engDescPeakLive     = prometheus.NewDesc("switchyard_engine_peak_live_requests", "Most requests held at once (waiting and running) since the engine started.", nil, nil)
+	engDescPeakRunning  = prometheus.NewDesc("switchyard_engine_peak_running_requests", "Largest running set since the engine started.", nil, nil)
 	engDescKVUsage      = prometheus.NewDesc("switchyard_engine_kv_usage_ratio", "KV blocks in use over total.", nil, nil)
 	engDescKVUsed       = prometheus.NewDesc("switchyard_engine_kv_blocks_used", "KV blocks in use.", nil, nil)
 	engDescKVTotal      = prometheus.NewDesc("switchyard_engine_kv_blocks_total", "KV blocks in the pool.", nil, nil)
@@ -66,7 +68,7 @@ var (
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{engDescRunning, engDescWaiting, engDescKVUsage, engDescKVUsed, engDescKVTotal, engDescCached,
+	for _, d := range []*prometheus.Desc{engDescRunning, engDescWaiting, engDescPeakLive, engDescPeakRunning, engDescKVUsage, engDescKVUsed, engDescKVTotal, engDescCached,
 		engDescHitRate, engDescPreemptions, engDescPromptTokens, engDescCachedTokens, engDescOutputTokens, engDescSteps, engDescBusy,
 		engDescEvents, engDescEvicted, engDescFinished, engDescCancelled} {
 		ch <- d
@@ -81,6 +83,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	g(engDescRunning, float64(s.Running))
 	g(engDescWaiting, float64(s.Waiting))
+	g(engDescPeakLive, float64(s.PeakLive))
+	g(engDescPeakRunning, float64(s.PeakRunning))
 	g(engDescKVUsage, s.KVUsage)
 	g(engDescKVUsed, float64(s.KVBlocksUsed))
 	g(engDescKVTotal, float64(s.KVBlocksTotal))

@@ -1,0 +1,309 @@
+package app
+
+// The nemesis's environment: an etcd it can stop and start again on the same
+// address and data, a NATS server it owns, a proxy per replica connection
+// that it can cut and that can drop or duplicate the replica's life marks,
+// and a clock it can skew. See nemesis_test.go.
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/switchyard/switchyard/scheduler"
+)
+
+// nemesisEtcd is a single-member embedded etcd that can be stopped and
+// started again on the same URLs and data directory (its leases survive a
+// restart, as a real member's do).
+type nemesisEtcd struct {
+	dir          string
+	client, peer string // host:port
+	mu           sync.Mutex
+	e            *embed.Etcd // nil while stopped
+}
+
+func newNemesisEtcd(dir string, clientPort, peerPort int) *nemesisEtcd {
+	return &nemesisEtcd{dir: dir, client: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort)),
+		peer: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
+}
+
+func (n *nemesisEtcd) endpoint() string { return "http://" + n.client }
+
+// start starts the member; it retries while the old member's ports are
+// still being released.
+func (n *nemesisEtcd) start() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.e != nil {
+		return nil
+	}
+	var last error
+	for range 50 {
+		cfg := embed.NewConfig()
+		cfg.Dir = n.dir
+		cfg.Logger = "zap"
+		cfg.LogLevel = "fatal"
+		cfg.LogOutputs = []string{"stderr"}
+		cu, pu := &url.URL{Scheme: "http", Host: n.client}, &url.URL{Scheme: "http", Host: n.peer}
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+		cfg.InitialCluster = cfg.Name + "=" + pu.String()
+		cfg.ListenMetricsUrls = nil
+		e, err := embed.StartEtcd(cfg)
+		if err != nil {
+			last = err
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		select {
+		case <-e.Server.ReadyNotify():
+			n.e = e
+			return nil
+		case <-time.After(30 * time.Second):
+			e.Close()
+			return errors.New("embedded etcd did not become ready within 30s")
+		}
+	}
+	return fmt.Errorf("start embedded etcd: %w", last)
+}
+
+// stop stops the member (no-op while stopped).
+func (n *nemesisEtcd) stop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.e != nil {
+		n.e.Close()
+		n.e = nil
+	}
+}
+
+// startNemesisNATS starts a NATS server on a random loopback port. The
+// caller shuts it down.
+func startNemesisNATS() (*natsserver.Server, error) {
+	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
+		MaxControlLine: 4096, MaxPayload: 8 << 20})
+	if err != nil {
+		return nil, err
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, errors.New("nats server not ready within 10s")
+	}
+	return s, nil
+}
+
+// markMode is what a tampering proxy does to the life marks a replica
+// publishes.
+type markMode int32
+
+const (
+	marksPass markMode = iota
+	marksDrop
+	marksDuplicate
+)
+
+// faultProxy is a loopback TCP proxy in front of one target, like
+// testenv.Proxy, that can also tamper with the NATS protocol the client
+// sends: with a prefix set, every PUB/HPUB whose subject starts with it is
+// dropped or sent twice (with probability prob) while the mode says so.
+// Cut closes every connection and refuses new ones until Restore.
+type faultProxy struct {
+	target, prefix string
+	ln             net.Listener
+
+	mode       atomic.Int32 // markMode
+	prob       atomic.Uint64
+	dropped    atomic.Int64
+	duplicated atomic.Int64
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]struct{}
+	rnd   *rand.Rand // guarded by mu
+	wg    sync.WaitGroup
+}
+
+func startFaultProxy(target, natsPrefix string, seed uint64) (*faultProxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &faultProxy{target: target, prefix: natsPrefix, ln: ln, conns: map[net.Conn]struct{}{}, rnd: rand.New(rand.NewPCG(seed, 0x70726f7879))}
+	p.wg.Add(1)
+	go p.acceptLoop()
+	return p, nil
+}
+
+func (p *faultProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *faultProxy) setMarks(m markMode, prob float64) {
+	p.prob.Store(uint64(prob * 1e6))
+	p.mode.Store(int32(m))
+}
+
+func (p *faultProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+func (p *faultProxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+}
+
+func (p *faultProxy) close() {
+	_ = p.ln.Close()
+	p.Cut()
+	p.wg.Wait()
+}
+
+func (p *faultProxy) acceptLoop() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		p.wg.Add(1)
+		go p.serve(c)
+	}
+}
+
+func (p *faultProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *faultProxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.conns, c)
+}
+
+// roll decides one tampered message.
+func (p *faultProxy) roll() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rnd.Float64()*1e6 < float64(p.prob.Load())
+}
+
+func (p *faultProxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	defer client.Close()
+	if !p.track(client) {
+		return
+	}
+	defer p.untrack(client)
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer server.Close()
+	if !p.track(server) {
+		return
+	}
+	defer p.untrack(server)
+	done := make(chan struct{})
+	go func() {
+		if p.prefix == "" {
+			_, _ = io.Copy(server, client)
+		} else {
+			_ = p.copyNATS(server, client)
+		}
+		_ = server.Close()
+		_ = client.Close()
+		close(done)
+	}()
+	_, _ = io.Copy(client, server)
+	_ = server.Close()
+	_ = client.Close()
+	<-done
+}
+
+// copyNATS forwards the client side of the NATS protocol operation by
+// operation, dropping or duplicating the publications to p.prefix.
+func (p *faultProxy) copyNATS(dst io.Writer, src io.Reader) error {
+	r := bufio.NewReaderSize(src, 64<<10)
+	w := bufio.NewWriterSize(dst, 64<<10)
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		line = append([]byte(nil), line...)
+		var payload []byte
+		f := bytes.Fields(line)
+		isPub := len(f) >= 3 && (bytes.EqualFold(f[0], []byte("PUB")) || bytes.EqualFold(f[0], []byte("HPUB")))
+		if isPub {
+			n, err := strconv.Atoi(string(f[len(f)-1]))
+			if err != nil || n < 0 {
+				return fmt.Errorf("nats proxy: bad size in %q", line)
+			}
+			payload = make([]byte, n+2) // the payload and its CRLF
+			if _, err := io.ReadFull(r, payload); err != nil {
+				return err
+			}
+		}
+		copies := 1
+		if isPub && bytes.HasPrefix(f[1], []byte(p.prefix)) {
+			switch markMode(p.mode.Load()) {
+			case marksDrop:
+				if p.roll() {
+					copies = 0
+					p.dropped.Add(1)
+				}
+			case marksDuplicate:
+				if p.roll() {
+					copies = 2
+					p.duplicated.Add(1)
+				}
+			}
+		}
+		for range copies {
+			_, _ = w.Write(line)
+			_, _ = w.Write(payload)
+		}
+		if r.Buffered() == 0 {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// skewClock is wall time shifted by an offset the nemesis sets; timers run
+// on wall time (a skewed clock still measures durations right).
+type skewClock struct{ off atomic.Int64 }
+
+func (c *skewClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *skewClock) NewTimer(d time.Duration) scheduler.Timer {
+	return scheduler.RealClock{}.NewTimer(d)
+}
+func (c *skewClock) set(d time.Duration) { c.off.Store(int64(d)) }
