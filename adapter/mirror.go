@@ -70,12 +70,7 @@ type Shape struct {
 type engEntry struct {
 	sy  uint64 // the Switchyard sequence hash of the block
 	ref uint32 // stored and not yet removed copies (vLLM may cache one hash twice)
-	gen uint64 // insertion number, matching its fifo item
-}
-
-type fifoItem struct {
-	engine uint64
-	gen    uint64
+	gen uint64 // insertion number: its place in the mirror's order
 }
 
 // Mirror follows one engine's KV cache from its decoded events
@@ -107,14 +102,15 @@ type Mirror struct {
 	fresh      bool // no batch since the start or the last reset
 	engine     table[engEntry]
 	refs       table[uint32] // Switchyard hash -> engine hashes mapping to it
-	fifo       []fifoItem
-	fifoHead   int
-	gen        uint64
+	ord        order         // engine hashes in insertion order, for eviction
 	pending    []wire.KVEvent
 	arena      []uint64 // backing store of pending events' hashes
 	stale      []uint64 // scratch: hashes a store's conflicts displaced
 	buf        []byte
 	configured bool
+	// Counts of the batch being applied, added to their counters once
+	// per flush rather than once per block.
+	nStored, nRemoved int
 }
 
 // NewMirror returns a mirror publishing on nc. It starts nothing; Run
@@ -191,7 +187,12 @@ func (m *Mirror) Blocks() int {
 
 // Batch applies one engine batch and publishes what changed
 // (enginekv.Handler).
-func (m *Mirror) Batch(b enginekv.Batch) {
+func (m *Mirror) Batch(b enginekv.Batch) { m.BatchTransient(&b) }
+
+// BatchTransient is Batch for a batch the mirror may not keep
+// (enginekv.TransientHandler): it keeps nothing of b, so the subscriber
+// decodes every payload into the same memory.
+func (m *Mirror) BatchTransient(b *enginekv.Batch) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if b.Unknown > 0 {
@@ -252,7 +253,7 @@ func (m *Mirror) restartLocked(r repairReason) {
 	m.m.repairs[r].Inc()
 	m.engine.clear()
 	m.refs.clear()
-	m.fifo, m.fifoHead = m.fifo[:0], 0
+	m.ord.reset()
 	m.pending, m.arena = m.pending[:0], m.arena[:0]
 	m.instance, m.lastID = newInstance(), 0
 	m.exact = false
@@ -330,13 +331,12 @@ func (m *Mirror) applyLocked(e *enginekv.Event) {
 		}
 		m.engine.clear()
 		m.refs.clear()
-		m.fifo, m.fifoHead = m.fifo[:0], 0
+		m.ord.reset()
 		m.pending = append(m.pending, wire.KVEvent{Kind: wire.KVCleared})
 		m.m.engineCleared.Inc()
 		// The engine's cache is empty now: the mirror knows all of it.
 		m.exact = true
 		m.setExactGauge()
-		m.setSizeGauges()
 	default:
 		m.m.unknownEvents.Inc()
 	}
@@ -380,14 +380,13 @@ func (m *Mirror) storeLocked(e *enginekv.Event) {
 	end := len(m.arena)
 	m.pending = append(m.pending, wire.KVEvent{Kind: wire.KVStored, Parent: parent, HasParent: hasParent,
 		Hashes: m.arena[start:end:end]})
-	m.m.stored.Add(float64(n))
+	m.nStored += n
 	if len(m.stale) > 0 {
 		start = len(m.arena)
 		m.arena = append(m.arena, m.stale...)
 		m.appendRemovedLocked(start)
 	}
 	m.evictOverflowLocked()
-	m.setSizeGauges()
 }
 
 // unknownParentLocked handles a store whose parent the mirror does not
@@ -427,11 +426,34 @@ func (m *Mirror) insertLocked(h, s uint64) (stale uint64, hasStale bool) {
 		ent.ref++
 		return stale, hasStale
 	}
-	m.gen++
-	*ent = engEntry{sy: s, ref: 1, gen: m.gen}
+	// Making room in the order looks up at most one other entry and moves
+	// no slot, so ent stays valid.
+	m.orderRoomLocked()
+	*ent = engEntry{sy: s, ref: 1, gen: m.ord.push(h)}
 	m.addRefLocked(s)
-	m.fifo = append(m.fifo, fifoItem{engine: h, gen: m.gen})
 	return 0, false
+}
+
+// orderRoomLocked makes room in the order for one more entry: it drops the
+// gone entries at its head, grows it while it is at most twice the live
+// entries plus 1024, and otherwise renews the oldest live entry (see order).
+func (m *Mirror) orderRoomLocked() {
+	if !m.ord.full() {
+		return
+	}
+	if m.ord.skipDead(); !m.ord.full() {
+		return
+	}
+	if len(m.ord.ring) < 2*m.engine.Len()+1024 {
+		m.ord.grow()
+		return
+	}
+	h, g, _ := m.ord.oldest()
+	m.ord.drop(g)
+	m.ord.skipDead()
+	if sl, ok := m.engine.find(h); ok && m.engine.at(sl).gen == g {
+		m.engine.at(sl).gen = m.ord.push(h)
+	}
 }
 
 func (m *Mirror) addRefLocked(s uint64) {
@@ -454,13 +476,13 @@ func (m *Mirror) removeLocked(hashes []uint64) {
 			continue
 		}
 		sy := ent.sy
+		m.ord.drop(ent.gen)
 		m.engine.deleteAt(sl)
 		if m.releaseLocked(sy) {
 			m.arena = append(m.arena, sy)
 		}
 	}
 	m.appendRemovedLocked(start)
-	m.setSizeGauges()
 }
 
 // releaseLocked drops one reference to s and reports whether it was the
@@ -471,7 +493,7 @@ func (m *Mirror) releaseLocked(s uint64) bool {
 		if ok {
 			m.refs.deleteAt(sl)
 		}
-		m.m.removed.Inc()
+		m.nRemoved++
 		return true
 	}
 	*m.refs.at(sl)--
@@ -490,16 +512,18 @@ func (m *Mirror) appendRemovedLocked(start int) {
 // rehashed, so the mirror stops being exact.
 func (m *Mirror) evictOverflowLocked() {
 	if m.engine.Len() <= m.shape.MaxEntries {
-		m.compactFIFOLocked()
 		return
 	}
 	start := len(m.arena)
-	for m.engine.Len() > m.shape.MaxEntries && m.fifoHead < len(m.fifo) {
-		it := m.fifo[m.fifoHead]
-		m.fifoHead++
-		sl, ok := m.engine.find(it.engine)
-		if !ok || m.engine.at(sl).gen != it.gen {
-			continue // removed (or removed and stored again) since
+	for m.engine.Len() > m.shape.MaxEntries {
+		h, g, ok := m.ord.oldest()
+		if !ok {
+			break
+		}
+		m.ord.drop(g)
+		sl, ok := m.engine.find(h)
+		if !ok || m.engine.at(sl).gen != g {
+			continue // cannot happen: every entry that leaves drops its gen
 		}
 		sy := m.engine.at(sl).sy
 		m.engine.deleteAt(sl)
@@ -513,26 +537,19 @@ func (m *Mirror) evictOverflowLocked() {
 		m.setExactGauge()
 	}
 	m.appendRemovedLocked(start)
-	m.compactFIFOLocked()
 }
 
-// compactFIFOLocked drops consumed and stale fifo items once they outnumber
-// the live ones, so the fifo stays proportional to the map.
-func (m *Mirror) compactFIFOLocked() {
-	if len(m.fifo)-m.fifoHead <= 2*m.engine.Len()+1024 && m.fifoHead <= len(m.fifo)/2 {
-		return
-	}
-	live := m.fifo[:0]
-	for _, it := range m.fifo[m.fifoHead:] {
-		if ent, ok := m.engine.get(it.engine); ok && ent.gen == it.gen {
-			live = append(live, it)
-		}
-	}
-	m.fifo, m.fifoHead = live, 0
-}
-
-// flushLocked publishes the pending events as one batch.
+// flushLocked publishes the pending events as one batch, and brings the
+// counters and gauges up to date.
 func (m *Mirror) flushLocked() {
+	if m.nStored > 0 {
+		m.m.stored.Add(float64(m.nStored))
+	}
+	if m.nRemoved > 0 {
+		m.m.removed.Add(float64(m.nRemoved))
+	}
+	m.nStored, m.nRemoved = 0, 0
+	m.setSizeGauges()
 	if len(m.pending) == 0 {
 		return
 	}

@@ -163,9 +163,9 @@ func benchThroughput(b *testing.B, s tpStream) {
 	if err := m.Configure(Shape{Model: testModel, BlockSize: tpBlockSize, MaxEntries: max4(tpEngineBlocks)}); err != nil {
 		b.Fatal(err)
 	}
-	seq := uint64(0)
+	seq, deliver := uint64(0), payloadFeeder(m)
 	feed := func(p []byte) {
-		if err := feedPayload(m, seq, p); err != nil {
+		if err := deliver(seq, p); err != nil {
 			b.Fatal(err)
 		}
 		seq++

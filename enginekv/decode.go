@@ -35,16 +35,27 @@ type decoder struct {
 	// appending to one cannot overwrite its neighbour.
 	toks []uint32
 	hs   []uint64
+	// evs backs Batch.Events; a Decoder keeps it (and the arenas) from one
+	// payload to the next.
+	evs []Event
+	// names interns the LoRA names and media a Decoder has seen, so a
+	// name costs no allocation per event (nil for DecodeBatch).
+	names map[string]string
 }
 
 const (
 	tokenChunk = 2048
 	hashChunk  = 256
+	// maxInterned bounds a Decoder's interned strings: names come from
+	// the engine.
+	maxInterned = 256
 )
 
+// A new arena chunk is at least twice the last one, so a Decoder reusing
+// its arenas soon needs a single chunk per payload.
 func (dc *decoder) tokenSlice(n int) []uint32 {
 	if n > cap(dc.toks)-len(dc.toks) {
-		dc.toks = make([]uint32, 0, max(n, tokenChunk))
+		dc.toks = make([]uint32, 0, max(n, tokenChunk, 2*cap(dc.toks)))
 	}
 	l := len(dc.toks)
 	dc.toks = dc.toks[:l+n]
@@ -53,7 +64,7 @@ func (dc *decoder) tokenSlice(n int) []uint32 {
 
 func (dc *decoder) hashSlice(n int) []uint64 {
 	if n > cap(dc.hs)-len(dc.hs) {
-		dc.hs = make([]uint64, 0, max(n, hashChunk))
+		dc.hs = make([]uint64, 0, max(n, hashChunk, 2*cap(dc.hs)))
 	}
 	l := len(dc.hs)
 	dc.hs = dc.hs[:l+n]
@@ -78,6 +89,40 @@ func DecodeBatch(payload []byte) (Batch, error) {
 		return Batch{}, err
 	}
 	return b, nil
+}
+
+// Decoder decodes payloads like DecodeBatch but reuses its memory from one
+// payload to the next: the Batch Decode returns, and every slice and
+// string in it, is valid only until the next Decode. The subscriber uses
+// one for a TransientHandler, so following an engine allocates nothing per
+// batch. The zero value is ready; not safe for concurrent use.
+type Decoder struct {
+	dc decoder
+	b  Batch
+}
+
+// Decode decodes one payload exactly as DecodeBatch does (same batch, same
+// errors) into the Decoder's memory.
+func (d *Decoder) Decode(payload []byte) (*Batch, error) {
+	if len(payload) > MaxPayloadBytes {
+		return nil, fmt.Errorf("%w: payload of %d bytes exceeds %d", ErrMalformed, len(payload), MaxPayloadBytes)
+	}
+	dc := &d.dc
+	dc.in, dc.p = payload, 0
+	dc.toks, dc.hs = dc.toks[:0], dc.hs[:0]
+	if dc.names == nil {
+		dc.names = make(map[string]string)
+	}
+	b, err := dc.batch()
+	if err == nil && dc.left() != 0 {
+		err = fmt.Errorf("%w: %d bytes after the batch", ErrMalformed, dc.left())
+	}
+	dc.in = nil // the payload is the caller's
+	if err != nil {
+		return nil, err
+	}
+	d.b = b
+	return &d.b, nil
 }
 
 func malformed(what string, err error) error {
@@ -334,7 +379,18 @@ func (dc *decoder) str(what string) (string, error) {
 	case tagAllBlocksCleared:
 		return tagAllBlocksCleared, nil
 	}
-	return string(b), nil
+	if dc.names == nil {
+		return string(b), nil
+	}
+	if s, ok := dc.names[string(b)]; ok {
+		return s, nil
+	}
+	if len(dc.names) >= maxInterned {
+		clear(dc.names)
+	}
+	s := string(b)
+	dc.names[s] = s
+	return s, nil
 }
 
 // integer reads a signed or unsigned msgpack integer; the returned bits are
@@ -593,7 +649,10 @@ func (dc *decoder) events(b *Batch) error {
 	}
 	// Decoded in place: copying Event values (which hold pointers) into the
 	// slice costs write barriers.
-	b.Events = make([]Event, n)
+	if cap(dc.evs) < n {
+		dc.evs = make([]Event, n)
+	}
+	b.Events = dc.evs[:n]
 	k := 0
 	for range n {
 		ev := &b.Events[k]
