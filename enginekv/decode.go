@@ -532,21 +532,25 @@ func (dc *decoder) tokens() ([]uint32, error) {
 		return nil, err
 	}
 	out := dc.tokenSlice(n)
-	for i := range out {
-		// Fast path, without a branch on the value's width: a vocabulary
-		// below 2^32 is written as positive fixints and uint8/16/32, mixed
-		// at random (a 128k vocabulary is half uint16, half uint32), which
-		// a switch mispredicted on every other token. Read 8 bytes from
-		// the type code on and cut the value out by the code's shift and
-		// mask; tokenCodes has size 0 for every other code.
-		if dc.p+8 <= len(dc.in) {
-			x := binary.BigEndian.Uint64(dc.in[dc.p:])
-			if tc := tokenCodes[x>>56]; tc.size != 0 {
-				out[i] = uint32(x>>tc.shift) & tc.mask
-				dc.p += int(tc.size)
-				continue
-			}
+	// Fast path, without a branch on the value's width: a vocabulary below
+	// 2^32 is written as positive fixints and uint8/16/32, mixed at random
+	// (a 128k vocabulary is half uint16, half uint32), which a switch
+	// mispredicted on every other token. Read 8 bytes from the type code on
+	// and cut the value out by the code's shift and mask (tokenCodes has
+	// size 0 for every other code). The cursor lives in locals here: kept
+	// in the decoder, every token stored and reloaded it.
+	in, p, i := dc.in, dc.p, 0
+	for ; i < len(out) && p+8 <= len(in); i++ {
+		x := binary.BigEndian.Uint64(in[p:])
+		tc := tokenCodes[x>>56]
+		if tc.size == 0 {
+			break
 		}
+		out[i] = uint32(x>>tc.shift) & tc.mask
+		p += int(tc.size)
+	}
+	dc.p = p
+	for ; i < len(out); i++ {
 		v, neg, err := dc.integer("token id")
 		if err != nil {
 			return nil, err
@@ -845,13 +849,20 @@ func (dc *decoder) mapEvent(ev *Event) (bool, error) {
 		return false, err
 	}
 	start := dc.p
-	kind, err := dc.findType(n)
+	kind, first, err := dc.findType(n)
 	if err != nil {
 		return false, err
 	}
-	dc.p = start
+	// msgspec writes "type" first: then the fields start right after it
+	// and need no second look at it.
+	keys := n
+	if first {
+		keys--
+	} else {
+		dc.p = start
+	}
 	*ev = Event{Kind: kind}
-	for range n {
+	for range keys {
 		kb, err := dc.rawStr("event key")
 		if err != nil {
 			return false, err
@@ -880,21 +891,23 @@ func (dc *decoder) mapEvent(ev *Event) (bool, error) {
 // findType scans an event map of n entries for its "type" and returns its
 // kind (0 for an unknown type). msgspec writes the tag first, so the scan
 // usually stops at the first key; no order is promised, so it goes on if not.
-func (dc *decoder) findType(n int) (EventKind, error) {
-	for range n {
+// first is whether "type" was the map's first key (the cursor is then just
+// past its value).
+func (dc *decoder) findType(n int) (kind EventKind, first bool, err error) {
+	for i := range n {
 		kb, err := dc.rawStr("event key")
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if string(kb) == "type" {
 			tag, err := dc.eventTag()
-			return kindOf(tag), err
+			return kindOf(tag), i == 0, err
 		}
 		if err := dc.skip(1); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
-	return 0, malformed("event map has no type", nil)
+	return 0, false, malformed("event map has no type", nil)
 }
 
 func (dc *decoder) mapField(ev *Event, kb []byte) error {
