@@ -111,7 +111,6 @@ type Mirror struct {
 	// Counts of the batch being applied, added to their counters once
 	// per flush rather than once per block.
 	nStored, nRemoved int
-	sink              uint64 // keeps prefetching loads from being optimised away
 }
 
 // NewMirror returns a mirror publishing on nc. It starts nothing; Run
@@ -215,7 +214,6 @@ func (m *Mirror) BatchTransient(b *enginekv.Batch) {
 		m.exact = b.Seq == 0
 		m.setExactGauge()
 	}
-	m.prefetchLocked(b.Events)
 	for i := range b.Events {
 		m.applyLocked(&b.Events[i])
 		if len(m.arena) >= m.cfg.MaxBatchHashes {
@@ -316,39 +314,6 @@ func (m *Mirror) skipReason(e *enginekv.Event) skipReason {
 	return skipNone
 }
 
-// prefetchLocked loads, before a batch is applied, the map slots its
-// events will most likely touch: every engine hash's slot, and for removals
-// the slot of the Switchyard hash they map to now. The loads are
-// independent, so their cache misses overlap; applying the events one by
-// one then mostly hits. (At the default bound the maps are megabytes and
-// a batch's lookups were one cache miss after another.) It changes
-// nothing: a slot that an earlier event of the batch moves is a wasted
-// load, no more.
-func (m *Mirror) prefetchLocked(evs []enginekv.Event) {
-	var acc uint64
-	for i := range evs {
-		e := &evs[i]
-		for _, h := range e.BlockHashes {
-			acc += m.engine.touch(h)
-		}
-		if e.HasParent {
-			acc += m.engine.touch(e.ParentHash)
-		}
-	}
-	for i := range evs {
-		e := &evs[i]
-		if e.Kind != enginekv.BlockRemoved {
-			continue
-		}
-		for _, h := range e.BlockHashes {
-			if ent, ok := m.engine.get(h); ok {
-				acc += m.refs.touch(ent.sy)
-			}
-		}
-	}
-	m.sink += acc
-}
-
 func (m *Mirror) applyLocked(e *enginekv.Event) {
 	switch e.Kind {
 	case enginekv.BlockStored:
@@ -400,26 +365,19 @@ func (m *Mirror) storeLocked(e *enginekv.Event) {
 	bs := e.BlockSize
 	start := len(m.arena)
 	prev := parent
-	// Hash every block first, touching the slots its hash will take in
-	// refs (see prefetchLocked), then insert.
-	var acc uint64
-	for i := range e.BlockHashes {
+	m.stale = m.stale[:0]
+	for i, h := range e.BlockHashes {
 		s := kvindex.BlockHash(e.TokenIDs[i*bs:(i+1)*bs], seed)
 		if hasParent || i > 0 {
 			s = kvindex.ChainHash(prev, s, seed)
 		}
 		prev = s
-		acc += m.refs.touch(s)
-		m.arena = append(m.arena, s)
-	}
-	m.sink += acc
-	end := len(m.arena)
-	m.stale = m.stale[:0]
-	for i, h := range e.BlockHashes {
-		if old, ok := m.insertLocked(h, m.arena[start+i]); ok {
+		if old, ok := m.insertLocked(h, s); ok {
 			m.stale = append(m.stale, old)
 		}
+		m.arena = append(m.arena, s)
 	}
+	end := len(m.arena)
 	m.pending = append(m.pending, wire.KVEvent{Kind: wire.KVStored, Parent: parent, HasParent: hasParent,
 		Hashes: m.arena[start:end:end]})
 	m.nStored += n

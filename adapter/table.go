@@ -66,17 +66,6 @@ func (t *table[V]) find(k uint64) (slot, bool) {
 	}
 }
 
-// touch loads the slot k's probe starts at and returns its key, changing
-// nothing. A caller about to look up many keys touches them all first:
-// independent loads, so their cache misses overlap instead of queueing
-// one behind the other in the lookups' dependent probes.
-func (t *table[V]) touch(k uint64) uint64 {
-	if len(t.slots) == 0 {
-		return 0
-	}
-	return t.slots[t.home(k)].key
-}
-
 // at is the value in s; valid until the next insertion or deletion.
 func (t *table[V]) at(s slot) *V {
 	if s < 0 {
