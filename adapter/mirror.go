@@ -67,10 +67,15 @@ type Shape struct {
 }
 
 // engEntry is one engine block hash the mirror knows.
+//
+// 16 bytes (24 a slot with its key), so the map at the default bound
+// (131,072 slots for a 65,536-block engine) is 3 MB rather than 4: it is
+// cache misses that the map costs. gen is the low 32 bits of the order's
+// gen, which identify it within the order's ring (never near 2^32 slots).
 type engEntry struct {
 	sy  uint64 // the Switchyard sequence hash of the block
 	ref uint32 // stored and not yet removed copies (vLLM may cache one hash twice)
-	gen uint64 // insertion number: its place in the mirror's order
+	gen uint32 // insertion number: its place in the mirror's order
 }
 
 // Mirror follows one engine's KV cache from its decoded events
@@ -101,7 +106,12 @@ type Mirror struct {
 	exact      bool // every block the engine holds is known (see doc.go)
 	fresh      bool // no batch since the start or the last reset
 	engine     table[engEntry]
-	refs       table[uint32] // Switchyard hash -> engine hashes mapping to it
+	// refs holds every Switchyard hash some engine hash maps to; shared
+	// counts the engine hashes beyond the first for the rare hash that
+	// several map to. A set of bare keys (8-byte slots, half the cache
+	// footprint of a count beside each) with the count on the side.
+	refs       table[struct{}]
+	shared     map[uint64]uint32
 	ord        order         // engine hashes in insertion order, for eviction
 	pending    []wire.KVEvent
 	arena      []uint64 // backing store of pending events' hashes
@@ -129,7 +139,7 @@ func NewMirror(cfg MirrorConfig, nc *nats.Conn, log *zap.Logger, reg prometheus.
 	m := &Mirror{
 		cfg: cfg, nc: nc, subject: subj.KV(cfg.Worker), dumpSubj: subj.KVDump(cfg.Worker),
 		log: log.Named("mirror"), m: newMirrorMetrics(reg), now: time.Now,
-		seeds: map[string]uint64{}, instance: newInstance(), fresh: true,
+		seeds: map[string]uint64{}, shared: map[uint64]uint32{}, instance: newInstance(), fresh: true,
 	}
 	return m, nil
 }
@@ -253,6 +263,7 @@ func (m *Mirror) restartLocked(r repairReason) {
 	m.m.repairs[r].Inc()
 	m.engine.clear()
 	m.refs.clear()
+	clear(m.shared)
 	m.ord.reset()
 	m.pending, m.arena = m.pending[:0], m.arena[:0]
 	m.instance, m.lastID = newInstance(), 0
@@ -331,6 +342,7 @@ func (m *Mirror) applyLocked(e *enginekv.Event) {
 		}
 		m.engine.clear()
 		m.refs.clear()
+		clear(m.shared)
 		m.ord.reset()
 		m.pending = append(m.pending, wire.KVEvent{Kind: wire.KVCleared})
 		m.m.engineCleared.Inc()
@@ -429,7 +441,7 @@ func (m *Mirror) insertLocked(h, s uint64) (stale uint64, hasStale bool) {
 	// Making room in the order looks up at most one other entry and moves
 	// no slot, so ent stays valid.
 	m.orderRoomLocked()
-	*ent = engEntry{sy: s, ref: 1, gen: m.ord.push(h)}
+	*ent = engEntry{sy: s, ref: 1, gen: uint32(m.ord.push(h))}
 	m.addRefLocked(s)
 	return 0, false
 }
@@ -451,14 +463,15 @@ func (m *Mirror) orderRoomLocked() {
 	h, g, _ := m.ord.oldest()
 	m.ord.drop(g)
 	m.ord.skipDead()
-	if sl, ok := m.engine.find(h); ok && m.engine.at(sl).gen == g {
-		m.engine.at(sl).gen = m.ord.push(h)
+	if sl, ok := m.engine.find(h); ok && m.engine.at(sl).gen == uint32(g) {
+		m.engine.at(sl).gen = uint32(m.ord.push(h))
 	}
 }
 
 func (m *Mirror) addRefLocked(s uint64) {
-	sl, _ := m.refs.upsert(s)
-	*m.refs.at(sl)++
+	if _, existed := m.refs.upsert(s); existed {
+		m.shared[s]++
+	}
 }
 
 func (m *Mirror) removeLocked(hashes []uint64) {
@@ -476,7 +489,7 @@ func (m *Mirror) removeLocked(hashes []uint64) {
 			continue
 		}
 		sy := ent.sy
-		m.ord.drop(ent.gen)
+		m.ord.drop(uint64(ent.gen))
 		m.engine.deleteAt(sl)
 		if m.releaseLocked(sy) {
 			m.arena = append(m.arena, sy)
@@ -488,16 +501,19 @@ func (m *Mirror) removeLocked(hashes []uint64) {
 // releaseLocked drops one reference to s and reports whether it was the
 // last, so that s must be removed on routers.
 func (m *Mirror) releaseLocked(s uint64) bool {
-	sl, ok := m.refs.find(s)
-	if !ok || *m.refs.at(sl) <= 1 {
-		if ok {
-			m.refs.deleteAt(sl)
+	if len(m.shared) > 0 {
+		if n, ok := m.shared[s]; ok {
+			if n <= 1 {
+				delete(m.shared, s)
+			} else {
+				m.shared[s] = n - 1
+			}
+			return false
 		}
-		m.nRemoved++
-		return true
 	}
-	*m.refs.at(sl)--
-	return false
+	m.refs.delete(s)
+	m.nRemoved++
+	return true
 }
 
 func (m *Mirror) appendRemovedLocked(start int) {
@@ -522,7 +538,7 @@ func (m *Mirror) evictOverflowLocked() {
 		}
 		m.ord.drop(g)
 		sl, ok := m.engine.find(h)
-		if !ok || m.engine.at(sl).gen != g {
+		if !ok || m.engine.at(sl).gen != uint32(g) {
 			continue // cannot happen: every entry that leaves drops its gen
 		}
 		sy := m.engine.at(sl).sy
@@ -610,7 +626,7 @@ func (m *Mirror) snapshot() (instance, asOf uint64, hashes []uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	hashes = make([]uint64, 0, m.refs.Len())
-	m.refs.each(func(h uint64, _ uint32) { hashes = append(hashes, h) })
+	m.refs.each(func(h uint64, _ struct{}) { hashes = append(hashes, h) })
 	return m.instance, m.lastID, hashes
 }
 

@@ -38,7 +38,8 @@ func (o *order) isLive(g uint64) bool {
 	return o.live[i>>6]&(1<<(i&63)) != 0
 }
 
-// drop marks the entry of gen g gone.
+// drop marks the entry of gen g gone. g may be given by its low 32 bits
+// only: the ring is far smaller than 2^32 slots.
 func (o *order) drop(g uint64) {
 	i := g & o.mask()
 	o.live[i>>6] &^= 1 << (i & 63)
