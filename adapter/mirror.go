@@ -97,22 +97,22 @@ type Mirror struct {
 	m        *mirrorMetrics
 	now      func() time.Time
 
-	mu         sync.Mutex
-	shape      Shape
-	baseSeed   uint64
-	seeds      map[string]uint64 // LoRA name -> seed, a small cache
-	instance   uint64
-	lastID     uint64
-	exact      bool // every block the engine holds is known (see doc.go)
-	fresh      bool // no batch since the start or the last reset
-	engine     table[engEntry]
+	mu       sync.Mutex
+	shape    Shape
+	baseSeed uint64
+	seeds    map[string]uint64 // LoRA name -> seed, a small cache
+	instance uint64
+	lastID   uint64
+	exact    bool // every block the engine holds is known (see doc.go)
+	fresh    bool // no batch since the start or the last reset
+	engine   table[engEntry]
 	// refs holds every Switchyard hash some engine hash maps to; shared
 	// counts the engine hashes beyond the first for the rare hash that
 	// several map to. A set of bare keys (8-byte slots, half the cache
 	// footprint of a count beside each) with the count on the side.
 	refs       table[struct{}]
 	shared     map[uint64]uint32
-	ord        order         // engine hashes in insertion order, for eviction
+	ord        order // engine hashes in insertion order, for eviction
 	pending    []wire.KVEvent
 	arena      []uint64 // backing store of pending events' hashes
 	stale      []uint64 // scratch: hashes a store's conflicts displaced
