@@ -1,6 +1,7 @@
 package enginekv
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -843,7 +844,45 @@ func (dc *decoder) lenientInt(v *int) error {
 	return dc.skip(1)
 }
 
+// removedMapPrefix is how vLLM's map events begin a BlockRemoved of one
+// block (msgspec writes "type" first, then the fields in order):
+// {"type": "BlockRemoved", "block_hashes": [ — then the hash, and "medium"
+// and its value. vLLM sends one such event per evicted block, so in a busy
+// engine's stream they are about half the events; their fields read
+// generically cost more than all of a block's token ids.
+var (
+	removedMapPrefix = []byte("\x83\xa4type\xacBlockRemoved\xacblock_hashes\x91")
+	mediumKey        = []byte("\xa6medium")
+)
+
+// removedMapEvent reads a map event laid out exactly as removedMapPrefix
+// and mediumKey say, into the same Event mapEvent would give. ok is false,
+// with the cursor back where it was, for anything else (the general path
+// then reads it, errors included).
+func (dc *decoder) removedMapEvent(ev *Event) (ok bool) {
+	start := dc.p
+	dc.p += len(removedMapPrefix)
+	h, isHash, err := dc.hash("block_hashes")
+	if err != nil || !isHash || !bytes.HasPrefix(dc.in[dc.p:], mediumKey) {
+		dc.p = start
+		return false
+	}
+	dc.p += len(mediumKey)
+	var medium string
+	if err := dc.lenientStr(&medium); err != nil {
+		dc.p = start
+		return false
+	}
+	hs := dc.hashSlice(1)
+	hs[0] = h
+	*ev = Event{Kind: BlockRemoved, BlockHashes: hs, Medium: medium}
+	return true
+}
+
 func (dc *decoder) mapEvent(ev *Event) (bool, error) {
+	if bytes.HasPrefix(dc.in[dc.p:], removedMapPrefix) && dc.removedMapEvent(ev) {
+		return true, nil
+	}
 	n, err := dc.mapLen("event")
 	if err != nil {
 		return false, err

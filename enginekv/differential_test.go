@@ -191,6 +191,9 @@ func FuzzDecoderAgreesWithGenericMsgpack(f *testing.F) {
 		require.NoError(f, err)
 		f.Add(p)
 	}
+	for _, h := range []HashForm{HashUint, HashInt64, HashBytes} {
+		f.Add(EncodeBatch(oneBlockRemovals(), Encoding{Layout: LayoutMap, Hashes: h}))
+	}
 	warm := EncodeBatch(benchBatch(), Encoding{Layout: LayoutArray, Hashes: HashBytes})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		var dec Decoder
@@ -212,4 +215,61 @@ func FuzzDecoderAgreesWithGenericMsgpack(f *testing.F) {
 		}
 		require.Equal(t, refEvents(v), asRef(want.Events))
 	})
+}
+
+// oneBlockRemovals is vLLM's usual eviction traffic: one BlockRemoved per
+// block, medium given or not.
+func oneBlockRemovals() Batch {
+	return Batch{TS: 3, DPRank: 0, Events: []Event{
+		{Kind: BlockRemoved, BlockHashes: []uint64{5}, Medium: "GPU"},
+		{Kind: BlockRemoved, BlockHashes: []uint64{1 << 63}},
+		{Kind: BlockRemoved, BlockHashes: []uint64{7}, Medium: "CPU_PINNED"},
+	}}
+}
+
+func TestOneBlockRemovalMapEventsDecodeAsTheGeneralPathReadsThem(t *testing.T) {
+	for _, h := range []HashForm{HashUint, HashInt64, HashBytes} {
+		got, err := DecodeBatch(EncodeBatch(oneBlockRemovals(), Encoding{Layout: LayoutMap, Hashes: h}))
+		require.NoError(t, err)
+		require.Equal(t, oneBlockRemovals(), got, "%v", h)
+	}
+	// Shapes the fast path does not take, or takes and gives back.
+	for _, v := range []any{
+		[]any{0, []any{map[string]any{"type": "BlockRemoved", "block_hashes": []any{nil}, "medium": "GPU"}}},
+		[]any{0, []any{orderedMap{{"type", "BlockRemoved"}, {"block_hashes", []any{9}}, {"medium", 4}}}},
+		[]any{0, []any{orderedMap{{"type", "BlockRemoved"}, {"block_hashes", []any{9}}, {"lora", "x"}}}},
+	} {
+		p, err := msgpack.Marshal(v)
+		require.NoError(t, err)
+		var dec Decoder
+		want, wantErr := DecodeBatch(p)
+		got, gotErr := dec.Decode(p)
+		require.Equal(t, wantErr == nil, gotErr == nil)
+		if wantErr == nil {
+			require.Equal(t, want, *got)
+			require.Equal(t, []uint64{9}, want.Events[0].BlockHashes)
+			require.Empty(t, want.Events[0].Medium)
+		}
+	}
+}
+
+// orderedMap marshals as a msgpack map with its entries in order.
+type orderedMap []struct {
+	k string
+	v any
+}
+
+func (m orderedMap) EncodeMsgpack(e *msgpack.Encoder) error {
+	if err := e.EncodeMapLen(len(m)); err != nil {
+		return err
+	}
+	for _, kv := range m {
+		if err := e.EncodeString(kv.k); err != nil {
+			return err
+		}
+		if err := e.Encode(kv.v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
