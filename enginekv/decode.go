@@ -664,7 +664,7 @@ func (dc *decoder) events(b *Batch) error {
 	}
 	// Decoded in place: copying Event values (which hold pointers) into the
 	// slice costs write barriers.
-	if cap(dc.evs) < n {
+	if cap(dc.evs) < n || dc.evs == nil { // an empty batch has empty, not nil, Events
 		dc.evs = make([]Event, n)
 	}
 	b.Events = dc.evs[:n]
