@@ -38,15 +38,23 @@
 // parent's Switchyard hash, where seed is kvindex.ModelSeed of the block's
 // lora_name, or of the registered base model for blocks without a LoRA:
 // exactly what a router computes with kvindex.SequenceHashes for a request
-// to that model name. A bounded map (Shape.MaxEntries, FIFO eviction)
-// takes engine hashes to Switchyard hashes for removals and parents; an
+// to that model name. A bounded map (Shape.MaxEntries, oldest first
+// eviction, order.go) takes engine hashes to Switchyard hashes for
+// removals and parents; an
 // engine hash stored twice (vLLM may cache one hash in two blocks) is
 // reference-counted (the maps are adapter/table.go, open addressing without tombstones), and so is a Switchyard hash that several engine hashes
 // map to (the engine salts with what events do not carry), so routers lose
 // a block only when the engine holds no copy. An engine hash stored again
 // with other tokens (a collision) moves to the new Switchyard hash, and the
 // old one loses its reference (counted as a conflict). An evicted entry is removed
-// on routers too: a miss there, never a stale hit.
+// on routers too: a miss there, never a stale hit. The order of eviction is
+// insertion order, except that an entry that outlived twice the live
+// entries' worth of later stores (a hot prefix the engine keeps) counts as
+// inserted anew: that keeps the order's memory proportional to the map.
+//
+// The mirror is an enginekv.TransientHandler: it copies what it keeps (the
+// Switchyard hashes) out of each batch, so the subscriber lends it every
+// batch from one reused Decoder.
 //
 // Blocks are skipped and counted by reason (switchyard_adapter_kv_skipped_
 // blocks_total): another block size, a KV cache group other than 0, a tier

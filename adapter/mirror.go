@@ -67,15 +67,15 @@ type Shape struct {
 }
 
 // engEntry is one engine block hash the mirror knows.
+//
+// 16 bytes (24 a slot with its key), so the map at the default bound
+// (131,072 slots for a 65,536-block engine) is 3 MB rather than 4: it is
+// cache misses that the map costs. gen is the low 32 bits of the order's
+// gen, which identify it within the order's ring (never near 2^32 slots).
 type engEntry struct {
 	sy  uint64 // the Switchyard sequence hash of the block
 	ref uint32 // stored and not yet removed copies (vLLM may cache one hash twice)
-	gen uint64 // insertion number, matching its fifo item
-}
-
-type fifoItem struct {
-	engine uint64
-	gen    uint64
+	gen uint32 // insertion number: its place in the mirror's order
 }
 
 // Mirror follows one engine's KV cache from its decoded events
@@ -97,24 +97,30 @@ type Mirror struct {
 	m        *mirrorMetrics
 	now      func() time.Time
 
-	mu         sync.Mutex
-	shape      Shape
-	baseSeed   uint64
-	seeds      map[string]uint64 // LoRA name -> seed, a small cache
-	instance   uint64
-	lastID     uint64
-	exact      bool // every block the engine holds is known (see doc.go)
-	fresh      bool // no batch since the start or the last reset
-	engine     table[engEntry]
-	refs       table[uint32] // Switchyard hash -> engine hashes mapping to it
-	fifo       []fifoItem
-	fifoHead   int
-	gen        uint64
+	mu       sync.Mutex
+	shape    Shape
+	baseSeed uint64
+	seeds    map[string]uint64 // LoRA name -> seed, a small cache
+	instance uint64
+	lastID   uint64
+	exact    bool // every block the engine holds is known (see doc.go)
+	fresh    bool // no batch since the start or the last reset
+	engine   table[engEntry]
+	// refs holds every Switchyard hash some engine hash maps to; shared
+	// counts the engine hashes beyond the first for the rare hash that
+	// several map to. A set of bare keys (8-byte slots, half the cache
+	// footprint of a count beside each) with the count on the side.
+	refs       table[struct{}]
+	shared     map[uint64]uint32
+	ord        order // engine hashes in insertion order, for eviction
 	pending    []wire.KVEvent
 	arena      []uint64 // backing store of pending events' hashes
 	stale      []uint64 // scratch: hashes a store's conflicts displaced
 	buf        []byte
 	configured bool
+	// Counts of the batch being applied, added to their counters once
+	// per flush rather than once per block.
+	nStored, nRemoved int
 }
 
 // NewMirror returns a mirror publishing on nc. It starts nothing; Run
@@ -133,7 +139,7 @@ func NewMirror(cfg MirrorConfig, nc *nats.Conn, log *zap.Logger, reg prometheus.
 	m := &Mirror{
 		cfg: cfg, nc: nc, subject: subj.KV(cfg.Worker), dumpSubj: subj.KVDump(cfg.Worker),
 		log: log.Named("mirror"), m: newMirrorMetrics(reg), now: time.Now,
-		seeds: map[string]uint64{}, instance: newInstance(), fresh: true,
+		seeds: map[string]uint64{}, shared: map[uint64]uint32{}, instance: newInstance(), fresh: true,
 	}
 	return m, nil
 }
@@ -191,7 +197,12 @@ func (m *Mirror) Blocks() int {
 
 // Batch applies one engine batch and publishes what changed
 // (enginekv.Handler).
-func (m *Mirror) Batch(b enginekv.Batch) {
+func (m *Mirror) Batch(b enginekv.Batch) { m.BatchTransient(&b) }
+
+// BatchTransient is Batch for a batch the mirror may not keep
+// (enginekv.TransientHandler): it keeps nothing of b, so the subscriber
+// decodes every payload into the same memory.
+func (m *Mirror) BatchTransient(b *enginekv.Batch) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if b.Unknown > 0 {
@@ -252,7 +263,8 @@ func (m *Mirror) restartLocked(r repairReason) {
 	m.m.repairs[r].Inc()
 	m.engine.clear()
 	m.refs.clear()
-	m.fifo, m.fifoHead = m.fifo[:0], 0
+	clear(m.shared)
+	m.ord.reset()
 	m.pending, m.arena = m.pending[:0], m.arena[:0]
 	m.instance, m.lastID = newInstance(), 0
 	m.exact = false
@@ -330,13 +342,13 @@ func (m *Mirror) applyLocked(e *enginekv.Event) {
 		}
 		m.engine.clear()
 		m.refs.clear()
-		m.fifo, m.fifoHead = m.fifo[:0], 0
+		clear(m.shared)
+		m.ord.reset()
 		m.pending = append(m.pending, wire.KVEvent{Kind: wire.KVCleared})
 		m.m.engineCleared.Inc()
 		// The engine's cache is empty now: the mirror knows all of it.
 		m.exact = true
 		m.setExactGauge()
-		m.setSizeGauges()
 	default:
 		m.m.unknownEvents.Inc()
 	}
@@ -380,14 +392,13 @@ func (m *Mirror) storeLocked(e *enginekv.Event) {
 	end := len(m.arena)
 	m.pending = append(m.pending, wire.KVEvent{Kind: wire.KVStored, Parent: parent, HasParent: hasParent,
 		Hashes: m.arena[start:end:end]})
-	m.m.stored.Add(float64(n))
+	m.nStored += n
 	if len(m.stale) > 0 {
 		start = len(m.arena)
 		m.arena = append(m.arena, m.stale...)
 		m.appendRemovedLocked(start)
 	}
 	m.evictOverflowLocked()
-	m.setSizeGauges()
 }
 
 // unknownParentLocked handles a store whose parent the mirror does not
@@ -427,16 +438,40 @@ func (m *Mirror) insertLocked(h, s uint64) (stale uint64, hasStale bool) {
 		ent.ref++
 		return stale, hasStale
 	}
-	m.gen++
-	*ent = engEntry{sy: s, ref: 1, gen: m.gen}
+	// Making room in the order looks up at most one other entry and moves
+	// no slot, so ent stays valid.
+	m.orderRoomLocked()
+	*ent = engEntry{sy: s, ref: 1, gen: uint32(m.ord.push(h))}
 	m.addRefLocked(s)
-	m.fifo = append(m.fifo, fifoItem{engine: h, gen: m.gen})
 	return 0, false
 }
 
+// orderRoomLocked makes room in the order for one more entry: it drops the
+// gone entries at its head, grows it while it is at most twice the live
+// entries plus 1024, and otherwise renews the oldest live entry (see order).
+func (m *Mirror) orderRoomLocked() {
+	if !m.ord.full() {
+		return
+	}
+	if m.ord.skipDead(); !m.ord.full() {
+		return
+	}
+	if len(m.ord.ring) < 2*m.engine.Len()+1024 {
+		m.ord.grow()
+		return
+	}
+	h, g, _ := m.ord.oldest()
+	m.ord.drop(g)
+	m.ord.skipDead()
+	if sl, ok := m.engine.find(h); ok && m.engine.at(sl).gen == uint32(g) {
+		m.engine.at(sl).gen = uint32(m.ord.push(h))
+	}
+}
+
 func (m *Mirror) addRefLocked(s uint64) {
-	sl, _ := m.refs.upsert(s)
-	*m.refs.at(sl)++
+	if _, existed := m.refs.upsert(s); existed {
+		m.shared[s]++
+	}
 }
 
 func (m *Mirror) removeLocked(hashes []uint64) {
@@ -454,28 +489,31 @@ func (m *Mirror) removeLocked(hashes []uint64) {
 			continue
 		}
 		sy := ent.sy
+		m.ord.drop(uint64(ent.gen))
 		m.engine.deleteAt(sl)
 		if m.releaseLocked(sy) {
 			m.arena = append(m.arena, sy)
 		}
 	}
 	m.appendRemovedLocked(start)
-	m.setSizeGauges()
 }
 
 // releaseLocked drops one reference to s and reports whether it was the
 // last, so that s must be removed on routers.
 func (m *Mirror) releaseLocked(s uint64) bool {
-	sl, ok := m.refs.find(s)
-	if !ok || *m.refs.at(sl) <= 1 {
-		if ok {
-			m.refs.deleteAt(sl)
+	if len(m.shared) > 0 {
+		if n, ok := m.shared[s]; ok {
+			if n <= 1 {
+				delete(m.shared, s)
+			} else {
+				m.shared[s] = n - 1
+			}
+			return false
 		}
-		m.m.removed.Inc()
-		return true
 	}
-	*m.refs.at(sl)--
-	return false
+	m.refs.delete(s)
+	m.nRemoved++
+	return true
 }
 
 func (m *Mirror) appendRemovedLocked(start int) {
@@ -490,16 +528,18 @@ func (m *Mirror) appendRemovedLocked(start int) {
 // rehashed, so the mirror stops being exact.
 func (m *Mirror) evictOverflowLocked() {
 	if m.engine.Len() <= m.shape.MaxEntries {
-		m.compactFIFOLocked()
 		return
 	}
 	start := len(m.arena)
-	for m.engine.Len() > m.shape.MaxEntries && m.fifoHead < len(m.fifo) {
-		it := m.fifo[m.fifoHead]
-		m.fifoHead++
-		sl, ok := m.engine.find(it.engine)
-		if !ok || m.engine.at(sl).gen != it.gen {
-			continue // removed (or removed and stored again) since
+	for m.engine.Len() > m.shape.MaxEntries {
+		h, g, ok := m.ord.oldest()
+		if !ok {
+			break
+		}
+		m.ord.drop(g)
+		sl, ok := m.engine.find(h)
+		if !ok || m.engine.at(sl).gen != uint32(g) {
+			continue // cannot happen: every entry that leaves drops its gen
 		}
 		sy := m.engine.at(sl).sy
 		m.engine.deleteAt(sl)
@@ -513,26 +553,19 @@ func (m *Mirror) evictOverflowLocked() {
 		m.setExactGauge()
 	}
 	m.appendRemovedLocked(start)
-	m.compactFIFOLocked()
 }
 
-// compactFIFOLocked drops consumed and stale fifo items once they outnumber
-// the live ones, so the fifo stays proportional to the map.
-func (m *Mirror) compactFIFOLocked() {
-	if len(m.fifo)-m.fifoHead <= 2*m.engine.Len()+1024 && m.fifoHead <= len(m.fifo)/2 {
-		return
-	}
-	live := m.fifo[:0]
-	for _, it := range m.fifo[m.fifoHead:] {
-		if ent, ok := m.engine.get(it.engine); ok && ent.gen == it.gen {
-			live = append(live, it)
-		}
-	}
-	m.fifo, m.fifoHead = live, 0
-}
-
-// flushLocked publishes the pending events as one batch.
+// flushLocked publishes the pending events as one batch, and brings the
+// counters and gauges up to date.
 func (m *Mirror) flushLocked() {
+	if m.nStored > 0 {
+		m.m.stored.Add(float64(m.nStored))
+	}
+	if m.nRemoved > 0 {
+		m.m.removed.Add(float64(m.nRemoved))
+	}
+	m.nStored, m.nRemoved = 0, 0
+	m.setSizeGauges()
 	if len(m.pending) == 0 {
 		return
 	}
@@ -593,7 +626,7 @@ func (m *Mirror) snapshot() (instance, asOf uint64, hashes []uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	hashes = make([]uint64, 0, m.refs.Len())
-	m.refs.each(func(h uint64, _ uint32) { hashes = append(hashes, h) })
+	m.refs.each(func(h uint64, _ struct{}) { hashes = append(hashes, h) })
 	return m.instance, m.lastID, hashes
 }
 

@@ -225,6 +225,29 @@ func TestTheBoundedMapForgetsTheOldestBlocksAndRemovesThemOnRouters(t *testing.T
 	assert.Equal(t, 0.0, testutil.ToFloat64(m.m.repairs[repairUnknownParent]), "inexact after an eviction: no clear")
 }
 
+func TestASwitchyardHashThatSeveralEngineHashesMapToStaysUntilTheLastIsRemoved(t *testing.T) {
+	n := testenv.StartNATS(t)
+	router := startRouterIndex(t, n, "w1", 2048)
+	m := startMirror(t, n, "w1", testShape(), prometheus.NewRegistry())
+	f := &feeder{h: m}
+	// Same tokens, three engine hashes each (an engine that salts with
+	// what its events do not carry): one Switchyard chain.
+	a, b, c := newPrompt(7, 2, testBS), newPrompt(7, 2, testBS), newPrompt(7, 2, testBS)
+	f.batch(a.stored(0, 2), b.stored(0, 2))
+	f.batch(c.stored(0, 2))
+	want := a.want(testModel, 2)
+	router.holdsExactly(t, "w1", want, "one chain")
+	assert.Equal(t, 2, m.Blocks())
+	f.batch(a.removed(0, 2), c.removed(1, 2))
+	router.holdsExactly(t, "w1", want, "b still holds both blocks")
+	f.batch(b.removed(0, 2))
+	router.holdsExactly(t, "w1", want[:1], "c still holds the first")
+	f.batch(c.removed(0, 1))
+	router.holdsExactly(t, "w1", nil, "no copy left")
+	assert.Equal(t, 0, m.Blocks())
+	assert.Equal(t, 2.0, testutil.ToFloat64(m.m.removed), "each of the two Switchyard hashes removed once")
+}
+
 func TestAnEngineHashStoredTwiceStaysUntilBothCopiesAreRemoved(t *testing.T) {
 	n := testenv.StartNATS(t)
 	router := startRouterIndex(t, n, "w1", 2048)

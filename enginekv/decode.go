@@ -1,6 +1,7 @@
 package enginekv
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -35,16 +36,27 @@ type decoder struct {
 	// appending to one cannot overwrite its neighbour.
 	toks []uint32
 	hs   []uint64
+	// evs backs Batch.Events; a Decoder keeps it (and the arenas) from one
+	// payload to the next.
+	evs []Event
+	// names interns the LoRA names and media a Decoder has seen, so a
+	// name costs no allocation per event (nil for DecodeBatch).
+	names map[string]string
 }
 
 const (
 	tokenChunk = 2048
 	hashChunk  = 256
+	// maxInterned bounds a Decoder's interned strings: names come from
+	// the engine.
+	maxInterned = 256
 )
 
+// A new arena chunk is at least twice the last one, so a Decoder reusing
+// its arenas soon needs a single chunk per payload.
 func (dc *decoder) tokenSlice(n int) []uint32 {
 	if n > cap(dc.toks)-len(dc.toks) {
-		dc.toks = make([]uint32, 0, max(n, tokenChunk))
+		dc.toks = make([]uint32, 0, max(n, tokenChunk, 2*cap(dc.toks)))
 	}
 	l := len(dc.toks)
 	dc.toks = dc.toks[:l+n]
@@ -53,7 +65,7 @@ func (dc *decoder) tokenSlice(n int) []uint32 {
 
 func (dc *decoder) hashSlice(n int) []uint64 {
 	if n > cap(dc.hs)-len(dc.hs) {
-		dc.hs = make([]uint64, 0, max(n, hashChunk))
+		dc.hs = make([]uint64, 0, max(n, hashChunk, 2*cap(dc.hs)))
 	}
 	l := len(dc.hs)
 	dc.hs = dc.hs[:l+n]
@@ -78,6 +90,40 @@ func DecodeBatch(payload []byte) (Batch, error) {
 		return Batch{}, err
 	}
 	return b, nil
+}
+
+// Decoder decodes payloads like DecodeBatch but reuses its memory from one
+// payload to the next: the Batch Decode returns, and every slice and
+// string in it, is valid only until the next Decode. The subscriber uses
+// one for a TransientHandler, so following an engine allocates nothing per
+// batch. The zero value is ready; not safe for concurrent use.
+type Decoder struct {
+	dc decoder
+	b  Batch
+}
+
+// Decode decodes one payload exactly as DecodeBatch does (same batch, same
+// errors) into the Decoder's memory.
+func (d *Decoder) Decode(payload []byte) (*Batch, error) {
+	if len(payload) > MaxPayloadBytes {
+		return nil, fmt.Errorf("%w: payload of %d bytes exceeds %d", ErrMalformed, len(payload), MaxPayloadBytes)
+	}
+	dc := &d.dc
+	dc.in, dc.p = payload, 0
+	dc.toks, dc.hs = dc.toks[:0], dc.hs[:0]
+	if dc.names == nil {
+		dc.names = make(map[string]string)
+	}
+	b, err := dc.batch()
+	if err == nil && dc.left() != 0 {
+		err = fmt.Errorf("%w: %d bytes after the batch", ErrMalformed, dc.left())
+	}
+	dc.in = nil // the payload is the caller's
+	if err != nil {
+		return nil, err
+	}
+	d.b = b
+	return &d.b, nil
 }
 
 func malformed(what string, err error) error {
@@ -334,7 +380,18 @@ func (dc *decoder) str(what string) (string, error) {
 	case tagAllBlocksCleared:
 		return tagAllBlocksCleared, nil
 	}
-	return string(b), nil
+	if dc.names == nil {
+		return string(b), nil
+	}
+	if s, ok := dc.names[string(b)]; ok {
+		return s, nil
+	}
+	if len(dc.names) >= maxInterned {
+		clear(dc.names)
+	}
+	s := string(b)
+	dc.names[s] = s
+	return s, nil
 }
 
 // integer reads a signed or unsigned msgpack integer; the returned bits are
@@ -443,6 +500,24 @@ func (dc *decoder) hashes(what string) ([]uint64, error) {
 	return out, nil
 }
 
+// tokenCode is how a token id of one msgpack type code is cut out of the 8
+// big-endian bytes starting at the code: (x >> shift) & mask, size bytes.
+type tokenCode struct {
+	shift uint8
+	size  uint8
+	mask  uint32
+}
+
+var tokenCodes = func() (t [256]tokenCode) {
+	for c := 0; c <= cPosFixMax; c++ {
+		t[c] = tokenCode{shift: 56, size: 1, mask: 0x7f}
+	}
+	t[cUint8] = tokenCode{shift: 48, size: 2, mask: 0xff}
+	t[cUint16] = tokenCode{shift: 40, size: 3, mask: 0xffff}
+	t[cUint32] = tokenCode{shift: 24, size: 5, mask: 0xffffffff}
+	return t
+}()
+
 // tokens reads token ids (nil reads as none).
 func (dc *decoder) tokens() ([]uint32, error) {
 	c, err := dc.peek()
@@ -458,29 +533,25 @@ func (dc *decoder) tokens() ([]uint32, error) {
 		return nil, err
 	}
 	out := dc.tokenSlice(n)
-	for i := range out {
-		// Fast path: a vocabulary below 2^32 is written as positive fixints
-		// and uint8/16/32.
-		if dc.p+5 <= len(dc.in) {
-			switch c := dc.in[dc.p]; {
-			case c <= cPosFixMax:
-				out[i] = uint32(c)
-				dc.p++
-				continue
-			case c == cUint8:
-				out[i] = uint32(dc.in[dc.p+1])
-				dc.p += 2
-				continue
-			case c == cUint16:
-				out[i] = uint32(binary.BigEndian.Uint16(dc.in[dc.p+1:]))
-				dc.p += 3
-				continue
-			case c == cUint32:
-				out[i] = binary.BigEndian.Uint32(dc.in[dc.p+1:])
-				dc.p += 5
-				continue
-			}
+	// Fast path, without a branch on the value's width: a vocabulary below
+	// 2^32 is written as positive fixints and uint8/16/32, mixed at random
+	// (a 128k vocabulary is half uint16, half uint32), which a switch
+	// mispredicted on every other token. Read 8 bytes from the type code on
+	// and cut the value out by the code's shift and mask (tokenCodes has
+	// size 0 for every other code). The cursor lives in locals here: kept
+	// in the decoder, every token stored and reloaded it.
+	in, p, i := dc.in, dc.p, 0
+	for ; i < len(out) && p+8 <= len(in); i++ {
+		x := binary.BigEndian.Uint64(in[p:])
+		tc := tokenCodes[x>>56]
+		if tc.size == 0 {
+			break
 		}
+		out[i] = uint32(x>>tc.shift) & tc.mask
+		p += int(tc.size)
+	}
+	dc.p = p
+	for ; i < len(out); i++ {
 		v, neg, err := dc.integer("token id")
 		if err != nil {
 			return nil, err
@@ -593,7 +664,10 @@ func (dc *decoder) events(b *Batch) error {
 	}
 	// Decoded in place: copying Event values (which hold pointers) into the
 	// slice costs write barriers.
-	b.Events = make([]Event, n)
+	if cap(dc.evs) < n || dc.evs == nil { // an empty batch has empty, not nil, Events
+		dc.evs = make([]Event, n)
+	}
+	b.Events = dc.evs[:n]
 	k := 0
 	for range n {
 		ev := &b.Events[k]
@@ -770,19 +844,64 @@ func (dc *decoder) lenientInt(v *int) error {
 	return dc.skip(1)
 }
 
+// removedMapPrefix is how vLLM's map events begin a BlockRemoved of one
+// block (msgspec writes "type" first, then the fields in order):
+// {"type": "BlockRemoved", "block_hashes": [ — then the hash, and "medium"
+// and its value. vLLM sends one such event per evicted block, so in a busy
+// engine's stream they are about half the events; their fields read
+// generically cost more than all of a block's token ids.
+var (
+	removedMapPrefix = []byte("\x83\xa4type\xacBlockRemoved\xacblock_hashes\x91")
+	mediumKey        = []byte("\xa6medium")
+)
+
+// removedMapEvent reads a map event laid out exactly as removedMapPrefix
+// and mediumKey say, into the same Event mapEvent would give. ok is false,
+// with the cursor back where it was, for anything else (the general path
+// then reads it, errors included).
+func (dc *decoder) removedMapEvent(ev *Event) (ok bool) {
+	start := dc.p
+	dc.p += len(removedMapPrefix)
+	h, isHash, err := dc.hash("block_hashes")
+	if err != nil || !isHash || !bytes.HasPrefix(dc.in[dc.p:], mediumKey) {
+		dc.p = start
+		return false
+	}
+	dc.p += len(mediumKey)
+	var medium string
+	if err := dc.lenientStr(&medium); err != nil {
+		dc.p = start
+		return false
+	}
+	hs := dc.hashSlice(1)
+	hs[0] = h
+	*ev = Event{Kind: BlockRemoved, BlockHashes: hs, Medium: medium}
+	return true
+}
+
 func (dc *decoder) mapEvent(ev *Event) (bool, error) {
+	if bytes.HasPrefix(dc.in[dc.p:], removedMapPrefix) && dc.removedMapEvent(ev) {
+		return true, nil
+	}
 	n, err := dc.mapLen("event")
 	if err != nil {
 		return false, err
 	}
 	start := dc.p
-	kind, err := dc.findType(n)
+	kind, first, err := dc.findType(n)
 	if err != nil {
 		return false, err
 	}
-	dc.p = start
+	// msgspec writes "type" first: then the fields start right after it
+	// and need no second look at it.
+	keys := n
+	if first {
+		keys--
+	} else {
+		dc.p = start
+	}
 	*ev = Event{Kind: kind}
-	for range n {
+	for range keys {
 		kb, err := dc.rawStr("event key")
 		if err != nil {
 			return false, err
@@ -811,21 +930,23 @@ func (dc *decoder) mapEvent(ev *Event) (bool, error) {
 // findType scans an event map of n entries for its "type" and returns its
 // kind (0 for an unknown type). msgspec writes the tag first, so the scan
 // usually stops at the first key; no order is promised, so it goes on if not.
-func (dc *decoder) findType(n int) (EventKind, error) {
-	for range n {
+// first is whether "type" was the map's first key (the cursor is then just
+// past its value).
+func (dc *decoder) findType(n int) (kind EventKind, first bool, err error) {
+	for i := range n {
 		kb, err := dc.rawStr("event key")
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if string(kb) == "type" {
 			tag, err := dc.eventTag()
-			return kindOf(tag), err
+			return kindOf(tag), i == 0, err
 		}
 		if err := dc.skip(1); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
-	return 0, malformed("event map has no type", nil)
+	return 0, false, malformed("event map has no type", nil)
 }
 
 func (dc *decoder) mapField(ev *Event, kb []byte) error {

@@ -71,7 +71,16 @@
 // against the bytes left before anything is allocated. It is a hand-written
 // cursor over the msgpack bytes (see decode.go for why and the benchmark
 // ratio against msgpack/v5's generic decoding); EncodeBatch writes with
-// msgpack/v5.
+// msgpack/v5. A Decoder decodes the same way into memory it reuses from one
+// payload to the next (the batch is valid until the next Decode); it is
+// fuzzed against DecodeBatch and, for what both accept, against
+// msgpack/v5's generic decoding of the same bytes
+// (FuzzDecoderAgreesWithGenericMsgpack).
+//
+// A Handler that is also a TransientHandler (it keeps nothing of a batch
+// past the call; the adapter's mirror is one) is lent each batch from the
+// Subscriber's Decoder through BatchTransient, so following an engine
+// allocates nothing per batch; any other Handler gets its own Batch.
 //
 // # Sequence rules of the Subscriber
 //

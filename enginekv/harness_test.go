@@ -88,8 +88,14 @@ func (s stringer) String() string { return s() }
 func startSubscriber(t *testing.T, cfg SubscriberConfig) (*recorder, *prometheus.Registry) {
 	t.Helper()
 	rec := &recorder{}
+	return rec, runSubscriber(t, cfg, rec)
+}
+
+// runSubscriber runs a Subscriber feeding h until the test ends.
+func runSubscriber(t *testing.T, cfg SubscriberConfig, h Handler) *prometheus.Registry {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	s, err := NewSubscriber(cfg, rec, zaptest.NewLogger(t), reg)
+	s, err := NewSubscriber(cfg, h, zaptest.NewLogger(t), reg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -103,7 +109,7 @@ func startSubscriber(t *testing.T, cfg SubscriberConfig) (*recorder, *prometheus
 			t.Error("subscriber did not stop")
 		}
 	})
-	return rec, reg
+	return reg
 }
 
 func subConfig(endpoint, replay string) SubscriberConfig {

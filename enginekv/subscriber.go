@@ -130,11 +130,25 @@ type Handler interface {
 	Reset(reason ResetReason)
 }
 
+// A TransientHandler is a Handler that never keeps a batch, or anything in
+// it, past its call. The Subscriber then decodes every payload into the
+// same memory (a Decoder) and calls BatchTransient instead of Batch, so
+// following the engine allocates nothing per batch. The adapter's mirror is
+// one: it copies what it keeps.
+type TransientHandler interface {
+	Handler
+	// BatchTransient is Batch for a batch that is valid only during the
+	// call.
+	BatchTransient(b *Batch)
+}
+
 // Subscriber follows one engine's KV event stream. See doc.go for its
 // sequence rules and concurrency.
 type Subscriber struct {
 	cfg     SubscriberConfig
 	h       Handler
+	th      TransientHandler // h, when it is one
+	dec     Decoder          // for th, owned by Run's goroutine
 	log     *zap.Logger
 	zlog    *log.Logger
 	m       subMetrics
@@ -180,7 +194,8 @@ func NewSubscriber(cfg SubscriberConfig, h Handler, logger *zap.Logger, reg prom
 	}
 	logger = logger.Named("enginekv_sub").With(zap.String("endpoint", cfg.Endpoint))
 	f := promauto.With(reg)
-	s := &Subscriber{cfg: cfg, h: h, log: logger, lastLog: map[string]time.Time{},
+	th, _ := h.(TransientHandler)
+	s := &Subscriber{cfg: cfg, h: h, th: th, log: logger, lastLog: map[string]time.Time{},
 		zlog: zap.NewStdLog(logger.Named("zmq4")),
 		m: subMetrics{
 			frames: f.NewCounterVec(prometheus.CounterOpts{Name: NameFrames,
@@ -449,7 +464,15 @@ func (s *Subscriber) deliverFrom(rb rawBatch) {
 func (s *Subscriber) deliver(rb rawBatch) {
 	s.expected = rb.seq + 1
 	s.lastPayload = rb.payload
-	b, err := DecodeBatch(rb.payload)
+	var b *Batch
+	var err error
+	if s.th != nil {
+		b, err = s.dec.Decode(rb.payload)
+	} else {
+		var owned Batch
+		owned, err = DecodeBatch(rb.payload)
+		b = &owned
+	}
 	if err != nil {
 		s.corrupt(frameBadPayload, err)
 		s.reset(ResetGap)
@@ -461,7 +484,11 @@ func (s *Subscriber) deliver(rb rawBatch) {
 	}
 	s.m.delivered.Inc()
 	s.m.events.Add(float64(len(b.Events)))
-	s.h.Batch(b)
+	if s.th != nil {
+		s.th.BatchTransient(b)
+		return
+	}
+	s.h.Batch(*b)
 }
 
 // startReplay replays from start; the live batches that triggered it are
