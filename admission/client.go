@@ -635,8 +635,9 @@ func (c *Client) track(r *scheduler.Request, g scheduler.Grant, owner Owner, ins
 		rec: scheduler.BookingRecord{
 			RequestID: r.ID, Class: r.Class, Worker: g.Worker, BlockHashes: r.BlockHashes,
 			PromptTokens: r.PromptTokens, CachedTokens: g.CachedTokens,
-			ExpectedOutputTokens: r.ExpectedOutputTokens,
+			ExpectedOutputTokens: r.ExpectedOutputTokens, Tenant: r.Tenant.ID,
 		},
+		used: -1,
 	}
 	c.mu.Lock()
 	c.inflight[t] = struct{}{}
@@ -754,9 +755,9 @@ func (c *Client) rehome(ctx context.Context) {
 			}
 			mv.t.mu.Unlock()
 			if finished { // it ended while moving: free the new booking too
-				c.release(owner, instance, owner.Replica == c.replica, ids[i], false)
+				c.release(owner, instance, owner.Replica == c.replica, ids[i], false, -1)
 			}
-			c.release(mv.old, mv.ins, mv.loc, mv.id, false)
+			c.release(mv.old, mv.ins, mv.loc, mv.id, false, -1)
 			c.m.rehomed.Inc()
 		}
 	}
@@ -805,10 +806,19 @@ func (c *Client) adopt(ctx context.Context, class string, recs []scheduler.Booki
 	return ids, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, reply.Instance, nil
 }
 
-// release frees one booking at its owner.
-func (c *Client) release(owner Owner, instance uint64, local bool, id scheduler.BookingID, aborted bool) {
+// release frees one booking at its owner. used >= 0 is the request's
+// reported token usage, sent with a done mark (tenants.go in scheduler).
+func (c *Client) release(owner Owner, instance uint64, local bool, id scheduler.BookingID, aborted bool, used int) {
 	if local {
+		if uf, ok := c.actor.(UsageFinisher); ok && used >= 0 && !aborted {
+			uf.FinishUsage(id, used)
+			return
+		}
 		c.actor.Finish(id)
+		return
+	}
+	if used >= 0 && !aborted {
+		c.publishDone(owner, instance, id, used)
 		return
 	}
 	kind := wire.LifeDone
@@ -816,6 +826,19 @@ func (c *Client) release(owner Owner, instance uint64, local bool, id scheduler.
 		kind = wire.LifeAborted
 	}
 	c.publishLife(owner.Replica, instance, kind, owner.Epoch, id)
+}
+
+// publishDone sends a done mark with the booking's token usage.
+func (c *Client) publishDone(owner Owner, instance uint64, id scheduler.BookingID, used int) {
+	m := &wire.LifeMark{Entry: c.replica, Kind: wire.LifeDone, Epoch: owner.Epoch, Instance: instance,
+		Bookings: []uint64{uint64(id)}, Used: []wire.LifeUsage{{Booking: uint64(id), Tokens: used}}}
+	b, err := wire.EncodeAdmission(m)
+	if err != nil {
+		return
+	}
+	if err := c.nc.Publish(c.subj.Life(owner.Replica), b); err != nil {
+		c.log.Debug("life mark not sent", zap.String("owner", owner.Replica), zap.String("kind", string(m.Kind)), zap.Error(err))
+	}
 }
 
 // Ticket is one granted request as its entry replica streams it. Its
@@ -833,6 +856,15 @@ type Ticket struct {
 	rec        scheduler.BookingRecord
 	firstToken bool
 	finished   bool
+	used       int // reported token usage (SetUsage); -1 unknown
+}
+
+// SetUsage records the tokens (prompt plus output) the engine reported for
+// the request; Finish then sends them with the done mark.
+func (t *Ticket) SetUsage(tokens int) {
+	t.mu.Lock()
+	t.used = max(tokens, 0)
+	t.mu.Unlock()
 }
 
 // Grant is the placement the owner granted.
@@ -887,8 +919,8 @@ func (t *Ticket) Finish(aborted bool) {
 		return
 	}
 	t.finished = true
-	owner, instance, local, id := t.owner, t.instance, t.local, t.booking
+	owner, instance, local, id, used := t.owner, t.instance, t.local, t.booking, t.used
 	t.mu.Unlock()
-	t.c.release(owner, instance, local, id, aborted)
+	t.c.release(owner, instance, local, id, aborted, used)
 	t.c.untrack(t)
 }
