@@ -28,6 +28,7 @@ import (
 	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/tenant"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -68,6 +69,9 @@ type ReplicaConfig struct {
 	// Prompt maps served model names to tokenizers (-tokenizer NAME=SPEC)
 	// and tunes the fallbacks for models without one.
 	Prompt prompt.Config
+	// Tenants is the API keys file (-auth.keys-file); without one the API
+	// is open.
+	Tenants tenant.Config
 }
 
 // DefaultReplicaConfig returns the defaults of every part.
@@ -92,6 +96,7 @@ func DefaultReplicaConfig() ReplicaConfig {
 		Admission:          admission.DefaultClientConfig(),
 		Exporter:           metrics.DefaultExporterConfig(),
 		Prompt:             defaultPromptConfig(),
+		Tenants:            tenant.DefaultConfig(),
 	}
 }
 
@@ -133,7 +138,7 @@ func (c ReplicaConfig) Validate() error {
 	case c.ShutdownLinger < 0:
 		return errors.New("ShutdownLinger must be >= 0")
 	}
-	for _, v := range []interface{ Validate() error }{c.Session, c.Ownership, c.Gossip, c.Scheduler, c.Index, c.Ingest, c.Frontend, c.Admission, c.Exporter, c.Prompt} {
+	for _, v := range []interface{ Validate() error }{c.Session, c.Ownership, c.Gossip, c.Scheduler, c.Index, c.Ingest, c.Frontend, c.Admission, c.Exporter, c.Prompt, c.Tenants} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
@@ -313,8 +318,19 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	}
 	prompts.SetPolicy(policy.Tokenizers)
 
+	var keys *tenant.Store
+	var tenants frontend.Tenants // nil interface: the API is open
+	if cfg.Tenants.KeysFile != "" {
+		if keys, err = tenant.NewStore(cfg.Tenants, log, tenant.NewMetrics(reg), nil); err != nil {
+			return fmt.Errorf("keys: %w", err)
+		}
+		tenants = keys
+	} else {
+		log.Warn("no API keys file (-auth.keys-file): the OpenAI API is open to anyone who can reach it")
+	}
 	var serving atomic.Bool
 	fe, err := frontend.New(cfg.Frontend, frontend.Deps{
+		Tenants:  tenants,
 		Admitter: admitter{c: client, m: admissionMetrics, model: cfg.Model, workerType: cfg.WorkerType},
 		Workers:  workerView{workersReg},
 		Prompts:  prompts,
@@ -398,6 +414,9 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	grp.go_("admission_client", client.Run)
 	grp.go_("exporter", exporter.Run)
 	grp.go_("tokenizers", prompts.Run)
+	if keys != nil {
+		grp.go_("keys", keys.Run)
+	}
 	grp.go_("http", func(ctx context.Context) error { return fe.Serve(ctx, ln) })
 	grp.go_("wiring", func(ctx context.Context) error {
 		return runWiring(ctx, wiring{

@@ -47,6 +47,7 @@ func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Ownership.RegisterFlags(fs, "")
 	cfg.Ingest.RegisterFlags(fs, "ingest.")
 	cfg.Prompt.RegisterFlags(fs, "tokenizer.")
+	cfg.Tenants.RegisterFlags(fs, "auth.")
 	level := zapcore.InfoLevel
 	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
 	if err := parseFlags(fs, args, stderr); err != nil {
