@@ -94,16 +94,17 @@ type Client struct {
 	log     *zap.Logger
 	m       *Metrics
 
-	mu       sync.Mutex
-	owners   map[string]Owner
-	epochs   map[string]int64 // newest epoch ever seen per class (fencing)
-	changed  chan struct{}    // closed and replaced on every ownership change
-	pending  map[*pendingAdmit]struct{}
-	inflight map[*Ticket]struct{}
-	degraded bool
-	counts   map[string]*metrics.AdmissionCounts // per class, cumulative (see Counts)
-	instance uint64
-	seq      uint64
+	mu          sync.Mutex
+	rehomeRetry bool // a re-home was deferred: Run retries it
+	owners      map[string]Owner
+	epochs      map[string]int64 // newest epoch ever seen per class (fencing)
+	changed     chan struct{}    // closed and replaced on every ownership change
+	pending     map[*pendingAdmit]struct{}
+	inflight    map[*Ticket]struct{}
+	degraded    bool
+	counts      map[string]*metrics.AdmissionCounts // per class, cumulative (see Counts)
+	instance    uint64
+	seq         uint64
 
 	kick    chan struct{} // size one: wakes the re-home loop
 	abandon chan struct{} // size one: an abandon grace started (Run arms its timer)
@@ -275,6 +276,16 @@ func (c *Client) Run(ctx context.Context) error {
 			c.rehome(ctx)
 		case <-status.C:
 			c.checkConnection()
+			// A re-home deferred because the new owner did not answer yet
+			// (it is announced before it subscribes) is retried here rather
+			// than at the next ownership change.
+			c.mu.Lock()
+			retry := c.rehomeRetry
+			c.rehomeRetry = false
+			c.mu.Unlock()
+			if retry {
+				c.rehome(ctx)
+			}
 		}
 	}
 }
@@ -742,6 +753,9 @@ func (c *Client) rehome(ctx context.Context) {
 		ids, owner, instance, err := c.adopt(ctx, class, recs)
 		if err != nil {
 			c.log.Debug("re-home deferred", zap.String("class", class), zap.Error(err))
+			c.mu.Lock()
+			c.rehomeRetry = true
+			c.mu.Unlock()
 			continue
 		}
 		for i, mv := range moves {

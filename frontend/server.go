@@ -533,6 +533,15 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		apiErr.write(w)
 		return apiErr.Status
 	}
+	pol := s.policy.Load()
+	class := p.hints.class
+	if tn != nil {
+		// Before routing: a tenant learns nothing about models it may not use.
+		if class, apiErr = s.authorize(tn, p.model, class, pol); apiErr != nil {
+			apiErr.write(w)
+			return apiErr.Status
+		}
+	}
 	rt, apiErr := s.route(p.model)
 	if apiErr != nil {
 		apiErr.write(w)
@@ -541,14 +550,6 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	if apiErr := s.tokenize(r.Context(), p, rt); apiErr != nil {
 		apiErr.write(w)
 		return apiErr.Status
-	}
-	pol := s.policy.Load()
-	class := p.hints.class
-	if tn != nil {
-		if class, apiErr = s.authorize(tn, p.model, class, pol); apiErr != nil {
-			apiErr.write(w)
-			return apiErr.Status
-		}
 	}
 	if class == "" {
 		class = pol.Classify(p.model, p.user, r.Header)
