@@ -240,7 +240,7 @@ tenants:
 	}
 	a := c.startReplicaWith("r1", "127.0.0.1:0", mutate)
 	b := c.startReplicaWith("r2", "127.0.0.1:0", mutate)
-	c.waitOwned([]string{"shared"}, "r1", "r2")
+	c.waitPlaced([]string{"shared"}, "r1", "r2")
 	ownerID := a.status.Owners()["shared"].Replica
 	owner := a
 	if ownerID == "r2" {
