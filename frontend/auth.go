@@ -137,18 +137,13 @@ type UsageTicket interface {
 	SetUsage(tokens int)
 }
 
-// reportUsage hands a response's usage (prompt plus output tokens) to t
-// when the request has a tokens quota. doc is the body or the stream's
-// usage event.
-func (x *exchange) reportUsage(t Ticket, doc []byte) {
-	if x.tenant == nil || x.tenant.Quota.TokensPerMinute == 0 || len(doc) == 0 {
+// reportUsage hands a response's usage (prompt plus output tokens; nil:
+// the response had none) to t when the request has a tokens quota.
+func (x *exchange) reportUsage(t Ticket, u *usage) {
+	if x.tenant == nil || x.tenant.Quota.TokensPerMinute == 0 || u == nil {
 		return
 	}
-	ut, ok := t.(UsageTicket)
-	if !ok {
-		return
-	}
-	if u := parseUsage(doc); u != nil {
+	if ut, ok := t.(UsageTicket); ok {
 		ut.SetUsage(u.PromptTokens + u.CompletionTokens + u.InputTokens + u.OutputTokens)
 	}
 }

@@ -168,12 +168,13 @@ func (x *exchange) relayBody(t Ticket, g scheduler.Grant, resp *http.Response) (
 	// exactly when many requests arrive at once: send it after the client
 	// has its answer, not before.
 	t.FirstToken()
-	x.reportUsage(t, body)
+	u := parseUsage(body)
+	x.reportUsage(t, u)
 	t.Finish(werr != nil)
 	labels := []string{x.p.model, x.class}
 	x.s.m.TTFT.WithLabelValues(labels...).Observe(now.Sub(x.ingress).Seconds())
 	x.s.m.E2E.WithLabelValues(labels...).Observe(now.Sub(x.ingress).Seconds())
-	x.recordUsage(body)
+	x.recordUsage(u)
 	return http.StatusOK, false
 }
 
@@ -327,10 +328,11 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 			t.Finish(true)
 			return statusClientClosed, false
 		case err == io.EOF && sawDone:
-			x.reportUsage(t, usageLine)
+			u := parseUsage(usageLine)
+			x.reportUsage(t, u)
 			t.Finish(false)
 			x.s.m.E2E.WithLabelValues(labels...).Observe(x.s.now().Sub(x.ingress).Seconds())
-			x.recordUsage(usageLine)
+			x.recordUsage(u)
 			return http.StatusOK, false
 		case !started:
 			t.Finish(true)
@@ -380,8 +382,7 @@ func parseUsage(doc []byte) *usage {
 }
 
 // recordUsage adds a response's usage to the token counters.
-func (x *exchange) recordUsage(doc []byte) {
-	u := parseUsage(doc)
+func (x *exchange) recordUsage(u *usage) {
 	if u == nil {
 		return
 	}

@@ -423,9 +423,7 @@ func (c *Core) push(e *entry) {
 	cls.pendingISL += int64(e.req.PromptTokens)
 	cls.pendingCached += int64(e.cold.cached)
 	c.queued++
-	if e.req.Tenant.ID != "" || cls.tr != nil {
-		c.tenantQueued(e)
-	}
+	c.tenantQueued(e)
 }
 
 // unqueue removes e from every index and releases its queue accounting.

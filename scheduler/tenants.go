@@ -150,8 +150,8 @@ func (c *Core) rejectQuota(cls *class, r *Request, respond Responder, limit stri
 }
 
 // tenantQueued accounts a queued entry to its tenant (push).
-// push calls it for a tenant's entry, and for any entry of a class that is
-// shared between tenants (an entry without a tenant joins the tenant "").
+// push calls it for every entry; an entry without a tenant joins the
+// tenant "" of a class shared between tenants.
 func (c *Core) tenantQueued(e *entry) {
 	if id := e.req.Tenant.ID; id != "" {
 		t := c.tenantFor(id)
@@ -159,6 +159,20 @@ func (c *Core) tenantQueued(e *entry) {
 		t.inflight++
 		t.queued++
 		t.pending += tenantEstimate(e.req)
+	}
+	if cls := e.cold.cls; cls.tr == nil {
+		// Without a ring every queued entry has the same tenant: the class
+		// needs one only when e brings a second.
+		if len(cls.q) < 2 {
+			return
+		}
+		other := cls.q[0]
+		if other == e {
+			other = cls.q[1]
+		}
+		if other.req.Tenant.ID == e.req.Tenant.ID {
+			return
+		}
 	}
 	c.tenantPush(e)
 }
@@ -277,8 +291,8 @@ type tenantQueue struct {
 
 // tenantRing shares one class between its tenants by deficit round robin,
 // each tenant's quantum being the class quantum times its weight. It exists
-// while the class has a tenant's request queued; requests without a tenant
-// form the tenant "" with weight 1.
+// from when the class's queue holds requests of two tenants until the queue
+// is empty; requests without a tenant form the tenant "" with weight 1.
 type tenantRing struct {
 	byID   map[string]*tenantQueue
 	ring   []*tenantQueue // tenants with queued entries, in arrival order
