@@ -129,6 +129,7 @@ const (
 	ReasonOwnershipLost     = "ownership_lost"
 	ReasonInvalidConstraint = "invalid_constraint"
 	ReasonUnknownClass      = "unknown_class"
+	ReasonQuotaExceeded     = "quota_exceeded"
 	// ReasonOther absorbs reason strings this package does not know, so a
 	// producer bug cannot create unbounded series.
 	ReasonOther = "other"
@@ -140,7 +141,7 @@ const (
 var rejectReasons = [...]string{
 	ReasonDueTimePassed, ReasonPredictedMiss, ReasonQueueFull, ReasonNoEndpoints,
 	ReasonOverloaded, ReasonOwnershipLost, ReasonInvalidConstraint, ReasonUnknownClass,
-	ReasonOther,
+	ReasonQuotaExceeded, ReasonOther,
 }
 
 const numReasons = len(rejectReasons)
