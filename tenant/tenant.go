@@ -176,7 +176,7 @@ func parseHash(h string) (digest, error) {
 		return d, fmt.Errorf("want 64 hex digits after sha256:, got %d characters", len(hexPart))
 	}
 	if _, err := hex.Decode(d[:], []byte(hexPart)); err != nil {
-		return d, errors.New("not hex after sha256:")
+		return d, errors.New("the digits after sha256: are not hex")
 	}
 	return d, nil
 }
