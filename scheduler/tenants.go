@@ -400,18 +400,24 @@ func (c *Core) tenantCandidate(cls *class) (*entry, int) {
 	if tr.cursor >= n {
 		tr.cursor, tr.turn = 0, false
 	}
-	heads := c.tenantHeads[:0]
-	for _, tq := range tr.ring {
-		e, idx := c.walkQueue(cls, tq.q)
-		heads = append(heads, tenantHead{e, idx})
-	}
+	// Heads are found lazily: a turn that finds its tenant's head
+	// affordable looks at no other tenant's queue.
+	heads := append(c.tenantHeads[:0], make([]tenantHead, n)...)
 	c.tenantHeads = heads
+	head := func(i int) *tenantHead {
+		h := &heads[i]
+		if !h.done {
+			h.e, h.idx = c.walkQueue(cls, tr.ring[i].q)
+			h.done = true
+		}
+		return h
+	}
 	// A scan that finds nothing dispatchable leaves the rotation as it was:
 	// passing over blocked tenants is not a turn.
 	cursor, turn := tr.cursor, tr.turn
 	for idle := 0; ; {
 		tq := tr.ring[tr.cursor]
-		if h := heads[tr.cursor]; h.e != nil {
+		if h := head(tr.cursor); h.e != nil {
 			if !tr.turn {
 				tq.deficit += cls.cfg.Quantum * tq.weight
 				tr.turn = true
@@ -427,7 +433,7 @@ func (c *Core) tenantCandidate(cls *class) (*entry, int) {
 		}
 		k := int64(-1)
 		for i, x := range tr.ring {
-			if heads[i].e == nil {
+			if head(i).e == nil {
 				continue
 			}
 			q := cls.cfg.Quantum * x.weight
@@ -452,8 +458,9 @@ func (c *Core) tenantCandidate(cls *class) (*entry, int) {
 }
 
 type tenantHead struct {
-	e   *entry
-	idx int
+	e    *entry
+	idx  int
+	done bool
 }
 
 // tenantServed charges a popped entry's DRR cost to its tenant, before the
