@@ -107,14 +107,15 @@ type Client struct {
 	log     *zap.Logger
 	m       *Metrics
 
-	mu       sync.Mutex
-	owners   map[string]Owner
-	epochs   map[string]int64 // newest epoch ever seen per class (fencing)
-	changed  chan struct{}    // closed and replaced on every ownership change
-	pending  map[*pendingAdmit]struct{}
-	inflight map[*Ticket]struct{}
-	degraded bool // NATS unreachable: every class is admitted locally
-	etcdDown bool // the etcd session is unhealthy: requests without a reachable owner fall back to local admission
+	mu          sync.Mutex
+	rehomeRetry bool // a re-home was deferred: Run retries it
+	owners      map[string]Owner
+	epochs      map[string]int64 // newest epoch ever seen per class (fencing)
+	changed     chan struct{}    // closed and replaced on every ownership change
+	pending     map[*pendingAdmit]struct{}
+	inflight    map[*Ticket]struct{}
+	degraded    bool // NATS unreachable: every class is admitted locally
+	etcdDown    bool // the etcd session is unhealthy: requests without a reachable owner fall back to local admission
 	// leaving is closed by Leave: the replica is going away, and a request
 	// that would wait for an owner is answered at once instead.
 	leaving   chan struct{}
@@ -323,6 +324,16 @@ func (c *Client) Run(ctx context.Context) error {
 			c.rehome(ctx)
 		case <-status.C:
 			c.checkConnection()
+			// A re-home deferred because the new owner did not answer yet
+			// (it is announced before it subscribes) is retried here rather
+			// than at the next ownership change.
+			c.mu.Lock()
+			retry := c.rehomeRetry
+			c.rehomeRetry = false
+			c.mu.Unlock()
+			if retry {
+				c.rehome(ctx)
+			}
 		}
 	}
 }
@@ -726,8 +737,9 @@ func (c *Client) track(r *scheduler.Request, g scheduler.Grant, owner Owner, ins
 		rec: scheduler.BookingRecord{
 			RequestID: r.ID, Class: r.Class, Worker: g.Worker, BlockHashes: r.BlockHashes,
 			PromptTokens: r.PromptTokens, CachedTokens: g.CachedTokens,
-			ExpectedOutputTokens: r.ExpectedOutputTokens,
+			ExpectedOutputTokens: r.ExpectedOutputTokens, Tenant: r.Tenant.ID,
 		},
+		used: -1,
 	}
 	c.mu.Lock()
 	c.inflight[t] = struct{}{}
@@ -832,6 +844,9 @@ func (c *Client) rehome(ctx context.Context) {
 		ids, owner, instance, err := c.adopt(ctx, class, recs)
 		if err != nil {
 			c.log.Debug("re-home deferred", zap.String("class", class), zap.Error(err))
+			c.mu.Lock()
+			c.rehomeRetry = true
+			c.mu.Unlock()
 			continue
 		}
 		for i, mv := range moves {
@@ -845,9 +860,9 @@ func (c *Client) rehome(ctx context.Context) {
 			}
 			mv.t.mu.Unlock()
 			if finished { // it ended while moving: free the new booking too
-				c.release(owner, instance, owner.Replica == c.replica, ids[i], false)
+				c.release(owner, instance, owner.Replica == c.replica, ids[i], false, -1)
 			}
-			c.release(mv.old, mv.ins, mv.loc, mv.id, false)
+			c.release(mv.old, mv.ins, mv.loc, mv.id, false, -1)
 			c.m.rehomed.Inc()
 		}
 	}
@@ -896,10 +911,19 @@ func (c *Client) adopt(ctx context.Context, class string, recs []scheduler.Booki
 	return ids, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, reply.Instance, nil
 }
 
-// release frees one booking at its owner.
-func (c *Client) release(owner Owner, instance uint64, local bool, id scheduler.BookingID, aborted bool) {
+// release frees one booking at its owner. used >= 0 is the request's
+// reported token usage, sent with a done mark (tenants.go in scheduler).
+func (c *Client) release(owner Owner, instance uint64, local bool, id scheduler.BookingID, aborted bool, used int) {
 	if local {
+		if uf, ok := c.actor.(UsageFinisher); ok && used >= 0 && !aborted {
+			uf.FinishUsage(id, used)
+			return
+		}
 		c.actor.Finish(id)
+		return
+	}
+	if used >= 0 && !aborted {
+		c.publishDone(owner, instance, id, used)
 		return
 	}
 	kind := wire.LifeDone
@@ -907,6 +931,19 @@ func (c *Client) release(owner Owner, instance uint64, local bool, id scheduler.
 		kind = wire.LifeAborted
 	}
 	c.publishLife(owner.Replica, instance, kind, owner.Epoch, id)
+}
+
+// publishDone sends a done mark with the booking's token usage.
+func (c *Client) publishDone(owner Owner, instance uint64, id scheduler.BookingID, used int) {
+	m := &wire.LifeMark{Entry: c.replica, Kind: wire.LifeDone, Epoch: owner.Epoch, Instance: instance,
+		Bookings: []uint64{uint64(id)}, Used: []wire.LifeUsage{{Booking: uint64(id), Tokens: used}}}
+	b, err := wire.EncodeAdmission(m)
+	if err != nil {
+		return
+	}
+	if err := c.nc.Publish(c.subj.Life(owner.Replica), b); err != nil {
+		c.log.Debug("life mark not sent", zap.String("owner", owner.Replica), zap.String("kind", string(m.Kind)), zap.Error(err))
+	}
 }
 
 // Ticket is one granted request as its entry replica streams it. Its
@@ -924,6 +961,15 @@ type Ticket struct {
 	rec        scheduler.BookingRecord
 	firstToken bool
 	finished   bool
+	used       int // reported token usage (SetUsage); -1 unknown
+}
+
+// SetUsage records the tokens (prompt plus output) the engine reported for
+// the request; Finish then sends them with the done mark.
+func (t *Ticket) SetUsage(tokens int) {
+	t.mu.Lock()
+	t.used = max(tokens, 0)
+	t.mu.Unlock()
 }
 
 // Grant is the placement the owner granted.
@@ -978,8 +1024,8 @@ func (t *Ticket) Finish(aborted bool) {
 		return
 	}
 	t.finished = true
-	owner, instance, local, id := t.owner, t.instance, t.local, t.booking
+	owner, instance, local, id, used := t.owner, t.instance, t.local, t.booking, t.used
 	t.mu.Unlock()
-	t.c.release(owner, instance, local, id, aborted)
+	t.c.release(owner, instance, local, id, aborted, used)
 	t.c.untrack(t)
 }

@@ -19,6 +19,12 @@ func RequestToWire(r *scheduler.Request, entry string) *wire.AdmitRequest {
 	if !r.Due.IsZero() {
 		out.DueUnixNano = r.Due.UnixNano()
 	}
+	if tn := r.Tenant; tn.ID != "" {
+		out.Tenant, out.TenantWeight = tn.ID, min(max(tn.Weight, 0), wire.MaxTenantWeight)
+		if q := tn.Quota; q != (scheduler.TenantQuota{}) {
+			out.TenantQuota = &wire.AdmitQuota{Concurrent: q.Concurrent, RequestsPerMinute: q.RequestsPerMinute, TokensPerMinute: q.TokensPerMinute}
+		}
+	}
 	if len(r.Overlaps) > 0 {
 		out.Overlaps = make([]wire.AdmitOverlap, len(r.Overlaps))
 		for i, o := range r.Overlaps {
@@ -40,6 +46,12 @@ func RequestFromWire(in *wire.AdmitRequest) *scheduler.Request {
 	if in.DueUnixNano != 0 {
 		r.Due = time.Unix(0, in.DueUnixNano)
 	}
+	if in.Tenant != "" {
+		r.Tenant = scheduler.Tenant{ID: in.Tenant, Weight: in.TenantWeight}
+		if q := in.TenantQuota; q != nil {
+			r.Tenant.Quota = scheduler.TenantQuota{Concurrent: q.Concurrent, RequestsPerMinute: q.RequestsPerMinute, TokensPerMinute: q.TokensPerMinute}
+		}
+	}
 	if len(in.Overlaps) > 0 {
 		r.Overlaps = make([]scheduler.Overlap, len(in.Overlaps))
 		for i, o := range in.Overlaps {
@@ -56,7 +68,8 @@ func grantFromReply(in *wire.AdmitReply, requestID string) (scheduler.Grant, err
 		if err != nil {
 			reason = scheduler.ReasonOverloaded
 		}
-		return scheduler.Grant{}, scheduler.Reject(reason, in.Limit, in.Detail)
+		return scheduler.Grant{}, &scheduler.RejectError{Reason: reason, Limit: in.Limit, Detail: in.Detail,
+			RetryAfter: time.Duration(in.RetryAfterMs) * time.Millisecond}
 	}
 	return scheduler.Grant{
 		RequestID: requestID, Worker: in.Worker, WorkerURL: in.WorkerURL,
@@ -70,7 +83,7 @@ func recordToWire(rec *scheduler.BookingRecord) wire.AdoptedBooking {
 	return wire.AdoptedBooking{
 		RequestID: rec.RequestID, Worker: rec.Worker, BlockHashes: rec.BlockHashes,
 		PromptTokens: rec.PromptTokens, CachedTokens: rec.CachedTokens,
-		ExpectedOutput: rec.ExpectedOutputTokens, FirstTokenSeen: rec.FirstTokenSeen,
+		ExpectedOutput: rec.ExpectedOutputTokens, FirstTokenSeen: rec.FirstTokenSeen, Tenant: rec.Tenant,
 	}
 }
 
@@ -78,6 +91,6 @@ func recordFromWire(class string, in *wire.AdoptedBooking) scheduler.BookingReco
 	return scheduler.BookingRecord{
 		RequestID: in.RequestID, Class: class, Worker: in.Worker, BlockHashes: in.BlockHashes,
 		PromptTokens: in.PromptTokens, CachedTokens: in.CachedTokens,
-		ExpectedOutputTokens: in.ExpectedOutput, FirstTokenSeen: in.FirstTokenSeen,
+		ExpectedOutputTokens: in.ExpectedOutput, FirstTokenSeen: in.FirstTokenSeen, Tenant: in.Tenant,
 	}
 }

@@ -351,7 +351,13 @@ func (s *Server) onLife(m *nats.Msg) {
 			s.actor.FirstToken(id)
 		}
 	case wire.LifeDone, wire.LifeAborted:
+		used := usageOf(in)
+		uf, _ := s.actor.(UsageFinisher)
 		for _, id := range ids {
+			if n, ok := used[id]; ok && uf != nil {
+				uf.FinishUsage(id, n)
+				continue
+			}
 			s.actor.Finish(id)
 		}
 	case wire.LifeRenew:
@@ -398,8 +404,28 @@ func fillRejection(out *wire.AdmitReply, err error) {
 	var rej *scheduler.RejectError
 	if errors.As(err, &rej) {
 		out.Reason, out.Limit, out.Detail = rej.Reason.String(), rej.Limit, rej.Detail
+		out.RetryAfterMs = rej.RetryAfter.Milliseconds()
 		return
 	}
 	// Not a rejection (the actor stopped): the entry treats it like a moved class.
 	out.Reason, out.Detail = scheduler.ReasonOwnershipLost.String(), err.Error()
+}
+
+// UsageFinisher is the optional part of an Actor that takes a done mark's
+// reported token usage (tenants' tokens-per-minute quota); an Actor
+// without it has the booking freed with Finish.
+type UsageFinisher interface {
+	FinishUsage(id scheduler.BookingID, used int)
+}
+
+// usageOf indexes a done mark's reported usage by booking.
+func usageOf(in *wire.LifeMark) map[scheduler.BookingID]int {
+	if len(in.Used) == 0 {
+		return nil
+	}
+	m := make(map[scheduler.BookingID]int, len(in.Used))
+	for _, u := range in.Used {
+		m[scheduler.BookingID(u.Booking)] = u.Tokens
+	}
+	return m
 }

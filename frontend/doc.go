@@ -22,4 +22,10 @@
 // Who completes a request: the handler that accepted it, exactly once. Every
 // admitted request's Ticket is finished exactly once (Finish(aborted)) on
 // every path: success, upstream failure, client disconnect, shutdown.
+//
+// With Deps.Tenants (auth.go) every /v1 request needs an API key: none or
+// an unknown one is 401, a model or class the tenant may not use 403; the
+// tenant rides the scheduler request to the class owner, whose quota
+// rejection becomes 429 quota_exceeded, and the engine's usage is set on the
+// ticket (UsageTicket) before Finish.
 package frontend

@@ -104,6 +104,8 @@ func admissionError(err error, retryAfter int) *APIError {
 	case errors.Is(err, scheduler.ErrDeadlineExceeded):
 		return &APIError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "deadline_exceeded",
 			Message: "the request's deadline passed before it could be admitted: " + err.Error(), err: err}
+	case errors.Is(err, scheduler.ErrQuotaExceeded):
+		return quotaError(err, retryAfter)
 	case errors.Is(err, scheduler.ErrQueueFull):
 		return &APIError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "queue_full",
 			Message: "the class queue is full: " + err.Error(), RetryAfter: retryAfter, err: err}

@@ -42,7 +42,12 @@ type localTicket struct {
 	actor                  AdmissionActor
 	grant                  scheduler.Grant
 	acked, first, finished atomic.Bool
+	used                   atomic.Int64 // reported usage + 1; 0 = unknown
 }
+
+// SetUsage records the engine's reported token usage; Finish hands it to
+// an actor that takes it (scheduler.Actor.FinishUsage).
+func (t *localTicket) SetUsage(tokens int) { t.used.Store(int64(max(tokens, 0)) + 1) }
 
 func (t *localTicket) Grant() scheduler.Grant { return t.grant }
 
@@ -62,6 +67,13 @@ func (t *localTicket) FirstToken() {
 // load leaves either way); it matters to remote owners' lifecycle counters.
 func (t *localTicket) Finish(aborted bool) {
 	if t.finished.CompareAndSwap(false, true) {
+		type usageFinisher interface {
+			FinishUsage(scheduler.BookingID, int)
+		}
+		if uf, ok := t.actor.(usageFinisher); ok && !aborted && t.used.Load() > 0 {
+			uf.FinishUsage(t.grant.Booking, int(t.used.Load()-1))
+			return
+		}
 		t.actor.Finish(t.grant.Booking)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/tenant"
 )
 
 // exchange is one client request being proxied; it lives on the request
@@ -25,6 +26,7 @@ type exchange struct {
 	rid     string
 	class   string
 	ingress time.Time
+	tenant  *tenant.Tenant // nil: the API is open
 }
 
 // usageBody is the part of a response the router reads for metrics: the
@@ -166,11 +168,13 @@ func (x *exchange) relayBody(t Ticket, g scheduler.Grant, resp *http.Response) (
 	// exactly when many requests arrive at once: send it after the client
 	// has its answer, not before.
 	t.FirstToken()
+	u := parseUsage(body)
+	x.reportUsage(t, u)
 	t.Finish(werr != nil)
 	labels := []string{x.p.model, x.class}
 	x.s.m.TTFT.WithLabelValues(labels...).Observe(now.Sub(x.ingress).Seconds())
 	x.s.m.E2E.WithLabelValues(labels...).Observe(now.Sub(x.ingress).Seconds())
-	x.recordUsage(body)
+	x.recordUsage(u)
 	return http.StatusOK, false
 }
 
@@ -324,9 +328,11 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 			t.Finish(true)
 			return statusClientClosed, false
 		case err == io.EOF && sawDone:
+			u := parseUsage(usageLine)
+			x.reportUsage(t, u)
 			t.Finish(false)
 			x.s.m.E2E.WithLabelValues(labels...).Observe(x.s.now().Sub(x.ingress).Seconds())
-			x.recordUsage(usageLine)
+			x.recordUsage(u)
 			return http.StatusOK, false
 		case !started:
 			t.Finish(true)
@@ -359,19 +365,24 @@ func (x *exchange) writeStreamError(msg string) {
 	}
 }
 
-// recordUsage adds a response's usage to the token counters.
-func (x *exchange) recordUsage(doc []byte) {
+// parseUsage reads the usage of a response body or usage event (nil when
+// it has none).
+func parseUsage(doc []byte) *usage {
 	if len(doc) == 0 {
-		return
+		return nil
 	}
 	var b usageBody
 	if json.Unmarshal(doc, &b) != nil {
-		return
+		return nil
 	}
-	u := b.Usage
-	if u == nil && b.Response != nil {
-		u = b.Response.Usage
+	if b.Usage == nil && b.Response != nil {
+		return b.Response.Usage
 	}
+	return b.Usage
+}
+
+// recordUsage adds a response's usage to the token counters.
+func (x *exchange) recordUsage(u *usage) {
 	if u == nil {
 		return
 	}

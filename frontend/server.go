@@ -60,6 +60,8 @@ type Deps struct {
 	// TLSMetrics counts reloads of the listeners' and engine client's TLS
 	// files; nil counts nothing.
 	TLSMetrics *tlsconf.Metrics
+	// Tenants authenticates API keys (auth.go); nil leaves the API open.
+	Tenants Tenants
 }
 
 // Server is the OpenAI HTTP API of one router replica.
@@ -77,7 +79,7 @@ type Server struct {
 	idSeq   atomic.Uint64
 	closing atomic.Bool
 	srv     atomic.Pointer[http.Server] // the one Serve runs, for CloseKeepAlives
-	lis     listeners // listen.go: the admin routes and the listeners' TLS
+	lis     listeners                   // listen.go: the admin routes and the listeners' TLS
 	// inflight counts running handlers so Serve can wait for all of them;
 	// once stopped is set no handler starts (a request that slipped past the
 	// closed listener is refused).
@@ -85,6 +87,7 @@ type Server struct {
 	inflight   int
 	stopped    bool
 	idle       *sync.Cond
+	auth       *authMetrics // with Deps.Tenants only
 }
 
 // New builds a Server. It starts nothing: Serve or Run do.
@@ -136,6 +139,9 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	}
 	s.policy.Store(p)
 	s.idle = sync.NewCond(&s.inflightMu)
+	if deps.Tenants != nil {
+		s.auth = newAuthMetrics(reg)
+	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.instrument(metrics.RouteChatCompletions, func(w http.ResponseWriter, r *http.Request) int {
 		return s.handleCompletion(w, r, endpointChat)
@@ -383,7 +389,12 @@ type modelObject struct {
 	Workers int `json:"switchyard_workers"`
 }
 
-func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) int {
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) int {
+	tn, apiErr := s.authenticate(r)
+	if apiErr != nil {
+		apiErr.write(w)
+		return apiErr.Status
+	}
 	counts := map[string]int{}
 	var ids []string
 	for _, wk := range s.deps.Workers.Workers() {
@@ -391,6 +402,9 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) int {
 		for i, name := range names {
 			if name == "" || slices.Contains(names[:i], name) {
 				continue // a name listed twice by one worker counts once
+			}
+			if tn != nil && !tn.AllowsModel(name) {
+				continue // a tenant sees the models it may use
 			}
 			if counts[name] == 0 {
 				ids = append(ids, name)
@@ -553,6 +567,11 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		e.write(w)
 		return e.Status
 	}
+	tn, apiErr := s.authenticate(r)
+	if apiErr != nil {
+		apiErr.write(w)
+		return apiErr.Status
+	}
 	body, apiErr := s.readBody(w, r)
 	if apiErr != nil {
 		apiErr.write(w)
@@ -563,6 +582,15 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		apiErr.write(w)
 		return apiErr.Status
 	}
+	pol := s.policy.Load()
+	class := p.hints.class
+	if tn != nil {
+		// Before routing: a tenant learns nothing about models it may not use.
+		if class, apiErr = s.authorize(tn, p.model, class, pol); apiErr != nil {
+			apiErr.write(w)
+			return apiErr.Status
+		}
+	}
 	rt, apiErr := s.route(p.model)
 	if apiErr != nil {
 		apiErr.write(w)
@@ -572,8 +600,6 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		apiErr.write(w)
 		return apiErr.Status
 	}
-	pol := s.policy.Load()
-	class := p.hints.class
 	if class == "" {
 		class = pol.Classify(p.model, p.user, r.Header)
 	} else if !pol.HasClass(class) {
@@ -596,6 +622,9 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	if req.ExpectedOutputTokens == 0 {
 		req.ExpectedOutputTokens = s.cfg.DefaultMaxTokens
 	}
+	if tn != nil {
+		req.Tenant = schedTenant(tn)
+	}
 	if p.hints.priority != nil {
 		req.StrictPriority = *p.hints.priority
 	}
@@ -609,7 +638,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	if s.deps.Index != nil && len(req.BlockHashes) > 0 {
 		req.Overlaps = s.deps.Index.Overlaps(nil, req.BlockHashes)
 	}
-	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress}
+	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress, tenant: tn}
 	var failed []string
 	for attempt := 0; ; attempt++ {
 		req.Attempt = attempt
@@ -633,6 +662,9 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 				return statusClientClosed
 			}
 			e := admissionError(err, s.retryAfter())
+			if tn != nil && errors.Is(err, scheduler.ErrQuotaExceeded) {
+				s.auth.rejected.WithLabelValues(tn.ID, "quota_exceeded").Inc()
+			}
 			if e == nil { // withdrawn although the client is still here: say so
 				e = &APIError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: "admission_cancelled",
 					Message: "the admission was withdrawn before a worker was granted; retry", RetryAfter: s.retryAfter(), err: err}

@@ -132,6 +132,7 @@ const (
 	ReasonOwnershipLost     = "ownership_lost"
 	ReasonInvalidConstraint = "invalid_constraint"
 	ReasonUnknownClass      = "unknown_class"
+	ReasonQuotaExceeded     = "quota_exceeded"
 	// ReasonOther absorbs reason strings this package does not know, so a
 	// producer bug cannot create unbounded series.
 	ReasonOther = "other"
@@ -143,7 +144,7 @@ const (
 var rejectReasons = [...]string{
 	ReasonDueTimePassed, ReasonPredictedMiss, ReasonQueueFull, ReasonNoEndpoints,
 	ReasonOverloaded, ReasonOwnershipLost, ReasonInvalidConstraint, ReasonUnknownClass,
-	ReasonOther,
+	ReasonQuotaExceeded, ReasonOther,
 }
 
 const numReasons = len(rejectReasons)

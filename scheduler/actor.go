@@ -55,6 +55,7 @@ const (
 	msgRollback
 	msgRenew
 	msgDrain
+	msgFinishUsage
 )
 
 type message struct {
@@ -66,6 +67,7 @@ type message struct {
 	attempt  int // msgCancel: the attempt to withdraw; anyAttempt for all
 	booking  BookingID
 	bookings []BookingID
+	used     int // msgFinishUsage: tokens the engine reported
 }
 
 // NewActor wraps core, which must not be used by anything else afterwards.
@@ -178,6 +180,8 @@ func (a *Actor) handle(m message) {
 		c.Renew(m.bookings)
 	case msgDrain:
 		c.Drain()
+	case msgFinishUsage:
+		c.FinishUsage(m.booking, m.used)
 	}
 }
 
@@ -308,6 +312,12 @@ func (a *Actor) FirstToken(id BookingID) { a.send(message{kind: msgFirstToken, b
 
 // Finish frees a booking.
 func (a *Actor) Finish(id BookingID) { a.send(message{kind: msgFinish, booking: id}) }
+
+// FinishUsage frees a booking and corrects its tenant's tokens bucket with
+// the tokens used (Core.FinishUsage).
+func (a *Actor) FinishUsage(id BookingID, used int) {
+	a.send(message{kind: msgFinishUsage, booking: id, used: used})
+}
 
 // Rollback frees a booking whose hand-off failed.
 func (a *Actor) Rollback(id BookingID) { a.send(message{kind: msgRollback, booking: id}) }

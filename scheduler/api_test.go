@@ -15,7 +15,7 @@ func TestRejectErrorsMatchTheirSentinelsWithErrorsIs(t *testing.T) {
 		ReasonDueTimePassed: ErrDeadlineExceeded, ReasonPredictedMiss: ErrPredictedMiss,
 		ReasonQueueFull: ErrQueueFull, ReasonNoEndpoints: ErrNoEndpoints, ReasonOverloaded: ErrOverloaded,
 		ReasonOwnershipLost: ErrOwnershipMoved, ReasonInvalidConstraint: ErrInvalidConstraint,
-		ReasonUnknownClass: ErrUnknownClass,
+		ReasonUnknownClass: ErrUnknownClass, ReasonQuotaExceeded: ErrQuotaExceeded,
 	}
 	require.Len(t, Reasons, len(want))
 	for _, r := range Reasons {
@@ -31,7 +31,7 @@ func TestRejectErrorsMatchTheirSentinelsWithErrorsIs(t *testing.T) {
 
 func TestReasonStringsAreTheMetricLabels(t *testing.T) {
 	labels := []string{"due_time_passed", "predicted_miss", "queue_full", "no_endpoints",
-		"overloaded", "ownership_lost", "invalid_constraint", "unknown_class"}
+		"overloaded", "ownership_lost", "invalid_constraint", "unknown_class", "quota_exceeded"}
 	for i, r := range Reasons {
 		require.Equal(t, labels[i], r.String())
 		back, err := ParseReason(labels[i])

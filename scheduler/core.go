@@ -44,6 +44,10 @@ type class struct {
 	// constrained entries it stepped over (blockedOn, worker indices).
 	blockedAll bool
 	blockedOn  []int32
+
+	// tr shares the class between tenants (tenants.go); nil while no
+	// tenant's request is queued.
+	tr *tenantRing
 }
 
 // workerSlot is one registered worker with its ledger and what the selector
@@ -132,6 +136,10 @@ type Core struct {
 	// reference the index and the per-worker memo are checked against).
 	ix       selIndex
 	scanOnly bool
+	// tenants: quota accounting by tenant id (tenants.go); tenantHeads is
+	// tenantCandidate's scratch
+	tenants     map[string]*tenantState
+	tenantHeads []tenantHead
 
 	// scratch for the selector, sized to the worker count
 	ovl      []int32  // effective overlap per worker index
@@ -265,12 +273,22 @@ func (c *Core) Enqueue(r *Request, respond Responder) {
 			c.reject(cls, r, respond, ReasonQueueFull, lim, "zero-limit class and no worker is free")
 			return
 		}
+		if lim, retry := c.tenantCheck(r, now); lim != "" {
+			c.release(e)
+			c.rejectQuota(cls, r, respond, lim, retry)
+			return
+		}
 		c.admit(e, idx, now)
 		return
 	}
 	if lim := c.overLimit(cls, e); lim != "" {
 		c.release(e)
 		c.reject(cls, r, respond, ReasonQueueFull, lim, fmt.Sprintf("class %s queue limit %s reached", cls.cfg.Name, lim))
+		return
+	}
+	if lim, retry := c.tenantCheck(r, now); lim != "" {
+		c.release(e)
+		c.rejectQuota(cls, r, respond, lim, retry)
 		return
 	}
 	c.push(e)
@@ -422,6 +440,7 @@ func (c *Core) push(e *entry) {
 	cls.pendingISL += int64(e.req.PromptTokens)
 	cls.pendingCached += int64(e.cold.cached)
 	c.queued++
+	c.tenantQueued(e)
 }
 
 // unqueue removes e from every index and releases its queue accounting.
@@ -438,9 +457,11 @@ func (c *Core) unqueue(e *entry) {
 	cls.pendingISL -= int64(e.req.PromptTokens)
 	cls.pendingCached -= int64(e.cold.cached)
 	c.queued--
+	c.tenantUnqueued(e)
 	if len(cls.q) == 0 {
 		// An idle class must not bank credit for later (standard DRR).
 		cls.deficit = 0
+		cls.untenanted()
 	}
 }
 
@@ -527,6 +548,7 @@ func (c *Core) popNext() (*entry, int) {
 			}
 			if cls.deficit >= e.cost {
 				cls.deficit -= e.cost
+				c.tenantServed(e)
 				c.unqueue(e)
 				return e, idx
 			}
@@ -586,40 +608,56 @@ func (c *Core) candidate(cls *class) (*entry, int) {
 	if memo && cls.blocked && c.stillBlocked(cls) {
 		return nil, -1
 	}
-	all, deps := false, cls.blockedOn[:0]
+	cls.blockedOn, cls.blockedAll = cls.blockedOn[:0], false
+	if cls.multiTenant() {
+		cls.selEntry, cls.selIdx = c.tenantCandidate(cls)
+	} else {
+		cls.selEntry, cls.selIdx = c.walkQueue(cls, cls.q)
+	}
+	cls.blocked = cls.selEntry == nil && len(cls.q) > 0
+	cls.blockedAt = c.capEpoch
+	cls.blockedAll = cls.blockedAll || len(cls.blockedOn) > maxBlockedOn
+	return cls.selEntry, cls.selIdx
+}
+
+// walkQueue is candidate's walk over one heap of cls's entries (the class
+// queue, or one tenant's part of it): the first entry in order that has a
+// worker, with the constrained look-ahead. A walk that finds none records
+// what it waited on in cls.blockedOn and cls.blockedAll (every walk of one
+// candidate adds to them), so the blocked-class memo knows which freed
+// capacity can change the answer.
+func (c *Core) walkQueue(cls *class, q []*entry) (*entry, int) {
+	deps := cls.blockedOn
 	// In-order walk of the heap: a frontier of heap positions, smallest first.
 	front := append(c.front[:0], 0)
-	for steps := 0; steps < constraintLookahead && len(front) > 0 && len(cls.q) > 0; steps++ {
+	for steps := 0; steps < constraintLookahead && len(front) > 0 && len(q) > 0; steps++ {
 		j := 0
 		for k := 1; k < len(front); k++ {
-			if cls.q[front[k]].before(cls.q[front[j]]) {
+			if q[front[k]].before(q[front[j]]) {
 				j = k
 			}
 		}
 		qi := front[j]
 		front[j] = front[len(front)-1]
 		front = front[:len(front)-1]
-		e := cls.q[qi]
+		e := q[qi]
 		if idx, ok := c.selectWorker(e.req, &cls.cfg); ok {
-			cls.selEntry, cls.selIdx = e, idx
-			break
+			c.front, cls.blockedOn = front, deps
+			return e, idx
 		}
 		if e.req.Pinned == "" && len(e.req.Allowed) == 0 {
-			all = true
+			cls.blockedAll = true
 			break
 		}
 		deps = c.appendConstraint(deps, e.req)
 		for _, ch := range [2]int{2*qi + 1, 2*qi + 2} {
-			if ch < len(cls.q) {
+			if ch < len(q) {
 				front = append(front, ch)
 			}
 		}
 	}
-	c.front = front
-	cls.blockedOn = deps
-	cls.blocked = cls.selEntry == nil && len(cls.q) > 0
-	cls.blockedAt, cls.blockedAll = c.capEpoch, all || len(deps) > maxBlockedOn
-	return cls.selEntry, cls.selIdx
+	c.front, cls.blockedOn = front, deps
+	return nil, -1
 }
 
 // maxBlockedOn bounds the workers a blocked class remembers; past it, any
@@ -685,6 +723,7 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 	pred := c.ttftPredict(r, idx)
 	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.BlockHashes, r.PromptTokens, cached, r.ExpectedOutputTokens, false, now)
 	b.grantedAt, b.predMs = now.UnixNano(), pred
+	c.tenantBooked(b, r, now)
 	g := Grant{
 		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id,
 		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
@@ -805,6 +844,7 @@ func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, p
 
 func (c *Core) free(b *booking) {
 	c.capFreed(b.ledger)
+	c.tenantFreed(b)
 	b.ledger.remove(b)
 	c.ledgerChanged(b.ledger)
 	c.expiry.remove(b.ei)
@@ -884,6 +924,7 @@ func (c *Core) Adopt(rec BookingRecord) BookingID {
 	}
 	b := c.book(rec.RequestID, rec.Class, rec.Worker, blockSize, rec.BlockHashes,
 		max(0, rec.PromptTokens), max(0, rec.CachedTokens), max(0, rec.ExpectedOutputTokens), rec.FirstTokenSeen, c.clock.Now())
+	c.tenantAdopted(b, rec.Tenant)
 	c.acknowledge(b)
 	return b.id
 }
@@ -897,7 +938,7 @@ func (c *Core) Booking(id BookingID) (BookingRecord, bool) {
 	return BookingRecord{
 		RequestID: b.requestID, Class: b.class, Worker: b.worker, BlockHashes: b.hashes,
 		PromptTokens: b.prompt, CachedTokens: b.cached, ExpectedOutputTokens: b.output,
-		FirstTokenSeen: b.prefill == 0,
+		FirstTokenSeen: b.prefill == 0, Tenant: b.tenantID(),
 	}, true
 }
 
@@ -1120,5 +1161,6 @@ func (c *Core) Snapshot() *Snapshot {
 	for id, l := range c.ledgers {
 		s.Workers[id] = l.load()
 	}
+	c.sweepTenants(s.At.UnixNano())
 	return s
 }

@@ -23,6 +23,12 @@
 // worker per bucket and the few loaded workers whose bound is below the best;
 // it chooses exactly what the full scan would (a differential test checks).
 //
+// Tenants (tenants.go): a request may carry its tenant; the Core enforces
+// the tenant's quota (concurrency in its ledger, requests and tokens per
+// minute as token buckets, corrected by FinishUsage) like a class limit, and
+// shares a class between its tenants by deficit round robin by weight. A
+// class whose queue holds one tenant's requests keeps the single-queue path.
+//
 // It declares what it consumes in ports.go: Clock and LoadView (other
 // replicas' booked load, fed by gossip).
 //

@@ -14,6 +14,7 @@ var (
 	ErrOwnershipMoved    = errors.New("scheduler: class ownership moved")
 	ErrInvalidConstraint = errors.New("scheduler: invalid worker constraint")
 	ErrUnknownClass      = errors.New("scheduler: unknown class")
+	ErrQuotaExceeded     = errors.New("scheduler: tenant quota exceeded")
 	// ErrCancelled: the requester withdrew while queued (Admit's ctx ended).
 	ErrCancelled = errors.New("scheduler: cancelled")
 	// ErrInvalidConfig: a Config, ClassConfig or Worker failed validation.

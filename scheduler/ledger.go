@@ -62,6 +62,17 @@ type booking struct {
 	// ns; 0 for adopted bookings) and the reference-ms TTFT predicted then.
 	grantedAt int64
 	predMs    float64
+	// tenants.go: the tenant holding a concurrency slot with this booking
+	// (nil: none) and the tokens charged to its bucket at booking
+	tenant   *tenantState
+	estimate int64
+}
+
+func (b *booking) tenantID() string {
+	if b.tenant == nil {
+		return ""
+	}
+	return b.tenant.id
 }
 
 func (l *workerLedger) add(b *booking) {

@@ -26,6 +26,11 @@ type entryCold struct {
 	cls        *class
 	cached     int // best allowed (or pinned) cached tokens at enqueue
 	enqueuedAt time.Time
+	// tenants.go: the tenant's accounting (nil without a tenant), its
+	// queue in the class and the position there
+	tenant *tenantState
+	tq     *tenantQueue
+	ti     int32
 }
 
 // before is the within-class order: strict priority desc, due asc with

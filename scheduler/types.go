@@ -154,6 +154,11 @@ type Request struct {
 
 	Attempt int  // 0 = first attempt; > 0 = retry: counted in Retried, not Received
 	Probe   bool // advisory probe: excluded from every counter
+
+	// Tenant is who the request is admitted for (ID "": nobody): the Core
+	// enforces its quota and shares the class between tenants by weight
+	// (tenants.go).
+	Tenant Tenant
 }
 
 // The Request methods below are the single source of the request-side
@@ -313,6 +318,8 @@ type BookingRecord struct {
 	CachedTokens         int // from the original grant
 	ExpectedOutputTokens int
 	FirstTokenSeen       bool // prefill already done: no prefill load remains
+	// Tenant holds one of the tenant's concurrency slots at the new owner.
+	Tenant string
 }
 
 // Reason is why a request was rejected. Values start at one.
@@ -332,12 +339,16 @@ const (
 	ReasonOwnershipLost
 	ReasonInvalidConstraint
 	ReasonUnknownClass
+	// ReasonQuotaExceeded: the request's tenant is over a quota
+	// (RejectError.Limit names which; tenants.go).
+	ReasonQuotaExceeded
 )
 
 // Reasons lists every reason, in label export order.
 var Reasons = []Reason{
 	ReasonDueTimePassed, ReasonPredictedMiss, ReasonQueueFull, ReasonNoEndpoints,
 	ReasonOverloaded, ReasonOwnershipLost, ReasonInvalidConstraint, ReasonUnknownClass,
+	ReasonQuotaExceeded,
 }
 
 // String returns the snake_case metric label.
@@ -359,6 +370,8 @@ func (r Reason) String() string {
 		return "invalid_constraint"
 	case ReasonUnknownClass:
 		return "unknown_class"
+	case ReasonQuotaExceeded:
+		return "quota_exceeded"
 	}
 	return fmt.Sprintf("reason(%d)", int(r))
 }
@@ -397,6 +410,8 @@ func (r Reason) sentinel() error {
 		return ErrInvalidConstraint
 	case ReasonUnknownClass:
 		return ErrUnknownClass
+	case ReasonQuotaExceeded:
+		return ErrQuotaExceeded
 	}
 	return errUnknownReason
 }
@@ -405,8 +420,11 @@ func (r Reason) sentinel() error {
 // against the sentinel of its Reason (ErrQueueFull, ErrDeadlineExceeded, ...).
 type RejectError struct {
 	Reason Reason
-	Limit  string // for ReasonQueueFull: LimitRequests, LimitISLTokens or LimitCachedTokens
+	Limit  string // for ReasonQueueFull: LimitRequests, LimitISLTokens or LimitCachedTokens; for ReasonQuotaExceeded: LimitTenant*
 	Detail string
+	// RetryAfter is, for ReasonQuotaExceeded, when the quota will let the
+	// request in (0: unknown, e.g. until a concurrent request ends).
+	RetryAfter time.Duration
 }
 
 func (e *RejectError) Error() string {

@@ -38,7 +38,24 @@ type AdmitRequest struct {
 	Pinned          string         `json:"pinned,omitempty"`
 	Allowed         []string       `json:"allowed,omitempty"`
 	ExpectedOutput  int            `json:"osl,omitempty"`
+	// Tenant is who the request is admitted for ("": nobody; design §15).
+	// The owner enforces TenantQuota and shares the class by TenantWeight.
+	// Older owners ignore these fields; older entries send none.
+	Tenant       string      `json:"tenant,omitempty"`
+	TenantWeight int         `json:"tw,omitempty"`
+	TenantQuota  *AdmitQuota `json:"tq,omitempty"`
 }
+
+// AdmitQuota is a tenant's quota as the entry replica knows it (0 is
+// unlimited).
+type AdmitQuota struct {
+	Concurrent        int `json:"conc,omitempty"`
+	RequestsPerMinute int `json:"rpm,omitempty"`
+	TokensPerMinute   int `json:"tpm,omitempty"`
+}
+
+// MaxTenantWeight bounds a tenant's weight on the wire.
+const MaxTenantWeight = 1000
 
 // AdmitReply is the owner's answer: a grant (OK) or a typed rejection.
 type AdmitReply struct {
@@ -59,6 +76,9 @@ type AdmitReply struct {
 	Reason string `json:"reason,omitempty"`
 	Limit  string `json:"limit,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	// RetryAfterMs is, for a quota_exceeded rejection, when the tenant's
+	// quota will let the request in (0: unknown).
+	RetryAfterMs int64 `json:"retry_ms,omitempty"`
 	// Uncounted marks a rejection issued before the owner's scheduler saw
 	// the request (it no longer owned the class): the resubmission is then
 	// still a first attempt, so the request is counted as received exactly
@@ -104,6 +124,16 @@ type LifeMark struct {
 	// life under the same replica id). 0: unknown, accepted.
 	Instance uint64   `json:"instance,omitempty"`
 	Bookings []uint64 `json:"bookings"`
+	// Used reports, with a done mark, the tokens (prompt plus output) the
+	// engine said a booking's request used, so the owner corrects the
+	// tenant's tokens-per-minute bucket. Bookings not listed: unknown.
+	Used []LifeUsage `json:"used,omitempty"`
+}
+
+// LifeUsage is one booking's reported token usage.
+type LifeUsage struct {
+	Booking uint64 `json:"b"`
+	Tokens  int    `json:"t"`
 }
 
 // AdoptedBooking describes one in-flight request whose booking moves to a new
@@ -116,6 +146,8 @@ type AdoptedBooking struct {
 	CachedTokens   int      `json:"cached,omitempty"`
 	ExpectedOutput int      `json:"osl,omitempty"`
 	FirstTokenSeen bool     `json:"first_token,omitempty"` // no prefill load remains
+	// Tenant holds one of the tenant's concurrency slots at the new owner.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // AdoptRequest re-homes bookings to the owner of Class.
@@ -186,7 +218,29 @@ func DecodeAdmitRequest(p []byte) (*AdmitRequest, error) {
 			return nil, fmt.Errorf("%w: admit request %s has a bad overlap", ErrMalformed, m.ID)
 		}
 	}
+	if err := m.checkTenant(); err != nil {
+		return nil, err
+	}
 	return &m, nil
+}
+
+func (m *AdmitRequest) checkTenant() error {
+	if m.Tenant == "" {
+		if m.TenantWeight != 0 || m.TenantQuota != nil {
+			return fmt.Errorf("%w: admit request %s has a tenant weight or quota but no tenant", ErrMalformed, m.ID)
+		}
+		return nil
+	}
+	if !ValidName(m.Tenant) {
+		return fmt.Errorf("%w: admit request %s tenant %q", ErrMalformed, m.ID, m.Tenant)
+	}
+	if m.TenantWeight < 0 || m.TenantWeight > MaxTenantWeight {
+		return fmt.Errorf("%w: admit request %s tenant weight %d is outside 0..%d", ErrMalformed, m.ID, m.TenantWeight, MaxTenantWeight)
+	}
+	if q := m.TenantQuota; q != nil && (q.Concurrent < 0 || q.RequestsPerMinute < 0 || q.TokensPerMinute < 0) {
+		return fmt.Errorf("%w: admit request %s has a negative tenant quota", ErrMalformed, m.ID)
+	}
+	return nil
 }
 
 // MaxIngressAhead is how far in the future of the owner's clock an admit
@@ -216,6 +270,9 @@ func DecodeAdmitReply(p []byte) (*AdmitReply, error) {
 	}
 	if !m.OK && m.Reason == "" {
 		return nil, fmt.Errorf("%w: admit reply rejects without a reason", ErrMalformed)
+	}
+	if m.RetryAfterMs < 0 {
+		return nil, fmt.Errorf("%w: admit reply has a negative retry-after", ErrMalformed)
 	}
 	return &m, nil
 }
@@ -249,6 +306,17 @@ func DecodeLifeMark(p []byte) (*LifeMark, error) {
 	if len(m.Bookings) > MaxBlocksPerMessage {
 		return nil, fmt.Errorf("%w: life mark has too many bookings", ErrMalformed)
 	}
+	if len(m.Used) > 0 && m.Kind != LifeDone {
+		return nil, fmt.Errorf("%w: life mark %s reports usage (only done may)", ErrMalformed, m.Kind)
+	}
+	if len(m.Used) > len(m.Bookings) {
+		return nil, fmt.Errorf("%w: life mark reports usage of more bookings than it names", ErrMalformed)
+	}
+	for _, u := range m.Used {
+		if u.Tokens < 0 {
+			return nil, fmt.Errorf("%w: life mark reports negative usage for booking %d", ErrMalformed, u.Booking)
+		}
+	}
 	return &m, nil
 }
 
@@ -264,6 +332,9 @@ func DecodeAdoptRequest(p []byte) (*AdoptRequest, error) {
 	for _, b := range m.Bookings {
 		if b.Worker == "" || b.PromptTokens < 0 || b.CachedTokens < 0 || b.ExpectedOutput < 0 {
 			return nil, fmt.Errorf("%w: adopt request has a bad booking", ErrMalformed)
+		}
+		if b.Tenant != "" && !ValidName(b.Tenant) {
+			return nil, fmt.Errorf("%w: adopt request booking %s tenant %q", ErrMalformed, b.RequestID, b.Tenant)
 		}
 	}
 	return &m, nil

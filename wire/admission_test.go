@@ -11,7 +11,8 @@ func TestAdmitRequestRoundTrips(t *testing.T) {
 	in := &AdmitRequest{ID: "r1", Class: "gold", Entry: "replica-1", Attempt: 2, StrictPriority: 1,
 		PriorityJump: 0.5, IngressUnixNano: 10, DueUnixNano: 20, PromptTokens: 100,
 		BlockHashes: []uint64{1, 1 << 63}, Overlaps: []AdmitOverlap{{Worker: "w1", Blocks: 2}},
-		Pinned: "w1", Allowed: []string{"w1", "w2"}, ExpectedOutput: 5}
+		Pinned: "w1", Allowed: []string{"w1", "w2"}, ExpectedOutput: 5,
+		Tenant: "acme", TenantWeight: 3, TenantQuota: &AdmitQuota{Concurrent: 10, RequestsPerMinute: 60, TokensPerMinute: 1000}}
 	b, err := EncodeAdmission(in)
 	if err != nil {
 		t.Fatal(err)
@@ -40,6 +41,15 @@ func TestAdmissionDecodersRejectBadInputWithTypedErrors(t *testing.T) {
 		"life: unknown kind":       {func(b []byte) error { _, err := DecodeLifeMark(b); return err }, `{"v":1,"kind":"exploded"}`, ErrMalformed},
 		"cancel: no id":            {func(b []byte) error { _, err := DecodeCancelRequest(b); return err }, `{"v":1}`, ErrMalformed},
 		"adopt: bad booking":       {func(b []byte) error { _, err := DecodeAdoptRequest(b); return err }, `{"v":1,"class":"c","entry":"e","bookings":[{"worker":""}]}`, ErrMalformed},
+		"admit: bad tenant":        {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"c","entry":"e","ingress":1,"tenant":"a b"}`, ErrMalformed},
+		"admit: weight w/o tenant": {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"c","entry":"e","ingress":1,"tw":3}`, ErrMalformed},
+		"admit: huge weight":       {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"c","entry":"e","ingress":1,"tenant":"t","tw":1001}`, ErrMalformed},
+		"admit: negative quota":    {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"c","entry":"e","ingress":1,"tenant":"t","tq":{"tpm":-1}}`, ErrMalformed},
+		"reply: negative retry":    {func(b []byte) error { _, err := DecodeAdmitReply(b); return err }, `{"v":1,"ok":false,"reason":"quota_exceeded","retry_ms":-5}`, ErrMalformed},
+		"life: usage on renew":     {func(b []byte) error { _, err := DecodeLifeMark(b); return err }, `{"v":1,"kind":"renew","bookings":[1],"used":[{"b":1,"t":5}]}`, ErrMalformed},
+		"life: negative usage":     {func(b []byte) error { _, err := DecodeLifeMark(b); return err }, `{"v":1,"kind":"done","bookings":[1],"used":[{"b":1,"t":-5}]}`, ErrMalformed},
+		"life: usage of more":      {func(b []byte) error { _, err := DecodeLifeMark(b); return err }, `{"v":1,"kind":"done","bookings":[],"used":[{"b":1,"t":5}]}`, ErrMalformed},
+		"adopt: bad tenant":        {func(b []byte) error { _, err := DecodeAdoptRequest(b); return err }, `{"v":1,"class":"c","entry":"e","bookings":[{"worker":"w","tenant":"x.y"}]}`, ErrMalformed},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -55,6 +65,9 @@ func FuzzDecodeAdmitRequest(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte(`{"v":1}`))
 	f.Add([]byte(`null`))
+	tenant, _ := EncodeAdmission(&AdmitRequest{ID: "r", Class: "c", Entry: "e", IngressUnixNano: 1, Tenant: "acme", TenantWeight: 3,
+		TenantQuota: &AdmitQuota{Concurrent: 10, RequestsPerMinute: 5, TokensPerMinute: 100}})
+	f.Add(tenant)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeAdmitRequest(b)
 		if err != nil {
@@ -74,13 +87,26 @@ func FuzzDecodeAdmitReply(f *testing.F) {
 	good, _ := EncodeAdmission(&AdmitReply{OK: true, Worker: "w", Booking: 1, Owner: "o", Epoch: 3})
 	f.Add(good)
 	f.Add([]byte(`{"v":1,"ok":false,"reason":"queue_full"}`))
+	f.Add([]byte(`{"v":1,"ok":false,"reason":"quota_exceeded","limit":"concurrent","retry_ms":1500}`))
 	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeAdmitReply(b) })
 }
 
 func FuzzDecodeLifeMark(f *testing.F) {
 	good, _ := EncodeAdmission(&LifeMark{Entry: "e", Kind: LifeDone, Bookings: []uint64{1, 2}})
 	f.Add(good)
-	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeLifeMark(b) })
+	used, _ := EncodeAdmission(&LifeMark{Entry: "e", Kind: LifeDone, Bookings: []uint64{1, 2}, Used: []LifeUsage{{Booking: 2, Tokens: 40}}})
+	f.Add(used)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeLifeMark(b)
+		if err != nil {
+			return
+		}
+		for _, u := range m.Used {
+			if u.Tokens < 0 || m.Kind != LifeDone {
+				t.Fatalf("decoded usage %+v on a %s mark", u, m.Kind)
+			}
+		}
+	})
 }
 
 func FuzzDecodeCancelRequest(f *testing.F) {
@@ -90,7 +116,7 @@ func FuzzDecodeCancelRequest(f *testing.F) {
 }
 
 func FuzzDecodeAdoptRequest(f *testing.F) {
-	good, _ := EncodeAdmission(&AdoptRequest{Entry: "e", Class: "c", Bookings: []AdoptedBooking{{RequestID: "r", Worker: "w", PromptTokens: 3}}})
+	good, _ := EncodeAdmission(&AdoptRequest{Entry: "e", Class: "c", Bookings: []AdoptedBooking{{RequestID: "r", Worker: "w", PromptTokens: 3, Tenant: "acme"}}})
 	f.Add(good)
 	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeAdoptRequest(b) })
 }

@@ -26,6 +26,7 @@ var commands = []command{
 	{"worker", "run one simulated inference engine", app.Worker},
 	{"adapter", "front a real engine (vLLM, SGLang, any OpenAI server) as a worker", app.Adapter},
 	{"bench", "replay traces against an OpenAI endpoint, or simulate a cluster (--sim)", bench.Main},
+	{"keys", "API keys file helpers: hash a key (from stdin), generate a key", app.Keys},
 	{"healthcheck", "probe a router's or worker's /readyz (for container health checks)", app.Healthcheck},
 	{"version", "print the build version", func(_ context.Context, _ []string, out, _ io.Writer) error {
 		_, err := fmt.Fprintln(out, app.Version())

@@ -29,6 +29,7 @@ import (
 	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/tenant"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -80,6 +81,9 @@ type ReplicaConfig struct {
 	// Clock is what admission reads and waits on: the scheduler, the owner
 	// side and the entry side (nil: wall time). Tests skew it.
 	Clock scheduler.Clock
+	// Tenants is the API keys file (-auth.keys-file); without one the API
+	// is open.
+	Tenants tenant.Config
 }
 
 // DefaultReplicaConfig returns the defaults of every part.
@@ -105,6 +109,7 @@ func DefaultReplicaConfig() ReplicaConfig {
 		Admission:          admission.DefaultClientConfig(),
 		Exporter:           metrics.DefaultExporterConfig(),
 		Prompt:             defaultPromptConfig(),
+		Tenants:            tenant.DefaultConfig(),
 	}
 }
 
@@ -151,7 +156,7 @@ func (c ReplicaConfig) Validate() error {
 	case c.DrainDelay < 0:
 		return errors.New("DrainDelay must be >= 0")
 	}
-	for _, v := range []interface{ Validate() error }{c.Session, c.Ownership, c.Gossip, c.Scheduler, c.Index, c.Ingest, c.Frontend, c.Admission, c.Exporter, c.Prompt, c.Links} {
+	for _, v := range []interface{ Validate() error }{c.Session, c.Ownership, c.Gossip, c.Scheduler, c.Index, c.Ingest, c.Frontend, c.Admission, c.Exporter, c.Prompt, c.Links, c.Tenants} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
@@ -343,11 +348,22 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	}
 	prompts.SetPolicy(policy.Tokenizers)
 
+	var keys *tenant.Store
+	var tenants frontend.Tenants // nil interface: the API is open
+	if cfg.Tenants.KeysFile != "" {
+		if keys, err = tenant.NewStore(cfg.Tenants, log, tenant.NewMetrics(reg), nil); err != nil {
+			return fmt.Errorf("keys: %w", err)
+		}
+		tenants = keys
+	} else {
+		log.Warn("no API keys file (-auth.keys-file): the OpenAI API is open to anyone who can reach it")
+	}
 	// serving: registries and index loaded; draining: the lame duck has
 	// begun (/readyz fails, the API still serves); stopping: the drain
 	// delay is over (the API answers 503 not_ready with Retry-After).
 	var serving, draining, stopping atomic.Bool
 	fe, err := frontend.New(cfg.Frontend, frontend.Deps{
+		Tenants:  tenants,
 		Admitter: admitter{c: client, m: admissionMetrics, model: cfg.Model, workerType: cfg.WorkerType},
 		Workers:  workerView{workersReg},
 		Prompts:  prompts,
@@ -482,6 +498,9 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	grp.go_("admission_client", client.Run)
 	grp.go_("exporter", exporter.Run)
 	grp.go_("tokenizers", prompts.Run)
+	if keys != nil {
+		grp.go_("keys", keys.Run)
+	}
 	grp.go_("http", func(ctx context.Context) error {
 		// Served until the shutdown sequence is done with the API (or a
 		// component failed): the streams were drained before, so the

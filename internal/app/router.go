@@ -51,6 +51,7 @@ func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Prompt.RegisterFlags(fs, "tokenizer.")
 	cfg.Links.Etcd.RegisterFlags(fs, "etcd.")
 	cfg.Links.NATS.RegisterFlags(fs, "nats.")
+	cfg.Tenants.RegisterFlags(fs, "auth.")
 	level := zapcore.InfoLevel
 	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
 	if err := parseFlags(fs, args, stderr); err != nil {
