@@ -317,6 +317,11 @@ func BenchmarkRequestPath(b *testing.B) {
 		return reg
 	}
 	b.Run("chat=4k/tokenizer=llama3", func(b *testing.B) { benchRequestPath(b, llama3(b), endpointChat, chat) })
+	// A chat the router has never seen: every iteration's system prompt
+	// starts differently, so no cached prefix applies and no identical body
+	// repeats. This is the cost of a new conversation.
+	b.Run("chat=4k/fresh/tokenizer=o200k", func(b *testing.B) { benchRequestPathFresh(b, realPrompts(b), chat) })
+	b.Run("chat=4k/fresh/tokenizer=llama3", func(b *testing.B) { benchRequestPathFresh(b, llama3(b), chat) })
 	// A conversation's next turn: the same 4k history with a user message
 	// the router has not seen yet, every iteration a different one. With
 	// Llama 3 the history up to its last <|eot_id|> comes from the
@@ -343,6 +348,22 @@ func benchRequestPathTurns(b *testing.B, prompts Prompts, chat []byte) {
 		buf = strconv.AppendInt(buf, int64(i), 10)
 		buf = append(buf, `, which worker holds the prefix?"}`...)
 		return append(buf, chat[end:]...)
+	})
+}
+
+// benchRequestPathFresh sends chat with a different start of its first
+// message each iteration.
+func benchRequestPathFresh(b *testing.B, prompts Prompts, chat []byte) {
+	at := bytes.Index(chat, []byte(`"content":"`))
+	require.Positive(b, at, "chatBody has a first message")
+	at += len(`"content":"`)
+	var buf []byte
+	benchRequestBodies(b, prompts, endpointChat, len(chat), func(i int) []byte {
+		buf = append(buf[:0], chat[:at]...)
+		buf = append(buf, "Session "...)
+		buf = strconv.AppendInt(buf, int64(i), 10)
+		buf = append(buf, ". "...)
+		return append(buf, chat[at:]...)
 	})
 }
 
