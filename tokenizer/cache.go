@@ -138,12 +138,16 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 	}
 	c.mu.Unlock()
 
-	out := make([]uint32, len(cached), len(cached)+(len(text)-prev)/4+(len(text)/16)+8)
-	copy(out, cached)
 	prev = 0
 	if best >= 0 {
 		prev = matches[best].stop
 	}
+	// Room for what is left at about four bytes a token, with slack for
+	// text that tokenizes denser: growing a 4k-token result by appends
+	// doubled its allocation.
+	rest := len(text) - prev
+	out := make([]uint32, len(cached), len(cached)+rest/3+8)
+	copy(out, cached)
 	lastStored := len(out)
 	for k := best + 1; k < len(matches); k++ {
 		mt := matches[k]

@@ -2,9 +2,9 @@ package tokenizer
 
 import (
 	"errors"
+	"hash/maphash"
 	"strings"
 	"sync"
-	"unsafe"
 )
 
 var (
@@ -80,23 +80,43 @@ type scratch struct {
 	matches []addedMatch
 
 	// words caches the ids of recent pre-tokens of one model. Text repeats
-	// its words, and this small map stays in the CPU cache where the
-	// vocabulary and merge tables (megabytes) do not.
+	// its words, and this small table stays in the CPU cache where the
+	// vocabulary and merge tables (megabytes) do not. It is direct-mapped
+	// by a hash of the piece (a collision replaces the older word) and
+	// holds no pointers, so the collector never scans it; the keys' bytes
+	// and the ids live in two arenas, and the whole cache is cleared when
+	// either is full.
 	wordsModel *Model
-	words      map[string]uint32 // piece → offset<<8 | count into wordIDs
+	words      []wordSlot // wordSlots entries once used
 	wordIDs    []uint32
-	wordKeys   []byte // arena the keys point into; a full one is left to the keys and replaced
+	wordKeys   []byte
 	// noWordCache turns the word cache off, for the benchmark that
 	// measures what it saves.
 	noWordCache bool
 }
 
-// maxCachedWords bounds a scratch's word cache; it is cleared when full.
-// maxCachedWordLen keeps long pieces, which rarely repeat, out of it.
+// wordSlot is one word cache entry; idLen 0 marks an empty slot.
+type wordSlot struct {
+	hash   uint64
+	keyOff uint32
+	idOff  uint32
+	keyLen uint8
+	idLen  uint8
+}
+
+// wordSlots is the word cache's size (a power of two): some 400 kB per
+// scratch, which a long prompt's distinct words fill sparsely enough that
+// collisions are rare. maxCachedWordLen keeps long pieces, which rarely
+// repeat, out of it; the arenas bound how much it holds before a clear.
 const (
-	maxCachedWords   = 8192
+	wordSlots        = 1 << 14
 	maxCachedWordLen = 32
+	wordKeyArena     = 256 << 10
+	wordIDArena      = 64 << 10
 )
+
+// wordSeed seeds the word cache's hash; one per process.
+var wordSeed = maphash.MakeSeed()
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
@@ -150,7 +170,7 @@ func (m *Model) SpecialTokens() map[string]string {
 // tokenizer.encode(text, add_special_tokens=False) does: added and special
 // tokens written in the text are recognised, nothing is added around it.
 func (m *Model) Encode(text string) []uint32 {
-	return m.AppendEncode(make([]uint32, 0, len(text)/4+4), text)
+	return m.AppendEncode(make([]uint32, 0, len(text)/3+8), text)
 }
 
 // AppendEncode appends the ids of text (as Encode) to dst.
@@ -261,45 +281,44 @@ func (m *Model) appendWord(dst []uint32, w string, sc *scratch) []uint32 {
 	if m.byteLevel && len(w) == 1 && m.byteOK[w[0]] {
 		return append(dst, m.byteID[w[0]])
 	}
-	cache := len(w) <= maxCachedWordLen && !sc.noWordCache
-	if cache {
-		if sc.wordsModel != m || sc.words == nil {
-			sc.resetWords(m)
-		}
-		if v, ok := sc.words[w]; ok {
-			off := v >> 8
-			return append(dst, sc.wordIDs[off:off+v&0xff]...)
-		}
+	if len(w) > maxCachedWordLen || sc.noWordCache {
+		return m.appendWordUncached(dst, w, sc)
+	}
+	if sc.wordsModel != m || sc.words == nil {
+		sc.resetWords(m)
+	}
+	h := maphash.String(wordSeed, w)
+	slot := &sc.words[h&(wordSlots-1)]
+	if slot.hash == h && slot.idLen > 0 && int(slot.keyLen) == len(w) &&
+		string(sc.wordKeys[slot.keyOff:slot.keyOff+uint32(slot.keyLen)]) == w {
+		return append(dst, sc.wordIDs[slot.idOff:slot.idOff+uint32(slot.idLen)]...)
 	}
 	start := len(dst)
 	dst = m.appendWordUncached(dst, w, sc)
-	if cache && len(dst)-start <= maxCachedWordLen {
-		if len(sc.words) >= maxCachedWords {
-			sc.resetWords(m)
-		}
-		// The key is copied into the arena: w points into the caller's text.
-		if len(sc.wordKeys)+len(w) > cap(sc.wordKeys) {
-			sc.wordKeys = make([]byte, 0, 64<<10)
-		}
-		k := len(sc.wordKeys)
-		sc.wordKeys = append(sc.wordKeys, w...)
-		key := unsafe.String(&sc.wordKeys[k], len(w))
-		sc.words[key] = uint32(len(sc.wordIDs))<<8 | uint32(len(dst)-start)
-		sc.wordIDs = append(sc.wordIDs, dst[start:]...)
+	n := len(dst) - start
+	if n > maxCachedWordLen {
+		return dst
 	}
+	if len(sc.wordKeys)+len(w) > wordKeyArena || len(sc.wordIDs)+n > wordIDArena {
+		sc.resetWords(m)
+		slot = &sc.words[h&(wordSlots-1)]
+	}
+	*slot = wordSlot{hash: h, keyOff: uint32(len(sc.wordKeys)), idOff: uint32(len(sc.wordIDs)), keyLen: uint8(len(w)), idLen: uint8(n)}
+	sc.wordKeys = append(sc.wordKeys, w...)
+	sc.wordIDs = append(sc.wordIDs, dst[start:]...)
 	return dst
 }
 
 func (sc *scratch) resetWords(m *Model) {
 	sc.wordsModel = m
 	if sc.words == nil {
-		sc.words = make(map[string]uint32, maxCachedWords)
+		sc.words = make([]wordSlot, wordSlots)
+		sc.wordKeys = make([]byte, 0, wordKeyArena)
+		sc.wordIDs = make([]uint32, 0, wordIDArena)
 	} else {
 		clear(sc.words)
 	}
 	sc.wordIDs = sc.wordIDs[:0]
-	// Keys of the cleared map may still point into the arena's bytes only
-	// through the map, which no longer holds them: the arena can be reused.
 	sc.wordKeys = sc.wordKeys[:0]
 }
 
