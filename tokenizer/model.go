@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"encoding/binary"
 	"errors"
 	"hash/maphash"
 	"strings"
@@ -87,7 +88,8 @@ type scratch struct {
 	// and the ids live in two arenas, and the whole cache is cleared when
 	// either is full.
 	wordsModel *Model
-	words      []wordSlot // wordSlots entries once used
+	short      []shortSlot // shortSlots entries once used
+	words      []wordSlot  // wordSlots entries once used
 	wordIDs    []uint32
 	wordKeys   []byte
 	// noWordCache turns the word cache off, for the benchmark that
@@ -103,6 +105,33 @@ type wordSlot struct {
 	keyLen uint8
 	idLen  uint8
 }
+
+// shortSlot is a word cache entry for a piece of at most 16 bytes that
+// encodes to at most 3 ids, most words of prose and code: the bytes and the
+// ids sit in the slot, so a hit reads one half cache line. n is 0 in an
+// empty slot, else the piece's length | the ids' count << 5.
+type shortSlot struct {
+	k0, k1 uint64
+	ids    [3]uint32
+	n      uint8
+}
+
+// shortKey loads a piece of at most 16 bytes as two words, zero-padded.
+func shortKey(w string) (k0, k1 uint64) {
+	var buf [16]byte
+	copy(buf[:], w)
+	return binary.LittleEndian.Uint64(buf[:8]), binary.LittleEndian.Uint64(buf[8:])
+}
+
+// shortIndex is a slot of the short table for a key: a multiplicative
+// hash, its top bits.
+func shortIndex(k0, k1 uint64, n int) uint64 {
+	h := (k0*0x9e3779b97f4a7c15 ^ k1*0xc2b2ae3d27d4eb4f ^ uint64(n)) * 0x165667b19e3779f9
+	return h >> (64 - shortBits)
+}
+
+// shortBits sizes the short table: 1<<14 slots of 32 bytes.
+const shortBits = 14
 
 // wordSlots is the word cache's size (a power of two): some 400 kB per
 // scratch, which a long prompt's distinct words fill sparsely enough that
@@ -287,6 +316,20 @@ func (m *Model) appendWord(dst []uint32, w string, sc *scratch) []uint32 {
 	if sc.wordsModel != m || sc.words == nil {
 		sc.resetWords(m)
 	}
+	if len(w) <= 16 {
+		k0, k1 := shortKey(w)
+		slot := &sc.short[shortIndex(k0, k1, len(w))]
+		if slot.k0 == k0 && slot.k1 == k1 && int(slot.n&31) == len(w) {
+			return append(dst, slot.ids[:slot.n>>5]...)
+		}
+		start := len(dst)
+		dst = m.appendWordUncached(dst, w, sc)
+		if n := len(dst) - start; n <= 3 {
+			*slot = shortSlot{k0: k0, k1: k1, n: uint8(len(w)) | uint8(n)<<5}
+			copy(slot.ids[:], dst[start:])
+		}
+		return dst
+	}
 	h := maphash.String(wordSeed, w)
 	slot := &sc.words[h&(wordSlots-1)]
 	if slot.hash == h && slot.idLen > 0 && int(slot.keyLen) == len(w) &&
@@ -313,10 +356,12 @@ func (sc *scratch) resetWords(m *Model) {
 	sc.wordsModel = m
 	if sc.words == nil {
 		sc.words = make([]wordSlot, wordSlots)
+		sc.short = make([]shortSlot, 1<<shortBits)
 		sc.wordKeys = make([]byte, 0, wordKeyArena)
 		sc.wordIDs = make([]uint32, 0, wordIDArena)
 	} else {
 		clear(sc.words)
+		clear(sc.short)
 	}
 	sc.wordIDs = sc.wordIDs[:0]
 	sc.wordKeys = sc.wordKeys[:0]
