@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"container/list"
+	"strings"
 	"sync"
 
 	"github.com/zeebo/xxh3"
@@ -104,6 +105,12 @@ func (c *PrefixCache) put(k cacheKey, ids []uint32) {
 // EncodeCached returns m.Encode(text), reusing the ids of the longest
 // prefix of text that c holds and storing prefixes of text for later
 // calls. A nil cache encodes in full.
+//
+// Prefixes end where the encoding provably splits: just after a raw-matched
+// added token, and, for models whose pre-tokenization is only the cl100k,
+// Qwen 2 or o200k split (no normalizer), between a "\n" and a following
+// "<|im_start|>" (see chatMLTurns), which ChatML writes between turns but
+// o200k_base and cl100k_base do not know as special tokens.
 func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 	if c == nil {
 		return m.Encode(text)
@@ -111,22 +118,26 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
 	sc.matches = m.rawAdded.find(text, sc.matches[:0])
-	matches := sc.matches
+	cuts := sc.matches
+	if m.chatMLTurns() {
+		sc.cuts = appendTurnCuts(sc.cuts[:0], text, cuts)
+		cuts = sc.cuts
+	}
 
-	hashes := make([]uint64, len(matches))
+	hashes := make([]uint64, len(cuts))
 	h := xxh3.New()
 	prev := 0
-	for k, mt := range matches {
-		_, _ = h.WriteString(text[prev:mt.stop])
+	for k, cut := range cuts {
+		_, _ = h.WriteString(text[prev:cut.stop])
 		hashes[k] = h.Sum64()
-		prev = mt.stop
+		prev = cut.stop
 	}
 
 	best := -1
 	var cached []uint32
 	c.mu.Lock()
-	for k := len(matches) - 1; k >= 0; k-- {
-		if ids, ok := c.get(cacheKey{m, hashes[k], matches[k].stop}); ok {
+	for k := len(cuts) - 1; k >= 0; k-- {
+		if ids, ok := c.get(cacheKey{m, hashes[k], cuts[k].stop}); ok {
 			best, cached = k, ids
 			break
 		}
@@ -140,7 +151,7 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 
 	prev = 0
 	if best >= 0 {
-		prev = matches[best].stop
+		prev = cuts[best].stop
 	}
 	// Room for what is left at about four bytes a token, with slack for
 	// text that tokenizes denser: growing a 4k-token result by appends
@@ -149,16 +160,87 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 	out := make([]uint32, len(cached), len(cached)+rest/3+8)
 	copy(out, cached)
 	lastStored := len(out)
-	for k := best + 1; k < len(matches); k++ {
-		mt := matches[k]
-		out = m.appendSegment(out, text[prev:mt.start], prev == 0, sc)
-		out = append(out, mt.id)
-		prev = mt.stop
-		if k == len(matches)-1 || len(out)-lastStored >= storeEvery {
-			c.put(cacheKey{m, hashes[k], mt.stop}, append([]uint32(nil), out...))
+	for k := best + 1; k < len(cuts); k++ {
+		cut := cuts[k]
+		out = m.appendSegment(out, text[prev:cut.start], prev == 0, sc)
+		if cut.stop > cut.start { // an added token; a turn cut has no width
+			out = append(out, cut.id)
+		}
+		prev = cut.stop
+		if k == len(cuts)-1 || len(out)-lastStored >= storeEvery {
+			c.put(cacheKey{m, hashes[k], cut.stop}, append([]uint32(nil), out...))
 			lastStored = len(out)
 		}
 	}
 	out = m.appendSegment(out, text[prev:], prev == 0, sc)
 	return out
+}
+
+// chatMLTurn is the text ChatML starts every turn with.
+const chatMLTurn = "<|im_start|>"
+
+// chatMLTurns reports whether the encoding provably splits between a "\n"
+// and a following "<|im_start|>" in text between added tokens, for any text
+// around them. It does when the text reaches the split pattern unchanged
+// (byte-level, no normalizer, no normalized added tokens) and the pattern
+// is cl100k's (Llama 3's), Qwen 2's or o200k's. The argument, for T = A+B
+// where A ends in "\n" and B starts with "<":
+//
+//  1. No match of the pattern in T contains both that "\n" and that "<".
+//     The word alternatives ([^\r\n\p{L}\p{N}]?\p{L}+ and o200k's two, and
+//     the contractions) contain no "\n"; \p{N}{1,3} neither; the symbol
+//     run ' ?[^\s\p{L}\p{N}]+[\r\n/]*' can hold a "\n" only in its
+//     trailing [\r\n/]*, which "<" cannot follow inside it; the three
+//     whitespace alternatives hold no "<". Every character starts some
+//     match, so one match ends exactly at len(A).
+//  2. Matches from len(A) on are B's own: the pattern has no look-behind
+//     and no anchors, so a match at q depends on T[q:] only.
+//  3. Matches before len(A) are A's own. A match at q < len(A) ends at
+//     most at len(A) (by 1), so each alternative has the same candidate
+//     matches in T as in A, which differ only in what follows, except
+//     where a look-ahead reads T[len(A)]: \s+(?!\S) ending at len(A) holds
+//     in A (end of text) and fails in T ("<" is \S). But such a candidate
+//     spans whitespace ending in A's "\n", which \s*[\r\n]+, an earlier
+//     alternative, matches with the same end in both, so the backtracking
+//     order picks the same match in both.
+//
+// BPE then runs on each piece alone, so Encode(A+B) = Encode(A) ++
+// Encode(B). GPT-2's pattern fails 3 (it has no \s*[\r\n]+: "x\n\n<"
+// splits "\n\n" alone but "\n", "\n" before "<"), so it gets no turn cuts;
+// TestEncodeCachedEqualsEncodeAcrossChatMLTurns checks the result against
+// Encode over generated conversations, hostile contents included.
+func (m *Model) chatMLTurns() bool {
+	if !m.byteLevel || m.norm != nil || m.normAdded != nil {
+		return false
+	}
+	switch m.fast.(type) {
+	case cl100kSplitter, o200kSplitter:
+		return true
+	}
+	return false
+}
+
+// appendTurnCuts merges into the added-token matches (in order) a cut of
+// no width at every position p inside the text between them where
+// text[p-1] is "\n" and text[p:] starts with "<|im_start|>".
+func appendTurnCuts(dst []addedMatch, text string, matches []addedMatch) []addedMatch {
+	prev := 0
+	gap := func(end int) {
+		for at := prev; at < end; {
+			i := strings.Index(text[at:end], "\n"+chatMLTurn)
+			if i < 0 {
+				break
+			}
+			p := at + i + 1
+			dst = append(dst, addedMatch{start: p, stop: p})
+			at = p
+		}
+	}
+	for _, mt := range matches {
+		gap(mt.start)
+		dst = append(dst, mt)
+		prev = mt.stop
+	}
+	gap(len(text))
+	return dst
 }

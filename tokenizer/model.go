@@ -79,6 +79,7 @@ type scratch struct {
 	pieces  []piece
 	pieces2 []piece
 	matches []addedMatch
+	cuts    []addedMatch // matches and turn cuts (EncodeCached)
 
 	// words caches the ids of recent pre-tokens of one model. Text repeats
 	// its words, and this small table stays in the CPU cache where the
