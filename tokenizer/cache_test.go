@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -223,5 +224,23 @@ func TestGPT2PatternGetsNoChatMLTurnCuts(t *testing.T) {
 	a, b := "<|im_start|>user\nx\n\n", "<|im_start|>assistant\n"
 	if slices.Equal(append(m.Encode(a), m.Encode(b)...), m.Encode(a+b)) {
 		t.Fatal("expected GPT-2's pattern to encode across the turn differently; the guard's reason is gone")
+	}
+}
+
+// TestShortKeyIsThePieceZeroPadded: the word cache's key of a piece of up
+// to 16 bytes is its bytes, zero-padded, read as two little-endian words,
+// whatever its length.
+func TestShortKeyIsThePieceZeroPadded(t *testing.T) {
+	src := "abcdefghijklmnopq\x00\xff\x80 Z"
+	for start := 0; start < 4; start++ {
+		for n := 1; n <= 16 && start+n <= len(src); n++ {
+			w := src[start : start+n]
+			var buf [16]byte
+			copy(buf[:], w)
+			k0, k1 := shortKey(w)
+			if k0 != binary.LittleEndian.Uint64(buf[:8]) || k1 != binary.LittleEndian.Uint64(buf[8:]) {
+				t.Fatalf("shortKey(%q) = %#x, %#x", w, k0, k1)
+			}
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"unsafe"
 )
 
 var (
@@ -119,9 +120,23 @@ type shortSlot struct {
 
 // shortKey loads a piece of at most 16 bytes as two words, zero-padded.
 func shortKey(w string) (k0, k1 uint64) {
-	var buf [16]byte
-	copy(buf[:], w)
-	return binary.LittleEndian.Uint64(buf[:8]), binary.LittleEndian.Uint64(buf[8:])
+	n := len(w)
+	b := unsafe.Slice(unsafe.StringData(w), n) // read only
+	switch {
+	case n >= 8:
+		k0 = binary.LittleEndian.Uint64(b)
+		if n > 8 { // the last 8 bytes, shifted down to bytes 8..n-1
+			k1 = binary.LittleEndian.Uint64(b[n-8:]) >> (8 * (16 - n))
+		}
+	case n >= 4:
+		hi := uint64(binary.LittleEndian.Uint32(b[n-4:])) >> (8 * (8 - n))
+		k0 = uint64(binary.LittleEndian.Uint32(b)) | hi<<32
+	default:
+		for i := range n {
+			k0 |= uint64(b[i]) << (8 * i)
+		}
+	}
+	return k0, k1
 }
 
 // shortIndex is a slot of the short table for a key: a multiplicative
@@ -321,6 +336,9 @@ func (m *Model) appendWord(dst []uint32, w string, sc *scratch) []uint32 {
 		k0, k1 := shortKey(w)
 		slot := &sc.short[shortIndex(k0, k1, len(w))]
 		if slot.k0 == k0 && slot.k1 == k1 && int(slot.n&31) == len(w) {
+			if slot.n>>5 == 1 {
+				return append(dst, slot.ids[0])
+			}
 			return append(dst, slot.ids[:slot.n>>5]...)
 		}
 		start := len(dst)
