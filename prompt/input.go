@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 )
@@ -128,7 +129,9 @@ type Message struct {
 }
 
 // Parse validates the prompt part of a request of kind k and returns it.
-// Errors are *RequestError (wrapping ErrBadRequest) naming the field.
+// Errors are *RequestError (wrapping ErrBadRequest) naming the field. The
+// Input's strings and raw values may alias f's bytes (the request body),
+// which must not change while the Input is in use.
 func Parse(k Kind, f *Fields) (*Input, error) {
 	in := &Input{Kind: k, AddSpecial: true, AddGenerationPrompt: true, ContinueFinalMessage: f.ContinueFinalMessage}
 	if f.AddSpecialTokens != nil {
@@ -612,7 +615,8 @@ func isNull(raw json.RawMessage) bool {
 // unescaping (no backslash, valid UTF-8): json.Unmarshal would return
 // exactly the bytes between the quotes. raw must come from a document that
 // json.Unmarshal accepted. Prompts are a request's largest field; this
-// saves decoding them a second time.
+// saves decoding them a second time, and copying them: the string aliases
+// raw (see Parse).
 func plainString(raw []byte) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
 		return "", false
@@ -621,7 +625,10 @@ func plainString(raw []byte) (string, bool) {
 	if bytes.IndexByte(s, '\\') >= 0 || !utf8.Valid(s) {
 		return "", false
 	}
-	return string(s), true
+	if len(s) == 0 {
+		return "", true
+	}
+	return unsafe.String(&s[0], len(s)), true
 }
 
 // topLevelMembers counts the members of a JSON object that json.Unmarshal

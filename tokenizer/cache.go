@@ -27,7 +27,7 @@ type PrefixCache struct {
 	mu     sync.Mutex
 	bytes  int64
 	lru    *list.List // of *cacheEntry, most recent first
-	items  map[cacheKey]*list.Element
+	items  map[cacheKey]cacheRef
 	hits   uint64
 	misses uint64
 }
@@ -38,29 +38,41 @@ type cacheKey struct {
 	n     int // prefix length in bytes
 }
 
+// cacheEntry holds the ids one call stored: the ids up to its last cut,
+// and the keys of the prefixes (cuts) it holds, each a prefix of ids. The
+// prefixes of one call share one copy and leave the cache together.
 type cacheEntry struct {
-	key cacheKey
-	ids []uint32
+	keys []cacheKey // the keys that point here (see put)
+	ids  []uint32
+}
+
+// cacheRef is where a prefix's ids are: the first count ids of an entry.
+type cacheRef struct {
+	el    *list.Element
+	count int
 }
 
 // entryOverhead approximates the bytes an entry costs beyond its ids (list
-// element, map slot, headers).
-const entryOverhead = 128
+// element, slices, headers); keyOverhead what each key adds (map slot).
+const (
+	entryOverhead = 128
+	keyOverhead   = 64
+)
 
 // storeEvery is how many new tokens pass between stored prefixes inside
-// one call (the last boundary is always stored). Intermediate entries let an
-// edit in the middle of a history reuse what precedes it.
+// one call (the last boundary is always stored). Intermediate prefixes let
+// an edit in the middle of a history reuse what precedes it.
 const storeEvery = 1024
 
 // NewPrefixCache returns a cache holding at most maxBytes of token ids.
 func NewPrefixCache(maxBytes int64) *PrefixCache {
-	return &PrefixCache{maxBytes: maxBytes, lru: list.New(), items: map[cacheKey]*list.Element{}}
+	return &PrefixCache{maxBytes: maxBytes, lru: list.New(), items: map[cacheKey]cacheRef{}}
 }
 
 // CacheStats is a snapshot of a PrefixCache's counters.
 type CacheStats struct {
 	Hits, Misses uint64 // calls that reused a prefix, and those that did not
-	Entries      int
+	Entries      int    // prefixes held
 	Bytes        int64
 }
 
@@ -68,37 +80,53 @@ type CacheStats struct {
 func (c *PrefixCache) Stats() CacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return CacheStats{Hits: c.hits, Misses: c.misses, Entries: c.lru.Len(), Bytes: c.bytes}
+	return CacheStats{Hits: c.hits, Misses: c.misses, Entries: len(c.items), Bytes: c.bytes}
 }
 
 func (c *PrefixCache) get(k cacheKey) ([]uint32, bool) {
-	el, ok := c.items[k]
+	ref, ok := c.items[k]
 	if !ok {
 		return nil, false
 	}
-	c.lru.MoveToFront(el)
-	return el.Value.(*cacheEntry).ids, true
+	c.lru.MoveToFront(ref.el)
+	return ref.el.Value.(*cacheEntry).ids[:ref.count:ref.count], true
 }
 
-func (c *PrefixCache) put(k cacheKey, ids []uint32) {
-	size := int64(len(ids))*4 + entryOverhead
-	if size > c.maxBytes {
+// put stores ids with the prefixes keys[i] of counts[i] ids each (counts
+// ascending, the last len(ids)). A key already held keeps its entry (the
+// ids of one prefix are the same whichever call stored them).
+func (c *PrefixCache) put(keys []cacheKey, counts []int, ids []uint32) {
+	size := int64(len(ids))*4 + entryOverhead + int64(len(keys))*keyOverhead
+	if size > c.maxBytes || len(keys) == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.items[k]; ok {
-		c.lru.MoveToFront(el)
-		return
+	e := &cacheEntry{ids: ids}
+	var el *list.Element
+	for i, k := range keys {
+		if ref, ok := c.items[k]; ok {
+			c.lru.MoveToFront(ref.el)
+			continue
+		}
+		if el == nil {
+			el = c.lru.PushFront(e)
+		}
+		c.items[k] = cacheRef{el: el, count: counts[i]}
+		e.keys = append(e.keys, k)
 	}
-	c.items[k] = c.lru.PushFront(&cacheEntry{key: k, ids: ids})
+	if el == nil {
+		return // every prefix was held already
+	}
 	c.bytes += size
 	for c.bytes > c.maxBytes {
-		el := c.lru.Back()
-		e := el.Value.(*cacheEntry)
-		c.lru.Remove(el)
-		delete(c.items, e.key)
-		c.bytes -= int64(len(e.ids))*4 + entryOverhead
+		last := c.lru.Back()
+		old := last.Value.(*cacheEntry)
+		c.lru.Remove(last)
+		for _, k := range old.keys {
+			delete(c.items, k)
+		}
+		c.bytes -= int64(len(old.ids))*4 + entryOverhead + int64(len(old.keys))*keyOverhead
 	}
 }
 
@@ -160,6 +188,8 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 	out := make([]uint32, len(cached), len(cached)+rest/3+8)
 	copy(out, cached)
 	lastStored := len(out)
+	var keys []cacheKey
+	var counts []int
 	for k := best + 1; k < len(cuts); k++ {
 		cut := cuts[k]
 		out = m.appendSegment(out, text[prev:cut.start], prev == 0, sc)
@@ -168,9 +198,15 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 		}
 		prev = cut.stop
 		if k == len(cuts)-1 || len(out)-lastStored >= storeEvery {
-			c.put(cacheKey{m, hashes[k], cut.stop}, append([]uint32(nil), out...))
+			keys = append(keys, cacheKey{m, hashes[k], cut.stop})
+			counts = append(counts, len(out))
 			lastStored = len(out)
 		}
+	}
+	if len(keys) > 0 {
+		// One copy for every prefix stored: a copy each was 2.5 times a
+		// fresh 4k chat's ids in garbage.
+		c.put(keys, counts, append([]uint32(nil), out...))
 	}
 	out = m.appendSegment(out, text[prev:], prev == 0, sc)
 	return out
