@@ -354,7 +354,7 @@ func scanMessage(raw []byte, buf []Member) (wm wireMessage, n int, first string,
 				return wireMessage{}, 0, "", false
 			}
 			seenContent = true
-			wm.Content = mb.Value
+			wm.Content, wm.contentPlain = mb.Value, mb.PlainString
 		case FoldsTo(mb.Key, "role"), FoldsTo(mb.Key, "content"):
 			return wireMessage{}, 0, "", false
 		}
