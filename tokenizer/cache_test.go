@@ -244,3 +244,28 @@ func TestShortKeyIsThePieceZeroPadded(t *testing.T) {
 		}
 	}
 }
+
+// TestWordCacheIsRightAcrossModelsAndGenerations: one scratch encoding for
+// two models in turn clears its word cache at every switch, hundreds of
+// times (past the generation counter's wrap); every encoding equals one
+// without the word cache.
+func TestWordCacheIsRightAcrossModelsAndGenerations(t *testing.T) {
+	o200k, err := LoadTiktoken("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := []*Model{llama3(t), o200k}
+	texts := append(corpus(300, 5), asciiCorpus(300, 5)...)
+	sc := new(scratch)
+	for i := range 700 {
+		m, text := models[i%2], texts[i%len(texts)]+texts[(i*7)%len(texts)]
+		got := m.appendEncode(nil, text, sc)
+		want := m.appendEncode(nil, text, &scratch{noWordCache: true})
+		if !slices.Equal(got, want) {
+			t.Fatalf("encoding %d (%s) with the word cache differs\n text %q\n got  %v\n want %v", i, m.Name(), text, got, want)
+		}
+	}
+	if sc.gen >= 200 || sc.gen == 0 {
+		t.Fatalf("generation %d: the counter should have wrapped once", sc.gen)
+	}
+}

@@ -90,10 +90,14 @@ type scratch struct {
 	// and the ids live in two arenas, and the whole cache is cleared when
 	// either is full.
 	wordsModel *Model
-	short      []shortSlot // shortSlots entries once used
+	short      []shortSlot // 1<<shortBits entries once used
 	words      []wordSlot  // wordSlots entries once used
-	wordIDs    []uint32
-	wordKeys   []byte
+	// gen is the cache's generation: a slot holds a word only when its gen
+	// is this one, so clearing the cache (a new model, full arenas) is one
+	// increment; the tables are zeroed when it wraps.
+	gen      uint8
+	wordIDs  []uint32
+	wordKeys []byte
 	// noWordCache turns the word cache off, for the benchmark that
 	// measures what it saves.
 	noWordCache bool
@@ -106,6 +110,7 @@ type wordSlot struct {
 	idOff  uint32
 	keyLen uint8
 	idLen  uint8
+	gen    uint8
 }
 
 // shortSlot is a word cache entry for a piece of at most 16 bytes that
@@ -116,6 +121,7 @@ type shortSlot struct {
 	k0, k1 uint64
 	ids    [3]uint32
 	n      uint8
+	gen    uint8
 }
 
 // shortKey loads a piece of at most 16 bytes as two words, zero-padded.
@@ -335,7 +341,7 @@ func (m *Model) appendWord(dst []uint32, w string, sc *scratch) []uint32 {
 	if len(w) <= 16 {
 		k0, k1 := shortKey(w)
 		slot := &sc.short[shortIndex(k0, k1, len(w))]
-		if slot.k0 == k0 && slot.k1 == k1 && int(slot.n&31) == len(w) {
+		if slot.k0 == k0 && slot.k1 == k1 && int(slot.n&31) == len(w) && slot.gen == sc.gen {
 			if slot.n>>5 == 1 {
 				return append(dst, slot.ids[0])
 			}
@@ -344,14 +350,14 @@ func (m *Model) appendWord(dst []uint32, w string, sc *scratch) []uint32 {
 		start := len(dst)
 		dst = m.appendWordUncached(dst, w, sc)
 		if n := len(dst) - start; n <= 3 {
-			*slot = shortSlot{k0: k0, k1: k1, n: uint8(len(w)) | uint8(n)<<5}
+			*slot = shortSlot{k0: k0, k1: k1, n: uint8(len(w)) | uint8(n)<<5, gen: sc.gen}
 			copy(slot.ids[:], dst[start:])
 		}
 		return dst
 	}
 	h := maphash.String(wordSeed, w)
 	slot := &sc.words[h&(wordSlots-1)]
-	if slot.hash == h && slot.idLen > 0 && int(slot.keyLen) == len(w) &&
+	if slot.hash == h && slot.idLen > 0 && slot.gen == sc.gen && int(slot.keyLen) == len(w) &&
 		string(sc.wordKeys[slot.keyOff:slot.keyOff+uint32(slot.keyLen)]) == w {
 		return append(dst, sc.wordIDs[slot.idOff:slot.idOff+uint32(slot.idLen)]...)
 	}
@@ -365,7 +371,7 @@ func (m *Model) appendWord(dst []uint32, w string, sc *scratch) []uint32 {
 		sc.resetWords(m)
 		slot = &sc.words[h&(wordSlots-1)]
 	}
-	*slot = wordSlot{hash: h, keyOff: uint32(len(sc.wordKeys)), idOff: uint32(len(sc.wordIDs)), keyLen: uint8(len(w)), idLen: uint8(n)}
+	*slot = wordSlot{hash: h, keyOff: uint32(len(sc.wordKeys)), idOff: uint32(len(sc.wordIDs)), keyLen: uint8(len(w)), idLen: uint8(n), gen: sc.gen}
 	sc.wordKeys = append(sc.wordKeys, w...)
 	sc.wordIDs = append(sc.wordIDs, dst[start:]...)
 	return dst
@@ -378,9 +384,11 @@ func (sc *scratch) resetWords(m *Model) {
 		sc.short = make([]shortSlot, 1<<shortBits)
 		sc.wordKeys = make([]byte, 0, wordKeyArena)
 		sc.wordIDs = make([]uint32, 0, wordIDArena)
-	} else {
+		sc.gen = 1 // zeroed slots (gen 0) hold nothing
+	} else if sc.gen++; sc.gen == 0 {
 		clear(sc.words)
 		clear(sc.short)
+		sc.gen = 1
 	}
 	sc.wordIDs = sc.wordIDs[:0]
 	sc.wordKeys = sc.wordKeys[:0]
