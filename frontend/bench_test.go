@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -61,6 +62,15 @@ func BenchmarkRouterOverhead(b *testing.B) {
 	chat := chatBody(b, 4096)
 	b.Run("streams=1", func(b *testing.B) { benchRouterOverhead(b, 1, false, completion, "/v1/completions") })
 	b.Run("streams=1/chat=4k", func(b *testing.B) { benchRouterOverhead(b, 1, false, chat, "/v1/chat/completions") })
+	// The same chat never seen before (its first message differs on every
+	// request of every pass), and as the next turn of a conversation the
+	// router has seen (a new final user message on every request).
+	b.Run("streams=1/chat=4k/fresh", func(b *testing.B) {
+		benchRouterOverheadBodies(b, 1, false, freshChats(b, []byte(chat)), "/v1/chat/completions")
+	})
+	b.Run("streams=1/chat=4k/next-turn", func(b *testing.B) {
+		benchRouterOverheadBodies(b, 1, false, nextTurns(b, []byte(chat)), "/v1/chat/completions")
+	})
 	b.Run("streams=200", func(b *testing.B) { benchRouterOverhead(b, 200, false, completion, "/v1/completions") })
 	b.Run("streams=200/chat=4k", func(b *testing.B) { benchRouterOverhead(b, 200, false, chat, "/v1/chat/completions") })
 	b.Run("streams=200/lockstep", func(b *testing.B) { benchRouterOverhead(b, 200, true, completion, "/v1/completions") })
@@ -115,6 +125,32 @@ func chatBody(b testing.TB, tokens int) string {
 const streamDuration = 500 * time.Millisecond
 
 func benchRouterOverhead(b *testing.B, streams int, lockstep bool, body, path string) {
+	benchRouterOverheadBodies(b, streams, lockstep, func(int) string { return body }, path)
+}
+
+// freshChats gives request i a chat whose first message starts with its
+// own number, so no two requests share a prefix.
+func freshChats(b *testing.B, chat []byte) func(i int) string {
+	at := bytes.Index(chat, []byte(`"content":"`))
+	require.Positive(b, at, "chatBody has a first message")
+	at += len(`"content":"`)
+	return func(i int) string {
+		return string(chat[:at]) + "Session " + strconv.Itoa(i) + ". " + string(chat[at:])
+	}
+}
+
+// nextTurns gives request i the chat with a final user message of its own.
+func nextTurns(b *testing.B, chat []byte) func(i int) string {
+	end := bytes.LastIndex(chat, []byte(`],"model"`))
+	require.Positive(b, end, "chatBody's messages are followed by its model")
+	return func(i int) string {
+		return string(chat[:end]) + `,{"role":"user","content":"And in turn ` + strconv.Itoa(i) + `, which worker holds the prefix?"}` + string(chat[end:])
+	}
+}
+
+// benchRouterOverheadBodies is benchRouterOverhead with request i of the
+// whole run (warm-up and every pass) sending bodyOf(i).
+func benchRouterOverheadBodies(b *testing.B, streams int, lockstep bool, bodyOf func(i int) string, path string) {
 	// Each stream lasts about half a second (20 tokens, 25 ms apart), so 200
 	// concurrent streams are a realistic load, not a CPU saturation test.
 	// (A single stream runs back to back, so it measures the bare path.)
@@ -153,7 +189,8 @@ func benchRouterOverhead(b *testing.B, streams int, lockstep bool, body, path st
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * streams, DisableCompression: true}}
 	defer client.CloseIdleConnections()
-	prompt := body
+	var seq atomic.Int64
+	prompt := func() string { return bodyOf(int(seq.Add(1))) }
 
 	// Warm both paths (connections, pools) outside the measurement.
 	runStreams(b, client, up.URL()+path, prompt, 2*streams, streams, stagger)
@@ -227,7 +264,7 @@ func schedPercentile(before, after *metrics.Float64Histogram, q float64) float64
 // returns each request's time to its first data event. Goroutine g starts
 // g·stagger/streams late, so with stagger equal to one request's duration
 // the requests arrive evenly instead of in step.
-func runStreams(b *testing.B, client *http.Client, url, body string, n, streams int, stagger time.Duration) []time.Duration {
+func runStreams(b *testing.B, client *http.Client, url string, bodyOf func() string, n, streams int, stagger time.Duration) []time.Duration {
 	out := make([]time.Duration, n)
 	var next sync.WaitGroup
 	jobs := make(chan int)
@@ -235,6 +272,7 @@ func runStreams(b *testing.B, client *http.Client, url, body string, n, streams 
 		next.Go(func() {
 			time.Sleep(time.Duration(g) * stagger / time.Duration(streams))
 			for i := range jobs {
+				body := bodyOf()
 				start := time.Now()
 				resp, err := client.Post(url, "application/json", strings.NewReader(body))
 				if err != nil {
@@ -317,6 +355,11 @@ func BenchmarkRequestPath(b *testing.B) {
 		return reg
 	}
 	b.Run("chat=4k/tokenizer=llama3", func(b *testing.B) { benchRequestPath(b, llama3(b), endpointChat, chat) })
+	// A chat the router has never seen: every iteration's system prompt
+	// starts differently, so no cached prefix applies and no identical body
+	// repeats. This is the cost of a new conversation.
+	b.Run("chat=4k/fresh/tokenizer=o200k", func(b *testing.B) { benchRequestPathFresh(b, realPrompts(b), chat) })
+	b.Run("chat=4k/fresh/tokenizer=llama3", func(b *testing.B) { benchRequestPathFresh(b, llama3(b), chat) })
 	// A conversation's next turn: the same 4k history with a user message
 	// the router has not seen yet, every iteration a different one. With
 	// Llama 3 the history up to its last <|eot_id|> comes from the
@@ -343,6 +386,22 @@ func benchRequestPathTurns(b *testing.B, prompts Prompts, chat []byte) {
 		buf = strconv.AppendInt(buf, int64(i), 10)
 		buf = append(buf, `, which worker holds the prefix?"}`...)
 		return append(buf, chat[end:]...)
+	})
+}
+
+// benchRequestPathFresh sends chat with a different start of its first
+// message each iteration.
+func benchRequestPathFresh(b *testing.B, prompts Prompts, chat []byte) {
+	at := bytes.Index(chat, []byte(`"content":"`))
+	require.Positive(b, at, "chatBody has a first message")
+	at += len(`"content":"`)
+	var buf []byte
+	benchRequestBodies(b, prompts, endpointChat, len(chat), func(i int) []byte {
+		buf = append(buf[:0], chat[:at]...)
+		buf = append(buf, "Session "...)
+		buf = strconv.AppendInt(buf, int64(i), 10)
+		buf = append(buf, ". "...)
+		return append(buf, chat[at:]...)
 	})
 }
 

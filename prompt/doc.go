@@ -23,6 +23,12 @@
 //     whatever it cannot vouch for is decoded with encoding/json instead,
 //     so values and error messages are encoding/json's.
 //
+// Chats of plain messages (role and string content, no tools or kwargs)
+// skip the Jinja evaluator for two templates whose output is simple: the
+// built-in ChatML and Meta Llama 3's (recognised byte for byte); the text is
+// written directly, and TestBuiltinChatMLFastPathRendersAsTheTemplate and
+// TestLlama3FastPathRendersAsTheTemplate hold it equal to the template's.
+//
 // BOS follows vLLM: chat prompts are tokenized without adding special
 // tokens (the template writes BOS), text prompts get the tokenizer's BOS
 // when it adds one and the request does not say add_special_tokens=false;

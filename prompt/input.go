@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 )
@@ -128,7 +129,9 @@ type Message struct {
 }
 
 // Parse validates the prompt part of a request of kind k and returns it.
-// Errors are *RequestError (wrapping ErrBadRequest) naming the field.
+// Errors are *RequestError (wrapping ErrBadRequest) naming the field. The
+// Input's strings and raw values may alias f's bytes (the request body),
+// which must not change while the Input is in use.
 func Parse(k Kind, f *Fields) (*Input, error) {
 	in := &Input{Kind: k, AddSpecial: true, AddGenerationPrompt: true, ContinueFinalMessage: f.ContinueFinalMessage}
 	if f.AddSpecialTokens != nil {
@@ -190,7 +193,7 @@ func (in *Input) parseChat(f *Fields) error {
 	}
 	in.Messages = make([]Message, len(raws))
 	for i, raw := range raws {
-		m, err := parseMessage(raw, fmt.Sprintf("messages[%d]", i))
+		m, err := parseMessage(raw, i)
 		if err != nil {
 			return err
 		}
@@ -223,23 +226,30 @@ func (in *Input) parseTools(raw json.RawMessage) error {
 type wireMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// contentPlain is set by scanMessage when Content is a string literal
+	// whose text is its bytes between the quotes.
+	contentPlain bool
 }
 
-func parseMessage(raw json.RawMessage, param string) (Message, error) {
+// parseMessage parses messages[index]. The parameter's name is only
+// formatted for an error: formatting it for every message of a long
+// conversation was a sixth of parsing it.
+func parseMessage(raw json.RawMessage, index int) (Message, error) {
+	param := func() string { return fmt.Sprintf("messages[%d]", index) }
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
-		return Message{}, badField(param, "invalid_type", "every message must be an object")
+		return Message{}, badField(param(), "invalid_type", "every message must be an object")
 	}
 	var members [4]Member
 	wm, n, first, ok := scanMessage(raw, members[:0])
 	if !ok {
 		if err := json.Unmarshal(raw, &wm); err != nil {
-			return Message{}, badField(param, "invalid_type", "the message does not parse: "+err.Error())
+			return Message{}, badField(param(), "invalid_type", "the message does not parse: "+err.Error())
 		}
 		n, first = topLevelMembers(raw)
 	}
 	if wm.Role == "" {
-		return Message{}, badField(param+".role", "missing_required_parameter", "every message needs a role")
+		return Message{}, badField(param()+".role", "missing_required_parameter", "every message needs a role")
 	}
 	m := Message{Role: wm.Role, Raw: raw}
 	if n == 2 && (first == "role" || first == "content") {
@@ -249,7 +259,14 @@ func parseMessage(raw json.RawMessage, param string) (Message, error) {
 		m.NullContent = true
 		return m, nil
 	}
-	text, parts, err := contentParts(wm.Content, param+".content")
+	if wm.contentPlain {
+		// The scan vouched for it: the text is the bytes between the quotes.
+		if c := wm.Content[1 : len(wm.Content)-1]; len(c) > 0 {
+			m.Content = unsafe.String(&c[0], len(c))
+		}
+		return m, nil
+	}
+	text, parts, err := contentParts(wm.Content, param()+".content")
 	if err != nil {
 		return Message{}, err
 	}
@@ -612,7 +629,8 @@ func isNull(raw json.RawMessage) bool {
 // unescaping (no backslash, valid UTF-8): json.Unmarshal would return
 // exactly the bytes between the quotes. raw must come from a document that
 // json.Unmarshal accepted. Prompts are a request's largest field; this
-// saves decoding them a second time.
+// saves decoding them a second time, and copying them: the string aliases
+// raw (see Parse).
 func plainString(raw []byte) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
 		return "", false
@@ -621,7 +639,10 @@ func plainString(raw []byte) (string, bool) {
 	if bytes.IndexByte(s, '\\') >= 0 || !utf8.Valid(s) {
 		return "", false
 	}
-	return string(s), true
+	if len(s) == 0 {
+		return "", true
+	}
+	return unsafe.String(&s[0], len(s)), true
 }
 
 // topLevelMembers counts the members of a JSON object that json.Unmarshal

@@ -1,6 +1,7 @@
 package prompt
 
 import (
+	"encoding/binary"
 	"unicode/utf8"
 )
 
@@ -247,6 +248,9 @@ func scanString(b []byte, i int) (end int, plain, ok bool) {
 	for i < len(b) {
 		// Most of a body is the text of long strings: skip its ordinary
 		// bytes in a tight loop.
+		for i+8 <= len(b) && plainWord(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
 		for i < len(b) && plainByte[b[i]] {
 			i++
 		}
@@ -289,6 +293,18 @@ func scanString(b []byte, i int) (end int, plain, ok bool) {
 		}
 	}
 	return i, false, false
+}
+
+// plainWord reports whether none of the 8 bytes of x ends or complicates
+// a string: no '"', '\\', control byte or byte >= 0x80 (plainByte for 8
+// bytes at once). A byte is zero after the XOR exactly when it was the
+// character; (v - 0x01…) &^ v & 0x80… is non-zero exactly when some byte of
+// v is zero, and (x - 0x20…) &^ x & 0x80… when some byte of x is below 0x20.
+func plainWord(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q := x ^ ('"' * ones)
+	bs := x ^ ('\\' * ones)
+	return ((q-ones)&^q|(bs-ones)&^bs|(x-0x20*ones)&^x|x)&highs == 0
 }
 
 func isHex(c byte) bool {
@@ -338,7 +354,7 @@ func scanMessage(raw []byte, buf []Member) (wm wireMessage, n int, first string,
 				return wireMessage{}, 0, "", false
 			}
 			seenContent = true
-			wm.Content = mb.Value
+			wm.Content, wm.contentPlain = mb.Value, mb.PlainString
 		case FoldsTo(mb.Key, "role"), FoldsTo(mb.Key, "content"):
 			return wireMessage{}, 0, "", false
 		}

@@ -2,7 +2,9 @@ package prompt
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -114,4 +116,39 @@ func FuzzScanObjectAgreesWithEncodingJSON(f *testing.F) {
 			t.Fatalf("scanMessage(%q) = %q %q %d %q, want %q %q %d %q", doc, wm.Role, wm.Content, n, first, ref.Role, ref.Content, rn, rfirst)
 		}
 	})
+}
+
+// TestPlainWordAgreesWithPlainByte: the 8-byte test of string scanning
+// says "plain" exactly when plainByte says so for all 8 bytes, over every
+// byte value in every position and random words.
+func TestPlainWordAgreesWithPlainByte(t *testing.T) {
+	check := func(w [8]byte) {
+		want := true
+		for _, c := range w {
+			want = want && plainByte[c]
+		}
+		if got := plainWord(binary.LittleEndian.Uint64(w[:])); got != want {
+			t.Fatalf("plainWord(%q) = %v; want %v", w[:], got, want)
+		}
+	}
+	for pos := range 8 {
+		for c := range 256 {
+			for _, fill := range []byte{'a', ' ', '~', 0x21, 0x5d, 0x23, 0x5b} {
+				var w [8]byte
+				for k := range w {
+					w[k] = fill
+				}
+				w[pos] = byte(c)
+				check(w)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(8, 8))
+	for range 200_000 {
+		var w [8]byte
+		for k := range w {
+			w[k] = byte(0x18 + rng.IntN(0x70)) // mostly plain, near every boundary
+		}
+		check(w)
+	}
 }

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"container/list"
+	"strings"
 	"sync"
 
 	"github.com/zeebo/xxh3"
@@ -26,7 +27,7 @@ type PrefixCache struct {
 	mu     sync.Mutex
 	bytes  int64
 	lru    *list.List // of *cacheEntry, most recent first
-	items  map[cacheKey]*list.Element
+	items  map[cacheKey]cacheRef
 	hits   uint64
 	misses uint64
 }
@@ -37,29 +38,41 @@ type cacheKey struct {
 	n     int // prefix length in bytes
 }
 
+// cacheEntry holds the ids one call stored: the ids up to its last cut,
+// and the keys of the prefixes (cuts) it holds, each a prefix of ids. The
+// prefixes of one call share one copy and leave the cache together.
 type cacheEntry struct {
-	key cacheKey
-	ids []uint32
+	keys []cacheKey // the keys that point here (see put)
+	ids  []uint32
+}
+
+// cacheRef is where a prefix's ids are: the first count ids of an entry.
+type cacheRef struct {
+	el    *list.Element
+	count int
 }
 
 // entryOverhead approximates the bytes an entry costs beyond its ids (list
-// element, map slot, headers).
-const entryOverhead = 128
+// element, slices, headers); keyOverhead what each key adds (map slot).
+const (
+	entryOverhead = 128
+	keyOverhead   = 64
+)
 
 // storeEvery is how many new tokens pass between stored prefixes inside
-// one call (the last boundary is always stored). Intermediate entries let an
-// edit in the middle of a history reuse what precedes it.
+// one call (the last boundary is always stored). Intermediate prefixes let
+// an edit in the middle of a history reuse what precedes it.
 const storeEvery = 1024
 
 // NewPrefixCache returns a cache holding at most maxBytes of token ids.
 func NewPrefixCache(maxBytes int64) *PrefixCache {
-	return &PrefixCache{maxBytes: maxBytes, lru: list.New(), items: map[cacheKey]*list.Element{}}
+	return &PrefixCache{maxBytes: maxBytes, lru: list.New(), items: map[cacheKey]cacheRef{}}
 }
 
 // CacheStats is a snapshot of a PrefixCache's counters.
 type CacheStats struct {
 	Hits, Misses uint64 // calls that reused a prefix, and those that did not
-	Entries      int
+	Entries      int    // prefixes held
 	Bytes        int64
 }
 
@@ -67,43 +80,65 @@ type CacheStats struct {
 func (c *PrefixCache) Stats() CacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return CacheStats{Hits: c.hits, Misses: c.misses, Entries: c.lru.Len(), Bytes: c.bytes}
+	return CacheStats{Hits: c.hits, Misses: c.misses, Entries: len(c.items), Bytes: c.bytes}
 }
 
 func (c *PrefixCache) get(k cacheKey) ([]uint32, bool) {
-	el, ok := c.items[k]
+	ref, ok := c.items[k]
 	if !ok {
 		return nil, false
 	}
-	c.lru.MoveToFront(el)
-	return el.Value.(*cacheEntry).ids, true
+	c.lru.MoveToFront(ref.el)
+	return ref.el.Value.(*cacheEntry).ids[:ref.count:ref.count], true
 }
 
-func (c *PrefixCache) put(k cacheKey, ids []uint32) {
-	size := int64(len(ids))*4 + entryOverhead
-	if size > c.maxBytes {
+// put stores ids with the prefixes keys[i] of counts[i] ids each (counts
+// ascending, the last len(ids)). A key already held keeps its entry (the
+// ids of one prefix are the same whichever call stored them).
+func (c *PrefixCache) put(keys []cacheKey, counts []int, ids []uint32) {
+	size := int64(len(ids))*4 + entryOverhead + int64(len(keys))*keyOverhead
+	if size > c.maxBytes || len(keys) == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.items[k]; ok {
-		c.lru.MoveToFront(el)
-		return
+	e := &cacheEntry{ids: ids}
+	var el *list.Element
+	for i, k := range keys {
+		if ref, ok := c.items[k]; ok {
+			c.lru.MoveToFront(ref.el)
+			continue
+		}
+		if el == nil {
+			el = c.lru.PushFront(e)
+		}
+		c.items[k] = cacheRef{el: el, count: counts[i]}
+		e.keys = append(e.keys, k)
 	}
-	c.items[k] = c.lru.PushFront(&cacheEntry{key: k, ids: ids})
+	if el == nil {
+		return // every prefix was held already
+	}
 	c.bytes += size
 	for c.bytes > c.maxBytes {
-		el := c.lru.Back()
-		e := el.Value.(*cacheEntry)
-		c.lru.Remove(el)
-		delete(c.items, e.key)
-		c.bytes -= int64(len(e.ids))*4 + entryOverhead
+		last := c.lru.Back()
+		old := last.Value.(*cacheEntry)
+		c.lru.Remove(last)
+		for _, k := range old.keys {
+			delete(c.items, k)
+		}
+		c.bytes -= int64(len(old.ids))*4 + entryOverhead + int64(len(old.keys))*keyOverhead
 	}
 }
 
 // EncodeCached returns m.Encode(text), reusing the ids of the longest
 // prefix of text that c holds and storing prefixes of text for later
 // calls. A nil cache encodes in full.
+//
+// Prefixes end where the encoding provably splits: just after a raw-matched
+// added token, and, for models whose pre-tokenization is only the cl100k,
+// Qwen 2 or o200k split (no normalizer), between a "\n" and a following
+// "<|im_start|>" (see chatMLTurns), which ChatML writes between turns but
+// o200k_base and cl100k_base do not know as special tokens.
 func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 	if c == nil {
 		return m.Encode(text)
@@ -111,22 +146,26 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
 	sc.matches = m.rawAdded.find(text, sc.matches[:0])
-	matches := sc.matches
+	cuts := sc.matches
+	if m.chatMLTurns() {
+		sc.cuts = appendTurnCuts(sc.cuts[:0], text, cuts)
+		cuts = sc.cuts
+	}
 
-	hashes := make([]uint64, len(matches))
+	hashes := make([]uint64, len(cuts))
 	h := xxh3.New()
 	prev := 0
-	for k, mt := range matches {
-		_, _ = h.WriteString(text[prev:mt.stop])
+	for k, cut := range cuts {
+		_, _ = h.WriteString(text[prev:cut.stop])
 		hashes[k] = h.Sum64()
-		prev = mt.stop
+		prev = cut.stop
 	}
 
 	best := -1
 	var cached []uint32
 	c.mu.Lock()
-	for k := len(matches) - 1; k >= 0; k-- {
-		if ids, ok := c.get(cacheKey{m, hashes[k], matches[k].stop}); ok {
+	for k := len(cuts) - 1; k >= 0; k-- {
+		if ids, ok := c.get(cacheKey{m, hashes[k], cuts[k].stop}); ok {
 			best, cached = k, ids
 			break
 		}
@@ -138,23 +177,106 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 	}
 	c.mu.Unlock()
 
-	out := make([]uint32, len(cached), len(cached)+(len(text)-prev)/4+(len(text)/16)+8)
-	copy(out, cached)
 	prev = 0
 	if best >= 0 {
-		prev = matches[best].stop
+		prev = cuts[best].stop
 	}
+	// Room for what is left at about four bytes a token, with slack for
+	// text that tokenizes denser: growing a 4k-token result by appends
+	// doubled its allocation.
+	rest := len(text) - prev
+	out := make([]uint32, len(cached), len(cached)+rest/3+8)
+	copy(out, cached)
 	lastStored := len(out)
-	for k := best + 1; k < len(matches); k++ {
-		mt := matches[k]
-		out = m.appendSegment(out, text[prev:mt.start], prev == 0, sc)
-		out = append(out, mt.id)
-		prev = mt.stop
-		if k == len(matches)-1 || len(out)-lastStored >= storeEvery {
-			c.put(cacheKey{m, hashes[k], mt.stop}, append([]uint32(nil), out...))
+	var keys []cacheKey
+	var counts []int
+	for k := best + 1; k < len(cuts); k++ {
+		cut := cuts[k]
+		out = m.appendSegment(out, text[prev:cut.start], prev == 0, sc)
+		if cut.stop > cut.start { // an added token; a turn cut has no width
+			out = append(out, cut.id)
+		}
+		prev = cut.stop
+		if k == len(cuts)-1 || len(out)-lastStored >= storeEvery {
+			keys = append(keys, cacheKey{m, hashes[k], cut.stop})
+			counts = append(counts, len(out))
 			lastStored = len(out)
 		}
 	}
+	if len(keys) > 0 {
+		// One copy for every prefix stored: a copy each was 2.5 times a
+		// fresh 4k chat's ids in garbage.
+		c.put(keys, counts, append([]uint32(nil), out...))
+	}
 	out = m.appendSegment(out, text[prev:], prev == 0, sc)
 	return out
+}
+
+// chatMLTurn is the text ChatML starts every turn with.
+const chatMLTurn = "<|im_start|>"
+
+// chatMLTurns reports whether the encoding provably splits between a "\n"
+// and a following "<|im_start|>" in text between added tokens, for any text
+// around them. It does when the text reaches the split pattern unchanged
+// (byte-level, no normalizer, no normalized added tokens) and the pattern
+// is cl100k's (Llama 3's), Qwen 2's or o200k's. The argument, for T = A+B
+// where A ends in "\n" and B starts with "<":
+//
+//  1. No match of the pattern in T contains both that "\n" and that "<".
+//     The word alternatives ([^\r\n\p{L}\p{N}]?\p{L}+ and o200k's two, and
+//     the contractions) contain no "\n"; \p{N}{1,3} neither; the symbol
+//     run ' ?[^\s\p{L}\p{N}]+[\r\n/]*' can hold a "\n" only in its
+//     trailing [\r\n/]*, which "<" cannot follow inside it; the three
+//     whitespace alternatives hold no "<". Every character starts some
+//     match, so one match ends exactly at len(A).
+//  2. Matches from len(A) on are B's own: the pattern has no look-behind
+//     and no anchors, so a match at q depends on T[q:] only.
+//  3. Matches before len(A) are A's own. A match at q < len(A) ends at
+//     most at len(A) (by 1), so each alternative has the same candidate
+//     matches in T as in A, which differ only in what follows, except
+//     where a look-ahead reads T[len(A)]: \s+(?!\S) ending at len(A) holds
+//     in A (end of text) and fails in T ("<" is \S). But such a candidate
+//     spans whitespace ending in A's "\n", which \s*[\r\n]+, an earlier
+//     alternative, matches with the same end in both, so the backtracking
+//     order picks the same match in both.
+//
+// BPE then runs on each piece alone, so Encode(A+B) = Encode(A) ++
+// Encode(B). GPT-2's pattern fails 3 (it has no \s*[\r\n]+: "x\n\n<"
+// splits "\n\n" alone but "\n", "\n" before "<"), so it gets no turn cuts;
+// TestEncodeCachedEqualsEncodeAcrossChatMLTurns checks the result against
+// Encode over generated conversations, hostile contents included.
+func (m *Model) chatMLTurns() bool {
+	if !m.byteLevel || m.norm != nil || m.normAdded != nil {
+		return false
+	}
+	switch m.fast.(type) {
+	case cl100kSplitter, o200kSplitter:
+		return true
+	}
+	return false
+}
+
+// appendTurnCuts merges into the added-token matches (in order) a cut of
+// no width at every position p inside the text between them where
+// text[p-1] is "\n" and text[p:] starts with "<|im_start|>".
+func appendTurnCuts(dst []addedMatch, text string, matches []addedMatch) []addedMatch {
+	prev := 0
+	gap := func(end int) {
+		for at := prev; at < end; {
+			i := strings.Index(text[at:end], "\n"+chatMLTurn)
+			if i < 0 {
+				break
+			}
+			p := at + i + 1
+			dst = append(dst, addedMatch{start: p, stop: p})
+			at = p
+		}
+	}
+	for _, mt := range matches {
+		gap(mt.start)
+		dst = append(dst, mt)
+		prev = mt.stop
+	}
+	gap(len(text))
+	return dst
 }

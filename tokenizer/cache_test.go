@@ -1,8 +1,10 @@
 package tokenizer
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -113,4 +115,157 @@ func TestPrefixCacheIsSafeForConcurrentUse(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// chatML renders a conversation as the built-in ChatML template does.
+func chatML(msgs [][2]string, generationPrompt bool) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		b.WriteString("<|im_start|>" + m[0] + "\n" + m[1] + "<|im_end|>\n")
+	}
+	if generationPrompt {
+		b.WriteString("<|im_start|>assistant\n")
+	}
+	return b.String()
+}
+
+// hostileTurnText is message content that tries to straddle a turn cut:
+// it writes the cut's own text, ends in whitespace runs, newlines, slashes
+// or a lone "<", or starts with a marker.
+var hostileTurnText = []string{
+	"\n<|im_start|>", "<|im_end|>\n<|im_start|>user\n", "\n", "\n\n", "  ", " ", "\t", "\r\n", "\r", "/", "//\n", "\n/",
+	"<", "<|", "<|im_start|", "\n<|im_start", "x\n\n", " \n ", "\u00a0\n", "\n\u00a0", "\u2028", "\u0085", "'s", "'S\n",
+	"😀\n", "é\n", "123\n", "...\n", "<|im_start|>", "<|endoftext|>", "<|eot_id|>\n", ">\n", "|>\n", "\n>",
+}
+
+func hostileMessage(rng *rand.Rand) string {
+	var b strings.Builder
+	for range rng.IntN(4) {
+		b.WriteString(hostileTurnText[rng.IntN(len(hostileTurnText))])
+	}
+	if rng.IntN(2) == 0 {
+		b.WriteString(chatMessage(rng, 1+rng.IntN(30)))
+	}
+	for range rng.IntN(4) {
+		b.WriteString(hostileTurnText[rng.IntN(len(hostileTurnText))])
+	}
+	return b.String()
+}
+
+// TestEncodeCachedEqualsEncodeAcrossChatMLTurns: for models whose encoding
+// splits between "\n" and "<|im_start|>" (chatMLTurns), every turn of
+// generated ChatML conversations — growing, edited in the middle, cut
+// short, with contents that write the markers themselves or end in
+// whitespace, newlines, slashes or "<" — encodes through the cache exactly
+// as Encode does, and the cache reuses earlier turns.
+func TestEncodeCachedEqualsEncodeAcrossChatMLTurns(t *testing.T) {
+	models := map[string]*Model{"llama3": llama3(t)}
+	for _, name := range []string{"o200k_base", "cl100k_base"} {
+		m, err := LoadTiktoken(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models[name] = m
+	}
+	convs, turns := 150, 12
+	if raceBuild {
+		convs = 15
+	}
+	for name, m := range models {
+		t.Run(name, func(t *testing.T) {
+			if !m.chatMLTurns() {
+				t.Fatalf("%s should split at ChatML turns", name)
+			}
+			shared := NewPrefixCache(8 << 20)
+			tiny := NewPrefixCache(4 << 10) // evicts constantly
+			checked := 0
+			for ci := 0; ci < convs; ci++ {
+				rng := rand.New(rand.NewPCG(uint64(ci), 14))
+				own := NewPrefixCache(8 << 20)
+				conv := &conversation{msgs: [][2]string{{"system", hostileMessage(rng)}}}
+				for turn := 0; turn < turns; turn++ {
+					conv.step(rng)
+					if rng.IntN(2) == 0 {
+						conv.msgs[len(conv.msgs)-1][1] = hostileMessage(rng)
+					}
+					text := chatML(conv.msgs, rng.IntN(4) > 0)
+					if rng.IntN(6) == 0 {
+						text += hostileMessage(rng) // a tail no template writes
+					}
+					want := m.Encode(text)
+					for cname, c := range map[string]*PrefixCache{"own": own, "shared": shared, "tiny": tiny} {
+						if got := m.EncodeCached(c, text); !slices.Equal(got, want) {
+							t.Fatalf("conversation %d turn %d, %s cache: EncodeCached differs from Encode\n text %q\n got  %v\n want %v", ci, turn, cname, text, got, want)
+						}
+						checked++
+					}
+				}
+			}
+			st := shared.Stats()
+			if st.Hits < uint64(convs*turns/2) {
+				t.Fatalf("the shared cache reused too few prefixes: %+v", st)
+			}
+			t.Logf("%s: %d cached encodings equal to Encode; shared cache %+v", name, checked, st)
+		})
+	}
+}
+
+// TestGPT2PatternGetsNoChatMLTurnCuts: the GPT-2 pattern does not split
+// between "\n" and "<" for every text (a newline run before "<" splits
+// differently than at the end of a text), so its models must not cut there.
+func TestGPT2PatternGetsNoChatMLTurnCuts(t *testing.T) {
+	m, err := LoadTiktoken("r50k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.chatMLTurns() {
+		t.Fatal("r50k_base (GPT-2's pattern) must not split at ChatML turns")
+	}
+	a, b := "<|im_start|>user\nx\n\n", "<|im_start|>assistant\n"
+	if slices.Equal(append(m.Encode(a), m.Encode(b)...), m.Encode(a+b)) {
+		t.Fatal("expected GPT-2's pattern to encode across the turn differently; the guard's reason is gone")
+	}
+}
+
+// TestShortKeyIsThePieceZeroPadded: the word cache's key of a piece of up
+// to 16 bytes is its bytes, zero-padded, read as two little-endian words,
+// whatever its length.
+func TestShortKeyIsThePieceZeroPadded(t *testing.T) {
+	src := "abcdefghijklmnopq\x00\xff\x80 Z"
+	for start := 0; start < 4; start++ {
+		for n := 1; n <= 16 && start+n <= len(src); n++ {
+			w := src[start : start+n]
+			var buf [16]byte
+			copy(buf[:], w)
+			k0, k1 := shortKey(w)
+			if k0 != binary.LittleEndian.Uint64(buf[:8]) || k1 != binary.LittleEndian.Uint64(buf[8:]) {
+				t.Fatalf("shortKey(%q) = %#x, %#x", w, k0, k1)
+			}
+		}
+	}
+}
+
+// TestWordCacheIsRightAcrossModelsAndGenerations: one scratch encoding for
+// two models in turn clears its word cache at every switch, hundreds of
+// times (past the generation counter's wrap); every encoding equals one
+// without the word cache.
+func TestWordCacheIsRightAcrossModelsAndGenerations(t *testing.T) {
+	o200k, err := LoadTiktoken("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := []*Model{llama3(t), o200k}
+	texts := append(corpus(300, 5), asciiCorpus(300, 5)...)
+	sc := new(scratch)
+	for i := range 700 {
+		m, text := models[i%2], texts[i%len(texts)]+texts[(i*7)%len(texts)]
+		got := m.appendEncode(nil, text, sc)
+		want := m.appendEncode(nil, text, &scratch{noWordCache: true})
+		if !slices.Equal(got, want) {
+			t.Fatalf("encoding %d (%s) with the word cache differs\n text %q\n got  %v\n want %v", i, m.Name(), text, got, want)
+		}
+	}
+	if sc.gen >= 200 || sc.gen == 0 {
+		t.Fatalf("generation %d: the counter should have wrapped once", sc.gen)
+	}
 }

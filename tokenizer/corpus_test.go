@@ -77,3 +77,30 @@ func logCorpus(t *testing.T, what string, n, diffs int) {
 	}
 	t.Logf("%s: %d differences over %d generated strings (%s)", what, diffs, n, mode)
 }
+
+// asciiCorpus returns n deterministic strings made mostly of ASCII: runs
+// of letters in both cases, digits, spaces, tabs, newlines, symbols and
+// apostrophes, with a non-ASCII rune now and then where the splitters'
+// ASCII fast paths must hand over to the general matcher.
+func asciiCorpus(n int, seed uint64) []string {
+	rng := rand.New(rand.NewPCG(seed, 0xa5c11))
+	classes := []string{"abcxyz", "ABCXYZ", "0123456789", "  \t", "\n\r", "!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~", "'", "sStTdDmMlLrReEvV"}
+	nonASCII := []string{"é", "É", "\u0301", "\u00a0", "\u2028", "—", "😀", "٣", "Ⅻ", "ǅ", "ʰ", "中", "\u0085"}
+	out := make([]string, n)
+	var b strings.Builder
+	for i := range out {
+		b.Reset()
+		for range 1 + rng.IntN(24) {
+			if rng.IntN(12) == 0 {
+				b.WriteString(nonASCII[rng.IntN(len(nonASCII))])
+				continue
+			}
+			cl := classes[rng.IntN(len(classes))]
+			for range 1 + rng.IntN(4) {
+				b.WriteByte(cl[rng.IntN(len(cl))])
+			}
+		}
+		out[i] = b.String()
+	}
+	return out
+}

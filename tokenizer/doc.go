@@ -74,10 +74,19 @@
 // # Incremental tokenization
 //
 // PrefixCache (bounded bytes, LRU) and (*Model).EncodeCached reuse the ids
-// of the longest cached prefix of a text that ends just after an occurrence
-// of a raw-matched added token, a point where the encoding provably splits.
-// Entries are keyed by model, length and xxh3 hash of the prefix, and the
-// result always equals Encode (TestEncodeCachedEqualsEncode...).
+// of the longest cached prefix of a text that ends where the encoding
+// provably splits: just after an occurrence of a raw-matched added token,
+// and, for models whose pre-tokenization is only the cl100k (Llama 3), Qwen
+// 2 or o200k split, between a "\n" and a following "<|im_start|>" (ChatML's
+// turn boundary; the argument is written at chatMLTurns). Prefixes are keyed
+// by model, length and xxh3 hash; the prefixes one call stores share one
+// copy of its ids. The result always equals Encode
+// (TestEncodeCachedEqualsEncode...).
+//
+// The splitters decide ASCII text on a byte class table and decode runes
+// only where a non-ASCII byte could change a piece; the word cache of each
+// pooled scratch (recent pieces and their ids, direct-mapped, no pointers)
+// saves BPE for repeated words.
 //
 // # The toy tokenizer
 //

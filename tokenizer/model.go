@@ -1,7 +1,9 @@
 package tokenizer
 
 import (
+	"encoding/binary"
 	"errors"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"unsafe"
@@ -78,25 +80,94 @@ type scratch struct {
 	pieces  []piece
 	pieces2 []piece
 	matches []addedMatch
+	cuts    []addedMatch // matches and turn cuts (EncodeCached)
 
 	// words caches the ids of recent pre-tokens of one model. Text repeats
-	// its words, and this small map stays in the CPU cache where the
-	// vocabulary and merge tables (megabytes) do not.
+	// its words, and this small table stays in the CPU cache where the
+	// vocabulary and merge tables (megabytes) do not. It is direct-mapped
+	// by a hash of the piece (a collision replaces the older word) and
+	// holds no pointers, so the collector never scans it; the keys' bytes
+	// and the ids live in two arenas, and the whole cache is cleared when
+	// either is full.
 	wordsModel *Model
-	words      map[string]uint32 // piece → offset<<8 | count into wordIDs
-	wordIDs    []uint32
-	wordKeys   []byte // arena the keys point into; a full one is left to the keys and replaced
+	short      []shortSlot // 1<<shortBits entries once used
+	words      []wordSlot  // wordSlots entries once used
+	// gen is the cache's generation: a slot holds a word only when its gen
+	// is this one, so clearing the cache (a new model, full arenas) is one
+	// increment; the tables are zeroed when it wraps.
+	gen      uint8
+	wordIDs  []uint32
+	wordKeys []byte
 	// noWordCache turns the word cache off, for the benchmark that
 	// measures what it saves.
 	noWordCache bool
 }
 
-// maxCachedWords bounds a scratch's word cache; it is cleared when full.
-// maxCachedWordLen keeps long pieces, which rarely repeat, out of it.
+// wordSlot is one word cache entry; idLen 0 marks an empty slot.
+type wordSlot struct {
+	hash   uint64
+	keyOff uint32
+	idOff  uint32
+	keyLen uint8
+	idLen  uint8
+	gen    uint8
+}
+
+// shortSlot is a word cache entry for a piece of at most 16 bytes that
+// encodes to at most 3 ids, most words of prose and code: the bytes and the
+// ids sit in the slot, so a hit reads one half cache line. n is 0 in an
+// empty slot, else the piece's length | the ids' count << 5.
+type shortSlot struct {
+	k0, k1 uint64
+	ids    [3]uint32
+	n      uint8
+	gen    uint8
+}
+
+// shortKey loads a piece of at most 16 bytes as two words, zero-padded.
+func shortKey(w string) (k0, k1 uint64) {
+	n := len(w)
+	b := unsafe.Slice(unsafe.StringData(w), n) // read only
+	switch {
+	case n >= 8:
+		k0 = binary.LittleEndian.Uint64(b)
+		if n > 8 { // the last 8 bytes, shifted down to bytes 8..n-1
+			k1 = binary.LittleEndian.Uint64(b[n-8:]) >> (8 * (16 - n))
+		}
+	case n >= 4:
+		hi := uint64(binary.LittleEndian.Uint32(b[n-4:])) >> (8 * (8 - n))
+		k0 = uint64(binary.LittleEndian.Uint32(b)) | hi<<32
+	default:
+		for i := range n {
+			k0 |= uint64(b[i]) << (8 * i)
+		}
+	}
+	return k0, k1
+}
+
+// shortIndex is a slot of the short table for a key: a multiplicative
+// hash, its top bits.
+func shortIndex(k0, k1 uint64, n int) uint64 {
+	h := (k0*0x9e3779b97f4a7c15 ^ k1*0xc2b2ae3d27d4eb4f ^ uint64(n)) * 0x165667b19e3779f9
+	return h >> (64 - shortBits)
+}
+
+// shortBits sizes the short table: 1<<14 slots of 32 bytes.
+const shortBits = 14
+
+// wordSlots is the word cache's size (a power of two): some 400 kB per
+// scratch, which a long prompt's distinct words fill sparsely enough that
+// collisions are rare. maxCachedWordLen keeps long pieces, which rarely
+// repeat, out of it; the arenas bound how much it holds before a clear.
 const (
-	maxCachedWords   = 8192
+	wordSlots        = 1 << 14
 	maxCachedWordLen = 32
+	wordKeyArena     = 256 << 10
+	wordIDArena      = 64 << 10
 )
+
+// wordSeed seeds the word cache's hash; one per process.
+var wordSeed = maphash.MakeSeed()
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
@@ -150,7 +221,7 @@ func (m *Model) SpecialTokens() map[string]string {
 // tokenizer.encode(text, add_special_tokens=False) does: added and special
 // tokens written in the text are recognised, nothing is added around it.
 func (m *Model) Encode(text string) []uint32 {
-	return m.AppendEncode(make([]uint32, 0, len(text)/4+4), text)
+	return m.AppendEncode(make([]uint32, 0, len(text)/3+8), text)
 }
 
 // AppendEncode appends the ids of text (as Encode) to dst.
@@ -261,45 +332,65 @@ func (m *Model) appendWord(dst []uint32, w string, sc *scratch) []uint32 {
 	if m.byteLevel && len(w) == 1 && m.byteOK[w[0]] {
 		return append(dst, m.byteID[w[0]])
 	}
-	cache := len(w) <= maxCachedWordLen && !sc.noWordCache
-	if cache {
-		if sc.wordsModel != m || sc.words == nil {
-			sc.resetWords(m)
+	if len(w) > maxCachedWordLen || sc.noWordCache {
+		return m.appendWordUncached(dst, w, sc)
+	}
+	if sc.wordsModel != m || sc.words == nil {
+		sc.resetWords(m)
+	}
+	if len(w) <= 16 {
+		k0, k1 := shortKey(w)
+		slot := &sc.short[shortIndex(k0, k1, len(w))]
+		if slot.k0 == k0 && slot.k1 == k1 && int(slot.n&31) == len(w) && slot.gen == sc.gen {
+			if slot.n>>5 == 1 {
+				return append(dst, slot.ids[0])
+			}
+			return append(dst, slot.ids[:slot.n>>5]...)
 		}
-		if v, ok := sc.words[w]; ok {
-			off := v >> 8
-			return append(dst, sc.wordIDs[off:off+v&0xff]...)
+		start := len(dst)
+		dst = m.appendWordUncached(dst, w, sc)
+		if n := len(dst) - start; n <= 3 {
+			*slot = shortSlot{k0: k0, k1: k1, n: uint8(len(w)) | uint8(n)<<5, gen: sc.gen}
+			copy(slot.ids[:], dst[start:])
 		}
+		return dst
+	}
+	h := maphash.String(wordSeed, w)
+	slot := &sc.words[h&(wordSlots-1)]
+	if slot.hash == h && slot.idLen > 0 && slot.gen == sc.gen && int(slot.keyLen) == len(w) &&
+		string(sc.wordKeys[slot.keyOff:slot.keyOff+uint32(slot.keyLen)]) == w {
+		return append(dst, sc.wordIDs[slot.idOff:slot.idOff+uint32(slot.idLen)]...)
 	}
 	start := len(dst)
 	dst = m.appendWordUncached(dst, w, sc)
-	if cache && len(dst)-start <= maxCachedWordLen {
-		if len(sc.words) >= maxCachedWords {
-			sc.resetWords(m)
-		}
-		// The key is copied into the arena: w points into the caller's text.
-		if len(sc.wordKeys)+len(w) > cap(sc.wordKeys) {
-			sc.wordKeys = make([]byte, 0, 64<<10)
-		}
-		k := len(sc.wordKeys)
-		sc.wordKeys = append(sc.wordKeys, w...)
-		key := unsafe.String(&sc.wordKeys[k], len(w))
-		sc.words[key] = uint32(len(sc.wordIDs))<<8 | uint32(len(dst)-start)
-		sc.wordIDs = append(sc.wordIDs, dst[start:]...)
+	n := len(dst) - start
+	if n > maxCachedWordLen {
+		return dst
 	}
+	if len(sc.wordKeys)+len(w) > wordKeyArena || len(sc.wordIDs)+n > wordIDArena {
+		sc.resetWords(m)
+		slot = &sc.words[h&(wordSlots-1)]
+	}
+	*slot = wordSlot{hash: h, keyOff: uint32(len(sc.wordKeys)), idOff: uint32(len(sc.wordIDs)), keyLen: uint8(len(w)), idLen: uint8(n), gen: sc.gen}
+	sc.wordKeys = append(sc.wordKeys, w...)
+	sc.wordIDs = append(sc.wordIDs, dst[start:]...)
 	return dst
 }
 
 func (sc *scratch) resetWords(m *Model) {
 	sc.wordsModel = m
 	if sc.words == nil {
-		sc.words = make(map[string]uint32, maxCachedWords)
-	} else {
+		sc.words = make([]wordSlot, wordSlots)
+		sc.short = make([]shortSlot, 1<<shortBits)
+		sc.wordKeys = make([]byte, 0, wordKeyArena)
+		sc.wordIDs = make([]uint32, 0, wordIDArena)
+		sc.gen = 1 // zeroed slots (gen 0) hold nothing
+	} else if sc.gen++; sc.gen == 0 {
 		clear(sc.words)
+		clear(sc.short)
+		sc.gen = 1
 	}
 	sc.wordIDs = sc.wordIDs[:0]
-	// Keys of the cleared map may still point into the arena's bytes only
-	// through the map, which no longer holds them: the arena can be reused.
 	sc.wordKeys = sc.wordKeys[:0]
 }
 

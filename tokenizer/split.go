@@ -153,6 +153,9 @@ func (c cl100kSplitter) next(s string, i int) int {
 	if n := contraction(s, i, true); n > 0 {
 		return i + n
 	}
+	if e := c.ascii(s, i); e > 0 {
+		return e
+	}
 	r, w := decode(s, i)
 	// [^\r\n\p{L}\p{N}]?\p{L}+
 	j := i
@@ -330,7 +333,7 @@ func o200kWord(s string, j int, upperFirst bool) int {
 }
 
 func (o200kSplitter) next(s string, i int) int {
-	if e := o200kASCIIWord(s, i); e > 0 {
+	if e := o200kASCII(s, i); e > 0 {
 		return e
 	}
 	r, w := decode(s, i)
@@ -403,4 +406,202 @@ func o200kASCIIWord(s string, i int) int {
 	}
 	// U*L+ when a lower run follows, else U+L* with an empty L*.
 	return l + contraction(s, l, true)
+}
+
+// ASCII byte classes for the splitters' fast paths. Bytes >= 0x80 are
+// asciiHigh: a fast path that meets one where it matters leaves the piece to
+// the general matcher, which decodes runes.
+const (
+	asciiLower = 1 << iota
+	asciiUpper
+	asciiDigit
+	asciiSpace   // \s other than \r and \n: ' ', \t, \v, \f
+	asciiNewline // \r, \n
+	asciiOther   // [^\s\p{L}\p{N}] among ASCII bytes
+	asciiHigh
+)
+
+var asciiClass = func() (t [256]uint8) {
+	for c := range 256 {
+		switch {
+		case c >= utf8.RuneSelf:
+			t[c] = asciiHigh
+		case 'a' <= c && c <= 'z':
+			t[c] = asciiLower
+		case 'A' <= c && c <= 'Z':
+			t[c] = asciiUpper
+		case '0' <= c && c <= '9':
+			t[c] = asciiDigit
+		case c == '\r' || c == '\n':
+			t[c] = asciiNewline
+		case isSpace(rune(c)):
+			t[c] = asciiSpace
+		default:
+			t[c] = asciiOther
+		}
+	}
+	return t
+}()
+
+// classAt is the class of s[i], or 0 past the end.
+func classAt(s string, i int) uint8 {
+	if i < len(s) {
+		return asciiClass[s[i]]
+	}
+	return 0
+}
+
+// asciiDigits matches \p{N}{1,max} at i, where s[i] is an ASCII digit; -1
+// when a byte that may be a non-ASCII number decides it.
+func asciiDigits(s string, i, max int) int {
+	j := i + 1
+	for n := 1; n < max; n++ {
+		switch classAt(s, j) {
+		case asciiDigit:
+			j++
+			continue
+		case asciiHigh:
+			return -1
+		}
+		break
+	}
+	return j
+}
+
+// asciiOtherRun matches ' ?[^\s\p{L}\p{N}]+[\r\n]*' (with '/' in the
+// trailing class when slash is set) at i, where s[i] is ' ' or an ASCII
+// other; 0 when it does not match, -1 when a non-ASCII byte decides it.
+func asciiOtherRun(s string, i int, slash bool) int {
+	j := i
+	if s[j] == ' ' {
+		j++
+	}
+	switch classAt(s, j) {
+	case asciiOther:
+	case asciiHigh:
+		return -1
+	default:
+		return 0
+	}
+	for j++; ; j++ {
+		c := classAt(s, j)
+		if c == asciiOther {
+			continue
+		}
+		if c == asciiHigh {
+			return -1 // a non-ASCII symbol would extend the run
+		}
+		break
+	}
+	for j < len(s) && (s[j] == '\r' || s[j] == '\n' || slash && s[j] == '/') {
+		j++
+	}
+	return j
+}
+
+// asciiWhitespace is whitespace (\s*[\r\n]+|\s+(?!\S)|\s+) for a run of
+// ASCII whitespace at i; -1 when the run reaches a non-ASCII byte, which may
+// be whitespace too.
+func asciiWhitespace(s string, i int) int {
+	j, nlEnd := i, -1
+	for ; j < len(s); j++ {
+		c := asciiClass[s[j]]
+		if c == asciiNewline {
+			nlEnd = j + 1
+		} else if c != asciiSpace {
+			if c == asciiHigh {
+				return -1
+			}
+			break
+		}
+	}
+	switch {
+	case nlEnd > 0:
+		return nlEnd
+	case j == len(s):
+		return j
+	case j-1 > i:
+		return j - 1 // \s+(?!\S) leaves the last space to the next piece
+	}
+	return j
+}
+
+// o200kASCII is next's answer when ASCII bytes alone decide the piece at i,
+// the bulk of English text and code; -1 when the general matcher must run.
+// It tries the pattern's alternatives in order on the classes above: words
+// (o200kASCIIWord), \p{N}{1,3}, the symbol run, then whitespace. A word's
+// optional prefix is any byte but \r, \n, a letter or a digit; when no word
+// follows it, the later alternatives decide as the regex's backtracking does.
+func o200kASCII(s string, i int) int {
+	if e := o200kASCIIWord(s, i); e > 0 {
+		return e
+	}
+	c := asciiClass[s[i]]
+	switch c {
+	case asciiDigit:
+		return asciiDigits(s, i, 3)
+	case asciiNewline:
+		return asciiWhitespace(s, i)
+	case asciiOther, asciiSpace:
+		// No word starts here with this byte as its prefix, unless a
+		// letter or a non-ASCII byte follows: then o200kASCIIWord could
+		// not tell, and neither can this.
+		if classAt(s, i+1)&(asciiLower|asciiUpper|asciiHigh) != 0 {
+			return -1
+		}
+		if c == asciiOther || s[i] == ' ' {
+			if e := asciiOtherRun(s, i, true); e != 0 {
+				return e
+			}
+		}
+		if c == asciiSpace {
+			return asciiWhitespace(s, i)
+		}
+	}
+	return -1
+}
+
+// asciiLetters is the end of the run of ASCII letters at j; -1 when it ends
+// at a non-ASCII byte, which may be a letter.
+func asciiLetters(s string, j int) int {
+	for ; j < len(s); j++ {
+		if c := asciiClass[s[j]]; c&(asciiLower|asciiUpper) == 0 {
+			if c == asciiHigh {
+				return -1
+			}
+			break
+		}
+	}
+	return j
+}
+
+// ascii is next's answer, after contractions, when ASCII bytes alone decide
+// the piece at i; -1 when the general matcher must run. The alternatives in
+// order: [^\r\n\p{L}\p{N}]?\p{L}+, \p{N}{1,max}, the symbol run, then
+// whitespace.
+func (c cl100kSplitter) ascii(s string, i int) int {
+	switch k := asciiClass[s[i]]; k {
+	case asciiLower, asciiUpper:
+		return asciiLetters(s, i+1)
+	case asciiDigit:
+		return asciiDigits(s, i, c.maxDigits)
+	case asciiNewline:
+		return asciiWhitespace(s, i)
+	case asciiOther, asciiSpace:
+		switch classAt(s, i+1) {
+		case asciiLower, asciiUpper:
+			return asciiLetters(s, i+2) // the byte is the word's prefix
+		case asciiHigh:
+			return -1
+		}
+		if k == asciiOther || s[i] == ' ' {
+			if e := asciiOtherRun(s, i, false); e != 0 {
+				return e
+			}
+		}
+		if k == asciiSpace {
+			return asciiWhitespace(s, i)
+		}
+	}
+	return -1
 }

@@ -20,7 +20,7 @@ func handPieces(h handSplitter, s string) []string {
 
 func TestHandSplittersEqualRegexp2(t *testing.T) {
 	patterns := map[string]string{"cl100k/llama3": patternCL100K, "qwen2": patternQwen2, "o200k": patternO200K, "gpt2": patternGPT2}
-	texts := corpus(corpusSize, 1)
+	texts := append(corpus(corpusSize, 1), asciiCorpus(corpusSize, 1)...)
 	for name, pattern := range patterns {
 		t.Run(name, func(t *testing.T) {
 			re, err := compileSplitRegex(pattern)

@@ -519,6 +519,10 @@ func powOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 
 // pyIsSpace is Python's str.isspace for one character: Go's White_Space
 // set plus the ASCII separators U+001C..U+001F.
+// Trim is Jinja2's trim filter without chars (Python's str.strip()), for
+// renderers that write a known template's output directly.
+func Trim(s string) string { return strings.TrimFunc(s, pyIsSpace) }
+
 func pyIsSpace(r rune) bool {
 	return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f
 }
