@@ -50,19 +50,14 @@ func (c ServerConfig) Enabled() bool { return c.CertFile != "" || c.KeyFile != "
 
 // Validate names the first bad field, under prefix (for example "http.tls.").
 func (c ServerConfig) Validate(prefix string) error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s%s: %s", ErrInvalidConfig, prefix, field, fmt.Sprintf(format, args...))
-	}
-	switch {
-	case c.CertFile == "" && c.KeyFile != "":
-		return bad("cert-file", "empty while key-file is set")
-	case c.CertFile != "" && c.KeyFile == "":
-		return bad("key-file", "empty while cert-file is set")
-	case !c.Enabled() && c.ClientCAFile != "":
+	bad := fieldError(prefix)
+	// Without cert-file and key-file the pair check below passes, so this
+	// comes first and the order of errors is the same as one switch.
+	if !c.Enabled() && c.ClientCAFile != "" {
 		return bad("client-ca-file", "set without cert-file and key-file")
 	}
-	if _, err := parseVersion(c.MinVersion); err != nil {
-		return bad("min-version", "%v", err)
+	if err := checkFiles(bad, c.CertFile, c.KeyFile, c.MinVersion); err != nil {
+		return err
 	}
 	switch c.clientAuth() {
 	case ClientAuthNone:
@@ -120,9 +115,9 @@ func (c ServerConfig) Build(d Deps) (*tls.Config, error) {
 	}
 	base := &tls.Config{MinVersion: minV, ClientAuth: auth, NextProtos: d.NextProtos}
 	src, err := newSource(paths, d, func(b [][]byte) (*tls.Config, error) {
-		cert, err := tls.X509KeyPair(b[0], b[1])
+		cert, err := keyPair(b, c.CertFile, c.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("key pair %s, %s: %w", c.CertFile, c.KeyFile, err)
+			return nil, err
 		}
 		cfg := base.Clone()
 		cfg.Certificates = []tls.Certificate{cert}
@@ -172,19 +167,7 @@ func (c ClientConfig) Enabled() bool {
 
 // Validate names the first bad field, under prefix (for example "etcd.").
 func (c ClientConfig) Validate(prefix string) error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s%s: %s", ErrInvalidConfig, prefix, field, fmt.Sprintf(format, args...))
-	}
-	switch {
-	case c.CertFile == "" && c.KeyFile != "":
-		return bad("cert-file", "empty while key-file is set")
-	case c.CertFile != "" && c.KeyFile == "":
-		return bad("key-file", "empty while cert-file is set")
-	}
-	if _, err := parseVersion(c.MinVersion); err != nil {
-		return bad("min-version", "%v", err)
-	}
-	return nil
+	return checkFiles(fieldError(prefix), c.CertFile, c.KeyFile, c.MinVersion)
 }
 
 // RegisterFlags registers the config's flags under prefix (for example
@@ -220,9 +203,9 @@ func (c ClientConfig) Build(d Deps) (*tls.Config, error) {
 	}
 	if c.CertFile != "" {
 		src, err := newSource([]string{c.CertFile, c.KeyFile}, d, func(b [][]byte) (*tls.Certificate, error) {
-			cert, err := tls.X509KeyPair(b[0], b[1])
+			cert, err := keyPair(b, c.CertFile, c.KeyFile)
 			if err != nil {
-				return nil, fmt.Errorf("key pair %s, %s: %w", c.CertFile, c.KeyFile, err)
+				return nil, err
 			}
 			return &cert, nil
 		})
@@ -252,6 +235,37 @@ type Deps struct {
 	CheckInterval time.Duration
 	// NextProtos is a server's ALPN list.
 	NextProtos []string
+}
+
+// fieldError returns the Validate error for a field under prefix.
+func fieldError(prefix string) func(field, format string, args ...any) error {
+	return func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s%s: %s", ErrInvalidConfig, prefix, field, fmt.Sprintf(format, args...))
+	}
+}
+
+// checkFiles checks what servers and clients share: cert-file and key-file
+// come together, and min-version is known.
+func checkFiles(bad func(field, format string, args ...any) error, certFile, keyFile, minVersion string) error {
+	switch {
+	case certFile == "" && keyFile != "":
+		return bad("cert-file", "empty while key-file is set")
+	case certFile != "" && keyFile == "":
+		return bad("key-file", "empty while cert-file is set")
+	}
+	if _, err := parseVersion(minVersion); err != nil {
+		return bad("min-version", "%v", err)
+	}
+	return nil
+}
+
+// keyPair parses b[0] and b[1], the contents of certFile and keyFile.
+func keyPair(b [][]byte, certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := tls.X509KeyPair(b[0], b[1])
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("key pair %s, %s: %w", certFile, keyFile, err)
+	}
+	return cert, nil
 }
 
 func parseVersion(v string) (uint16, error) {
