@@ -5,11 +5,8 @@ package app
 // with the official OpenAI Go client.
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"regexp"
@@ -22,8 +19,6 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/prompt"
@@ -33,41 +28,21 @@ import (
 // replica's address.
 func startUp(t *testing.T, mutate func(*UpConfig)) string {
 	t.Helper()
-	cfg := DefaultUpConfig()
-	cfg.Replicas, cfg.Workers = 1, 2
-	cfg.HTTPBase, cfg.WorkerPort, cfg.EtcdPort, cfg.NATSPort = 0, 0, 0, 0
-	cfg.Speedup = 50
-	cfg.Status = 0
-	cfg.DataDir = t.TempDir()
+	cfg := upTestConfig(t, 1, 2)
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- RunUp(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)), pw)
-		_ = pw.Close()
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(60 * time.Second):
-			t.Error("up did not stop within 60s")
-		}
-	})
+	up := startUpRun(t, cfg)
+	t.Cleanup(func() { up.stop(t) })
 	endpoint := regexp.MustCompile(`OpenAI API  http://(\S+)/v1`)
-	lines := bufio.NewScanner(pr)
 	addr := ""
-	for addr == "" && lines.Scan() {
-		if m := endpoint.FindStringSubmatch(lines.Text()); m != nil {
+	for addr == "" && up.lines.Scan() {
+		if m := endpoint.FindStringSubmatch(up.lines.Text()); m != nil {
 			addr = m[1]
 		}
 	}
 	require.NotEmpty(t, addr, "up prints the replica's endpoint")
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	up.drain()
 	return addr
 }
 

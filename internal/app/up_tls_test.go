@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -17,41 +16,21 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/switchyard/switchyard/internal/links"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 )
 
 func TestUpWithTLSServesOverHTTPSAndRefusesClientsWithoutCredentials(t *testing.T) {
-	cfg := DefaultUpConfig()
-	cfg.Replicas, cfg.Workers = 2, 2
-	cfg.HTTPBase, cfg.WorkerPort, cfg.EtcdPort, cfg.NATSPort = 0, 0, 0, 0
-	cfg.Speedup = 50
-	cfg.Status = 0
-	cfg.DataDir = t.TempDir()
+	cfg := upTestConfig(t, 2, 2)
 	cfg.TLS = true
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- RunUp(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)), pw)
-		_ = pw.Close()
-	}()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(60 * time.Second):
-			t.Fatal("up did not stop within 60s")
-		}
-	}()
+	up := startUpRun(t, cfg)
+	defer up.stop(t)
 
 	endpoint := regexp.MustCompile(`OpenAI API  https://(\S+)/v1`)
 	caLine := regexp.MustCompile(`CA (\S+) \(made for this run\)`)
 	upLine := regexp.MustCompile(`embedded etcd (\S+), NATS (\S+)\)`)
-	lines := bufio.NewScanner(pr)
+	lines := up.lines
 	var addrs []string
 	var caFile, etcdURL, natsURL string
 	for lines.Scan() && !strings.HasPrefix(lines.Text(), "Try:") {
@@ -65,7 +44,7 @@ func TestUpWithTLSServesOverHTTPSAndRefusesClientsWithoutCredentials(t *testing.
 			etcdURL, natsURL = m[1], m[2]
 		}
 	}
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	up.drain()
 	require.Len(t, addrs, 2, "up prints one https endpoint per replica")
 	require.NotEmpty(t, caFile)
 	require.True(t, strings.HasPrefix(etcdURL, "https://"), etcdURL)
