@@ -71,16 +71,7 @@ func BenchmarkMirror(b *testing.B) {
 }
 
 func benchMirror(b *testing.B, entries int) {
-	n := testenv.StartNATS(b)
-	cfg := DefaultMirrorConfig()
-	cfg.Worker, cfg.Cluster = "bench", testCluster
-	m, err := NewMirror(cfg, n.Conn(b), nil, prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := m.Configure(Shape{Model: testModel, BlockSize: testBS, MaxEntries: entries}); err != nil {
-		b.Fatal(err)
-	}
+	m := newBenchMirror(b, testBS, entries)
 	batches := benchBatches()
 	// Fill the map first, so the timed loop is the steady state.
 	for i := 0; i*benchBatchBlocks < entries; i++ {
@@ -221,4 +212,21 @@ func reportLatencies(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(q(0.5), "p50_us")
 	b.ReportMetric(q(0.99), "p99_us")
 	b.ReportMetric(q(1), "max_us")
+}
+
+// newBenchMirror returns a mirror of worker "bench" publishing to a real
+// NATS server on loopback, configured for blockSize and entries.
+func newBenchMirror(b *testing.B, blockSize, entries int) *Mirror {
+	b.Helper()
+	n := testenv.StartNATS(b)
+	cfg := DefaultMirrorConfig()
+	cfg.Worker, cfg.Cluster = "bench", testCluster
+	m, err := NewMirror(cfg, n.Conn(b), nil, prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.Configure(Shape{Model: testModel, BlockSize: blockSize, MaxEntries: entries}); err != nil {
+		b.Fatal(err)
+	}
+	return m
 }

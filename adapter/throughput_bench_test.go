@@ -153,16 +153,7 @@ func BenchmarkAdapterThroughput(b *testing.B) {
 }
 
 func benchThroughput(b *testing.B, s tpStream) {
-	n := testenv.StartNATS(b)
-	cfg := DefaultMirrorConfig()
-	cfg.Worker, cfg.Cluster = "bench", testCluster
-	m, err := NewMirror(cfg, n.Conn(b), nil, prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := m.Configure(Shape{Model: testModel, BlockSize: tpBlockSize, MaxEntries: max4(tpEngineBlocks)}); err != nil {
-		b.Fatal(err)
-	}
+	m := newBenchMirror(b, tpBlockSize, max4(tpEngineBlocks))
 	seq, deliver := uint64(0), payloadFeeder(m)
 	feed := func(p []byte) {
 		if err := deliver(seq, p); err != nil {
