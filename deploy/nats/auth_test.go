@@ -25,11 +25,24 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // every password variable it references set in the environment.
 func startShipped(t *testing.T) string {
 	t.Helper()
+	setPasswords(t)
+	return startConf(t, "auth.conf")
+}
+
+// setPasswords sets every password variable auth.conf references.
+func setPasswords(t *testing.T) {
+	t.Helper()
 	t.Setenv("SWITCHYARD_NATS_ROUTER_PASSWORD", "router-secret")
 	for i := 1; i <= 8; i++ {
 		t.Setenv(fmt.Sprintf("SWITCHYARD_NATS_WORKER_%d_PASSWORD", i), fmt.Sprintf("worker-%d-secret", i))
 	}
-	opts, err := server.ProcessConfigFile("auth.conf")
+}
+
+// startConf runs an in-process NATS server on the config file at path, on
+// a random local port, until the test ends, and returns its client URL.
+func startConf(t *testing.T, path string) string {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(path)
 	require.NoError(t, err)
 	opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", server.RANDOM_PORT, 0
 	opts.NoLog, opts.NoSigs = true, true
@@ -179,10 +192,7 @@ func TestTheRouterUsesTheAdmissionSubjectsAndAWrongPasswordIsRefused(t *testing.
 }
 
 func TestTheShippedTLSConfigRequiresClientCertificatesAndKeepsThePermissions(t *testing.T) {
-	t.Setenv("SWITCHYARD_NATS_ROUTER_PASSWORD", "router-secret")
-	for i := 1; i <= 8; i++ {
-		t.Setenv(fmt.Sprintf("SWITCHYARD_NATS_WORKER_%d_PASSWORD", i), fmt.Sprintf("worker-%d-secret", i))
-	}
+	setPasswords(t)
 	dir := t.TempDir()
 	ca, err := tlsconf.NewCA("test-ca", time.Hour)
 	require.NoError(t, err)
@@ -196,16 +206,7 @@ func TestTheShippedTLSConfigRequiresClientCertificatesAndKeepsThePermissions(t *
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "auth.conf"), auth, 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "nats-tls.conf"), []byte(strings.ReplaceAll(string(conf), "/certs/", dir+"/")), 0o600))
-	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats-tls.conf"))
-	require.NoError(t, err)
-	opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", server.RANDOM_PORT, 0
-	opts.NoLog, opts.NoSigs = true, true
-	s, err := server.NewServer(opts)
-	require.NoError(t, err)
-	go s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	url := s.ClientURL()
+	url := startConf(t, filepath.Join(dir, "nats-tls.conf"))
 	require.True(t, strings.HasPrefix(url, "tls://"), url)
 
 	noCert, err := links.NATS{TLS: tlsconf.ClientConfig{CAFile: srv.CA}, User: "worker-1", Password: "worker-1-secret"}.Options(url, tlsconf.Deps{})
