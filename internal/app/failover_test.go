@@ -25,6 +25,27 @@ func classPlacedOn(want string, ids []string) string {
 	}
 }
 
+// startOwnerTestCluster starts etcd, NATS and two workers that run two
+// requests each, so the rest queue at the class owner. It returns the
+// replica ids r1..r3 (no replica runs yet), one FCFS class that the ids
+// place on r1, and the policy YAML of that class.
+func startOwnerTestCluster(t *testing.T) (ids []string, class string, policy []byte, c *testCluster) {
+	t.Helper()
+	ids = []string{"r1", "r2", "r3"}
+	class = classPlacedOn("r1", ids)
+	policy = []byte(fmt.Sprintf("default_class: %s\nclasses:\n  - name: %s\n    policy: fcfs\n    quantum: 1024\n", class, class))
+	c = &testCluster{t: t, etcd: testenv.StartEtcd(t), nats: testenv.StartNATS(t), replicas: map[string]*runningReplica{}}
+	for i := 1; i <= 2; i++ {
+		cfg := testWorkerConfig()
+		cfg.ID = fmt.Sprintf("w%d", i)
+		cfg.EtcdEndpoints, cfg.NATSURL = c.etcd.Endpoints, c.nats.URL
+		cfg.Engine.MaxNumSeqs = 2 // two running requests per worker: the rest queue at the owner
+		cfg.Engine.Speedup = 20
+		c.workers = append(c.workers, startWorker(t, cfg))
+	}
+	return ids, class, policy, c
+}
+
 // counterSum adds up every series of a counter in a registry.
 func counterSum(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	t.Helper()
@@ -42,19 +63,7 @@ func counterSum(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 }
 
 func TestAKilledOwnersClassMovesAndEveryPendingRequestIsAdmittedOnce(t *testing.T) {
-	ids := []string{"r1", "r2", "r3"}
-	class := classPlacedOn("r1", ids)
-	policy := []byte(fmt.Sprintf("default_class: %s\nclasses:\n  - name: %s\n    policy: fcfs\n    quantum: 1024\n", class, class))
-
-	c := &testCluster{t: t, etcd: testenv.StartEtcd(t), nats: testenv.StartNATS(t), replicas: map[string]*runningReplica{}}
-	for i := 1; i <= 2; i++ {
-		cfg := testWorkerConfig()
-		cfg.ID = fmt.Sprintf("w%d", i)
-		cfg.EtcdEndpoints, cfg.NATSURL = c.etcd.Endpoints, c.nats.URL
-		cfg.Engine.MaxNumSeqs = 2 // two running requests per worker: the rest queue at the owner
-		cfg.Engine.Speedup = 20
-		c.workers = append(c.workers, startWorker(t, cfg))
-	}
+	ids, class, policy, c := startOwnerTestCluster(t)
 	etcdURL, err := url.Parse(c.etcd.Endpoints[0])
 	require.NoError(t, err)
 	natsURL, err := url.Parse(c.nats.URL)

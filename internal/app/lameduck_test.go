@@ -141,18 +141,7 @@ func (r *runningReplica) exited() bool {
 // owner, or arriving meanwhile) is admitted by the new owner or answered at
 // once with a typed 503 and Retry-After, and RunReplica returns nil.
 func TestALameDuckRouterServesWhatReachesItWhileItsClassMovesAndStopsCleanly(t *testing.T) {
-	ids := []string{"r1", "r2", "r3"}
-	class := classPlacedOn("r1", ids)
-	policy := []byte(fmt.Sprintf("default_class: %s\nclasses:\n  - name: %s\n    policy: fcfs\n    quantum: 1024\n", class, class))
-	c := &testCluster{t: t, etcd: testenv.StartEtcd(t), nats: testenv.StartNATS(t), replicas: map[string]*runningReplica{}}
-	for i := 1; i <= 2; i++ {
-		cfg := testWorkerConfig()
-		cfg.ID = fmt.Sprintf("w%d", i)
-		cfg.EtcdEndpoints, cfg.NATSURL = c.etcd.Endpoints, c.nats.URL
-		cfg.Engine.MaxNumSeqs = 2 // the rest queue at the class owner
-		cfg.Engine.Speedup = 20
-		c.workers = append(c.workers, startWorker(t, cfg))
-	}
+	ids, class, policy, c := startOwnerTestCluster(t)
 	const drain = 3 * time.Second
 	withPolicy := func(cfg *ReplicaConfig) {
 		cfg.PolicyYAML = policy
