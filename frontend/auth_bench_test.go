@@ -1,12 +1,10 @@
 package frontend
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,14 +29,8 @@ import (
 func BenchmarkTenantOverhead(b *testing.B) {
 	up := newUpstream(b, 1)
 	pol := DefaultPolicy()
-	core := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.RealClock{}, nil, nil)
-	actor := scheduler.NewActor(core, nil, zap.NewNop())
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = actor.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
-	actor.SetClasses(pol.Classes)
-	actor.SetWorkers([]scheduler.Worker{{ID: "w1", URL: up.URL(), BlockSize: 16, KVBlocks: 65536}})
+	actor, stopActor := startBenchActor(pol, []scheduler.Worker{{ID: "w1", URL: up.URL(), BlockSize: 16, KVBlocks: 65536}})
+	defer stopActor()
 	ws := staticWorkers{{ID: "w1", URL: up.URL(), Model: "m", BlockSize: 16}}
 
 	var tenants []tenant.Tenant

@@ -171,20 +171,13 @@ func benchRouterOverheadBodies(b *testing.B, streams int, lockstep bool, bodyOf 
 		sw = append(sw, scheduler.Worker{ID: id, URL: up.URL(), BlockSize: 16, KVBlocks: 65536})
 	}
 	pol := DefaultPolicy()
-	core := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.RealClock{}, nil, nil)
-	actor := scheduler.NewActor(core, nil, zap.NewNop())
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = actor.Run(ctx) })
-	actor.SetClasses(pol.Classes)
-	actor.SetWorkers(sw)
+	actor, stopActor := startBenchActor(pol, sw)
 	s, err := New(DefaultConfig(), Deps{Admitter: NewLocalAdmitter(actor), Workers: ws, Policy: pol, Prompts: realPrompts(b)}, zap.NewNop(), prometheus.NewRegistry())
 	require.NoError(b, err)
 	srv := newBenchServer(b, s)
 	defer func() {
 		srv.stop()
-		cancel()
-		wg.Wait()
+		stopActor()
 	}()
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * streams, DisableCompression: true}}
@@ -427,4 +420,17 @@ func benchRequestBodies(b *testing.B, prompts Prompts, ep endpoint, size int, bo
 	// process CPU per op is the router's cost.
 	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 	b.ReportMetric(float64(tokens), "tokens/op")
+}
+
+// startBenchActor runs a real admission actor (default config, real clock,
+// no log) with pol's classes over workers, until stop returns.
+func startBenchActor(pol *Policy, workers []scheduler.Worker) (actor *scheduler.Actor, stop func()) {
+	core := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.RealClock{}, nil, nil)
+	actor = scheduler.NewActor(core, nil, zap.NewNop())
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = actor.Run(ctx) })
+	actor.SetClasses(pol.Classes)
+	actor.SetWorkers(workers)
+	return actor, func() { cancel(); wg.Wait() }
 }
