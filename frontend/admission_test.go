@@ -65,17 +65,7 @@ func newActorHarness(t *testing.T, policyYAML string) *actorHarness {
 // called; it returns when the worker has it.
 func (h *actorHarness) occupy(t *testing.T) (release func()) {
 	t.Helper()
-	done := make(chan int, 1)
-	go func() {
-		resp, err := http.Post(h.base+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"first"}`))
-		if err != nil {
-			done <- 0
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
+	done := postInBackground(h.base+"/v1/completions", `{"model":"m","prompt":"first"}`, nil)
 	testenv.Eventually(t, 5*time.Second, func() bool { return h.up.requests.Load() == 1 }, "the first request reached the worker")
 	var once sync.Once
 	return func() {
@@ -218,4 +208,31 @@ rules:
 	assert.Equal(t, uint64(1), h.class(t, "interactive").Counters.Admitted, "default class")
 	assert.Equal(t, uint64(2), h.class(t, "batch").Counters.Admitted, "header rule, and a class header over a matching user rule")
 	assert.Equal(t, uint64(2), h.class(t, "voice").Counters.Admitted, "user rule, and a body class hint")
+}
+
+// postInBackground posts a JSON body with the headers hdr from another
+// goroutine and sends the response's status on the channel it returns (0
+// when the request fails), after reading the whole body.
+func postInBackground(url, body string, hdr map[string]string) <-chan int {
+	done := make(chan int, 1)
+	go func() {
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			done <- 0
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	return done
 }

@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -112,19 +111,7 @@ func TestATenantOverItsConcurrencyQuotaGets429QuotaExceeded(t *testing.T) {
 	limited.Quota = tenant.Quota{Concurrent: 1}
 	h := newAuthHarness(t, limited)
 	h.up.gate = make(chan struct{})
-	done := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequest(http.MethodPost, h.base+"/v1/completions", strings.NewReader(`{"model":"m","prompt":"first"}`))
-		req.Header.Set("Authorization", "Bearer sk-acme")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			done <- 0
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
+	done := postInBackground(h.base+"/v1/completions", `{"model":"m","prompt":"first"}`, bearer("sk-acme"))
 	waitFor(t, func() bool { return h.up.requests.Load() == 1 })
 
 	status, hdr, body := post(t, h.base+"/v1/completions", `{"model":"m","prompt":"second"}`, bearer("sk-acme"))
