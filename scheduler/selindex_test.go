@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
@@ -259,7 +260,7 @@ func checkIndex(t *testing.T, c *Core) {
 		t.Fatalf("loaded order: %d entries for %d loaded workers, sorted %v", len(ix.loaded), members, slices.IsSortedFunc(ix.loaded, cmpLoaded))
 	}
 	for _, f := range ix.families {
-		if !slices.IsSortedFunc(f.buckets, func(a, b *idleBucket) int { return cmpFloat(a.slow, b.slow) }) {
+		if !slices.IsSortedFunc(f.buckets, func(a, b *idleBucket) int { return cmp.Compare(a.slow, b.slow) }) {
 			t.Fatalf("family buckets out of scale order")
 		}
 		for _, b := range f.buckets {
@@ -286,16 +287,6 @@ func checkIndex(t *testing.T, c *Core) {
 			}
 		}
 	}
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func TestTheIndexedSelectionChoosesWhatTheFullScanChooses(t *testing.T) {
