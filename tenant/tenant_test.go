@@ -15,6 +15,8 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/switchyard/switchyard/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -210,4 +212,16 @@ func itoa(i int) string {
 		d = append([]byte{byte('0' + i%10)}, d...)
 	}
 	return string(d)
+}
+
+// Tenant and class names travel in wire messages and NATS subjects, so the
+// keys file's name rule is the wire's; tenant is a leaf and keeps its own
+// copy, and this holds the two together.
+func FuzzTenantNamesFollowTheWireRule(f *testing.F) {
+	for _, s := range []string{"", "acme", "a-b_C9", "a.b", "a b", "ä", strings.Repeat("x", 128), strings.Repeat("x", 129)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		require.Equal(t, wire.ValidName(s), validName(s), "%q", s)
+	})
 }
