@@ -135,6 +135,12 @@ type pendingAdmit struct {
 	abandoning bool      // the owner changed; abandoned after AbandonGrace
 	abandonAt  time.Time // when abandoning: on the client's clock
 	abandoned  bool      // given up on: the request is resubmitted
+	// conn is the connection's reconnect count when the request was sent;
+	// connLost is set (and the wait cancelled) once that connection is
+	// gone: the owner's reply, addressed to an inbox of the lost
+	// connection, can never arrive.
+	conn     uint64
+	connLost bool
 }
 
 // NewClient returns the entry side for replica. actor and server are this
@@ -225,6 +231,29 @@ func (c *Client) OwnersChanged(owners map[string]Owner) {
 		}
 	}
 	c.wake()
+}
+
+// connectionLostLocked gives up on every remote admit sent on a connection
+// that has dropped since (down now, or reconnected: gen moved on). NATS
+// restores the reply subscription on reconnect but not the replies published
+// meanwhile, so without this such a request waits the whole
+// OwnerReplyTimeout (the nemesis saw 61 s). Its owner counted the attempt
+// and may still queue it or have granted it: admitRemote cancels it there
+// (the cancel is buffered until the connection is back) and resubmits it as
+// a retry, which supersedes the attempt if the cancel is late (Core.Enqueue);
+// a grant whose reply was lost is never acknowledged and its owner rolls it
+// back after its AckTimeout, as for any lost grant. The request is admitted
+// once where it runs; nothing already granted to the entry is touched (its
+// ticket holds the booking and its life marks resume on reconnect). c.mu
+// is held.
+func (c *Client) connectionLostLocked(down bool, gen uint64) {
+	for p := range c.pending {
+		if p.connLost || p.abandoned || (!down && gen == p.conn) {
+			continue
+		}
+		p.connLost = true
+		p.cancel()
+	}
 }
 
 // abandonDue gives up on the admit requests whose abandon grace has passed
@@ -327,13 +356,17 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
-// checkConnection enters and leaves degraded mode. Leaving it rejects the
-// local actor's queued entries of classes owned elsewhere (ownership_lost),
-// so their entry replicas resubmit them to the owners.
+// checkConnection enters and leaves degraded mode, and gives up on the
+// remote admits whose connection dropped (see connectionLost). Leaving
+// degraded mode rejects the local actor's queued entries of classes owned
+// elsewhere (ownership_lost), so their entry replicas resubmit them to the
+// owners.
 func (c *Client) checkConnection() {
 	down := !c.nc.IsConnected()
 	etcdDown := !c.clusterHealthy()
+	gen := c.nc.Stats().Reconnects
 	c.mu.Lock()
+	c.connectionLostLocked(down, gen)
 	was, etcdWas := c.degraded, c.etcdDown
 	c.degraded, c.etcdDown = down, etcdDown
 	var foreign []string
@@ -541,7 +574,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		rctx, cancelTimeout = c.withDeadline(rctx, c.clock.Now().Add(c.cfg.OwnerReplyTimeout))
 		defer cancelTimeout()
 	}
-	p := &pendingAdmit{class: r.Class, owner: owner, cancel: cancel}
+	p := &pendingAdmit{class: r.Class, owner: owner, cancel: cancel, conn: c.nc.Stats().Reconnects}
 	c.mu.Lock()
 	c.pending[p] = struct{}{}
 	epochAtSend := c.epochs[r.Class]
@@ -551,7 +584,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	cancel()
 	c.mu.Lock()
 	delete(c.pending, p)
-	abandoned := p.abandoned
+	abandoned, connLost := p.abandoned, p.connLost
 	c.mu.Unlock()
 
 	if err != nil {
@@ -567,6 +600,14 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		case ctx.Err() != nil:
 			c.cancelAt(r, owner.Replica)
 			return nil, false, ctx.Err()
+		case connLost:
+			// The reply cannot arrive (connectionLostLocked): withdraw the
+			// attempt at its owner, which counted it, and resubmit at once
+			// (on this replica's own actor while NATS is down).
+			c.m.retries.WithLabelValues("connection_lost").Inc()
+			c.cancelAt(r, owner.Replica)
+			r.Attempt++
+			return nil, true, nil
 		case !r.Due.IsZero() && !c.clock.Now().Before(r.Due):
 			// The request reached the owner (a request with no owner
 			// fails with no responders), so the owner counted it and
