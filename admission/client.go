@@ -241,8 +241,8 @@ func (c *Client) OwnersChanged(owners map[string]Owner) {
 // and may still queue it or have granted it: admitRemote cancels it there
 // (the cancel is buffered until the connection is back) and resubmits it as
 // a retry, which supersedes the attempt if the cancel is late (Core.Enqueue);
-// a grant whose reply was lost is never acknowledged and its owner rolls it
-// back after its AckTimeout, as for any lost grant. The request is admitted
+// if the owner had granted it, the cancel frees that unacknowledged grant
+// (Core.CancelAttempt), as for any grant the entry knows it lost. The request is admitted
 // once where it runs; nothing already granted to the entry is touched (its
 // ticket holds the booking and its life marks resume on reconnect). c.mu
 // is held.
@@ -666,8 +666,10 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	// while it owned the class, and the entry accepts exactly one grant per
 	// attempt either way; its booking is re-homed to the new owner.
 	if reply.Epoch < epochAtSend {
-		// This grant's booking expires unacknowledged at the deposed owner,
-		// and the request goes to the current one.
+		// This grant is never used: the cancel frees its booking at the
+		// deposed owner (an unacknowledged grant of the cancelled attempt,
+		// Core.CancelAttempt), and the request goes to the current one.
+		c.cancelAt(r, reply.Owner)
 		c.m.staleGrants.Inc()
 		c.m.retries.WithLabelValues("stale_grant").Inc()
 		r.Attempt++
