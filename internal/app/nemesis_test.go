@@ -354,6 +354,18 @@ type nemesisReplica struct {
 	stopping          atomic.Bool
 	stoppedAt         atomic.Int64 // unix nanos once Run returned
 	etcdProxy, natsPx *faultProxy
+	// httpPx listens on the slot's HTTP address and forwards to the
+	// incarnation's own listener, so that a crash can cut the API at once
+	// like a killed process: without it the incarnation's lame duck would
+	// go on serving for its drain delay, admitting locally in degraded
+	// mode (its NATS is cut) over other owners' worker caps.
+	httpPx *faultProxy
+}
+
+func (inc *nemesisReplica) closeProxies() {
+	inc.httpPx.close()
+	inc.etcdProxy.close()
+	inc.natsPx.close()
 }
 
 func (s *nemesisSlot) current() *nemesisReplica {
@@ -610,9 +622,16 @@ func (r *nemesisRun) startIncarnation(s *nemesisSlot) error {
 		ep.close()
 		return err
 	}
+	backend := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(r.t))
+	hp, err := startFaultProxyAt(s.httpAddr, backend, "", r.seed)
+	if err != nil { // the previous incarnation's proxy still holds the address
+		ep.close()
+		np.close()
+		return err
+	}
 	cfg := DefaultReplicaConfig()
 	cfg.ID, cfg.Cluster = s.id, "nemesis"
-	cfg.HTTPAddr = s.httpAddr
+	cfg.HTTPAddr = backend
 	cfg.EtcdEndpoints = []string{"http://" + ep.addr()}
 	cfg.NATSURL = "nats://" + np.addr()
 	cfg.PolicyYAML = nemesisPolicy
@@ -634,7 +653,7 @@ func (r *nemesisRun) startIncarnation(s *nemesisSlot) error {
 			}
 		}
 	}
-	inc := &nemesisReplica{reg: prometheus.NewRegistry(), done: make(chan struct{}), etcdProxy: ep, natsPx: np}
+	inc := &nemesisReplica{reg: prometheus.NewRegistry(), done: make(chan struct{}), etcdProxy: ep, natsPx: np, httpPx: hp}
 	ctx, cancel := context.WithCancel(context.Background())
 	inc.cancel = cancel
 	ready := make(chan *ReplicaStatus, 1)
@@ -647,14 +666,12 @@ func (r *nemesisRun) startIncarnation(s *nemesisSlot) error {
 	case inc.status = <-ready:
 	case <-inc.done:
 		cancel()
-		ep.close()
-		np.close()
+		inc.closeProxies()
 		return fmt.Errorf("replica %s exited while starting: %w", s.id, inc.err)
 	case <-time.After(30 * time.Second):
 		cancel()
 		<-inc.done
-		ep.close()
-		np.close()
+		inc.closeProxies()
 		return fmt.Errorf("replica %s did not start within 30s", s.id)
 	}
 	s.mu.Lock()
@@ -682,8 +699,7 @@ func (r *nemesisRun) startIncarnation(s *nemesisSlot) error {
 			s.down = append(s.down, downInterval{from: time.Now().Add(-15 * time.Second)})
 		}
 		s.mu.Unlock()
-		inc.etcdProxy.close()
-		inc.natsPx.close()
+		inc.closeProxies()
 		time.Sleep(500 * time.Millisecond)
 		if err := r.startSlot(s); err != nil {
 			r.violate("replica_stays_up", "%s could not restart after exiting: %v", s.id, err)
@@ -709,7 +725,8 @@ func (r *nemesisRun) stopSlot(s *nemesisSlot, crash bool) {
 	s.down = append(s.down, downInterval{from: time.Now()})
 	s.mu.Unlock()
 	inc.stopping.Store(true)
-	if crash {
+	if crash { // the API goes first: a killed process answers nothing more
+		inc.httpPx.Cut()
 		inc.etcdProxy.Cut()
 		inc.natsPx.Cut()
 	}
@@ -727,8 +744,7 @@ func (r *nemesisRun) stopSlot(s *nemesisSlot, crash bool) {
 	if inc.err != nil {
 		r.violate("replica_stays_up", "%s returned %v from its stop (crash=%v)", s.id, inc.err, crash)
 	}
-	inc.etcdProxy.close()
-	inc.natsPx.close()
+	inc.closeProxies()
 }
 
 // inject runs the schedule: each fault at its time, on its own goroutine.
