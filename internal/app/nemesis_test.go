@@ -840,8 +840,21 @@ func (r *nemesisRun) apply(ev faultEvent) {
 const degradedGossip = 3 * time.Second
 
 func (r *nemesisRun) leaveDegraded() {
-	r.degradedUntil.Store(time.Now().Add(degradedGossip).UnixNano())
+	r.noteDegraded()
 	r.degraded.Add(-1)
+}
+
+// noteDegraded extends the degraded window to degradedGossip from now: a
+// replica was seen admitting in degraded mode (its own report, sampled with
+// the queues) or has just left the NATS cut that made it.
+func (r *nemesisRun) noteDegraded() {
+	until := time.Now().Add(degradedGossip).UnixNano()
+	for {
+		cur := r.degradedUntil.Load()
+		if cur >= until || r.degradedUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
 }
 
 // inDegradedWindow reports whether some replica is, or just was, admitting
