@@ -29,7 +29,7 @@ up: ## Start a local cluster (embedded etcd + NATS, 3 routers, 8 simulated worke
 
 .PHONY: test
 test: ## Run every test with the race detector (fuzz targets run their seed corpora).
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 
 .PHONY: nemesis
 nemesis: ## Soak the randomized fault test: NEMESIS_DURATION=30m NEMESIS_SEED=1 NEMESIS_FAULTS=all (progress line, final table).

@@ -154,7 +154,7 @@ func TestGrantsCarryingAnOlderEpochAreIgnored(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded, "no grant from the fenced owner is used")
 	require.GreaterOrEqual(t, testutil.ToFloat64(b.client.m.staleGrants), 1.0)
 	testenv.Eventually(t, 5*time.Second, func() bool { return a.snapshot(t).Bookings == 0 },
-		"the fenced owner's unacknowledged bookings roll back after the ack timeout")
+		"the entry's cancel frees the fenced owner's unacknowledged grants")
 }
 
 func TestAClientGoneWhileQueuedIsCancelledAtTheOwner(t *testing.T) {

@@ -136,6 +136,12 @@ type pendingAdmit struct {
 	abandoning bool      // the owner changed; abandoned after AbandonGrace
 	abandonAt  time.Time // when abandoning: on the client's clock
 	abandoned  bool      // given up on: the request is resubmitted
+	// conn is the connection's reconnect count when the request was sent;
+	// connLost is set (and the wait cancelled) once that connection is
+	// gone: the owner's reply, addressed to an inbox of the lost
+	// connection, can never arrive.
+	conn     uint64
+	connLost bool
 }
 
 // NewClient returns the entry side for replica. actor and server are this
@@ -226,6 +232,29 @@ func (c *Client) OwnersChanged(owners map[string]Owner) {
 		}
 	}
 	c.wake()
+}
+
+// connectionLostLocked gives up on every remote admit sent on a connection
+// that has dropped since (down now, or reconnected: gen moved on). NATS
+// restores the reply subscription on reconnect but not the replies published
+// meanwhile, so without this such a request waits the whole
+// OwnerReplyTimeout (the nemesis saw 61 s). Its owner counted the attempt
+// and may still queue it or have granted it: admitRemote cancels it there
+// (the cancel is buffered until the connection is back) and resubmits it as
+// a retry, which supersedes the attempt if the cancel is late (Core.Enqueue);
+// if the owner had granted it, the cancel frees that unacknowledged grant
+// (Core.CancelAttempt), as for any grant the entry knows it lost. The request is admitted
+// once where it runs; nothing already granted to the entry is touched (its
+// ticket holds the booking and its life marks resume on reconnect). c.mu
+// is held.
+func (c *Client) connectionLostLocked(down bool, gen uint64) {
+	for p := range c.pending {
+		if p.connLost || p.abandoned || (!down && gen == p.conn) {
+			continue
+		}
+		p.connLost = true
+		p.cancel()
+	}
 }
 
 // abandonDue gives up on the admit requests whose abandon grace has passed
@@ -338,13 +367,17 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
-// checkConnection enters and leaves degraded mode. Leaving it rejects the
-// local actor's queued entries of classes owned elsewhere (ownership_lost),
-// so their entry replicas resubmit them to the owners.
+// checkConnection enters and leaves degraded mode, and gives up on the
+// remote admits whose connection dropped (see connectionLost). Leaving
+// degraded mode rejects the local actor's queued entries of classes owned
+// elsewhere (ownership_lost), so their entry replicas resubmit them to the
+// owners.
 func (c *Client) checkConnection() {
 	down := !c.nc.IsConnected()
 	etcdDown := !c.clusterHealthy()
+	gen := c.nc.Stats().Reconnects
 	c.mu.Lock()
+	c.connectionLostLocked(down, gen)
 	was, etcdWas := c.degraded, c.etcdDown
 	c.degraded, c.etcdDown = down, etcdDown
 	var foreign []string
@@ -552,7 +585,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		rctx, cancelTimeout = c.withDeadline(rctx, c.clock.Now().Add(c.cfg.OwnerReplyTimeout))
 		defer cancelTimeout()
 	}
-	p := &pendingAdmit{class: r.Class, owner: owner, cancel: cancel}
+	p := &pendingAdmit{class: r.Class, owner: owner, cancel: cancel, conn: c.nc.Stats().Reconnects}
 	c.mu.Lock()
 	c.pending[p] = struct{}{}
 	epochAtSend := c.epochs[r.Class]
@@ -562,7 +595,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	cancel()
 	c.mu.Lock()
 	delete(c.pending, p)
-	abandoned := p.abandoned
+	abandoned, connLost := p.abandoned, p.connLost
 	c.mu.Unlock()
 
 	if err != nil {
@@ -578,6 +611,14 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		case ctx.Err() != nil:
 			c.cancelAt(r, owner.Replica)
 			return nil, false, ctx.Err()
+		case connLost:
+			// The reply cannot arrive (connectionLostLocked): withdraw the
+			// attempt at its owner, which counted it, and resubmit at once
+			// (on this replica's own actor while NATS is down).
+			c.m.retries.WithLabelValues("connection_lost").Inc()
+			c.cancelAt(r, owner.Replica)
+			r.Attempt++
+			return nil, true, nil
 		case !r.Due.IsZero() && !c.clock.Now().Before(r.Due):
 			// The request reached the owner (a request with no owner
 			// fails with no responders), so the owner counted it and
@@ -636,8 +677,10 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	// while it owned the class, and the entry accepts exactly one grant per
 	// attempt either way; its booking is re-homed to the new owner.
 	if reply.Epoch < epochAtSend {
-		// This grant's booking expires unacknowledged at the deposed owner,
-		// and the request goes to the current one.
+		// This grant is never used: the cancel frees its booking at the
+		// deposed owner (an unacknowledged grant of the cancelled attempt,
+		// Core.CancelAttempt), and the request goes to the current one.
+		c.cancelAt(r, reply.Owner)
 		c.m.staleGrants.Inc()
 		c.m.retries.WithLabelValues("stale_grant").Inc()
 		r.Attempt++

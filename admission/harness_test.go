@@ -54,8 +54,14 @@ func newHarnessTB(t testing.TB, classes []scheduler.ClassConfig, workers []sched
 
 // start runs a replica until the test ends.
 func (h *harness) start(id string, mutate func(*ClientConfig)) *replica {
+	return h.startAt(id, h.nats.URL, mutate)
+}
+
+// startAt is start with the replica's NATS connection made to url (a
+// testenv.Proxy in front of the server, to cut it).
+func (h *harness) startAt(id, url string, mutate func(*ClientConfig)) *replica {
 	t := h.t
-	nc, err := nats.Connect(h.nats.URL, nats.Name(id), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	nc, err := nats.Connect(url, nats.Name(id), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	require.NoError(t, err)
 	cfg := scheduler.DefaultConfig()
 	core := scheduler.NewCore(cfg, scheduler.RealClock{}, nil, rand.New(rand.NewPCG(1, uint64(len(h.replicas)))))

@@ -39,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{metrics.LabelResult}),
 		retries: f.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionEntryRetries,
-			Help: "Admission attempts an entry replica repeated, by cause (no_owner, ownership_moved, owner_changed, stale_grant, nats_error, reply_timeout).",
+			Help: "Admission attempts an entry replica repeated, by cause (no_owner, ownership_moved, owner_changed, stale_grant, nats_error, reply_timeout, connection_lost).",
 		}, []string{"cause"}),
 		staleGrants: f.NewCounter(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionStaleGrants,

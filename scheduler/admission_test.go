@@ -358,10 +358,10 @@ func TestAcknowledgedBookingExpiresWhenNotRenewed(t *testing.T) {
 	g := h.granted("r")
 	h.core.Ack(g.Booking)
 
-	h.clock.Advance(DefaultConfig().AckTimeout * 2)
+	h.clock.Advance(DefaultConfig().BookingExpiry / 2)
 	h.core.Tick()
 	_, ok := h.core.Booking(g.Booking)
-	require.True(t, ok, "an acknowledged booking outlives the ack timeout")
+	require.True(t, ok, "an acknowledged booking lives until its renewal window passes")
 
 	h.clock.Advance(DefaultConfig().BookingExpiry)
 	h.core.Tick()
@@ -398,7 +398,7 @@ func TestAdoptCarriesTheLoadOfAnotherOwnersBookingUntilItFinishes(t *testing.T) 
 	h.enqueue(req("b", "c", 10))
 	h.pending("b") // MaxRunning 2 counts the adopted booking
 
-	h.clock.Advance(DefaultConfig().AckTimeout * 2)
+	h.clock.Advance(DefaultConfig().BookingExpiry / 2)
 	h.core.Tick()
 	_, ok := h.core.Booking(id)
 	require.True(t, ok, "an adopted booking is already acknowledged")

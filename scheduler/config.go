@@ -18,7 +18,18 @@ type Config struct {
 	// Temperature 0 picks the cheapest worker (ties at random); > 0 samples
 	// with p ∝ exp(−(c − c_min) / ((c_max − c_min)·T)).
 	Temperature float64
-	// AckTimeout rolls back a grant nobody acknowledged (design §4 step 4).
+	// AckTimeout frees a grant nobody acknowledged (design §4 step 4). The
+	// owner cannot tell a grant whose reply was lost from one whose entry's
+	// dispatched (and first_token) marks were lost while the worker runs
+	// it, so freeing it early oversubscribes the worker (the nemesis's
+	// life_drop: 4 requests on a worker with cap 2 at 2 s). The default is
+	// therefore the renewal window, BookingExpiry: an unacknowledged grant
+	// is held until the entry's first renewal acknowledges it (entries renew
+	// every 10 s) or its renewals never come, as for an acknowledged
+	// booking. Grants an entry knows it lost (reply timeout, lost
+	// connection, fenced grant) are freed at once by its cancel
+	// (Core.CancelAttempt). A value below the entries' renew interval brings
+	// the oversubscription back when a mark is lost.
 	AckTimeout time.Duration
 	// BookingExpiry frees an acknowledged booking not renewed for this long
 	// (a lost done/aborted mark heals, design §4 step 5).
@@ -36,13 +47,13 @@ type Config struct {
 
 // DefaultConfig returns the defaults: the ttft selector with
 // DefaultTTFTModel, credit 1, blocks scale 1, temperature 0, ack timeout
-// 2 s, booking expiry 30 s, snapshots every 100 ms.
+// 30 s (the booking expiry, see AckTimeout), booking expiry 30 s, snapshots every 100 ms.
 func DefaultConfig() Config {
 	return Config{
 		OverlapCredit:    1,
 		PrefillScale:     1,
 		Temperature:      0,
-		AckTimeout:       2 * time.Second,
+		AckTimeout:       30 * time.Second,
 		BookingExpiry:    30 * time.Second,
 		SnapshotInterval: 100 * time.Millisecond,
 		Selector:         SelectorTTFT,
@@ -78,7 +89,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Float64Var(&c.OverlapCredit, prefix+"overlap-credit", c.OverlapCredit, "prefill blocks one cached block is worth in worker selection")
 	fs.Float64Var(&c.PrefillScale, prefix+"prefill-scale", c.PrefillScale, "weight of prefill load against decode load in worker selection")
 	fs.Float64Var(&c.Temperature, prefix+"temperature", c.Temperature, "worker selection temperature (0 = cheapest worker)")
-	fs.DurationVar(&c.AckTimeout, prefix+"ack-timeout", c.AckTimeout, "roll back grants not acknowledged within this time")
+	fs.DurationVar(&c.AckTimeout, prefix+"ack-timeout", c.AckTimeout, "free grants not acknowledged within this time (keep it above the entries' renew interval, 10 s)")
 	fs.DurationVar(&c.BookingExpiry, prefix+"booking-expiry", c.BookingExpiry, "free bookings not renewed within this time")
 	fs.DurationVar(&c.SnapshotInterval, prefix+"snapshot-interval", c.SnapshotInterval, "least time between published scheduler snapshots")
 	fs.TextVar(&c.Selector, prefix+"selector", c.Selector, "worker selection cost: ttft (predicted time to first token) or blocks (block counts)")

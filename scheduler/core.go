@@ -125,7 +125,11 @@ type Core struct {
 
 	bookings    map[BookingID]*booking
 	nextBooking BookingID
-	expiry      expiryHeap
+	// unacked holds the grants not yet acknowledged, by the attempt they
+	// granted, so that the entry's cancel of an attempt whose reply it
+	// lost frees the grant at once (CancelAttempt).
+	unacked map[grantKey]*booking
+	expiry  expiryHeap
 
 	unknownClass   uint64
 	invalidConfigs uint64
@@ -185,7 +189,14 @@ func NewCore(cfg Config, clock Clock, load LoadView, rng *rand.Rand) *Core {
 		workerIdx:   make(map[string]int),
 		ledgers:     make(map[string]*workerLedger),
 		bookings:    make(map[BookingID]*booking),
+		unacked:     make(map[grantKey]*booking),
 	}
+}
+
+// grantKey names one granted attempt of a request.
+type grantKey struct {
+	requestID string
+	attempt   int
 }
 
 func sanitize(cfg Config) Config {
@@ -724,6 +735,8 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.BlockHashes, r.PromptTokens, cached, r.ExpectedOutputTokens, false, now)
 	b.grantedAt, b.predMs = now.UnixNano(), pred
 	c.tenantBooked(b, r, now)
+	b.attempt = r.Attempt
+	c.unacked[grantKey{r.ID, r.Attempt}] = b
 	g := Grant{
 		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id,
 		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
@@ -764,16 +777,25 @@ func (c *Core) Cancel(requestID string) bool {
 
 // CancelAttempt is Cancel for one attempt of the request: a cancel sent for
 // an earlier attempt (delivered late, after the request was resubmitted to
-// this same Core) must not withdraw the resubmission.
+// this same Core) must not withdraw the resubmission. An entry cancels an
+// attempt only once it will never use that attempt's grant (its reply was
+// lost, came too late, or was fenced), so if the attempt was granted and is
+// not yet acknowledged, its booking is freed at once: counters unchanged,
+// as for Rollback. An acknowledged booking is never freed by a cancel (its
+// request runs). It reports whether the attempt was queued.
 func (c *Core) CancelAttempt(requestID string, attempt int) bool {
-	if e := c.entries[requestID]; e == nil || e.req.Attempt != attempt {
-		return false
+	if e := c.entries[requestID]; e != nil && e.req.Attempt == attempt {
+		return c.Cancel(requestID)
 	}
-	return c.Cancel(requestID)
+	if b := c.unacked[grantKey{requestID, attempt}]; b != nil {
+		c.free(b)
+		c.drain()
+	}
+	return false
 }
 
-// Tick rejects queued requests whose due time has passed, rolls back grants
-// not acknowledged within AckTimeout, frees bookings not renewed within
+// Tick rejects queued requests whose due time has passed, frees grants not
+// acknowledged within AckTimeout and bookings not renewed within
 // BookingExpiry, then drains.
 func (c *Core) Tick() {
 	now := c.clock.Now().UnixNano()
@@ -843,6 +865,7 @@ func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, p
 }
 
 func (c *Core) free(b *booking) {
+	c.forgetUnacked(b)
 	c.capFreed(b.ledger)
 	c.tenantFreed(b)
 	b.ledger.remove(b)
@@ -860,9 +883,22 @@ func (c *Core) free(b *booking) {
 
 // acknowledge makes a booking final and restarts its renewal window.
 func (c *Core) acknowledge(b *booking) {
+	c.forgetUnacked(b)
 	b.acked = true
 	b.deadline = c.clock.Now().Add(c.cfg.BookingExpiry).UnixNano()
 	c.expiry.fix(b.ei)
+}
+
+// forgetUnacked drops b from the unacknowledged grants (adopted bookings
+// and acknowledged ones are not there).
+func (c *Core) forgetUnacked(b *booking) {
+	if b.acked {
+		return
+	}
+	k := grantKey{b.requestID, b.attempt}
+	if c.unacked[k] == b {
+		delete(c.unacked, k)
+	}
 }
 
 // Ack makes a grant final (the entry replica took it). Unknown IDs (already

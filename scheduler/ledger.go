@@ -55,6 +55,7 @@ type booking struct {
 	output    int
 	private   int
 	prefill   int // uncached prompt tokens until the first token
+	attempt   int // the granted attempt (Request.Attempt); adopted bookings: 0
 	acked     bool
 	deadline  int64 // Unix ns: ack deadline until acked, then renewal expiry
 	ei        int   // position in the expiry heap

@@ -75,6 +75,11 @@ func (r *nemesisRun) sampleQueues() {
 		if cur == nil {
 			continue
 		}
+		if cur.status.Degraded() {
+			// NATS unreachable, or the etcd fallback (issue 19 item 14):
+			// the replica admits locally (design §4.10).
+			r.noteDegraded()
+		}
 		snap := cur.status.Snapshot()
 		for _, c := range nemesisClasses {
 			depth := snap.Classes[c.name].QueueDepth

@@ -138,7 +138,12 @@ type faultProxy struct {
 }
 
 func startFaultProxy(target, natsPrefix string, seed uint64) (*faultProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return startFaultProxyAt("127.0.0.1:0", target, natsPrefix, seed)
+}
+
+// startFaultProxyAt is startFaultProxy listening on listen.
+func startFaultProxyAt(listen, target, natsPrefix string, seed uint64) (*faultProxy, error) {
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, err
 	}
