@@ -69,6 +69,9 @@ case $E2E_VARIANT in
     # The scenarios: routers and workers over HTTPS trusting the run's CA;
     # the routers' /metrics and /debug/cluster on their admin listeners.
     export E2E_SCHEME=https E2E_CA_FILE=$certs/ca.crt E2E_ROUTER_ADMIN=1
+    # The routers require an API key (keys.yaml); the driver sends this one.
+    E2E_API_KEY=$(tr -d '[:space:]' <"$certs/api.key")
+    export E2E_API_KEY
     ;;
   *)
     echo "E2E_VARIANT must be native, vllm, tls or all, not $E2E_VARIANT" >&2

@@ -210,6 +210,7 @@ func (s *suite) startLoadWith(mutate func(*DriverConfig)) *load {
 		cfg.Targets = append(cfg.Targets, routerURL(id))
 	}
 	cfg.Rate = float64(rate)
+	cfg.APIKey = os.Getenv("E2E_API_KEY")
 	if mutate != nil {
 		mutate(&cfg)
 	}
