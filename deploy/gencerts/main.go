@@ -17,6 +17,7 @@ package main
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -89,16 +90,16 @@ func generate(dir string, routers, workers int, validity time.Duration) error {
 	}
 	var env strings.Builder
 	env.WriteString("# NATS passwords of docker-compose.tls.yml (deploy/nats/auth.conf reads the same names)\n")
-	pw, err := secret(24)
+	pw, err := natsPassword()
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(&env, "SWITCHYARD_NATS_ROUTER_PASSWORD=%s\n", base64.RawURLEncoding.EncodeToString(pw))
+	fmt.Fprintf(&env, "SWITCHYARD_NATS_ROUTER_PASSWORD=%s\n", pw)
 	for i := 1; i <= workers; i++ {
-		if pw, err = secret(24); err != nil {
+		if pw, err = natsPassword(); err != nil {
 			return err
 		}
-		fmt.Fprintf(&env, "SWITCHYARD_NATS_WORKER_%d_PASSWORD=%s\n", i, base64.RawURLEncoding.EncodeToString(pw))
+		fmt.Fprintf(&env, "SWITCHYARD_NATS_WORKER_%d_PASSWORD=%s\n", i, pw)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "secrets.env"), []byte(env.String()), 0o644); err != nil {
 		return err
@@ -124,6 +125,18 @@ func writeAPIKey(dir string) error {
 		"    keys: [" + tenant.HashKey(key) + "]\n" +
 		"    classes: [interactive, batch, realtime]\n"
 	return os.WriteFile(filepath.Join(dir, "keys.yaml"), []byte(keys), 0o644)
+}
+
+// natsPassword is "sy" and 48 hex digits. nats-server parses an
+// environment variable that a config file references as a config value: one
+// starting with a digit or '-' is read as a number and fails the start
+// ("Expected a digit"), which base64 passwords did at random.
+func natsPassword() (string, error) {
+	b, err := secret(24)
+	if err != nil {
+		return "", err
+	}
+	return "sy" + hex.EncodeToString(b), nil
 }
 
 func secret(n int) ([]byte, error) {

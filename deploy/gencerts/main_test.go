@@ -40,6 +40,15 @@ func TestItWritesCertificatesTheTLSPackageLoadsAKeyringAndOnePasswordPerNATSUser
 	}
 	require.NotContains(t, string(env), "WORKER_4_")
 	require.False(t, strings.Contains(string(env), "PASSWORD=\n"), "no empty password")
+	// nats-server reads a referenced variable as a config value: a leading
+	// digit or '-' makes it a number and fails the start.
+	for _, line := range strings.Split(strings.TrimSpace(string(env)), "\n") {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		_, pw, _ := strings.Cut(line, "=")
+		require.Regexp(t, `^sy[0-9a-f]{48}$`, pw, line)
+	}
 
 	key, err := os.ReadFile(filepath.Join(dir, "api.key"))
 	require.NoError(t, err)
