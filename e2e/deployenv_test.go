@@ -31,33 +31,45 @@ func flagsOf(t *testing.T, run func(context.Context, []string, io.Writer, io.Wri
 	return names
 }
 
+type composeDoc struct {
+	Services map[string]struct {
+		Command     []string          `yaml:"command"`
+		Environment map[string]string `yaml:"environment"`
+	} `yaml:"services"`
+}
+
+func readComposeDoc(t *testing.T, name string) composeDoc {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "deploy", name))
+	require.NoError(t, err)
+	var doc composeDoc
+	require.NoError(t, yaml.Unmarshal(raw, &doc))
+	return doc
+}
+
 func TestTheComposeFileSetsOnlyEnvironmentVariablesThatNameRealFlags(t *testing.T) {
 	flags := map[string]map[string]bool{
 		"router": flagsOf(t, app.Router),
 		"worker": flagsOf(t, app.Worker),
 	}
-	raw, err := os.ReadFile(filepath.Join("..", "deploy", "docker-compose.yml"))
-	require.NoError(t, err)
-	var doc struct {
-		Services map[string]struct {
-			Command     []string          `yaml:"command"`
-			Environment map[string]string `yaml:"environment"`
-		} `yaml:"services"`
-	}
-	require.NoError(t, yaml.Unmarshal(raw, &doc))
-	checked := 0
-	for name, svc := range doc.Services {
-		if len(svc.Command) == 0 || flags[svc.Command[0]] == nil {
-			continue // etcd, nats, observability
-		}
-		for k := range svc.Environment {
-			if strings.HasPrefix(k, "SWITCHYARD_") {
-				assert.Truef(t, flags[svc.Command[0]][k], "service %s sets %s, which no %s flag reads", name, k, svc.Command[0])
-				checked++
+	base := readComposeDoc(t, "docker-compose.yml")
+	// The TLS override sets no commands: its services run the base file's.
+	for _, file := range []string{"docker-compose.yml", "docker-compose.tls.yml"} {
+		checked := 0
+		for name, svc := range readComposeDoc(t, file).Services {
+			cmd := base.Services[name].Command
+			if len(cmd) == 0 || flags[cmd[0]] == nil {
+				continue // etcd, nats, observability
+			}
+			for k := range svc.Environment {
+				if strings.HasPrefix(k, "SWITCHYARD_") {
+					assert.Truef(t, flags[cmd[0]][k], "%s: service %s sets %s, which no %s flag reads", file, name, k, cmd[0])
+					checked++
+				}
 			}
 		}
+		assert.Positivef(t, checked, "no SWITCHYARD_ variables found in %s", file)
 	}
-	assert.Positive(t, checked, "no SWITCHYARD_ variables found in the compose file")
 }
 
 func TestTheKubernetesManifestsSetOnlyEnvironmentVariablesThatNameRealFlags(t *testing.T) {

@@ -13,7 +13,11 @@
 // scenarios against the running project and prints a report per scenario;
 // vllm_scenarios_test.go holds the TestVLLM* scenarios of the vLLM variant
 // (deploy/docker-compose.vllm.yml: vLLM-protocol engines behind adapters,
-// E2E_VARIANT=vllm), which skip against the native project.
+// E2E_VARIANT=vllm), which skip against the native project. The tls variant
+// (E2E_VARIANT=tls: deploy/docker-compose.tls.yml over the native file) runs
+// the native scenarios over HTTPS with an API key: E2E_SCHEME, E2E_CA_FILE
+// (ClientTLS), E2E_API_KEY and E2E_ROUTER_ADMIN (metrics and /debug/cluster
+// from the routers' admin listeners) tell them how to reach the cluster.
 //
 // Concurrency: Driver.Run owns every request goroutine it starts and returns
 // only after all of them finished (each is bounded by RequestTimeout); its

@@ -45,6 +45,9 @@ type DriverConfig struct {
 	// shutting_down, which a router answers before admission. 0 = never.
 	// The targets stay in the rotation: the driver never avoids a router.
 	Redirects int
+	// APIKey, if set, is sent as "Authorization: Bearer APIKey" (routers
+	// with a keys file).
+	APIKey string
 }
 
 // DefaultDriverConfig returns the defaults of the driver.
@@ -315,6 +318,9 @@ func (d *Driver) do(ctx context.Context, seq int, target string) Result {
 	}
 	req.Header.Set("content-type", "application/json")
 	req.Header.Set("x-switchyard-class", r.Class)
+	if d.cfg.APIKey != "" {
+		req.Header.Set("authorization", "Bearer "+d.cfg.APIKey)
+	}
 	resp, err := d.client.Do(req)
 	if err != nil {
 		r.Outcome, r.Err = transportOutcome(rctx, err), err.Error()

@@ -235,3 +235,24 @@ func TestTheDriverRedirectsRequestsNoRouterTookInAndOnlyThose(t *testing.T) {
 		assert.Zero(t, d.InFlight(target), "in-flight counts follow redirected requests")
 	}
 }
+
+func TestDriverSendsItsAPIKeyAsABearerTokenAndNoneWithoutOne(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		_, _ = w.Write([]byte(finish + done))
+	}))
+	t.Cleanup(srv.Close)
+	cfg := fastConfig(srv.URL)
+	cfg.MaxRequests = 2
+	cfg.APIKey = "sy-test-key"
+	assert.Equal(t, map[Outcome]int{OutcomeSuccess: 2}, Tally(runDriver(t, cfg).Results()))
+	cfg.APIKey = ""
+	assert.Equal(t, map[Outcome]int{OutcomeSuccess: 2}, Tally(runDriver(t, cfg).Results()))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"Bearer sy-test-key", "Bearer sy-test-key", "", ""}, seen)
+}

@@ -7,8 +7,13 @@
 # E2E_VARIANT picks the cluster: native (deploy/docker-compose.yml, the
 # native scenarios), vllm (deploy/docker-compose.vllm.yml as project
 # switchyard-e2e-vllm: vLLM-protocol engines behind adapters, the TestVLLM*
-# scenarios), or all (the default: native, then vllm with the images
-# already built; the exit code is the first failure's).
+# scenarios), tls (deploy/docker-compose.yml with deploy/docker-compose.tls.yml
+# as project switchyard-e2e-tls: TLS and credentials on every link, with a CA,
+# certificates, gossip keyring and NATS passwords generated for the run by
+# deploy/gencerts into a temporary directory; the native scenarios over
+# HTTPS, metrics from the routers' admin listeners), or all (the default:
+# native, then vllm, then tls with the images already built; the exit code
+# is the first failure's).
 #
 # Environment: E2E_RATE (requests/s, default 25), E2E_LOAD_SECONDS (per
 # scenario, default 24), E2E_RUN (go test -run filter), E2E_KEEP=1 (leave the
@@ -33,21 +38,43 @@ case $E2E_VARIANT in
     fi
     vrc=0
     E2E_VARIANT=vllm SKIP_BUILD=1 ./e2e/run.sh || vrc=$?
-    exit $(( rc != 0 ? rc : vrc ))
+    trc=0
+    E2E_VARIANT=tls SKIP_BUILD=1 ./e2e/run.sh || trc=$?
+    exit $(( rc != 0 ? rc : vrc != 0 ? vrc : trc ))
     ;;
   native)
     export COMPOSE_PROJECT_NAME=switchyard-e2e
-    compose_file=deploy/docker-compose.yml
+    compose_files=(-f deploy/docker-compose.yml)
     # The vLLM scenarios skip themselves here; leave them out of the run.
     test_select=(-skip '^TestVLLM')
     ;;
   vllm)
     export COMPOSE_PROJECT_NAME=switchyard-e2e-vllm
-    compose_file=deploy/docker-compose.vllm.yml
+    compose_files=(-f deploy/docker-compose.vllm.yml)
     test_select=(-run "${E2E_RUN:-^TestVLLM}")
     ;;
+  tls)
+    export COMPOSE_PROJECT_NAME=switchyard-e2e-tls
+    compose_files=(-f deploy/docker-compose.yml -f deploy/docker-compose.tls.yml)
+    test_select=(-skip '^TestVLLM')
+    # Secrets for this run only, readable by the containers' user (65532).
+    certs=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-e2e-certs.XXXXXX")
+    chmod 755 "$certs"
+    "${GO:-go}" run ./deploy/gencerts -dir "$certs"
+    export SWITCHYARD_CERTS_DIR=$certs
+    set -a
+    # shellcheck source=/dev/null
+    . "$certs/secrets.env"
+    set +a
+    # The scenarios: routers and workers over HTTPS trusting the run's CA;
+    # the routers' /metrics and /debug/cluster on their admin listeners.
+    export E2E_SCHEME=https E2E_CA_FILE=$certs/ca.crt E2E_ROUTER_ADMIN=1
+    # The routers require an API key (keys.yaml); the driver sends this one.
+    E2E_API_KEY=$(tr -d '[:space:]' <"$certs/api.key")
+    export E2E_API_KEY
+    ;;
   *)
-    echo "E2E_VARIANT must be native, vllm or all, not $E2E_VARIANT" >&2
+    echo "E2E_VARIANT must be native, vllm, tls or all, not $E2E_VARIANT" >&2
     exit 2
     ;;
 esac
@@ -69,9 +96,9 @@ export E2E_REPORT=$report
 
 # Compose v2 plugin if there is one, else docker-compose v1 (1.28+ for profiles).
 if docker compose version >/dev/null 2>&1; then
-  compose() { docker compose -p "$COMPOSE_PROJECT_NAME" -f "$compose_file" "$@"; }
+  compose() { docker compose -p "$COMPOSE_PROJECT_NAME" "${compose_files[@]}" "$@"; }
 else
-  compose() { docker-compose -p "$COMPOSE_PROJECT_NAME" -f "$compose_file" "$@"; }
+  compose() { docker-compose -p "$COMPOSE_PROJECT_NAME" "${compose_files[@]}" "$@"; }
 fi
 
 start=$(date +%s)
@@ -91,6 +118,7 @@ teardown() {
   fi
   if [[ -s $report ]]; then cat "$report"; fi
   rm -f "$report"
+  if [[ -n ${certs:-} && ${E2E_KEEP:-0} != 1 ]]; then rm -rf "$certs"; fi
   step "e2e ($E2E_VARIANT) finished with exit code $rc"
   exit "$rc"
 }
@@ -125,6 +153,6 @@ echo "$total containers healthy"
 
 step "running the scenarios"
 rc=0
-if [[ $E2E_VARIANT == native && -n ${E2E_RUN:-} ]]; then test_select+=(-run "$E2E_RUN"); fi
+if [[ $E2E_VARIANT != vllm && -n ${E2E_RUN:-} ]]; then test_select+=(-run "$E2E_RUN"); fi
 "$GO" test -tags e2e -count=1 -timeout 30m -v "${test_select[@]}" ./e2e/... 2>&1 | tee "$logs/go-test.log" || rc=$?
 exit "$rc"

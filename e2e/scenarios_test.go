@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"maps"
 	"net/http"
@@ -74,15 +75,37 @@ func envInt(k string, def int) int {
 	return def
 }
 
-// routerURL and workerURL are the loopback ports the compose file publishes.
+// routerURL and workerURL are the loopback ports the compose file publishes,
+// over E2E_SCHEME (http; https in the TLS variant, whose CA is E2E_CA_FILE).
 func routerURL(id string) string {
 	n := strings.TrimPrefix(id, "router-")
-	return envOr("E2E_"+strings.ToUpper(strings.ReplaceAll(id, "-", "_"))+"_URL", "http://127.0.0.1:1808"+n)
+	return envOr("E2E_"+strings.ToUpper(strings.ReplaceAll(id, "-", "_"))+"_URL", scheme()+"://127.0.0.1:1808"+n)
+}
+
+// routerAdminURL serves a router's /metrics and /debug/cluster: its API URL,
+// unless the routers have an admin listener (the TLS variant publishes it,
+// plaintext, on 1809N and sets E2E_ROUTER_ADMIN=1).
+func routerAdminURL(id string) string {
+	if os.Getenv("E2E_ROUTER_ADMIN") != "1" {
+		return routerURL(id)
+	}
+	return "http://127.0.0.1:1809" + strings.TrimPrefix(id, "router-")
 }
 
 func workerURL(id string) string {
 	n := strings.TrimPrefix(id, "worker-")
-	return envOr("E2E_"+strings.ToUpper(strings.ReplaceAll(id, "-", "_"))+"_URL", "http://127.0.0.1:1900"+n)
+	return envOr("E2E_"+strings.ToUpper(strings.ReplaceAll(id, "-", "_"))+"_URL", scheme()+"://127.0.0.1:1900"+n)
+}
+
+func scheme() string { return envOr("E2E_SCHEME", "http") }
+
+// clientTLS is the scenarios' TLS configuration: nil unless E2E_CA_FILE names
+// the CA that signed the routers' and workers' certificates.
+func clientTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	c, err := ClientTLS(os.Getenv("E2E_CA_FILE"))
+	require.NoError(t, err)
+	return c
 }
 
 type suite struct {
@@ -96,7 +119,7 @@ func newSuite(t *testing.T) *suite {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, TLSClientConfig: clientTLS(t)}}
 	t.Cleanup(client.CloseIdleConnections)
 	s := &suite{t: t, ctx: ctx, client: client, compose: Compose{Project: project, Network: "switchyard"}}
 	// Every scenario starts from a whole, settled cluster, whatever the one
@@ -122,7 +145,7 @@ func (s *suite) heal(service string, reconnect bool) {
 func (s *suite) views(live []string) []ClusterInfo {
 	var out []ClusterInfo
 	for _, id := range live {
-		if ci, err := FetchClusterInfo(s.ctx, s.client, routerURL(id)); err == nil {
+		if ci, err := FetchClusterInfo(s.ctx, s.client, routerAdminURL(id)); err == nil {
 			out = append(out, ci)
 		}
 	}
@@ -187,14 +210,17 @@ func (s *suite) startLoadWith(mutate func(*DriverConfig)) *load {
 		cfg.Targets = append(cfg.Targets, routerURL(id))
 	}
 	cfg.Rate = float64(rate)
+	cfg.APIKey = os.Getenv("E2E_API_KEY")
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	d, err := NewDriver(cfg, nil)
+	// The driver's default client, with the variant's TLS configuration.
+	d, err := NewDriver(cfg, &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: 64, DisableCompression: true, TLSClientConfig: clientTLS(s.t)}})
 	require.NoError(s.t, err)
 	rsrc, wsrc := map[string]string{}, map[string]string{}
 	for _, id := range routerIDs {
-		rsrc[id] = routerURL(id) + "/metrics"
+		rsrc[id] = routerAdminURL(id) + "/metrics"
 	}
 	for _, id := range workerIDs {
 		wsrc[id] = workerURL(id) + "/metrics"
@@ -606,7 +632,7 @@ func TestEtcdStoppedForThreeSessionTTLsTakesNoRouterDownAndAdmissionRecoversByIt
 	l := s.startLoad()
 	degradedSrc := map[string]string{}
 	for _, id := range routerIDs {
-		degradedSrc[id] = routerURL(id) + "/metrics"
+		degradedSrc[id] = routerAdminURL(id) + "/metrics"
 	}
 	degraded := NewCounterWatch(s.client, degradedSrc, []string{MetricDegradedAdmissions}, time.Second)
 	s.pause(time.Duration(loadSeconds/3) * time.Second)

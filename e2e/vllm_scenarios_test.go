@@ -95,7 +95,7 @@ func (s *suite) value(url, name string, where map[string]string) float64 {
 func (s *suite) routersSeeing(worker string) []string {
 	var out []string
 	for _, id := range routerIDs {
-		ci, err := FetchClusterInfo(s.ctx, s.client, routerURL(id))
+		ci, err := FetchClusterInfo(s.ctx, s.client, routerAdminURL(id))
 		if err != nil {
 			out = append(out, id)
 			continue
@@ -129,7 +129,7 @@ func (s *suite) indexMatchesMirrors(r *scenarioReport) {
 		index = index[:0]
 		ok = mirrored > 0
 		for _, id := range routerIDs {
-			v := s.value(routerURL(id)+"/metrics", metricIndexBlocks, nil)
+			v := s.value(routerAdminURL(id)+"/metrics", metricIndexBlocks, nil)
 			index = append(index, v)
 			ok = ok && v == mirrored
 		}
@@ -270,7 +270,7 @@ func TestVLLMRestartingAnEngineResetsTheRoutersIndexForItAndRefillsItWithoutStal
 
 	gapsBefore := map[string]float64{}
 	for _, id := range routerIDs {
-		gapsBefore[id] = s.value(routerURL(id)+"/metrics", metricIndexGaps, nil)
+		gapsBefore[id] = s.value(routerAdminURL(id)+"/metrics", metricIndexGaps, nil)
 	}
 	restartsBefore := s.value(adapterURL(victim)+"/metrics", metricSubResets, map[string]string{"reason": "restart"})
 
@@ -298,7 +298,7 @@ func TestVLLMRestartingAnEngineResetsTheRoutersIndexForItAndRefillsItWithoutStal
 
 	var gaps []string
 	for _, id := range routerIDs {
-		gaps = append(gaps, fmt.Sprintf("%s +%v", id, s.value(routerURL(id)+"/metrics", metricIndexGaps, nil)-gapsBefore[id]))
+		gaps = append(gaps, fmt.Sprintf("%s +%v", id, s.value(routerAdminURL(id)+"/metrics", metricIndexGaps, nil)-gapsBefore[id]))
 	}
 	r.Notes = append(r.Notes, "index resets (event_gaps_total, all reasons) during the scenario: "+strings.Join(gaps, ", "))
 

@@ -1,8 +1,9 @@
 // Command gencerts writes the throwaway secrets of the TLS docker-compose
 // deployment (docker-compose.tls.yml) into one directory: a CA, one
 // certificate per container (server and client use: etcd, nats, router-N,
-// worker-N), a gossip keyring, and secrets.env with a NATS password per
-// user for the compose file's environment.
+// worker-N), a gossip keyring, secrets.env with a NATS password per
+// user for the compose file's environment, and an API key (api.key) with
+// the routers' keys file naming its hash (keys.yaml).
 //
 //	go run ./deploy/gencerts -dir deploy/certs
 //
@@ -16,6 +17,7 @@ package main
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -25,6 +27,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/internal/tlsconf"
+	"github.com/switchyard/switchyard/tenant"
 )
 
 func main() {
@@ -87,18 +90,53 @@ func generate(dir string, routers, workers int, validity time.Duration) error {
 	}
 	var env strings.Builder
 	env.WriteString("# NATS passwords of docker-compose.tls.yml (deploy/nats/auth.conf reads the same names)\n")
-	pw, err := secret(24)
+	pw, err := natsPassword()
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(&env, "SWITCHYARD_NATS_ROUTER_PASSWORD=%s\n", base64.RawURLEncoding.EncodeToString(pw))
+	fmt.Fprintf(&env, "SWITCHYARD_NATS_ROUTER_PASSWORD=%s\n", pw)
 	for i := 1; i <= workers; i++ {
-		if pw, err = secret(24); err != nil {
+		if pw, err = natsPassword(); err != nil {
 			return err
 		}
-		fmt.Fprintf(&env, "SWITCHYARD_NATS_WORKER_%d_PASSWORD=%s\n", i, base64.RawURLEncoding.EncodeToString(pw))
+		fmt.Fprintf(&env, "SWITCHYARD_NATS_WORKER_%d_PASSWORD=%s\n", i, pw)
 	}
-	return os.WriteFile(filepath.Join(dir, "secrets.env"), []byte(env.String()), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "secrets.env"), []byte(env.String()), 0o644); err != nil {
+		return err
+	}
+	return writeAPIKey(dir)
+}
+
+// writeAPIKey writes one API key (api.key) and the routers' keys file
+// (keys.yaml) naming its hash: one tenant, "compose", that may use every
+// model and ask for any of the default policy's classes, with no quotas.
+func writeAPIKey(dir string) error {
+	b, err := secret(32)
+	if err != nil {
+		return err
+	}
+	key := "sy-" + base64.RawURLEncoding.EncodeToString(b)
+	if err := os.WriteFile(filepath.Join(dir, "api.key"), []byte(key+"\n"), 0o644); err != nil {
+		return err
+	}
+	keys := "# API keys of docker-compose.tls.yml's routers (-auth.keys-file); the key is in api.key\n" +
+		"tenants:\n" +
+		"  - id: compose\n" +
+		"    keys: [" + tenant.HashKey(key) + "]\n" +
+		"    classes: [interactive, batch, realtime]\n"
+	return os.WriteFile(filepath.Join(dir, "keys.yaml"), []byte(keys), 0o644)
+}
+
+// natsPassword is "sy" and 48 hex digits. nats-server parses an
+// environment variable that a config file references as a config value: one
+// starting with a digit or '-' is read as a number and fails the start
+// ("Expected a digit"), which base64 passwords did at random.
+func natsPassword() (string, error) {
+	b, err := secret(24)
+	if err != nil {
+		return "", err
+	}
+	return "sy" + hex.EncodeToString(b), nil
 }
 
 func secret(n int) ([]byte, error) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard/switchyard/gossip"
 	"github.com/switchyard/switchyard/internal/tlsconf"
+	"github.com/switchyard/switchyard/tenant"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -39,4 +40,27 @@ func TestItWritesCertificatesTheTLSPackageLoadsAKeyringAndOnePasswordPerNATSUser
 	}
 	require.NotContains(t, string(env), "WORKER_4_")
 	require.False(t, strings.Contains(string(env), "PASSWORD=\n"), "no empty password")
+	// nats-server reads a referenced variable as a config value: a leading
+	// digit or '-' makes it a number and fails the start.
+	for _, line := range strings.Split(strings.TrimSpace(string(env)), "\n") {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		_, pw, _ := strings.Cut(line, "=")
+		require.Regexp(t, `^sy[0-9a-f]{48}$`, pw, line)
+	}
+
+	key, err := os.ReadFile(filepath.Join(dir, "api.key"))
+	require.NoError(t, err)
+	raw, err := os.ReadFile(filepath.Join(dir, "keys.yaml"))
+	require.NoError(t, err)
+	set, err := tenant.Parse(raw)
+	require.NoError(t, err)
+	tn, ok := set.Lookup(strings.TrimSpace(string(key)))
+	require.True(t, ok, "api.key is not a key of keys.yaml")
+	for _, class := range []string{"interactive", "batch", "realtime"} {
+		require.True(t, tn.AllowsClass(class), class)
+	}
+	_, ok = set.Lookup("sy-not-the-key")
+	require.False(t, ok)
 }

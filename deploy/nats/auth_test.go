@@ -225,3 +225,21 @@ func TestTheShippedTLSConfigRequiresClientCertificatesAndKeepsThePermissions(t *
 	require.NoError(t, nc.Publish(subj.KV("worker-2"), []byte("forged")))
 	requireViolation(t, errs, subj.KV("worker-2"))
 }
+
+// deploy/gencerts writes "sy" and hex digits because nats-server reads a
+// referenced variable as a config value: a base64 password that happens to
+// start with '-' or a digit fails the server's start.
+func TestAPasswordStartingWithADashOrDigitFailsTheConfigAndGencertsFormLoads(t *testing.T) {
+	set := func(pw string) {
+		t.Setenv("SWITCHYARD_NATS_ROUTER_PASSWORD", pw)
+		for i := 1; i <= 8; i++ {
+			t.Setenv(fmt.Sprintf("SWITCHYARD_NATS_WORKER_%d_PASSWORD", i), pw)
+		}
+	}
+	set("-Wq3xYz")
+	_, err := server.ProcessConfigFile("auth.conf")
+	require.Error(t, err, "a leading '-' is read as a number")
+	set("sy0123456789abcdef0123456789abcdef0123456789abcdef")
+	_, err = server.ProcessConfigFile("auth.conf")
+	require.NoError(t, err)
+}
