@@ -142,9 +142,10 @@ func (r *runningReplica) exited() bool {
 // once with a typed 503 and Retry-After, and RunReplica returns nil.
 func TestALameDuckRouterServesWhatReachesItWhileItsClassMovesAndStopsCleanly(t *testing.T) {
 	t.Skip("skipped: since the selector index (scheduler/selindex.go) was merged with the lame duck, " +
-		"the owner receives about 4 of this test's 37 requests/s and no queue forms at it, so the " +
-		"precondition 'requests queue at the owner r1' never holds; the cause is not found yet " +
-		"(issue 19 stays open for it). The lame duck itself is covered by the compose rolling-restart scenario.")
+		"no queue forms at the owner r1 (all of the test's 37 requests/s arrive, at most 2 of the 2x2 " +
+		"worker slots are booked, and even 150 requests/s form none), so the precondition " +
+		"'requests queue at the owner r1' never holds; whether the index stops enforcing the workers' " +
+		"capacity for unconstrained requests is not yet known (issue 19 stays open for it).")
 	ids, class, policy, c := startOwnerTestCluster(t)
 	const drain = 3 * time.Second
 	withPolicy := func(cfg *ReplicaConfig) {
