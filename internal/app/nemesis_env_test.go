@@ -22,6 +22,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/scheduler"
 )
 
@@ -116,25 +117,21 @@ const (
 	marksDuplicate
 )
 
-// faultProxy is a loopback TCP proxy in front of one target, like
-// testenv.Proxy, that can also tamper with the NATS protocol the client
-// sends: with a prefix set, every PUB/HPUB whose subject starts with it is
+// faultProxy is a testenv.Proxy whose client-to-server copy can tamper
+// with the NATS protocol the client sends: with a prefix set, every PUB/HPUB whose subject starts with it is
 // dropped or sent twice (with probability prob) while the mode says so.
 // Cut closes every connection and refuses new ones until Restore.
 type faultProxy struct {
-	target, prefix string
-	ln             net.Listener
+	*testenv.Proxy
+	prefix string
 
 	mode       atomic.Int32 // markMode
 	prob       atomic.Uint64
 	dropped    atomic.Int64
 	duplicated atomic.Int64
 
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-	rnd   *rand.Rand // guarded by mu
-	wg    sync.WaitGroup
+	mu  sync.Mutex
+	rnd *rand.Rand // guarded by mu
 }
 
 func startFaultProxy(target, natsPrefix string, seed uint64) (*faultProxy, error) {
@@ -143,113 +140,33 @@ func startFaultProxy(target, natsPrefix string, seed uint64) (*faultProxy, error
 
 // startFaultProxyAt is startFaultProxy listening on listen.
 func startFaultProxyAt(listen, target, natsPrefix string, seed uint64) (*faultProxy, error) {
-	ln, err := net.Listen("tcp", listen)
+	p := &faultProxy{prefix: natsPrefix, rnd: rand.New(rand.NewPCG(seed, 0x70726f7879))}
+	var upstream func(io.Writer, io.Reader) error
+	if natsPrefix != "" {
+		upstream = p.copyNATS
+	}
+	px, err := testenv.NewProxy(listen, target, upstream)
 	if err != nil {
 		return nil, err
 	}
-	p := &faultProxy{target: target, prefix: natsPrefix, ln: ln, conns: map[net.Conn]struct{}{}, rnd: rand.New(rand.NewPCG(seed, 0x70726f7879))}
-	p.wg.Add(1)
-	go p.acceptLoop()
+	p.Proxy = px
 	return p, nil
 }
 
-func (p *faultProxy) addr() string { return p.ln.Addr().String() }
+func (p *faultProxy) addr() string { return p.Addr() }
 
 func (p *faultProxy) setMarks(m markMode, prob float64) {
 	p.prob.Store(uint64(prob * 1e6))
 	p.mode.Store(int32(m))
 }
 
-func (p *faultProxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for c := range p.conns {
-		_ = c.Close()
-	}
-}
-
-func (p *faultProxy) Restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
-}
-
-func (p *faultProxy) close() {
-	_ = p.ln.Close()
-	p.Cut()
-	p.wg.Wait()
-}
-
-func (p *faultProxy) acceptLoop() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		p.wg.Add(1)
-		go p.serve(c)
-	}
-}
-
-func (p *faultProxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cut {
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *faultProxy) untrack(c net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.conns, c)
-}
+func (p *faultProxy) close() { p.Close() }
 
 // roll decides one tampered message.
 func (p *faultProxy) roll() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.rnd.Float64()*1e6 < float64(p.prob.Load())
-}
-
-func (p *faultProxy) serve(client net.Conn) {
-	defer p.wg.Done()
-	defer client.Close()
-	if !p.track(client) {
-		return
-	}
-	defer p.untrack(client)
-	server, err := net.Dial("tcp", p.target)
-	if err != nil {
-		return
-	}
-	defer server.Close()
-	if !p.track(server) {
-		return
-	}
-	defer p.untrack(server)
-	done := make(chan struct{})
-	go func() {
-		if p.prefix == "" {
-			_, _ = io.Copy(server, client)
-		} else {
-			_ = p.copyNATS(server, client)
-		}
-		_ = server.Close()
-		_ = client.Close()
-		close(done)
-	}()
-	_, _ = io.Copy(client, server)
-	_ = server.Close()
-	_ = client.Close()
-	<-done
 }
 
 // copyNATS forwards the client side of the NATS protocol operation by

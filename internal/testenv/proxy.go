@@ -15,6 +15,9 @@ import (
 type Proxy struct {
 	target string
 	ln     net.Listener
+	// upstream copies the client-to-server direction (nil: io.Copy); a
+	// fault-injecting test hands in one that tampers with what it forwards.
+	upstream func(dst io.Writer, src io.Reader) error
 
 	mu    sync.Mutex
 	cut   bool
@@ -27,15 +30,25 @@ type Proxy struct {
 // the test ends.
 func StartProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := NewProxy("127.0.0.1:0", target, nil)
 	if err != nil {
 		t.Fatalf("proxy listen: %v", err)
 	}
-	p := &Proxy{target: target, ln: ln, conns: make(map[net.Conn]struct{})}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// NewProxy is a Proxy listening on listen whose client-to-server direction is
+// copied by upstream (nil: unchanged). The caller stops it with Close.
+func NewProxy(listen, target string, upstream func(dst io.Writer, src io.Reader) error) (*Proxy, error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{target: target, ln: ln, upstream: upstream, conns: make(map[net.Conn]struct{})}
 	p.wg.Add(1)
 	go p.acceptLoop()
-	t.Cleanup(p.close)
-	return p
+	return p, nil
 }
 
 // Addr is the proxy's host:port.
@@ -60,7 +73,9 @@ func (p *Proxy) Restore() {
 	p.cut = false
 }
 
-func (p *Proxy) close() {
+// Close stops listening, closes every connection and waits for the proxy's
+// goroutines.
+func (p *Proxy) Close() {
 	_ = p.ln.Close()
 	p.Cut()
 	p.wg.Wait()
@@ -117,7 +132,11 @@ func (p *Proxy) serve(client net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		// Closing both ends when one direction ends unblocks the other copy.
-		_, _ = io.Copy(server, client)
+		if p.upstream != nil {
+			_ = p.upstream(server, client)
+		} else {
+			_, _ = io.Copy(server, client)
+		}
 		_ = server.Close()
 		_ = client.Close()
 		close(done)
