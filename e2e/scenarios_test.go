@@ -229,8 +229,12 @@ func (s *suite) startLoadWith(mutate func(*DriverConfig)) *load {
 		routers: NewCounterWatch(s.client, rsrc, []string{MetricReceived, MetricAdmitted, MetricRetried}, 250*time.Millisecond),
 		workers: NewCounterWatch(s.client, wsrc, []string{MetricWorkerRequests}, 250*time.Millisecond),
 		base:    map[string]float64{}}
-	l.routers.Poll(s.ctx)
-	l.workers.Poll(s.ctx)
+	// The baseline waits for the counters to settle too: a request sent
+	// just before (a scenario's probe) is counted received at its entry
+	// replica and admitted at its class's owner, each exported on its own
+	// replica's refresh, and half of it in the baseline would count the
+	// other half against this load.
+	l.settle("counters to settle before the load starts")
 	for _, n := range []string{MetricReceived, MetricAdmitted, MetricRetried} {
 		l.base[n] = l.routers.Total(n)
 	}
@@ -261,8 +265,13 @@ func (l *load) stop() {
 	l.driver.Close()
 	l.stopWatches()
 	l.watchesDone.Wait()
-	// Unchanged for a quiet period: a request whose count was still on its
-	// way would have arrived within it.
+	l.settle("counters to stop changing after the load ended")
+}
+
+// settle polls the routers' and workers' counters until they have been
+// unchanged for a quiet period: a request whose count was still on its way
+// would have arrived within it.
+func (l *load) settle(what string) {
 	const quiet = 750 * time.Millisecond
 	var prev map[string]float64
 	var changed time.Time
@@ -271,13 +280,13 @@ func (l *load) stop() {
 		l.workers.Poll(l.s.ctx)
 		cur := map[string]float64{
 			MetricReceived: l.routers.Total(MetricReceived), MetricAdmitted: l.routers.Total(MetricAdmitted),
-			MetricWorkerRequests: l.workers.Total(MetricWorkerRequests)}
+			MetricRetried: l.routers.Total(MetricRetried), MetricWorkerRequests: l.workers.Total(MetricWorkerRequests)}
 		if !maps.Equal(prev, cur) {
 			prev, changed = cur, time.Now()
 			return false
 		}
 		return time.Since(changed) > quiet
-	}, "counters to stop changing after the load ended")
+	}, what)
 }
 
 func (l *load) delta(w *CounterWatch, name string) int {
