@@ -175,7 +175,9 @@ func TestALameDuckRouterServesWhatReachesItWhileItsClassMovesAndStopsCleanly(t *
 	}, "requests queue at the owner r1")
 
 	r1.cancel() // SIGTERM
-	testenv.Eventually(t, drain, func() bool { return readyzStatus(r1.status.HTTPAddr) == http.StatusServiceUnavailable },
+	// Well inside the drain delay: readiness that fails only when the drain
+	// ends must not pass.
+	testenv.Eventually(t, drain/2, func() bool { return readyzStatus(r1.status.HTTPAddr) == http.StatusServiceUnavailable },
 		"/readyz fails as soon as the lame duck begins")
 	testenv.Eventually(t, drain, func() bool {
 		o := r2.status.Owners()[class]
