@@ -360,6 +360,23 @@ type nemesisReplica struct {
 	// go on serving for its drain delay, admitting locally in degraded
 	// mode (its NATS is cut) over other owners' worker caps.
 	httpPx *faultProxy
+	// stopBound is how long a stop of this incarnation may take: see
+	// replicaStopBound.
+	stopBound time.Duration
+}
+
+// replicaStopBound is the longest RunReplica's shutdown (replica.go) may
+// take by design with cfg: the lame duck's drain delay, the wait for the
+// requests in flight (ShutdownGrace), the ownership hand-off (OpTimeout +
+// 1 s), the linger, the HTTP server's own grace for the stragglers
+// (ShutdownGrace again: with etcd down, requests still running when the
+// first grace ended keep their handlers) and the lease revoke (2 s); plus
+// 5 s of slack for a machine starved under -race. A stop that hangs (issue
+// 19 item 13) overruns it.
+func replicaStopBound(cfg ReplicaConfig) time.Duration {
+	const revoke, slack = 2 * time.Second, 5 * time.Second
+	return cfg.DrainDelay + cfg.Frontend.ShutdownGrace + cfg.Ownership.OpTimeout + time.Second +
+		cfg.ShutdownLinger + cfg.Frontend.ShutdownGrace + revoke + slack
 }
 
 func (inc *nemesisReplica) closeProxies() {
@@ -424,6 +441,7 @@ type nemesisRun struct {
 	capPeak     [nemesisWorkers]float64
 	capDegraded []string
 	slowest     time.Duration // the longest a request waited for its answer
+	longestStop time.Duration // the longest a replica's stop took
 	closing     atomic.Bool   // teardown began: nothing starts again
 	// degraded counts the replicas cut from NATS now; degradedUntil is when
 	// the last one's degraded bookings are surely gossiped (unix nanos).
@@ -653,7 +671,8 @@ func (r *nemesisRun) startIncarnation(s *nemesisSlot) error {
 			}
 		}
 	}
-	inc := &nemesisReplica{reg: prometheus.NewRegistry(), done: make(chan struct{}), etcdProxy: ep, natsPx: np, httpPx: hp}
+	inc := &nemesisReplica{reg: prometheus.NewRegistry(), done: make(chan struct{}), etcdProxy: ep, natsPx: np, httpPx: hp,
+		stopBound: replicaStopBound(cfg)}
 	ctx, cancel := context.WithCancel(context.Background())
 	inc.cancel = cancel
 	ready := make(chan *ReplicaStatus, 1)
@@ -731,11 +750,16 @@ func (r *nemesisRun) stopSlot(s *nemesisSlot, crash bool) {
 		inc.natsPx.Cut()
 	}
 	inc.cancel()
-	bound := 5*time.Second + 5*time.Second + 5*time.Second // frontend grace + ownership hand-off + slack
+	began := time.Now()
+	defer func() {
+		r.mu.Lock()
+		r.longestStop = max(r.longestStop, time.Since(began))
+		r.mu.Unlock()
+	}()
 	select {
 	case <-inc.done:
-	case <-time.After(bound):
-		r.violate("graceful_stop_finishes", "%s still running %v after its stop (crash=%v) at %v", s.id, bound, crash, r.elapsed())
+	case <-time.After(inc.stopBound):
+		r.violate("graceful_stop_finishes", "%s still running %v after its stop (crash=%v) at %v", s.id, inc.stopBound, crash, r.elapsed())
 		inc.etcdProxy.Cut()
 		inc.natsPx.Cut()
 		<-inc.done
@@ -1017,6 +1041,9 @@ func (r *nemesisRun) table() string {
 		total += r.faults[k]
 	}
 	fmt.Fprintf(&b, "%-24s %8d\n", "total", total)
+	if r.longestStop > 0 {
+		fmt.Fprintf(&b, "longest replica stop %v\n", r.longestStop.Truncate(time.Millisecond))
+	}
 	fmt.Fprintf(&b, "%-24s %8s %10s\n", "invariant", "checked", "violations")
 	names := map[string]bool{}
 	for k := range r.checked {
