@@ -82,6 +82,12 @@ type scratch struct {
 	pieces2 []piece
 	matches []addedMatch
 	cuts    []addedMatch // matches and turn cuts (EncodeCached)
+	// EncodeCached's working set: the ids as they are built, the cuts'
+	// prefix hashes, the keys and counts of the prefixes to store.
+	ids    []uint32
+	hashes []uint64
+	keys   []cacheKey
+	counts []int
 
 	// words caches the ids of recent pre-tokens of one model. Text repeats
 	// its words, and this small table stays in the CPU cache where the
