@@ -453,6 +453,7 @@ func (s *Server) route(model string) (routing, *APIError) {
 		return rt, nil
 	}
 	rt.all = make([]string, 0, len(ws))
+	rt.engines = make([]string, 0, len(ws))
 	found := false
 	mixed := false
 	for i := range ws {
