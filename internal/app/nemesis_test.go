@@ -731,14 +731,14 @@ func (r *nemesisRun) startIncarnation(s *nemesisSlot) error {
 // first, so it says no goodbye (its keys stay until its lease expires, its
 // queued requests get no answer); otherwise it stops gracefully while the
 // load keeps coming. A graceful stop must finish within its bound.
-func (r *nemesisRun) stopSlot(s *nemesisSlot, crash bool) {
+func (r *nemesisRun) stopSlot(s *nemesisSlot, crash bool) (stopped bool) {
 	s.op.Lock()
 	defer s.op.Unlock()
 	s.mu.Lock()
 	inc := s.cur
 	if inc == nil {
 		s.mu.Unlock()
-		return
+		return false
 	}
 	s.cur = nil
 	s.down = append(s.down, downInterval{from: time.Now()})
@@ -769,6 +769,7 @@ func (r *nemesisRun) stopSlot(s *nemesisSlot, crash bool) {
 		r.violate("replica_stays_up", "%s returned %v from its stop (crash=%v)", s.id, inc.err, crash)
 	}
 	inc.closeProxies()
+	return true
 }
 
 // inject runs the schedule: each fault at its time, on its own goroutine.
@@ -787,12 +788,22 @@ func (r *nemesisRun) inject(schedule []faultEvent) {
 
 func (r *nemesisRun) apply(ev faultEvent) {
 	s := r.slots[ev.slot]
-	r.countFault(ev.kind)
+	if ev.kind != faultCrash && ev.kind != faultGraceful { // counted below: they may find the slot down
+		r.countFault(ev.kind)
+	}
 	r.t.Logf("%v: %s on %s for %v (scheduled at %v)", r.elapsed(), ev.kind, s.id, ev.dur.Truncate(time.Millisecond), ev.at.Truncate(time.Millisecond))
 	defer func() { r.t.Logf("%v: %s on %s healed", r.elapsed(), ev.kind, s.id) }()
 	switch ev.kind {
 	case faultCrash, faultGraceful:
-		r.stopSlot(s, ev.kind == faultCrash)
+		// A stop scheduled while the slot is already down (an earlier stop's
+		// restart still pending, or the slot restarting itself) has nothing
+		// to stop; it must not start a second incarnation beside the one the
+		// earlier event will start, so it ends here.
+		if !r.stopSlot(s, ev.kind == faultCrash) {
+			r.countFault(ev.kind + "_while_down")
+			return
+		}
+		r.countFault(ev.kind)
 		time.Sleep(ev.dur)
 		r.countFault(faultRestart)
 		if err := r.startSlot(s); err != nil {
@@ -1038,7 +1049,9 @@ func (r *nemesisRun) table() string {
 	total := 0
 	for _, k := range kinds {
 		fmt.Fprintf(&b, "%-24s %8d\n", k, r.faults[k])
-		total += r.faults[k]
+		if !strings.HasSuffix(k, "_while_down") { // scheduled, but nothing was stopped
+			total += r.faults[k]
+		}
 	}
 	fmt.Fprintf(&b, "%-24s %8d\n", "total", total)
 	if r.longestStop > 0 {
