@@ -6,7 +6,13 @@
 // It owns:
 //   - Core: the whole algorithm, synchronous. It starts nothing, reads time
 //     only from the injected Clock and is not safe for concurrent use. The
-//     simulator drives it directly in virtual time.
+//     simulator drives it directly in virtual time. Its methods are grouped
+//     one concern per file: core.go (the type, its constructor), enqueue.go,
+//     drain.go (the drain loop and admit), drr.go (deficit round robin
+//     across classes), candidates.go (a class's next dispatchable entry and
+//     the blocked-class memo), cancel.go (cancel, expiry, wake-ups),
+//     bookings.go (the booking ledger), membership.go (workers), classes.go
+//     (class configuration, removal, shutdown) and snapshot.go.
 //   - Actor: one goroutine (Run) that owns one Core. All mutation arrives on
 //     its unbuffered input channels, so admission is serialized without
 //     locks; readers outside get immutable *Snapshot values through an
