@@ -14,6 +14,13 @@
 // Step(now) and the injected Clock, so the same code runs under wall time
 // (Run) and under a simulator that calls Step in virtual time.
 //
+// Files, one concern each: engine.go (the Engine, its state, New), submit.go
+// (Submit, Cancel, Stop and delivery), run.go (Step and the wall-clock Run
+// loop), schedule.go (one step's batch: budget, admission, preemption,
+// completion), kvevents.go (committing blocks and the KV event stream),
+// queue.go (the waiting and running order) and dump.go (Dump and Stats);
+// pool.go, timing.go and request.go hold the rest.
+//
 // Concurrency: every exported method is safe for concurrent use; one mutex
 // guards all engine state. Step runs with that mutex held and, while holding
 // it, calls Request.OnDelta and Config.Events. Those callbacks must not block
