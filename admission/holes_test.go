@@ -18,7 +18,8 @@ import (
 	"github.com/switchyard/switchyard/wire"
 )
 
-// Tests for the holes of issue 19, one or more per item.
+// Tests for admission's failure paths: fencing, lost replies, ownership
+// moves and degraded modes, one or more per hole found.
 
 // rawAdmit sends one admit request as an entry replica would, on its own
 // connection, and returns the owner's reply.

@@ -270,7 +270,7 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 	})
 }
 
-// handOff runs on the actor's turn (seed 000: nothing slow there): it
+// handOff runs on the actor's turn (where nothing may block or wait): it
 // queues the reply for Run's replier and reports the grant delivered. If
 // the reply then cannot be published, the replier frees the booking (the
 // request stays counted admitted; its booking ends at once). Without a

@@ -1,7 +1,7 @@
 // Package engine is Switchyard's simulated inference engine: a
 // continuous-batching scheduler with a paged KV block pool and prefix
-// caching, modelled on vLLM and the 003 seed, with step times from a
-// pluggable TimingModel.
+// caching, modelled on vLLM's scheduler and block manager, with step times
+// from a pluggable TimingModel.
 //
 // What it owns: the waiting queue (priority, then FIFO), the running set, the
 // per-step token budget (decodes first, then chunked prefills), the KV block

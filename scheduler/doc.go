@@ -38,11 +38,11 @@
 // It declares what it consumes in ports.go: Clock and LoadView (other
 // replicas' booked load, fed by gossip).
 //
-// The one admission path (seed 000): every request is queued and the same
-// turn drains what is dispatchable (an arrival never bypasses a backlog);
-// popping picks a class by DRR and its entry by (strict priority, due time,
-// policy score, arrival); then project load, select a worker, book, respond;
-// a refused response rolls the booking back. DESIGN.md has a diagram. Every Enqueue is completed
-// exactly once through its Responder; counters settle exactly once per
-// request, whichever path (grant, rejection, expiry, cancel) ends it.
+// The one admission path: every request is queued and the same turn drains
+// what is dispatchable (an arrival never bypasses a backlog); popping picks
+// a class by DRR and its entry by (strict priority, due time, policy score,
+// arrival); then project load, select a worker, book, respond; a refused
+// response rolls the booking back. DESIGN.md has a diagram. Every Enqueue is
+// completed exactly once through its Responder; counters settle exactly once
+// per request, whichever path (grant, rejection, expiry, cancel) ends it.
 package scheduler

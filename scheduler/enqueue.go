@@ -201,7 +201,7 @@ func (c *Core) blockSizeOf(worker string) (int, bool) {
 }
 
 // overLimit checks the class limits, scaled by the number of workers e may
-// run on (seed 000: capacity checks respect pinned and allowed workers), as
+// run on (a pinned or allow-listed request counts only its own workers), as
 // if e were added. It returns the name of the first limit e would exceed.
 func (c *Core) overLimit(cls *class, e *entry) string {
 	n := int64(c.usableWorkers(e.req))
