@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/metrics"
-	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -45,7 +45,7 @@ type ClientConfig struct {
 	OwnerReplyTimeout time.Duration
 	// Clock is what the entry side reads and waits on (nil: wall time). It
 	// must be the clock of the replica's scheduler.
-	Clock scheduler.Clock
+	Clock clock.Clock
 	// ClusterHealthy reports whether this replica's etcd session is healthy
 	// (nil: always). While it is not, no class owner can be trusted to be
 	// admitting (every owner that lost etcd has fenced itself, and the
@@ -124,7 +124,7 @@ type Client struct {
 
 	kick    chan struct{} // size one: wakes the re-home loop
 	abandon chan struct{} // size one: an abandon grace started (Run arms its timer)
-	clock   scheduler.Clock
+	clock   clock.Clock
 }
 
 type pendingAdmit struct {
@@ -156,9 +156,9 @@ func NewClient(cfg ClientConfig, replica, cluster string, nc *nats.Conn, actor A
 	}
 }
 
-func clockOr(c scheduler.Clock) scheduler.Clock {
+func clockOr(c clock.Clock) clock.Clock {
 	if c == nil {
-		return scheduler.RealClock{}
+		return clock.Real{}
 	}
 	return c
 }

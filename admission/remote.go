@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -140,7 +141,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 
 // withDeadline is context.WithDeadline on the client's clock.
 func (c *Client) withDeadline(parent context.Context, at time.Time) (context.Context, context.CancelFunc) {
-	if _, wall := c.clock.(scheduler.RealClock); wall {
+	if _, wall := c.clock.(clock.Real); wall {
 		return context.WithDeadline(parent, at)
 	}
 	ctx, cancel := context.WithCancel(parent)

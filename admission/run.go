@@ -17,6 +17,11 @@ func (c *Client) Leave() {
 
 // Run renews in-flight bookings, re-homes them when their class moves, and
 // tracks degraded mode, until ctx ends.
+//
+// The renewal and connection-status tickers run on wall time, not on the
+// client's clock: they pace messages to owners and poll the NATS
+// connection, and a test that holds its fake clock still must not stop
+// either.
 func (c *Client) Run(ctx context.Context) error {
 	renew := time.NewTicker(c.cfg.RenewInterval)
 	defer renew.Stop()

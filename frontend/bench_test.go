@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/prompt"
@@ -426,7 +427,7 @@ func benchRequestBodies(b *testing.B, prompts Prompts, ep endpoint, size int, bo
 // startBenchActor runs a real admission actor (default config, real clock,
 // no log) with pol's classes over workers, until stop returns.
 func startBenchActor(pol *Policy, workers []scheduler.Worker) (actor *scheduler.Actor, stop func()) {
-	core := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.RealClock{}, nil, nil)
+	core := scheduler.NewCore(scheduler.DefaultConfig(), clock.Real{}, nil, nil)
 	actor = scheduler.NewActor(core, nil, zap.NewNop())
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 func TestRejectErrorsMatchTheirSentinelsWithErrorsIs(t *testing.T) {
@@ -142,7 +144,7 @@ func (v *versionedView) LoadVersion() uint64          { return v.version }
 
 func TestVersionedLoadViewIsReadAgainOnlyWhenItsVersionChanges(t *testing.T) {
 	view := &versionedView{version: 1}
-	c := NewCore(DefaultConfig(), NewFakeClock(t0), view, nil)
+	c := NewCore(DefaultConfig(), clock.NewFake(t0), view, nil)
 	c.SetWorkers(workers(4, 2))
 	c.SetClasses([]ClassConfig{classCfg("c", PolicyFCFS)})
 	ok := func(Grant, error) bool { return true }
@@ -159,7 +161,7 @@ func TestVersionedLoadViewIsReadAgainOnlyWhenItsVersionChanges(t *testing.T) {
 }
 
 func TestFakeClockFiresTimersWhenAdvancedToTheirDeadline(t *testing.T) {
-	clock := NewFakeClock(t0)
+	clock := clock.NewFake(t0)
 	tm := clock.NewTimer(time.Second)
 	require.Equal(t, 1, clock.Timers())
 	clock.Advance(999 * time.Millisecond)

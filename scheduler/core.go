@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 // Responder completes one request. The Core calls it exactly once per
@@ -83,7 +85,7 @@ func init() { instanceSeq.Store(uint64(time.Now().UnixNano()) << 8) }
 // can and returns; time passes only through the injected Clock.
 type Core struct {
 	cfg   Config
-	clock Clock
+	clock clock.Clock
 	load  LoadView
 	vload VersionedLoadView // load, when it is versioned
 	rng   *rand.Rand
@@ -160,12 +162,12 @@ type Core struct {
 // NewCore returns an empty Core: no classes, no workers. load may be nil (no
 // other replicas); rng may be nil (seeded from the clock). An invalid cfg is
 // replaced field by field with defaults; call cfg.Validate first to reject it.
-func NewCore(cfg Config, clock Clock, load LoadView, rng *rand.Rand) *Core {
+func NewCore(cfg Config, clk clock.Clock, load LoadView, rng *rand.Rand) *Core {
 	cfg = sanitize(cfg)
-	if clock == nil {
-		clock = RealClock{}
+	if clk == nil {
+		clk = clock.Real{}
 	}
-	now := clock.Now()
+	now := clk.Now()
 	if rng == nil {
 		rng = rand.New(rand.NewPCG(uint64(now.UnixNano()), 0x5157))
 	}
@@ -177,7 +179,7 @@ func NewCore(cfg Config, clock Clock, load LoadView, rng *rand.Rand) *Core {
 		nextBooking: BookingID(rand.Uint64() >> 2),
 		vload:       vload,
 		cfg:         cfg,
-		clock:       clock,
+		clock:       clk,
 		load:        load,
 		rng:         rng,
 		epoch:       now,

@@ -17,7 +17,6 @@
 //     its unbuffered input channels, so admission is serialized without
 //     locks; readers outside get immutable *Snapshot values through an
 //     atomic pointer. Admit blocks a request goroutine until the outcome.
-//   - RealClock and FakeClock, for production and for tests/simulation.
 //
 // The worker selector has two costs (Config.Selector): design §5's block
 // counts (selector.go) and the predicted time to first token under the
@@ -35,8 +34,10 @@
 // shares a class between its tenants by deficit round robin by weight. A
 // class whose queue holds one tenant's requests keeps the single-queue path.
 //
-// It declares what it consumes in ports.go: Clock and LoadView (other
-// replicas' booked load, fed by gossip).
+// It declares what it consumes in ports.go: LoadView (other replicas'
+// booked load, fed by gossip). Time comes from the injected clock.Clock
+// (internal/clock): clock.Real in production, clock.Fake in tests, the
+// simulator's virtual clock in bench.
 //
 // The one admission path: every request is queued and the same turn drains
 // what is dispatchable (an arrival never bypasses a backlog); popping picks
