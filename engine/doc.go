@@ -11,7 +11,7 @@
 // the consistent dump of the cached block set.
 //
 // The core does no I/O and starts no goroutines. Time enters only through
-// Step(now) and the injected Clock, so the same code runs under wall time
+// Step(now) and the injected clock.Clock, so the same code runs under wall time
 // (Run) and under a simulator that calls Step in virtual time.
 //
 // Files, one concern each: engine.go (the Engine, its state, New), submit.go

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -35,7 +36,7 @@ type TokenEventSink interface {
 type Engine struct {
 	mu        sync.Mutex
 	cfg       Config
-	clock     Clock
+	clock     clock.Clock
 	timing    TimingModel
 	pool      *pool
 	watermark int
@@ -134,17 +135,19 @@ type Stats struct {
 	PrefixHitRate float64 // CachedTokens / PromptTokens
 }
 
-// New builds an engine. It starts nothing.
-func New(cfg Config, clock Clock) (*Engine, error) {
+// New builds an engine. It starts nothing. Submit stamps arrivals with clk's
+// Now and Run waits on it (nil: wall time); a simulator passes a virtual
+// clock and never calls Run.
+func New(cfg Config, clk clock.Clock) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if clock == nil {
-		clock = RealClock{}
+	if clk == nil {
+		clk = clock.Real{}
 	}
 	e := &Engine{
 		cfg:     cfg,
-		clock:   clock,
+		clock:   clk,
 		timing:  cfg.Timing,
 		seqs:    make(map[string]*seq),
 		wake:    make(chan struct{}, 1),
