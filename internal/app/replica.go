@@ -284,7 +284,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	core.SetClasses(policy.Classes)
 	actor := scheduler.NewActor(core, clk, log)
 
-	ix, err := kvindex.New(cfg.Index, kvindex.RealClock{}, log, reg)
+	ix, err := kvindex.New(cfg.Index, clock.Real{}, log, reg)
 	if err != nil {
 		return fmt.Errorf("kv index: %w", err)
 	}
