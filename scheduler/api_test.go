@@ -159,32 +159,3 @@ func TestVersionedLoadViewIsReadAgainOnlyWhenItsVersionChanges(t *testing.T) {
 	require.EqualError(t, got, "not answered", "the remote load keeps the request queued")
 	require.Equal(t, 1, c.Queued())
 }
-
-func TestFakeClockFiresTimersWhenAdvancedToTheirDeadline(t *testing.T) {
-	clock := clock.NewFake(t0)
-	tm := clock.NewTimer(time.Second)
-	require.Equal(t, 1, clock.Timers())
-	clock.Advance(999 * time.Millisecond)
-	select {
-	case <-tm.C():
-		t.Fatal("fired early")
-	default:
-	}
-	clock.Advance(time.Millisecond)
-	require.Equal(t, t0.Add(time.Second), <-tm.C())
-	require.Zero(t, clock.Timers())
-
-	tm.Reset(time.Minute)
-	require.True(t, tm.Stop())
-	require.False(t, tm.Stop())
-	clock.Advance(time.Hour)
-	select {
-	case <-tm.C():
-		t.Fatal("a stopped timer fired")
-	default:
-	}
-	tm.Reset(0)
-	<-tm.C() // a non-positive duration fires at once
-	at, ok := clock.NextTimer()
-	require.False(t, ok, "nothing armed, got %v", at)
-}

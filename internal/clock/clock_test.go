@@ -18,21 +18,33 @@ func received(c <-chan time.Time) (time.Time, bool) {
 	}
 }
 
-func TestAFakeTimerFiresOnceWhenTimeReachesItsDeadline(t *testing.T) {
+func TestAFakeTimerFiresWhenAdvancedToItsDeadlineAndStopsAndResetsLikeTimeTimer(t *testing.T) {
 	f := NewFake(t0)
 	tm := f.NewTimer(time.Second)
 	require.Equal(t, 1, f.Timers())
 	f.Advance(999 * time.Millisecond)
-	_, ok := received(tm.C())
-	require.False(t, ok, "not due yet")
+	select {
+	case <-tm.C():
+		t.Fatal("fired early")
+	default:
+	}
 	f.Advance(time.Millisecond)
-	at, ok := received(tm.C())
-	require.True(t, ok)
-	require.Equal(t, t0.Add(time.Second), at)
-	require.Zero(t, f.Timers(), "a fired timer is disarmed")
+	require.Equal(t, t0.Add(time.Second), <-tm.C())
+	require.Zero(t, f.Timers())
+
+	tm.Reset(time.Minute)
+	require.True(t, tm.Stop())
+	require.False(t, tm.Stop())
 	f.Advance(time.Hour)
-	_, ok = received(tm.C())
-	require.False(t, ok, "a timer fires once")
+	select {
+	case <-tm.C():
+		t.Fatal("a stopped timer fired")
+	default:
+	}
+	tm.Reset(0)
+	<-tm.C() // a non-positive duration fires at once
+	at, ok := f.NextTimer()
+	require.False(t, ok, "nothing armed, got %v", at)
 }
 
 func TestAFakeTickerFiresEveryIntervalAndDropsTheTicksASlowReceiverMissed(t *testing.T) {
