@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -33,7 +34,7 @@ type Subscriber struct {
 	subj   wire.Subjects
 	log    *zap.Logger
 	m      *subscriberMetrics
-	clock  Clock
+	clock  clock.Clock
 	filter func(*nats.Msg) bool
 }
 
@@ -49,7 +50,7 @@ func WithMessageFilter(keep func(*nats.Msg) bool) SubscriberOption {
 
 // WithClock sets the clock of the sweep and retry loops and of lag
 // measurement (default: the wall clock).
-func WithClock(c Clock) SubscriberOption {
+func WithClock(c clock.Clock) SubscriberOption {
 	return func(s *Subscriber) { s.clock = c }
 }
 
@@ -71,7 +72,7 @@ func NewSubscriber(cfg SubscriberConfig, nc *nats.Conn, ix *Index, log *zap.Logg
 		subj:  wire.NewSubjects(cfg.Cluster),
 		log:   log.Named("kvindex_subscriber"),
 		m:     newSubscriberMetrics(reg),
-		clock: RealClock{},
+		clock: clock.Real{},
 	}
 	for _, o := range opts {
 		o(s)

@@ -1,6 +1,6 @@
 package app
 
-// The nemesis: a randomized fault test of cluster-wide admission (issue 19).
+// The nemesis: a randomized fault test of cluster-wide admission.
 // In one process, on embedded etcd and NATS, memberlist on loopback, real
 // HTTP and the real simulated engine: 5 router replicas, 8 workers, 3
 // classes. An open-loop load generator sends to every replica whatever
@@ -77,9 +77,8 @@ const (
 )
 
 // nemesisAllFaults is every kind the harness injects; nemesisCIFaults is
-// the set the CI seeds inject: every kind, since issue 19 items 13-15 (the
-// lame duck, the regranting session) and the lost life mark are fixed
-// (docs/testing.md).
+// the set the CI seeds inject: every kind, now that the lame duck, the
+// regranting session and the lost life mark are handled (docs/testing.md).
 var (
 	nemesisAllFaults = []string{faultCrash, faultGraceful, faultNATSCut, faultEtcdRestart, faultSession, faultEtcdOutage,
 		faultSlowActor, faultClockSkew, faultLifeDrop, faultLifeDuplicate}
@@ -702,7 +701,7 @@ func (r *nemesisRun) startIncarnation(s *nemesisSlot) error {
 	s.mu.Unlock()
 	r.check("replica_stays_up", 1)
 	r.bg.Add(1)
-	go func() { // a replica must never exit by itself (issue 19 items 14, 15)
+	go func() { // a replica must never exit by itself, whatever fails under it
 		defer r.bg.Done()
 		<-inc.done
 		if inc.stopping.Load() {

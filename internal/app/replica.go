@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard/switchyard/cluster"
 	"github.com/switchyard/switchyard/frontend"
 	"github.com/switchyard/switchyard/gossip"
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/metrics"
@@ -80,7 +81,7 @@ type ReplicaConfig struct {
 	Links Links
 	// Clock is what admission reads and waits on: the scheduler, the owner
 	// side and the entry side (nil: wall time). Tests skew it.
-	Clock scheduler.Clock
+	Clock clock.Clock
 	// Tenants is the API keys file (-auth.keys-file); without one the API
 	// is open.
 	Tenants tenant.Config
@@ -274,16 +275,16 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	// gossiped view, refreshed every gossip round (publishLoads), so it
 	// caches remote loads and skips blocked classes between rounds.
 	remote := &scheduler.RemoteLoads{}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = scheduler.RealClock{}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.Real{}
 	}
-	cfg.Admission.Clock = clock
-	core := scheduler.NewCore(cfg.Scheduler, clock, remote, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
+	cfg.Admission.Clock = clk
+	core := scheduler.NewCore(cfg.Scheduler, clk, remote, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
 	core.SetClasses(policy.Classes)
-	actor := scheduler.NewActor(core, clock, log)
+	actor := scheduler.NewActor(core, clk, log)
 
-	ix, err := kvindex.New(cfg.Index, kvindex.RealClock{}, log, reg)
+	ix, err := kvindex.New(cfg.Index, clock.Real{}, log, reg)
 	if err != nil {
 		return fmt.Errorf("kv index: %w", err)
 	}
@@ -299,7 +300,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	am := admission.NewMetrics(reg)
 	am.DegradedByClass = admissionMetrics.DegradedAdmissions
 	port := admission.LocalActor(actor, func() []scheduler.ClassConfig { return *classes.Load() })
-	server := admission.NewServer(cfg.ID, cfg.Cluster, nc, port, log, am, admission.WithServerClock(clock))
+	server := admission.NewServer(cfg.ID, cfg.Cluster, nc, port, log, am, admission.WithServerClock(clk))
 	acfg := cfg.Admission
 	acfg.ClusterHealthy = session.Healthy
 	client := admission.NewClient(acfg, cfg.ID, cfg.Cluster, nc, port, server, log, am)
