@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/switchyard/switchyard/internal/clock"
 
 	"github.com/switchyard/switchyard/wire"
 )

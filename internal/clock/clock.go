@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -145,6 +146,19 @@ func (f *Fake) NextTimer() (time.Time, bool) {
 	return at, true
 }
 
+// Deadlines returns every armed timer's next deadline, earliest first: a
+// test sees exactly when the code under test means to wake up.
+func (f *Fake) Deadlines() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]time.Time, 0, len(f.timers))
+	for _, t := range f.timers {
+		out = append(out, t.at)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
 // NewTimer returns a timer firing at Now()+d.
 func (f *Fake) NewTimer(d time.Duration) Timer {
 	t := &fakeTimer{clock: f, c: make(chan time.Time, 1)}
@@ -222,5 +236,22 @@ func (t *fakeTimer) disarmLocked() {
 			f.timers = append(f.timers[:i], f.timers[i+1:]...)
 			return
 		}
+	}
+}
+
+// SleepUntil blocks until c reaches t or ctx is done, returning ctx.Err() in
+// the latter case. A t that is not in c's future returns at once.
+func SleepUntil(ctx context.Context, c Clock, t time.Time) error {
+	d := t.Sub(c.Now())
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := c.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
