@@ -39,31 +39,49 @@ func (c *Core) popNext() (*entry, int) {
 			continue
 		}
 		// A full cycle without service: every dispatchable class got one
-		// quantum and still cannot afford its candidate. Skip ahead k-1
-		// rounds, where k is the fewest rounds any of them still needs; the
-		// next cycle serves that class.
-		k := int64(-1)
-		for _, x := range c.ring {
+		// quantum and still cannot afford its candidate.
+		if !drrSkipAhead(n, func(i int) (*int64, int64, int64, bool) {
+			x := c.ring[i]
 			e, _ := c.candidate(x)
 			if e == nil {
-				continue
+				return nil, 0, 0, false
 			}
-			need := (e.cost - x.deficit + x.cfg.Quantum - 1) / x.cfg.Quantum
-			if k < 0 || need < k {
-				k = need
-			}
-		}
-		if k < 0 {
+			return &x.deficit, x.cfg.Quantum, e.cost, true
+		}) {
 			c.cursor, c.turn = cursor, turn
 			return nil, -1
 		}
-		if k > 1 {
-			for _, x := range c.ring {
-				if e, _ := c.candidate(x); e != nil {
-					x.deficit += (k - 1) * x.cfg.Quantum
-				}
-			}
-		}
 		idle = 0
 	}
+}
+
+// drrSkipAhead is the bulk-credit step of a deficit round robin ring after a
+// full cycle in which nobody was served: every member with a head got its
+// quantum and still cannot afford the head. It finds k, the fewest rounds any
+// of them still needs, and credits each of them k-1 more quanta, so that the
+// next cycle serves one instead of spinning k-1 empty cycles. member(i)
+// gives member i's deficit, quantum and head cost, or ok false when it has
+// no head. It reports false when no member has one.
+func drrSkipAhead(n int, member func(i int) (deficit *int64, quantum, cost int64, ok bool)) bool {
+	k := int64(-1)
+	for i := range n {
+		d, q, cost, ok := member(i)
+		if !ok {
+			continue
+		}
+		if need := (cost - *d + q - 1) / q; k < 0 || need < k {
+			k = need
+		}
+	}
+	if k < 0 {
+		return false
+	}
+	if k > 1 {
+		for i := range n {
+			if d, q, _, ok := member(i); ok {
+				*d += (k - 1) * q
+			}
+		}
+	}
+	return true
 }
