@@ -218,10 +218,15 @@ func reportLatencies(b *testing.B, lat []time.Duration) {
 // NATS server on loopback, configured for blockSize and entries.
 func newBenchMirror(b *testing.B, blockSize, entries int) *Mirror {
 	b.Helper()
-	n := testenv.StartNATS(b)
+	return newBenchMirrorOn(b, testenv.StartNATS(b).Conn(b), blockSize, entries)
+}
+
+// newBenchMirrorOn is newBenchMirror publishing on nc.
+func newBenchMirrorOn(b *testing.B, nc *nats.Conn, blockSize, entries int) *Mirror {
+	b.Helper()
 	cfg := DefaultMirrorConfig()
 	cfg.Worker, cfg.Cluster = "bench", testCluster
-	m, err := NewMirror(cfg, n.Conn(b), nil, prometheus.NewRegistry())
+	m, err := NewMirror(cfg, nc, nil, prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,9 +4,14 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
+	// BenchmarkAdapterThroughput's nats=proc runs its NATS server in
+	// this binary re-executed; in that child only the server runs.
+	testenv.RunNATSChildIfAsked()
 	goleak.VerifyTestMain(m,
 		// Embedded etcd and the etcd client leave these behind until the
 		// process ends; they belong to the third-party libraries.

@@ -121,6 +121,8 @@ type Mirror struct {
 	// Counts of the batch being applied, added to their counters once
 	// per flush rather than once per block.
 	nStored, nRemoved int
+	// sink keeps touchLocked's loads from being optimised away.
+	sink uint64
 }
 
 // NewMirror returns a mirror publishing on nc. It starts nothing; Run
@@ -224,6 +226,7 @@ func (m *Mirror) BatchTransient(b *enginekv.Batch) {
 		m.exact = b.Seq == 0
 		m.setExactGauge()
 	}
+	m.touchLocked(b)
 	for i := range b.Events {
 		m.applyLocked(&b.Events[i])
 		if len(m.arena) >= m.cfg.MaxBatchHashes {
@@ -325,6 +328,28 @@ func (m *Mirror) skipReason(e *enginekv.Event) skipReason {
 	return skipNone
 }
 
+// touchLocked brings into cache, before b is applied, the engine-map slot
+// of every hash b names and, for removals, the slot of the Switchyard hash
+// they release (see table.touch).
+func (m *Mirror) touchLocked(b *enginekv.Batch) {
+	var x uint64
+	for i := range b.Events {
+		for _, h := range b.Events[i].BlockHashes {
+			x ^= m.engine.touch(h)
+		}
+	}
+	for i := range b.Events {
+		if e := &b.Events[i]; e.Kind == enginekv.BlockRemoved {
+			for _, h := range e.BlockHashes {
+				if sl, ok := m.engine.find(h); ok {
+					x ^= m.refs.touch(m.engine.at(sl).sy)
+				}
+			}
+		}
+	}
+	m.sink ^= x
+}
+
 func (m *Mirror) applyLocked(e *enginekv.Event) {
 	switch e.Kind {
 	case enginekv.BlockStored:
@@ -377,19 +402,28 @@ func (m *Mirror) storeLocked(e *enginekv.Event) {
 	bs := e.BlockSize
 	start := len(m.arena)
 	prev := parent
-	m.stale = m.stale[:0]
-	for i, h := range e.BlockHashes {
+	for i := range e.BlockHashes {
 		s := kvindex.BlockHash(e.TokenIDs[i*bs:(i+1)*bs], seed)
 		if hasParent || i > 0 {
 			s = kvindex.ChainHash(prev, s, seed)
 		}
 		prev = s
-		if old, ok := m.insertLocked(h, s); ok {
-			m.stale = append(m.stale, old)
-		}
 		m.arena = append(m.arena, s)
 	}
 	end := len(m.arena)
+	// All of the event's hashes first, then their reference slots
+	// touched together (touchLocked's reason), then the inserts.
+	var x uint64
+	for _, s := range m.arena[start:end] {
+		x ^= m.refs.touch(s)
+	}
+	m.sink ^= x
+	m.stale = m.stale[:0]
+	for i, h := range e.BlockHashes {
+		if old, ok := m.insertLocked(h, m.arena[start+i]); ok {
+			m.stale = append(m.stale, old)
+		}
+	}
 	m.pending = append(m.pending, wire.KVEvent{Kind: wire.KVStored, Parent: parent, HasParent: hasParent,
 		Hashes: m.arena[start:end:end]})
 	m.nStored += n

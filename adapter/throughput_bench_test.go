@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -121,17 +122,22 @@ func engineStream(enc enginekv.Encoding, singleBlock bool) tpStream {
 }
 
 // BenchmarkAdapterThroughput measures the adapter's whole event path per
-// CPU-second of the process: raw msgpack payloads as they come off the
-// engine's ZMQ socket (written by enginekv's encoder in each engine's
-// format) are decoded, applied to the mirror (rehash, engine-hash map,
-// removals), encoded as wire batches and published to an in-process NATS
-// server on loopback, at the default map bound for a 65,536-block engine.
-// Sub-benchmarks: vLLM's map events (unsigned hashes), vLLM's tagged-array
-// events, SGLang's (tagged arrays, signed int64 hashes); "steps" is vLLM's
-// real shape (a 64-block prefill event and single-block decode events per
-// step), "single" the worst case of one block per event. blocks/cpu-s
-// counts stored blocks; each loop also removes as many, one event each.
-// Run it with -cpu 1.
+// CPU-second: raw msgpack payloads as they come off the engine's ZMQ socket
+// (written by enginekv's encoder in each engine's format) are decoded,
+// applied to the mirror (rehash, engine-hash map, removals), encoded as wire
+// batches and published to a NATS server on loopback, at the default map
+// bound for a 65,536-block engine. Sub-benchmarks: vLLM's map events
+// (unsigned hashes), vLLM's tagged-array events, SGLang's (tagged arrays,
+// signed int64 hashes); "steps" is vLLM's real shape (a 64-block prefill
+// event and single-block decode events per step), "single" the worst case
+// of one block per event. blocks/cpu-s counts stored blocks; each loop also
+// removes as many, one event each. Run it with -cpu 1.
+//
+// The NATS server runs in another process ("nats=proc", as in production:
+// blocks/cpu-s is the adapter's process alone, and srv-ns/block the server's
+// CPU time beside it) or in this one ("nats=inproc": blocks/cpu-s includes
+// the server routing every batch). Either way the server must have received
+// every published batch.
 func BenchmarkAdapterThroughput(b *testing.B) {
 	engines := []struct {
 		name string
@@ -147,13 +153,44 @@ func BenchmarkAdapterThroughput(b *testing.B) {
 			if single {
 				name = e.name + "/single"
 			}
-			b.Run(name, func(b *testing.B) { benchThroughput(b, engineStream(e.enc, single)) })
+			b.Run(name, func(b *testing.B) {
+				s := engineStream(e.enc, single)
+				b.Run("nats=proc", func(b *testing.B) { benchThroughput(b, s, newProcNATS(b)) })
+				b.Run("nats=inproc", func(b *testing.B) { benchThroughput(b, s, newInprocNATS(b)) })
+			})
 		}
 	}
 }
 
-func benchThroughput(b *testing.B, s tpStream) {
-	m := newBenchMirror(b, tpBlockSize, max4(tpEngineBlocks))
+// benchNATS is the NATS server a throughput benchmark publishes to.
+type benchNATS struct {
+	nc *nats.Conn
+	// stats reports the messages the server has received and the CPU
+	// time it took that the benchmark's process did not (zero in process).
+	stats func() (inMsgs int64, cpu time.Duration)
+}
+
+func newProcNATS(b *testing.B) benchNATS {
+	p := testenv.StartNATSProcess(b)
+	return benchNATS{nc: p.Conn(b), stats: func() (int64, time.Duration) {
+		st := p.Stats(b)
+		return st.InMsgs, st.CPU
+	}}
+}
+
+func newInprocNATS(b *testing.B) benchNATS {
+	n := testenv.StartNATS(b)
+	return benchNATS{nc: n.Conn(b), stats: func() (int64, time.Duration) {
+		v, err := n.Server.Varz(nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v.InMsgs, 0
+	}}
+}
+
+func benchThroughput(b *testing.B, s tpStream, srv benchNATS) {
+	m := newBenchMirrorOn(b, srv.nc, tpBlockSize, max4(tpEngineBlocks))
 	seq, deliver := uint64(0), payloadFeeder(m)
 	feed := func(p []byte) {
 		if err := deliver(seq, p); err != nil {
@@ -174,6 +211,10 @@ func benchThroughput(b *testing.B, s tpStream) {
 	for _, p := range s.loop {
 		bytes += len(p)
 	}
+	if err := srv.nc.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	_, srvCPU0 := srv.stats()
 	b.ReportAllocs()
 	b.ResetTimer()
 	start, cpu0 := time.Now(), testenv.ProcessCPU()
@@ -182,6 +223,21 @@ func benchThroughput(b *testing.B, s tpStream) {
 	}
 	el, cpu := time.Since(start), testenv.ProcessCPU()-cpu0
 	b.StopTimer()
+	// The server must have received every batch: a publish the client
+	// dropped or still buffers would make the figure a lie. The flush
+	// waits for the server's answer, so its counts hold everything sent;
+	// its CPU time then includes routing the last batches.
+	if err := srv.nc.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	inMsgs, srvCPU := srv.stats()
+	srvCPU -= srvCPU0
+	if e := testutil.ToFloat64(m.m.batches[resultError]); e != 0 {
+		b.Fatalf("%v batches failed to publish", e)
+	}
+	if sent := int64(testutil.ToFloat64(m.m.batches[resultOK])); inMsgs != sent {
+		b.Fatalf("the NATS server received %d messages, the mirror published %d", inMsgs, sent)
+	}
 	// The stream must have been followed exactly: nothing skipped, no
 	// repair, every removal known, no eviction by the bound.
 	check := map[string]prometheus.Collector{"conflicts": m.m.conflicts,
@@ -206,5 +262,8 @@ func benchThroughput(b *testing.B, s tpStream) {
 	b.ReportMetric(float64(bytes)/float64(len(s.loop))/float64(s.storedPerStep), "B/block")
 	if cpu > 0 {
 		b.ReportMetric(blocks/cpu.Seconds(), "blocks/cpu-s")
+	}
+	if srvCPU > 0 {
+		b.ReportMetric(float64(srvCPU.Nanoseconds())/blocks, "srv-ns/block")
 	}
 }

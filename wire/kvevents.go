@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // KV event batch format, version 2 (little-endian):
@@ -323,8 +324,12 @@ func appendShortString(dst []byte, s string) []byte {
 
 func appendHashes(dst []byte, hs []uint64) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(hs)))
-	for _, h := range hs {
-		dst = binary.LittleEndian.AppendUint64(dst, h)
+	// One capacity check for the run, not one per hash.
+	n := len(dst)
+	dst = slices.Grow(dst, 8*len(hs))[:n+8*len(hs)]
+	out := dst[n:]
+	for i, h := range hs {
+		binary.LittleEndian.PutUint64(out[8*i:], h)
 	}
 	return dst
 }

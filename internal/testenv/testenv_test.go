@@ -9,6 +9,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	RunNATSChildIfAsked()
 	goleak.VerifyTestMain(m,
 		// etcd's embedded server and its gRPC stack leave background loggers and
 		// pollers that stop asynchronously after Close returns.
