@@ -26,6 +26,7 @@ import (
 	"github.com/switchyard/switchyard/gossip"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/kvingest"
 	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
@@ -69,7 +70,7 @@ type ReplicaConfig struct {
 	Gossip    gossip.Config
 	Scheduler scheduler.Config
 	Index     kvindex.Config
-	Ingest    kvindex.SubscriberConfig
+	Ingest    kvingest.Config
 	Frontend  frontend.Config
 	Admission admission.ClientConfig
 	Exporter  metrics.ExporterConfig
@@ -104,7 +105,7 @@ func DefaultReplicaConfig() ReplicaConfig {
 		Gossip:             gossip.DefaultConfig(),
 		Scheduler:          scheduler.DefaultConfig(),
 		Index:              kvindex.DefaultConfig(),
-		Ingest:             kvindex.DefaultSubscriberConfig(),
+		Ingest:             kvingest.DefaultConfig(),
 		Frontend:           frontend.DefaultConfig(),
 		Admission:          admission.DefaultClientConfig(),
 		Exporter:           metrics.DefaultExporterConfig(),
@@ -287,7 +288,7 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 	if err != nil {
 		return fmt.Errorf("kv index: %w", err)
 	}
-	ingest, err := kvindex.NewSubscriber(cfg.Ingest, nc, ix, log, reg)
+	ingest, err := kvingest.NewSubscriber(cfg.Ingest, nc, ix, log, reg)
 	if err != nil {
 		return fmt.Errorf("kv ingest: %w", err)
 	}

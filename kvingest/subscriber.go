@@ -1,4 +1,4 @@
-package kvindex
+package kvingest
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -27,13 +28,13 @@ const maxDumpBlocks = 1 << 22
 // ApplyShards appliers (a worker's batches always go to the same one, so
 // they stay in order), the repair loop and the prediction sweep loop.
 type Subscriber struct {
-	cfg    SubscriberConfig
+	cfg    Config
 	nc     *nats.Conn
-	ix     *Index
+	ix     *kvindex.Index
 	subj   wire.Subjects
 	log    *zap.Logger
 	m      *subscriberMetrics
-	clock  Clock
+	clock  kvindex.Clock
 	filter func(*nats.Msg) bool
 }
 
@@ -49,17 +50,17 @@ func WithMessageFilter(keep func(*nats.Msg) bool) SubscriberOption {
 
 // WithClock sets the clock of the sweep and retry loops and of lag
 // measurement (default: the wall clock).
-func WithClock(c Clock) SubscriberOption {
+func WithClock(c kvindex.Clock) SubscriberOption {
 	return func(s *Subscriber) { s.clock = c }
 }
 
 // NewSubscriber returns a subscriber feeding ix from nc. It starts nothing.
-func NewSubscriber(cfg SubscriberConfig, nc *nats.Conn, ix *Index, log *zap.Logger, reg prometheus.Registerer, opts ...SubscriberOption) (*Subscriber, error) {
+func NewSubscriber(cfg Config, nc *nats.Conn, ix *kvindex.Index, log *zap.Logger, reg prometheus.Registerer, opts ...SubscriberOption) (*Subscriber, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if nc == nil || ix == nil {
-		return nil, errors.New("kvindex: subscriber needs a NATS connection and an index")
+		return nil, errors.New("kvingest: subscriber needs a NATS connection and an index")
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -71,7 +72,7 @@ func NewSubscriber(cfg SubscriberConfig, nc *nats.Conn, ix *Index, log *zap.Logg
 		subj:  wire.NewSubjects(cfg.Cluster),
 		log:   log.Named("kvindex_subscriber"),
 		m:     newSubscriberMetrics(reg),
-		clock: RealClock{},
+		clock: kvindex.RealClock{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -85,11 +86,11 @@ func NewSubscriber(cfg SubscriberConfig, nc *nats.Conn, ix *Index, log *zap.Logg
 func (s *Subscriber) Run(ctx context.Context) error {
 	sub, err := s.nc.SubscribeSync(s.subj.KVAll())
 	if err != nil {
-		return fmt.Errorf("kvindex: subscribe %s: %w", s.subj.KVAll(), err)
+		return fmt.Errorf("kvingest: subscribe %s: %w", s.subj.KVAll(), err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := sub.SetPendingLimits(s.cfg.PendingMsgs, -1); err != nil {
-		return fmt.Errorf("kvindex: pending limits: %w", err)
+		return fmt.Errorf("kvingest: pending limits: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -129,7 +130,7 @@ func (s *Subscriber) readLoop(ctx context.Context, sub *nats.Subscription, shard
 			s.log.Warn("kv subscription is a slow consumer, messages dropped")
 			continue
 		case err != nil:
-			return fmt.Errorf("kvindex: kv subscription: %w", err)
+			return fmt.Errorf("kvingest: kv subscription: %w", err)
 		}
 		ch := shards[shardOfWorker(wire.WorkerFromSubject(m.Subject), len(shards))]
 		select {
@@ -256,7 +257,7 @@ func (s *Subscriber) repair(ctx context.Context, worker string) error {
 // FetchDump asks worker for its full block set and collects the chunked
 // reply. Errors wrap ErrDumpFailed, and ErrNoResponders, wire.ErrMalformed
 // or context.DeadlineExceeded where they apply.
-func (s *Subscriber) FetchDump(ctx context.Context, worker string) (*Dump, error) {
+func (s *Subscriber) FetchDump(ctx context.Context, worker string) (*kvindex.Dump, error) {
 	inbox := nats.NewInbox()
 	sub, err := s.nc.SubscribeSync(inbox)
 	if err != nil {
@@ -271,7 +272,7 @@ func (s *Subscriber) FetchDump(ctx context.Context, worker string) (*Dump, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DumpTimeout)
 	defer cancel()
-	d := &Dump{Worker: worker}
+	d := &kvindex.Dump{Worker: worker}
 	for seq := uint32(0); ; seq++ {
 		m, err := sub.NextMsgWithContext(ctx)
 		if errors.Is(err, nats.ErrNoResponders) {
