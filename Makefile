@@ -33,7 +33,7 @@ test: ## Run every test with the race detector (fuzz targets run their seed corp
 
 .PHONY: nemesis
 nemesis: ## Soak the randomized fault test: NEMESIS_DURATION=30m NEMESIS_SEED=1 NEMESIS_FAULTS=all (progress line, final table).
-	$(GO) test -count=1 -timeout 0 -run '^TestNemesis$$' ./internal/app/ -args \
+	cd internal/app && $(GO) test -count=1 -timeout 0 -run '^TestNemesis$$' -args \
 	  -nemesis.seed=$(NEMESIS_SEED) -nemesis.duration=$(NEMESIS_DURATION) -nemesis.faults=$(NEMESIS_FAULTS) \
 	  -nemesis.progress=5s $(NEMESIS_FLAGS)
 

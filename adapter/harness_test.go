@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/enginekv"
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/kvingest"
@@ -146,7 +147,7 @@ func startRouterIndex(t *testing.T, n *testenv.NATS, worker string, capacity int
 func startRouterIndexTB(t testing.TB, n *testenv.NATS, worker string, capacity int) *routerIndex {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	ix, err := kvindex.New(kvindex.DefaultConfig(), kvindex.RealClock{}, zap.NewNop(), reg)
+	ix, err := kvindex.New(kvindex.DefaultConfig(), clock.Real{}, zap.NewNop(), reg)
 	require.NoError(t, err)
 	require.NoError(t, ix.SetCapacity(worker, capacity))
 	cfg := kvingest.DefaultConfig()

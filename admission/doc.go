@@ -35,6 +35,14 @@
 // replica stops for good, answers every request that would wait for an
 // owner at once (ownership_lost) instead.
 //
+// The Client's methods are grouped one concern per file: client.go (config,
+// type, constructor), admit.go (Admit and the wait for an owner), remote.go
+// and local.go (one attempt at a remote owner or on this replica's actor),
+// owners.go (ownership changes, abandoning and lost connections), health.go
+// (degraded modes), run.go (Run and Leave), bookings.go (tracking, renewal
+// and release of in-flight bookings), rehome.go (moving them to a new owner),
+// counts.go and ticket.go.
+//
 // Concurrency: Server and Client are safe for concurrent use. Each has
 // Run(ctx), which owns the goroutines they need (Server: the replier, beside
 // NATS's own delivery goroutines; Client: the renew, re-home and abandon

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/scheduler"
 )
@@ -64,10 +65,10 @@ func (h *harness) startAt(id, url string, mutate func(*ClientConfig)) *replica {
 	nc, err := nats.Connect(url, nats.Name(id), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	require.NoError(t, err)
 	cfg := scheduler.DefaultConfig()
-	core := scheduler.NewCore(cfg, scheduler.RealClock{}, nil, rand.New(rand.NewPCG(1, uint64(len(h.replicas)))))
+	core := scheduler.NewCore(cfg, clock.Real{}, nil, rand.New(rand.NewPCG(1, uint64(len(h.replicas)))))
 	core.SetClasses(h.classes)
 	core.SetWorkers(h.workers)
-	actor := scheduler.NewActor(core, scheduler.RealClock{}, zap.NewNop())
+	actor := scheduler.NewActor(core, clock.Real{}, zap.NewNop())
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	classes := h.classes

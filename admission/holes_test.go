@@ -13,12 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/wire"
 )
 
-// Tests for the holes of issue 19, one or more per item.
+// Tests for admission's failure paths: fencing, lost replies, ownership
+// moves and degraded modes, one or more per hole found.
 
 // rawAdmit sends one admit request as an entry replica would, on its own
 // connection, and returns the owner's reply.
@@ -62,10 +64,10 @@ func TestAnOwnerRejectsAnAdmitRequestWhoseIngressLiesFarInItsFuture(t *testing.T
 // LocalActor port, without NATS.
 func actorOnly(t *testing.T, classes []scheduler.ClassConfig, ws []scheduler.Worker) (*scheduler.Actor, Actor) {
 	t.Helper()
-	core := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.RealClock{}, nil, nil)
+	core := scheduler.NewCore(scheduler.DefaultConfig(), clock.Real{}, nil, nil)
 	core.SetClasses(classes)
 	core.SetWorkers(ws)
-	a := scheduler.NewActor(core, scheduler.RealClock{}, nil)
+	a := scheduler.NewActor(core, clock.Real{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.Run(ctx) }()
@@ -282,10 +284,10 @@ func TestLifeMarksForAnOwnersPreviousLifeDoNotFreeBookingsOfItsRestartedSelf(t *
 
 func TestAnEntryBacksOffOnItsClockWhileItsOwnStoppedActorAnswersOwnershipLost(t *testing.T) {
 	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
-	core := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.RealClock{}, nil, nil)
+	core := scheduler.NewCore(scheduler.DefaultConfig(), clock.Real{}, nil, nil)
 	core.SetClasses(h.classes)
 	core.SetWorkers(h.workers)
-	actor := scheduler.NewActor(core, scheduler.RealClock{}, nil)
+	actor := scheduler.NewActor(core, clock.Real{}, nil)
 	actx, stopActor := context.WithCancel(context.Background())
 	go func() { _ = actor.Run(actx) }()
 	stopActor()
@@ -297,7 +299,7 @@ func TestAnEntryBacksOffOnItsClockWhileItsOwnStoppedActorAnswersOwnershipLost(t 
 	srv := NewServer("a", cluster, nc, port, zap.NewNop(), m)
 	require.NoError(t, srv.Own("gold", 1))
 	defer srv.Disown("gold")
-	clock := scheduler.NewFakeClock(time.Now())
+	clock := clock.NewFake(time.Now())
 	cfg := DefaultClientConfig()
 	cfg.Clock = clock
 	cli := NewClient(cfg, "a", cluster, nc, port, srv, zap.NewNop(), m)
@@ -323,13 +325,13 @@ func TestAnEntryBacksOffOnItsClockWhileItsOwnStoppedActorAnswersOwnershipLost(t 
 // fakeClockEntry is the entry replica "b", on its own connection and a fake
 // clock, with a local actor that owns nothing: the tests that use it point
 // its owners elsewhere and watch the timers its admits arm.
-func fakeClockEntry(t *testing.T, h *harness) (*Client, *Metrics, *scheduler.FakeClock, ClientConfig) {
+func fakeClockEntry(t *testing.T, h *harness) (*Client, *Metrics, *clock.Fake, ClientConfig) {
 	t.Helper()
 	_, port := actorOnly(t, h.classes, h.workers)
 	m := NewMetrics(prometheus.NewRegistry())
 	entryNC := rawConn(t, h)
 	srv := NewServer("b", cluster, entryNC, port, zap.NewNop(), m)
-	clock := scheduler.NewFakeClock(time.Now())
+	clock := clock.NewFake(time.Now())
 	cfg := DefaultClientConfig()
 	cfg.Clock = clock
 	return NewClient(cfg, "b", cluster, entryNC, port, srv, zap.NewNop(), m), m, clock, cfg
@@ -499,10 +501,10 @@ func TestTheOwnersSchedulingTurnDoesNotWaitForTheReplyToBePublished(t *testing.T
 
 func TestAnAdoptWaitingOnABusyActorEndsWhenTheServerStops(t *testing.T) {
 	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
-	core := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.RealClock{}, nil, nil)
+	core := scheduler.NewCore(scheduler.DefaultConfig(), clock.Real{}, nil, nil)
 	core.SetClasses(h.classes)
 	core.SetWorkers(h.workers)
-	actor := scheduler.NewActor(core, scheduler.RealClock{}, nil) // never runs: every turn waits
+	actor := scheduler.NewActor(core, clock.Real{}, nil) // never runs: every turn waits
 	port := LocalActor(actor, func() []scheduler.ClassConfig { return h.classes })
 	nc := rawConn(t, h)
 	srv := NewServer("a", cluster, nc, port, zap.NewNop(), NewMetrics(prometheus.NewRegistry()))

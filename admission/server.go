@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -23,7 +24,7 @@ type Server struct {
 	actor   Actor
 	log     *zap.Logger
 	m       *Metrics
-	clock   scheduler.Clock
+	clock   clock.Clock
 	// instance names this life of the owner side: grants carry it and
 	// lifecycle marks must name it (booking ids are per Core).
 	instance uint64
@@ -55,7 +56,7 @@ type ServerOption func(*Server)
 
 // WithServerClock sets the clock the owner side reads (default wall time);
 // it must be the clock of the replica's scheduler.
-func WithServerClock(c scheduler.Clock) ServerOption {
+func WithServerClock(c clock.Clock) ServerOption {
 	return func(s *Server) {
 		if c != nil {
 			s.clock = c
@@ -73,7 +74,7 @@ func NewServer(replica, cluster string, nc *nats.Conn, actor Actor, log *zap.Log
 		actor:    actor,
 		log:      log.Named("admission_server"),
 		m:        m,
-		clock:    scheduler.RealClock{},
+		clock:    clock.Real{},
 		respond:  func(m *nats.Msg, data []byte) error { return m.Respond(data) },
 		replies:  make(chan outgoingReply, replyQueue),
 		instance: rand.Uint64() | 1,
@@ -270,7 +271,7 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 	})
 }
 
-// handOff runs on the actor's turn (seed 000: nothing slow there): it
+// handOff runs on the actor's turn (where nothing may block or wait): it
 // queues the reply for Run's replier and reports the grant delivered. If
 // the reply then cannot be published, the replier frees the booking (the
 // request stays counted admitted; its booking ends at once). Without a

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 // mooncakeBenchInput returns the public Mooncake trace when it is checked out
@@ -112,13 +114,13 @@ func BenchmarkReadStream(b *testing.B) {
 	}
 	body.WriteString(`data: {"id":"cmpl-1","choices":[],"usage":{"prompt_tokens":9000,"completion_tokens":256,"prompt_tokens_details":{"cached_tokens":4096}}}` + "\n\ndata: [DONE]\n\n")
 	data := body.Bytes()
-	clock := WallClock{}
+	clk := clock.Real{}
 	b.ReportAllocs()
 	b.SetBytes(int64(len(data)))
 	chunks := 0
 	for b.Loop() {
 		var res Result
-		if err := readStream(bytes.NewReader(data), clock.Now, clock.Now(), &res); err != nil || res.Chunks != 256 {
+		if err := readStream(bytes.NewReader(data), clk.Now, clk.Now(), &res); err != nil || res.Chunks != 256 {
 			b.Fatalf("chunks %d err %v", res.Chunks, err)
 		}
 		chunks += res.Chunks

@@ -1,14 +1,13 @@
 package bench
 
 import (
-	"context"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/clock"
 
 	"go.uber.org/goleak"
 )
@@ -42,72 +41,10 @@ func sharedTrace(tb testing.TB, name string) string {
 	return path
 }
 
-// fakeClock is a manually advanced Clock. Waiters are exposed so tests can
-// see exactly when the runner means to wake up.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters map[*fakeWaiter]struct{}
-}
-
-type fakeWaiter struct {
-	until time.Time
-	ch    chan struct{}
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), waiters: map[*fakeWaiter]struct{}{}}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) SleepUntil(ctx context.Context, t time.Time) error {
-	c.mu.Lock()
-	if !t.After(c.now) {
-		c.mu.Unlock()
-		return ctx.Err()
-	}
-	w := &fakeWaiter{until: t, ch: make(chan struct{})}
-	c.waiters[w] = struct{}{}
-	c.mu.Unlock()
-	select {
-	case <-w.ch:
-		return nil
-	case <-ctx.Done():
-		c.mu.Lock()
-		delete(c.waiters, w)
-		c.mu.Unlock()
-		return ctx.Err()
-	}
-}
-
-// Advance moves the clock and wakes every waiter whose time has come.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	for w := range c.waiters {
-		if !w.until.After(c.now) {
-			close(w.ch)
-			delete(c.waiters, w)
-		}
-	}
-}
-
-// Waiting returns the wake-up times of current sleepers, sorted.
-func (c *fakeClock) Waiting() []time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []time.Time
-	for w := range c.waiters {
-		out = append(out, w.until)
-	}
-	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
-	return out
+// newFakeClock is the shared fake clock, read by the runner and advanced by
+// the test; its Deadlines are the runner's wake-up times.
+func newFakeClock() *clock.Fake {
+	return clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

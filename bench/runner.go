@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/clock"
+
 	"go.uber.org/zap"
 )
 
@@ -153,7 +155,7 @@ type RunStats struct {
 type Runner struct {
 	cfg         RunnerConfig
 	endpoints   []string
-	clock       Clock
+	clock       clock.Clock
 	log         *zap.Logger
 	progress    io.Writer
 	progressTTY bool
@@ -165,8 +167,10 @@ type Runner struct {
 
 // RunnerDeps are the runner's collaborators.
 type RunnerDeps struct {
-	// Clock paces and times requests (nil: WallClock).
-	Clock Clock
+	// Clock paces and times requests (nil: the wall clock). Per-request
+	// timeouts are network deadlines and use the context's wall-clock
+	// deadline.
+	Clock clock.Clock
 	// Log receives diagnostics (nil: discarded).
 	Log *zap.Logger
 	// Progress receives the progress line (nil: none). With ProgressTTY the
@@ -181,7 +185,7 @@ func NewRunner(cfg RunnerConfig, deps RunnerDeps) (*Runner, error) {
 		return nil, err
 	}
 	if deps.Clock == nil {
-		deps.Clock = WallClock{}
+		deps.Clock = clock.Real{}
 	}
 	if deps.Log == nil {
 		deps.Log = zap.NewNop()
@@ -274,7 +278,7 @@ func (r *Runner) Run(ctx context.Context, src Source, sink func(Result)) (RunSta
 		// the send.
 		body := r.body(&req)
 		scheduled := time.Duration(float64(req.Arrival) / r.cfg.Speedup)
-		if err := r.clock.SleepUntil(ctx, start.Add(scheduled)); err != nil {
+		if err := clock.SleepUntil(ctx, r.clock, start.Add(scheduled)); err != nil {
 			runErr = err
 			break
 		}
@@ -438,7 +442,7 @@ func (r *Runner) printProgress(ctx context.Context, start time.Time) {
 	next := start
 	for {
 		next = next.Add(r.cfg.ProgressInterval)
-		if r.clock.SleepUntil(ctx, next) != nil {
+		if clock.SleepUntil(ctx, r.clock, next) != nil {
 			return
 		}
 		r.writeProgress(r.clock.Now(), start, false)

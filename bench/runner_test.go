@@ -108,13 +108,13 @@ func TestRunnerPacesArrivalsOpenLoopByTheScaledTraceClock(t *testing.T) {
 	}()
 
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		return up.count() == 1 && slices.Equal(clock.Waiting(), []time.Time{start.Add(5 * time.Second)})
+		return up.count() == 1 && slices.Equal(clock.Deadlines(), []time.Time{start.Add(5 * time.Second)})
 	}, "request 0 goes at once and the runner sleeps until 10 s / speedup 2")
 	clock.Advance(5*time.Second - time.Nanosecond)
-	assert.Equal(t, []time.Time{start.Add(5 * time.Second)}, clock.Waiting(), "not woken early")
+	assert.Equal(t, []time.Time{start.Add(5 * time.Second)}, clock.Deadlines(), "not woken early")
 	clock.Advance(time.Nanosecond)
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		return up.count() == 2 && slices.Equal(clock.Waiting(), []time.Time{start.Add(15 * time.Second)})
+		return up.count() == 2 && slices.Equal(clock.Deadlines(), []time.Time{start.Add(15 * time.Second)})
 	}, "request 1 sent at 5 s, request 2 due at 30 s / 2")
 	clock.Advance(10 * time.Second)
 	require.NoError(t, <-errc)
@@ -249,7 +249,7 @@ func TestRunnerCancellationEndsInFlightRequestsAsCancelled(t *testing.T) {
 		_, err := newTestRunner(t, testRunnerConfig(up.URL), RunnerDeps{Clock: clock}).Run(ctx, NewSliceSource(reqs), c.sink)
 		errc <- err
 	}()
-	testenv.Eventually(t, 10*time.Second, func() bool { return up.count() == 1 && len(clock.Waiting()) == 1 }, "request 0 in flight, request 1 waiting")
+	testenv.Eventually(t, 10*time.Second, func() bool { return up.count() == 1 && len(clock.Deadlines()) == 1 }, "request 0 in flight, request 1 waiting")
 	cancel()
 	require.ErrorIs(t, <-errc, context.Canceled)
 	res := c.byIndex(t, 1)

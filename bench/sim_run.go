@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/wire"
@@ -22,14 +23,15 @@ import (
 var simEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // simClock is the virtual clock every simulated component reads. The event
-// loop is its only writer. It satisfies scheduler.Clock, kvindex.Clock and
+// loop is its only writer. It satisfies clock.Clock, kvindex.Clock and
 // engine.Clock; the simulator never runs the components' waiting loops
 // (Actor, Subscriber, Engine.Run), so its timers never fire.
 type simClock struct{ now int64 } // ns since simEpoch
 
-func (c *simClock) Now() time.Time                         { return simEpoch.Add(time.Duration(c.now)) }
-func (c *simClock) After(time.Duration) <-chan time.Time   { return nil }
-func (c *simClock) NewTimer(time.Duration) scheduler.Timer { return inertTimer{} }
+func (c *simClock) Now() time.Time                       { return simEpoch.Add(time.Duration(c.now)) }
+func (c *simClock) After(time.Duration) <-chan time.Time { return nil }
+func (c *simClock) NewTimer(time.Duration) clock.Timer   { return inertTimer{} }
+func (c *simClock) NewTicker(time.Duration) clock.Ticker { return inertTicker{} }
 
 // inertTimer never fires (see simClock).
 type inertTimer struct{}
@@ -37,6 +39,12 @@ type inertTimer struct{}
 func (inertTimer) C() <-chan time.Time { return nil }
 func (inertTimer) Reset(time.Duration) {}
 func (inertTimer) Stop() bool          { return false }
+
+// inertTicker never ticks (see simClock).
+type inertTicker struct{}
+
+func (inertTicker) C() <-chan time.Time { return nil }
+func (inertTicker) Stop()               {}
 
 // ---------------------------------------------------------------- events
 

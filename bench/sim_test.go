@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/scheduler"
 )
@@ -221,7 +222,7 @@ func TestSelectorTreatsLoadBookedElsewhereLikeLoadBookedHere(t *testing.T) {
 	cls := []scheduler.ClassConfig{{Name: "c", Quantum: 1024, Policy: scheduler.PolicyFCFS,
 		Limits: scheduler.Limits{Requests: scheduler.Unlimited, ISLTokens: scheduler.Unlimited, CachedTokens: scheduler.Unlimited}}}
 	newCore := func(view scheduler.LoadView) *scheduler.Core {
-		c := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.NewFakeClock(simEpoch), view, nil)
+		c := scheduler.NewCore(scheduler.DefaultConfig(), clock.NewFake(simEpoch), view, nil)
 		c.SetWorkers(workers)
 		c.SetClasses(cls)
 		return c

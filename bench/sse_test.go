@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/clock"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -15,7 +17,7 @@ import (
 // chunk's delay first, so the stream reader sees each chunk "arrive" at an
 // exact fake time.
 type scriptedBody struct {
-	clock  *fakeClock
+	clock  *clock.Fake
 	chunks []scriptedChunk
 	err    error // returned after the last chunk (io.EOF if nil)
 }

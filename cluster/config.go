@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -18,7 +18,7 @@ import (
 type Deps struct {
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer
-	Clock      clockwork.Clock
+	Clock      clock.Clock
 }
 
 func (d Deps) withDefaults() Deps {
@@ -26,7 +26,7 @@ func (d Deps) withDefaults() Deps {
 		d.Logger = zap.NewNop()
 	}
 	if d.Clock == nil {
-		d.Clock = clockwork.NewRealClock()
+		d.Clock = clock.Real{}
 	}
 	return d
 }

@@ -2,10 +2,11 @@ package cluster
 
 import (
 	"testing"
+	"time"
 
-	"github.com/jonboulle/clockwork"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -32,7 +33,7 @@ func FuzzDecodeReplicaRecord(f *testing.F) {
 	f.Add("r2", good)
 	f.Add("r1", []byte(`{"version":2,"id":"r1"}`))
 	f.Add("r1", []byte(`null`))
-	clock := clockwork.NewFakeClock()
+	clock := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	f.Fuzz(func(t *testing.T, id string, val []byte) {
 		kv := &mvccpb.KeyValue{Key: []byte(prefix + id), Value: val, CreateRevision: 1, ModRevision: 1}
 		r, err := decodeReplica(prefix, kv, Replica{}, false, clock)

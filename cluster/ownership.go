@@ -10,13 +10,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -104,7 +104,7 @@ type Ownership struct {
 	classNames ClassNames
 	keys       wire.Keys
 	log        *zap.Logger
-	clock      clockwork.Clock
+	clock      clock.Clock
 
 	owners  *cache[Owner]
 	config  *ConfigWatcher
@@ -400,7 +400,7 @@ func (o *Ownership) loop(ctx context.Context, errs <-chan error) error {
 		case <-ownersSnap.Changed():
 		case <-repSnap.Changed():
 		case <-o.poke:
-		case <-timer.Chan():
+		case <-timer.C():
 		}
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/testenv"
 )
 
@@ -224,7 +224,7 @@ switchyard_cluster_session_healthy 0
 func TestFencedOwnerReacquiresItsClassesWithTheSameEpochWhenTheLeaseSurvived(t *testing.T) {
 	// The session runs on a fake clock so the fence can be forced while the
 	// real lease (10 s) is nowhere near expiry.
-	clock := clockwork.NewFakeClock()
+	clock := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	h := newTestCluster(t, 10*time.Second, 0, classNames(4))
 	a := h.start("a", nodeOpts{proxied: true, sessionDeps: Deps{Clock: clock}})
 	h.requireAgreement([]*node{a}, converge, "a alone")

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -53,7 +53,7 @@ func NewReplicas(client *clientv3.Client, cfg RegistryConfig, deps Deps) (*Repli
 	return &Replicas{c: newCache(client, prefix, true, cfg.RetryInterval, spec, deps)}, nil
 }
 
-func decodeReplica(prefix string, kv *mvccpb.KeyValue, prev Replica, had bool, clock clockwork.Clock) (Replica, error) {
+func decodeReplica(prefix string, kv *mvccpb.KeyValue, prev Replica, had bool, clock clock.Clock) (Replica, error) {
 	info, err := wire.DecodeReplicaInfo(kv.Value)
 	if err != nil {
 		return Replica{}, err

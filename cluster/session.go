@@ -8,13 +8,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -35,7 +35,7 @@ type Session struct {
 	client *clientv3.Client
 	keys   wire.Keys
 	log    *zap.Logger
-	clock  clockwork.Clock
+	clock  clock.Clock
 
 	status      atomic.Pointer[SessionStatus]
 	lastRenewal atomic.Int64 // unix nanos of the newest successful renewal's send time
@@ -209,7 +209,7 @@ func (s *Session) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
-		case <-t.Chan():
+		case <-t.C():
 		}
 		backoff = min(2*backoff, hi)
 	}
@@ -266,7 +266,7 @@ func (s *Session) keep(ctx context.Context, lease clientv3.LeaseID) error {
 	}
 
 	half := s.cfg.TTL / 2
-	fence := s.clock.NewTimer(half - s.clock.Since(s.LastRenewal()))
+	fence := s.clock.NewTimer(half - s.clock.Now().Sub(s.LastRenewal()))
 	defer fence.Stop()
 	ticker := s.clock.NewTicker(s.cfg.renewInterval())
 	defer ticker.Stop()
@@ -276,12 +276,12 @@ func (s *Session) keep(ctx context.Context, lease clientv3.LeaseID) error {
 		case <-ctx.Done():
 			s.log.Info("session stopped", zap.Int64("lease", int64(lease)))
 			return nil
-		case <-ticker.Chan():
+		case <-ticker.C():
 			if !inflight {
 				renew()
 			}
-		case <-fence.Chan():
-			if left := half - s.clock.Since(s.LastRenewal()); left > 0 {
+		case <-fence.C():
+			if left := half - s.clock.Now().Sub(s.LastRenewal()); left > 0 {
 				// A renewal landed after the timer was armed: re-arm for it.
 				fence.Reset(left)
 			} else if healthy {
@@ -298,7 +298,7 @@ func (s *Session) keep(ctx context.Context, lease clientv3.LeaseID) error {
 				if r.sentAt.UnixNano() > s.lastRenewal.Load() {
 					s.lastRenewal.Store(r.sentAt.UnixNano())
 				}
-				left := half - s.clock.Since(s.LastRenewal())
+				left := half - s.clock.Now().Sub(s.LastRenewal())
 				fence.Reset(left)
 				if !healthy && left > 0 {
 					healthy = true

@@ -8,13 +8,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/metrics"
 )
 
@@ -32,7 +32,7 @@ type watcher struct {
 	key     string
 	prefix  bool
 	retry   time.Duration
-	clock   clockwork.Clock
+	clock   clock.Clock
 	log     *zap.Logger
 	relists prometheus.Counter
 

@@ -118,3 +118,41 @@ func TestTheKubernetesManifestsSetOnlyEnvironmentVariablesThatNameRealFlags(t *t
 	}
 	assert.Positive(t, checked)
 }
+
+// Gossip is encrypted in every compose cluster: the base and vLLM files make
+// each router require encryption and take its key from an environment
+// variable compose refuses to run without; the TLS override swaps the key
+// for the keyring file (a router takes one or the other).
+func TestEveryComposeRouterRequiresAGossipKey(t *testing.T) {
+	required := regexp.MustCompile(`^\$\{SWITCHYARD_GOSSIP_SECRET_KEY:\?[^}]+\}$`)
+	files := map[string]map[string]map[string]string{"docker-compose.yml": {}, "docker-compose.vllm.yml": {}, "docker-compose.tls.yml": {}}
+	for file := range files {
+		for name, svc := range readComposeDoc(t, file).Services {
+			files[file][name] = svc.Environment
+		}
+	}
+	base := readComposeDoc(t, "docker-compose.yml")
+	for _, file := range []string{"docker-compose.yml", "docker-compose.vllm.yml"} {
+		routers := 0
+		for name, env := range files[file] {
+			if !strings.HasPrefix(name, "router") {
+				continue
+			}
+			routers++
+			assert.Equalf(t, "true", env["SWITCHYARD_GOSSIP_REQUIRE_ENCRYPTION"], "%s: %s must refuse to start without a key", file, name)
+			assert.Regexpf(t, required, env["SWITCHYARD_GOSSIP_SECRET_KEY"], "%s: %s's key must be required from the environment", file, name)
+		}
+		assert.Equalf(t, 3, routers, "%s: routers found", file)
+	}
+	overridden := 0
+	for name, env := range files["docker-compose.tls.yml"] {
+		if !strings.HasPrefix(name, "router") || len(base.Services[name].Command) == 0 {
+			continue
+		}
+		overridden++
+		assert.NotEmptyf(t, env["SWITCHYARD_GOSSIP_KEYRING_FILE"], "tls: %s uses the keyring", name)
+		v, ok := env["SWITCHYARD_GOSSIP_SECRET_KEY"]
+		assert.Truef(t, ok && v == "", "tls: %s must blank the base file's single key, got %q", name, v)
+	}
+	assert.Equal(t, 3, overridden, "tls override: routers found")
+}

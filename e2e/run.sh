@@ -27,6 +27,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export E2E_VARIANT=${E2E_VARIANT:-all}
+# The compose files require a gossip key (the tls variant uses its keyring
+# instead): one per run unless one is given.
+if [[ -z ${SWITCHYARD_GOSSIP_SECRET_KEY:-} ]]; then
+  SWITCHYARD_GOSSIP_SECRET_KEY=$(head -c 32 /dev/urandom | base64)
+fi
+export SWITCHYARD_GOSSIP_SECRET_KEY
 case $E2E_VARIANT in
   all)
     rc=0

@@ -1,7 +1,7 @@
 // Package engine is Switchyard's simulated inference engine: a
 // continuous-batching scheduler with a paged KV block pool and prefix
-// caching, modelled on vLLM and the 003 seed, with step times from a
-// pluggable TimingModel.
+// caching, modelled on vLLM's scheduler and block manager, with step times
+// from a pluggable TimingModel.
 //
 // What it owns: the waiting queue (priority, then FIFO), the running set, the
 // per-step token budget (decodes first, then chunked prefills), the KV block
@@ -11,8 +11,15 @@
 // the consistent dump of the cached block set.
 //
 // The core does no I/O and starts no goroutines. Time enters only through
-// Step(now) and the injected Clock, so the same code runs under wall time
+// Step(now) and the injected clock.Clock, so the same code runs under wall time
 // (Run) and under a simulator that calls Step in virtual time.
+//
+// Files, one concern each: engine.go (the Engine, its state, New), submit.go
+// (Submit, Cancel, Stop and delivery), run.go (Step and the wall-clock Run
+// loop), schedule.go (one step's batch: budget, admission, preemption,
+// completion), kvevents.go (committing blocks and the KV event stream),
+// queue.go (the waiting and running order) and dump.go (Dump and Stats);
+// pool.go, timing.go and request.go hold the rest.
 //
 // Concurrency: every exported method is safe for concurrent use; one mutex
 // guards all engine state. Step runs with that mutex held and, while holding

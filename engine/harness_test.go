@@ -8,13 +8,19 @@ import (
 	"github.com/zeebo/xxh3"
 	"go.uber.org/goleak"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// virtualClock is a clock the harness moves by hand.
-type virtualClock struct{ now time.Time }
+// virtualClock is a clock the harness moves by hand. Tests call Step
+// themselves and never Run, so nothing waits on it: its timers and tickers
+// (the embedded wall clock's) are never used.
+type virtualClock struct {
+	clock.Real
+	now time.Time
+}
 
 func (c *virtualClock) Now() time.Time                       { return c.now }
 func (c *virtualClock) After(time.Duration) <-chan time.Time { return nil }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 func TestPolynomialMatchesTheDesignFormulas(t *testing.T) {
@@ -31,7 +33,7 @@ func TestRunServesRequestsInRealTimeAndAbortsOnCancel(t *testing.T) {
 	step := &switchableTiming{}
 	step.d.Store(int64(10 * time.Microsecond))
 	cfg.Timing = step
-	e, err := New(cfg, RealClock{})
+	e, err := New(cfg, clock.Real{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/scheduler"
 )
@@ -24,7 +25,7 @@ func startActor(t *testing.T, pol *Policy, workers []scheduler.Worker) *schedule
 	t.Helper()
 	cfg := scheduler.DefaultConfig()
 	cfg.SnapshotInterval = time.Millisecond
-	core := scheduler.NewCore(cfg, scheduler.RealClock{}, nil, rand.New(rand.NewPCG(1, 2)))
+	core := scheduler.NewCore(cfg, clock.Real{}, nil, rand.New(rand.NewPCG(1, 2)))
 	a := scheduler.NewActor(core, nil, zaptest.NewLogger(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/tenant"
 )
@@ -109,7 +110,7 @@ func BenchmarkTenantOverhead(b *testing.B) {
 // one: two Cores, one request each in turn, each timed alone.
 func quotaCost(b *testing.B) float64 {
 	newCore := func() *scheduler.Core {
-		core := scheduler.NewCore(scheduler.DefaultConfig(), scheduler.RealClock{}, nil, nil)
+		core := scheduler.NewCore(scheduler.DefaultConfig(), clock.Real{}, nil, nil)
 		core.SetClasses(DefaultPolicy().Classes)
 		core.SetWorkers([]scheduler.Worker{{ID: "w1", URL: "http://w1", BlockSize: 16, KVBlocks: 65536}})
 		return core

@@ -43,7 +43,8 @@ type Config struct {
 	// body, IdleTimeout a keep-alive connection's wait for its next request.
 	// WriteTimeout bounds each write to the client (headers, a body chunk, a
 	// stream event), not the response: a stream lives as long as the client
-	// reads it, and a client that stops reading is cut after WriteTimeout.
+	// reads it, and a client that stops reading is cut after WriteTimeout
+	// (to 9/8 of it: the deadline is moved once per eighth, see listen.go).
 	// MaxHeaderBytes bounds request headers (431 above). MaxConns bounds
 	// the API listener's open connections (0: unbounded); a client over it
 	// waits to be accepted.

@@ -15,25 +15,18 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
-
-// Clock tells the time. Grace periods, prediction expiry, versions and lag
-// are computed from it; tests inject a manual clock to step past a grace
-// period. The coalescing ticker runs on wall time: it is a rate limit on
-// bandwidth, not a deadline.
-type Clock interface {
-	Now() time.Time
-}
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
 
 // Option adjusts a Gossip at construction.
 type Option func(*Gossip)
 
-// WithClock replaces the wall clock.
-func WithClock(c Clock) Option { return func(g *Gossip) { g.clock = c } }
+// WithClock replaces the wall clock. Grace periods, prediction expiry,
+// versions and lag are computed from its Now; tests inject a fake to step
+// past a grace period. The coalescing ticker runs on wall time: it is a rate
+// limit on bandwidth, not a deadline.
+func WithClock(c clock.Clock) Option { return func(g *Gossip) { g.clock = c } }
 
 // PredictionSink receives predicted prefixes other replicas gossiped. It is
 // called from the owner goroutine only, never from a memberlist callback, and
@@ -72,7 +65,7 @@ type Gossip struct {
 	cfg      Config
 	log      *zap.Logger
 	m        *metrics
-	clock    Clock
+	clock    clock.Clock
 	meta     []byte
 	queue    *memberlist.TransmitLimitedQueue
 	inbox    chan inboxItem
@@ -136,7 +129,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, opts ...Option)
 		cfg:     cfg,
 		log:     log.Named("gossip"),
 		m:       newMetrics(reg),
-		clock:   wallClock{},
+		clock:   clock.Real{},
 		meta:    meta,
 		inbox:   make(chan inboxItem, cfg.InboxSize),
 		preds:   make(chan predictRequest, cfg.PredictionQueueSize),

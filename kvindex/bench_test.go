@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -59,7 +60,7 @@ func buildFleet(b *testing.B) *fleet {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 
-		ix, err := New(DefaultConfig(), RealClock{}, nil, nil)
+		ix, err := New(DefaultConfig(), clock.Real{}, nil, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -160,7 +161,7 @@ func BenchmarkLookup(b *testing.B) {
 func BenchmarkApplyStored(b *testing.B) {
 	for _, workers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("sharing_workers=%d", workers), func(b *testing.B) {
-			ix, err := New(DefaultConfig(), RealClock{}, nil, nil)
+			ix, err := New(DefaultConfig(), clock.Real{}, nil, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 // Layout of the exact index.
@@ -60,7 +62,7 @@ type Match struct {
 // parallel and only meet on shard locks. Methods never block on I/O.
 type Index struct {
 	cfg   Config
-	clock Clock
+	clock clock.Clock
 	log   *zap.Logger
 	m     *indexMetrics
 
@@ -95,20 +97,21 @@ type Index struct {
 	resync chan struct{}
 }
 
-// New returns an empty index. It starts nothing.
-func New(cfg Config, clock Clock, log *zap.Logger, reg prometheus.Registerer) (*Index, error) {
+// New returns an empty index. It starts nothing. Predicted entries expire
+// by clk (nil: wall time).
+func New(cfg Config, clk clock.Clock, log *zap.Logger, reg prometheus.Registerer) (*Index, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if clock == nil {
-		clock = RealClock{}
+	if clk == nil {
+		clk = clock.Real{}
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
 	ix := &Index{
 		cfg:    cfg,
-		clock:  clock,
+		clock:  clk,
 		log:    log.Named("kvindex"),
 		byName: make(map[string]*workerState),
 		byID:   make([]*workerState, 1), // id 0 is never used

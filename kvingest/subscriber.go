@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -34,7 +35,7 @@ type Subscriber struct {
 	subj   wire.Subjects
 	log    *zap.Logger
 	m      *subscriberMetrics
-	clock  kvindex.Clock
+	clock  clock.Clock
 	filter func(*nats.Msg) bool
 }
 
@@ -50,7 +51,7 @@ func WithMessageFilter(keep func(*nats.Msg) bool) SubscriberOption {
 
 // WithClock sets the clock of the sweep and retry loops and of lag
 // measurement (default: the wall clock).
-func WithClock(c kvindex.Clock) SubscriberOption {
+func WithClock(c clock.Clock) SubscriberOption {
 	return func(s *Subscriber) { s.clock = c }
 }
 
@@ -72,7 +73,7 @@ func NewSubscriber(cfg Config, nc *nats.Conn, ix *kvindex.Index, log *zap.Logger
 		subj:  wire.NewSubjects(cfg.Cluster),
 		log:   log.Named("kvindex_subscriber"),
 		m:     newSubscriberMetrics(reg),
-		clock: kvindex.RealClock{},
+		clock: clock.Real{},
 	}
 	for _, o := range opts {
 		o(s)

@@ -193,7 +193,8 @@ func TestEveryDashboardQueryParsesAndNamesOnlyDeclaredMetrics(t *testing.T) {
 		if file != "switchyard.json" {
 			continue
 		}
-		// The overview must chart what operators ask about first (issue 8).
+		// The overview must chart what operators ask about first: admissions,
+		// rejections, queue depth and wait, TTFT, ITL and per-worker load.
 		for _, want := range []string{
 			NameAdmissionAdmitted, NameAdmissionRejected, NameQueueDepth, NameQueueWait + "_bucket",
 			NameTTFT + "_bucket", NameITL + "_bucket", NameWorkerActiveRequests,

@@ -4,8 +4,8 @@
 // admission high-water exporter. The index, cluster and gossip adapters build
 // their own collectors, under the Name* constants declared here.
 //
-// It is a leaf: it imports nothing of ours, so the scheduler, adapters and the
-// app can all depend on it without cycles. Adapters that cannot import it (the
+// It is a leaf: it imports nothing of ours but internal/clock, so the
+// scheduler, adapters and the app can all depend on it without cycles. Adapters that cannot import it (the
 // scheduler core) publish plain snapshots; the app converts them to
 // AdmissionSnapshot and feeds the Exporter.
 //

@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 // ErrInvalidConfig is wrapped by every Validate error in this package.
@@ -97,7 +99,7 @@ func (c *ExporterConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 type Exporter struct {
 	cfg   ExporterConfig
 	adm   *Admission
-	clock Clock
+	clock clock.Clock
 
 	mu        sync.Mutex
 	instances map[uint64]*instanceMarks
@@ -137,17 +139,18 @@ type classMarks struct {
 }
 
 // NewExporter builds an exporter that writes into adm's counters and
-// registers its own health metrics on reg. clock may be nil (RealClock).
-// It starts nothing; call Run for periodic pulls.
-func NewExporter(cfg ExporterConfig, adm *Admission, reg prometheus.Registerer, clock Clock) (*Exporter, error) {
+// registers its own health metrics on reg. Run's periodic pulls wait on
+// clk's tickers (nil: wall time); tests fire them by hand. It starts
+// nothing; call Run for periodic pulls.
+func NewExporter(cfg ExporterConfig, adm *Admission, reg prometheus.Registerer, clk clock.Clock) (*Exporter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if adm == nil {
 		return nil, fmt.Errorf("%w: Admission metrics are required", ErrInvalidConfig)
 	}
-	if clock == nil {
-		clock = RealClock()
+	if clk == nil {
+		clk = clock.Real{}
 	}
 	f := promauto.With(reg)
 	snaps := f.NewCounterVec(prometheus.CounterOpts{
@@ -157,7 +160,7 @@ func NewExporter(cfg ExporterConfig, adm *Admission, reg prometheus.Registerer, 
 	return &Exporter{
 		cfg:         cfg,
 		adm:         adm,
-		clock:       clock,
+		clock:       clk,
 		instances:   make(map[uint64]*instanceMarks),
 		retired:     make(map[uint64]struct{}, cfg.RetiredMemory),
 		retiredRing: make([]uint64, 0, cfg.RetiredMemory),

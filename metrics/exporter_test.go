@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 // exporterHarness is one registry with the admission metrics and an exporter.
@@ -28,11 +30,11 @@ func newHarness(t testing.TB, mutate ...func(*ExporterConfig)) *exporterHarness 
 	return newHarnessWithClock(t, cfg, nil)
 }
 
-func newHarnessWithClock(t testing.TB, cfg ExporterConfig, clock Clock) *exporterHarness {
+func newHarnessWithClock(t testing.TB, cfg ExporterConfig, clk clock.Clock) *exporterHarness {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	adm := NewAdmission(reg)
-	exp, err := NewExporter(cfg, adm, reg, clock)
+	exp, err := NewExporter(cfg, adm, reg, clk)
 	require.NoError(t, err)
 	return &exporterHarness{reg: reg, adm: adm, exp: exp}
 }
@@ -209,10 +211,14 @@ func TestEveryReasonSeriesExistsAtZeroOnceAClassIsSeen(t *testing.T) {
 	require.Equal(t, len(RejectReasons()), testutil.CollectAndCount(h.adm.Rejected, NameAdmissionRejected))
 }
 
-// manualClock hands out one ticker whose ticks the test sends by hand.
-type manualClock struct{ ticks chan time.Time }
+// manualClock hands out one ticker whose ticks the test sends by hand. The
+// Exporter only makes tickers; the rest of the clock is the wall clock's.
+type manualClock struct {
+	clock.Real
+	ticks chan time.Time
+}
 
-func (c manualClock) NewTicker(time.Duration) Ticker { return manualTicker(c) }
+func (c manualClock) NewTicker(time.Duration) clock.Ticker { return manualTicker(c) }
 
 type manualTicker manualClock
 

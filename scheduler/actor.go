@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 // ErrAlreadyRunning is returned by a second call to Actor.Run.
@@ -30,7 +32,7 @@ var ErrAlreadyRunning = errors.New("scheduler: actor already running")
 //     goroutine, or with ownership_lost when the actor has stopped.
 type Actor struct {
 	core  *Core
-	clock Clock
+	clock clock.Clock
 	log   *zap.Logger
 
 	in      chan message     // unbuffered: senders wait for the actor's turn
@@ -72,7 +74,7 @@ type message struct {
 
 // NewActor wraps core, which must not be used by anything else afterwards.
 // It starts nothing: call Run.
-func NewActor(core *Core, clock Clock, logger *zap.Logger) *Actor {
+func NewActor(core *Core, clock clock.Clock, logger *zap.Logger) *Actor {
 	if clock == nil {
 		clock = core.clock
 	}
@@ -127,7 +129,7 @@ func (a *Actor) Run(ctx context.Context) error {
 }
 
 // arm sets the timer for the Core's next wake or the next snapshot due.
-func (a *Actor) arm(t Timer) {
+func (a *Actor) arm(t clock.Timer) {
 	wake, ok := a.core.NextWake()
 	if a.dirty {
 		if at := a.lastPub.Add(a.core.cfg.SnapshotInterval); !ok || at.Before(wake) {

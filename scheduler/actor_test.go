@@ -11,11 +11,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 type runningActor struct {
 	*Actor
-	clock *FakeClock
+	clock *clock.Fake
 	stop  context.CancelFunc
 	err   chan error
 }
@@ -23,7 +25,7 @@ type runningActor struct {
 // startActor runs an actor over a fresh Core until the test ends.
 func startActor(t *testing.T, ws []Worker, classes ...ClassConfig) *runningActor {
 	t.Helper()
-	clock := NewFakeClock(t0)
+	clock := clock.NewFake(t0)
 	core := NewCore(DefaultConfig(), clock, nil, rand.New(rand.NewPCG(3, 4)))
 	core.SetWorkers(ws)
 	core.SetClasses(classes)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 func TestRejectErrorsMatchTheirSentinelsWithErrorsIs(t *testing.T) {
@@ -142,7 +144,7 @@ func (v *versionedView) LoadVersion() uint64          { return v.version }
 
 func TestVersionedLoadViewIsReadAgainOnlyWhenItsVersionChanges(t *testing.T) {
 	view := &versionedView{version: 1}
-	c := NewCore(DefaultConfig(), NewFakeClock(t0), view, nil)
+	c := NewCore(DefaultConfig(), clock.NewFake(t0), view, nil)
 	c.SetWorkers(workers(4, 2))
 	c.SetClasses([]ClassConfig{classCfg("c", PolicyFCFS)})
 	ok := func(Grant, error) bool { return true }
@@ -156,33 +158,4 @@ func TestVersionedLoadViewIsReadAgainOnlyWhenItsVersionChanges(t *testing.T) {
 	require.Equal(t, 8, view.calls)
 	require.EqualError(t, got, "not answered", "the remote load keeps the request queued")
 	require.Equal(t, 1, c.Queued())
-}
-
-func TestFakeClockFiresTimersWhenAdvancedToTheirDeadline(t *testing.T) {
-	clock := NewFakeClock(t0)
-	tm := clock.NewTimer(time.Second)
-	require.Equal(t, 1, clock.Timers())
-	clock.Advance(999 * time.Millisecond)
-	select {
-	case <-tm.C():
-		t.Fatal("fired early")
-	default:
-	}
-	clock.Advance(time.Millisecond)
-	require.Equal(t, t0.Add(time.Second), <-tm.C())
-	require.Zero(t, clock.Timers())
-
-	tm.Reset(time.Minute)
-	require.True(t, tm.Stop())
-	require.False(t, tm.Stop())
-	clock.Advance(time.Hour)
-	select {
-	case <-tm.C():
-		t.Fatal("a stopped timer fired")
-	default:
-	}
-	tm.Reset(0)
-	<-tm.C() // a non-positive duration fires at once
-	at, ok := clock.NextTimer()
-	require.False(t, ok, "nothing armed, got %v", at)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/testenv"
 )
 
@@ -19,7 +20,7 @@ func benchCore(b *testing.B, n, backlog int) *Core { return benchCoreWith(b, n, 
 // benchCoreWith is benchCore with a remote-load view.
 func benchCoreWith(b *testing.B, n, backlog int, view LoadView) *Core {
 	b.Helper()
-	clock := NewFakeClock(t0)
+	clock := clock.NewFake(t0)
 	c := NewCore(DefaultConfig(), clock, view, rand.New(rand.NewPCG(1, 1)))
 	ws := make([]Worker, n)
 	for i := range ws {

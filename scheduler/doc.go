@@ -6,12 +6,17 @@
 // It owns:
 //   - Core: the whole algorithm, synchronous. It starts nothing, reads time
 //     only from the injected Clock and is not safe for concurrent use. The
-//     simulator drives it directly in virtual time.
+//     simulator drives it directly in virtual time. Its methods are grouped
+//     one concern per file: core.go (the type, its constructor), enqueue.go,
+//     drain.go (the drain loop and admit), drr.go (deficit round robin
+//     across classes), candidates.go (a class's next dispatchable entry and
+//     the blocked-class memo), cancel.go (cancel, expiry, wake-ups),
+//     bookings.go (the booking ledger), membership.go (workers), classes.go
+//     (class configuration, removal, shutdown) and snapshot.go.
 //   - Actor: one goroutine (Run) that owns one Core. All mutation arrives on
 //     its unbuffered input channels, so admission is serialized without
 //     locks; readers outside get immutable *Snapshot values through an
 //     atomic pointer. Admit blocks a request goroutine until the outcome.
-//   - RealClock and FakeClock, for production and for tests/simulation.
 //
 // The worker selector has two costs (Config.Selector): design §5's block
 // counts (selector.go) and the predicted time to first token under the
@@ -29,14 +34,16 @@
 // shares a class between its tenants by deficit round robin by weight. A
 // class whose queue holds one tenant's requests keeps the single-queue path.
 //
-// It declares what it consumes in ports.go: Clock and LoadView (other
-// replicas' booked load, fed by gossip).
+// It declares what it consumes in ports.go: LoadView (other replicas'
+// booked load, fed by gossip). Time comes from the injected clock.Clock
+// (internal/clock): clock.Real in production, clock.Fake in tests, the
+// simulator's virtual clock in bench.
 //
-// The one admission path (seed 000): every request is queued and the same
-// turn drains what is dispatchable (an arrival never bypasses a backlog);
-// popping picks a class by DRR and its entry by (strict priority, due time,
-// policy score, arrival); then project load, select a worker, book, respond;
-// a refused response rolls the booking back. DESIGN.md has a diagram. Every Enqueue is completed
-// exactly once through its Responder; counters settle exactly once per
-// request, whichever path (grant, rejection, expiry, cancel) ends it.
+// The one admission path: every request is queued and the same turn drains
+// what is dispatchable (an arrival never bypasses a backlog); popping picks
+// a class by DRR and its entry by (strict priority, due time, policy score,
+// arrival); then project load, select a worker, book, respond; a refused
+// response rolls the booking back. DESIGN.md has a diagram. Every Enqueue is
+// completed exactly once through its Responder; counters settle exactly once
+// per request, whichever path (grant, rejection, expiry, cancel) ends it.
 package scheduler

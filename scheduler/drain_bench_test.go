@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/testenv"
 )
 
@@ -31,7 +32,7 @@ func (v *fullView) LoadVersion() uint64 { return v.version }
 // the cost of popping, selecting, booking and answering one entry.
 func BenchmarkDrain(b *testing.B) {
 	const backlog = 10000
-	clock := NewFakeClock(t0)
+	clock := clock.NewFake(t0)
 	view := &fullView{}
 	c := NewCore(DefaultConfig(), clock, view, rand.New(rand.NewPCG(1, 1)))
 	ws := make([]Worker, 4)
@@ -95,7 +96,7 @@ func BenchmarkDrain(b *testing.B) {
 func BenchmarkDrainQueueHeap(b *testing.B) {
 	const backlog = 10000
 	rng := rand.New(rand.NewPCG(3, 3))
-	c := NewCore(DefaultConfig(), NewFakeClock(t0), nil, nil)
+	c := NewCore(DefaultConfig(), clock.NewFake(t0), nil, nil)
 	c.SetClasses([]ClassConfig{classCfg("batch", PolicyFCFS)})
 	cls := c.classes["batch"]
 	es := make([]*entry, backlog)

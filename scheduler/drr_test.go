@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -122,4 +123,46 @@ func TestUncontendedArrivalIsAdmittedInTheSameTurn(t *testing.T) {
 	require.NotZero(t, g.Booking)
 	require.Zero(t, g.QueueWait)
 	require.Equal(t, 0, h.core.Queued())
+}
+
+// drrRingModel serves one member of a DRR ring in which every member has a
+// head: each turn adds the member's quantum, and the first member whose
+// deficit covers its head's cost is served (and charged). With skip, a full
+// cycle without service runs drrSkipAhead, as popNext and tenantCandidate
+// do. It returns the served member and every deficit when it was served.
+func drrRingModel(deficit, quantum, cost []int64, skip bool) (int, []int64) {
+	d := append([]int64(nil), deficit...)
+	for idle, i := 0, 0; ; i = (i + 1) % len(d) {
+		d[i] += quantum[i]
+		if d[i] >= cost[i] {
+			d[i] -= cost[i]
+			return i, d
+		}
+		if idle++; idle == len(d) && skip {
+			drrSkipAhead(len(d), func(j int) (*int64, int64, int64, bool) { return &d[j], quantum[j], cost[j], true })
+			idle = 0
+		}
+	}
+}
+
+// The bulk credit only skips cycles in which nobody could be served: the
+// member served and every deficit are those of the ring that spins through
+// each of those cycles.
+func TestDRRSkipAheadServesWhomTheSpinningRingServesWithTheSameDeficits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for n := range 2000 {
+		m := 1 + rng.IntN(6)
+		deficit, quantum, cost := make([]int64, m), make([]int64, m), make([]int64, m)
+		for i := range m {
+			quantum[i] = 1 + rng.Int64N(50)
+			cost[i] = 1 + rng.Int64N(5000)
+			deficit[i] = rng.Int64N(cost[i]) // below its cost: the cycle before was idle
+		}
+		wantWho, want := drrRingModel(deficit, quantum, cost, false)
+		gotWho, got := drrRingModel(deficit, quantum, cost, true)
+		require.Equal(t, wantWho, gotWho, "case %d: deficits %v quanta %v costs %v", n, deficit, quantum, cost)
+		require.Equal(t, want, got, "case %d: deficits %v quanta %v costs %v", n, deficit, quantum, cost)
+	}
+	require.False(t, drrSkipAhead(3, func(int) (*int64, int64, int64, bool) { return nil, 0, 0, false }),
+		"a ring without heads has nothing to skip to")
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Drains are bound by the queued entries' headers (seed 001): one header,
+// Drains are bound by reading the queued entries' headers: one header,
 // one cache line. The cold part is reached only through its pointer.
 func TestTheQueuedEntryHeaderFitsOneCacheLine(t *testing.T) {
 	require.LessOrEqual(t, unsafe.Sizeof(entry{}), uintptr(64), "entry is %d bytes", unsafe.Sizeof(entry{}))

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 func FuzzDecodePolicy(f *testing.F) {
@@ -50,7 +52,7 @@ func FuzzEnqueue(f *testing.F) {
 	f.Add([]byte("\xff\xff\xff\xff\xff\xff\xff\xff\x80\x00\x00\x00pinned-and-allowed"))
 	f.Add(make([]byte, 64))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		clock := NewFakeClock(t0)
+		clock := clock.NewFake(t0)
 		c := NewCore(DefaultConfig(), clock, nil, rand.New(rand.NewPCG(1, 1)))
 		ws := workers(3, 1)
 		ws[2].BlockSize = 1

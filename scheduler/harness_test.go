@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,7 +26,7 @@ type outcome struct {
 // harness drives one Core under a fake clock and records every response.
 type harness struct {
 	t       *testing.T
-	clock   *FakeClock
+	clock   *clock.Fake
 	core    *Core
 	remote  map[string]WorkerLoad // what the fake LoadView reports
 	got     map[string][]outcome
@@ -40,7 +42,7 @@ func newHarness(t *testing.T, workers []Worker, classes ...ClassConfig) *harness
 	t.Helper()
 	h := &harness{
 		t:       t,
-		clock:   NewFakeClock(t0),
+		clock:   clock.NewFake(t0),
 		remote:  map[string]WorkerLoad{},
 		got:     map[string][]outcome{},
 		refuse:  map[string]bool{},

@@ -9,13 +9,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 // model is the property test's independent record of what happened.
 type model struct {
 	t        *testing.T
 	rng      *rand.Rand
-	clock    *FakeClock
+	clock    *clock.Fake
 	core     *Core
 	remote   map[string]WorkerLoad
 	reqs     map[string]*Request
@@ -325,7 +327,7 @@ func TestPropertyEveryRequestEndsOnceCountersMatchAndTheLedgerEmpties(t *testing
 	for seed := range uint64(150) {
 		rng := rand.New(rand.NewPCG(seed, 77))
 		m := &model{
-			t: t, rng: rng, clock: NewFakeClock(t0), remote: map[string]WorkerLoad{},
+			t: t, rng: rng, clock: clock.NewFake(t0), remote: map[string]WorkerLoad{},
 			reqs: map[string]*Request{}, got: map[string]int{}, queued: map[string]bool{},
 			live: map[BookingID]string{}, counts: map[string]*Counters{},
 		}

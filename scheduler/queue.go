@@ -51,8 +51,11 @@ func (a *entry) before(b *entry) bool {
 	return a.seq < b.seq
 }
 
-// policyScore is the score of seed 000 / design §5. offset is the arrival
-// offset in seconds from the Core's epoch, taken from the request's ingress.
+// policyScore is a queued entry's policy score, higher served first: FCFS
+// favours earlier arrivals, LCFS later ones, WSPT the most (1 + pj) per unit
+// of cost; pj, the request's priority jump, raises any of them. offset is
+// the arrival offset in seconds from the Core's epoch, taken from the
+// request's ingress.
 func policyScore(p Policy, pj, offset float64, cost int64) float64 {
 	pj = max(pj, 0)
 	switch p {

@@ -8,7 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Seed 000: queue capacity checks respect the workers a request may use.
+// Queue capacity checks respect the workers a request may use: a class
+// limit is per worker, scaled by the registered workers a request is pinned
+// or allowed to, not by the whole fleet.
 func TestQueueLimitsScaleByTheWorkersARequestMayUseNotByEveryWorker(t *testing.T) {
 	c := classCfg("c", PolicyFCFS)
 	c.Limits.Requests = 1 // per worker
@@ -35,7 +37,7 @@ func TestQueueLimitsScaleByTheWorkersARequestMayUseNotByEveryWorker(t *testing.T
 	h.pending("free")
 }
 
-// Seed 000: the Request helpers are the one source of cache arithmetic. The
+// The Request helpers are the one source of cache arithmetic. The
 // Core's WSPT/DRR cached figure, and the overlap and cached tokens of every
 // grant, must equal what the helpers say, for requests with duplicate,
 // negative, over-deep and unknown-worker overlaps, pins and allow-lists.

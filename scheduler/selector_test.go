@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 func TestSelectorPrefersTheWorkerWithTheLongerCachedPrefix(t *testing.T) {
@@ -33,7 +35,7 @@ func TestSelectorWeighsBookedLoadAgainstCacheOverlap(t *testing.T) {
 func TestSelectorBreaksExactTiesAtRandom(t *testing.T) {
 	seen := map[string]bool{}
 	for seed := range uint64(40) {
-		c := NewCore(DefaultConfig(), NewFakeClock(t0), nil, rand.New(rand.NewPCG(seed, 1)))
+		c := NewCore(DefaultConfig(), clock.NewFake(t0), nil, rand.New(rand.NewPCG(seed, 1)))
 		c.SetWorkers(workers(3, 0))
 		idx, ok := c.selectWorker(req("r", "c", 100), &ClassConfig{})
 		require.True(t, ok)
@@ -47,7 +49,7 @@ func TestSelectorWithTemperatureSometimesPicksACostlierWorker(t *testing.T) {
 	cfg.Temperature = 1
 	picks := map[string]int{}
 	for seed := range uint64(400) {
-		c := NewCore(cfg, NewFakeClock(t0), nil, rand.New(rand.NewPCG(seed, 9)))
+		c := NewCore(cfg, clock.NewFake(t0), nil, rand.New(rand.NewPCG(seed, 9)))
 		c.SetWorkers(workers(2, 0))
 		r := req("r", "c", 320)
 		r.BlockHashes = seqHashes(1, 20)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 // ttftHarness is a harness whose Core selects by predicted TTFT.
@@ -217,7 +219,7 @@ func TestTTFTSelectorBreaksExactTiesAtRandom(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Selector = SelectorTTFT
 	for seed := range uint64(40) {
-		c := NewCore(cfg, NewFakeClock(t0), nil, rand.New(rand.NewPCG(seed, 1)))
+		c := NewCore(cfg, clock.NewFake(t0), nil, rand.New(rand.NewPCG(seed, 1)))
 		c.SetWorkers(workers(3, 0))
 		idx, ok := c.selectWorker(req("r", "c", 100), &ClassConfig{})
 		require.True(t, ok)
@@ -303,7 +305,7 @@ func TestTTFTSelectorPicksAWorkerOfMinimalReferenceCost(t *testing.T) {
 		}
 		remote := map[string]WorkerLoad{}
 		view := loadFunc(func(w string) WorkerLoad { return remote[w] })
-		c := NewCore(cfg, NewFakeClock(t0), view, rand.New(rand.NewPCG(uint64(trial), 3)))
+		c := NewCore(cfg, clock.NewFake(t0), view, rand.New(rand.NewPCG(uint64(trial), 3)))
 		c.SetWorkers(ws)
 		for _, w := range ws {
 			if rng.IntN(3) > 0 {
@@ -384,7 +386,7 @@ func TestNewCoreReplacesAnUnsetSelectorWithTheDefault(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Selector = 0
 	cfg.TTFT.StepTokens = -5
-	c := NewCore(cfg, NewFakeClock(t0), nil, nil)
+	c := NewCore(cfg, clock.NewFake(t0), nil, nil)
 	require.Equal(t, DefaultConfig().Selector, c.Config().Selector)
 	require.Equal(t, DefaultTTFTModel(), c.Config().TTFT)
 }

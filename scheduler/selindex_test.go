@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 // diffPair is two Cores fed the same operations: a uses the selection
@@ -18,7 +20,7 @@ import (
 type diffPair struct {
 	t     *testing.T
 	rng   *rand.Rand
-	clock *FakeClock
+	clock *clock.Fake
 	view  *RemoteLoads
 	a, b  *Core
 	ws    []Worker
@@ -35,7 +37,7 @@ type diffPair struct {
 func newDiffPair(t *testing.T, seed uint64) *diffPair {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	p := &diffPair{
-		t: t, rng: rng, clock: NewFakeClock(t0), view: &RemoteLoads{},
+		t: t, rng: rng, clock: clock.NewFake(t0), view: &RemoteLoads{},
 		live: map[string][2]BookingID{}, calls: map[string]int{},
 	}
 	cfg := DefaultConfig()
@@ -311,7 +313,7 @@ func TestTheIndexedSelectionChoosesWhatTheFullScanChooses(t *testing.T) {
 func TestAnIdleFleetTieDrawsAmongAllIdleWorkersAsTheScanDoes(t *testing.T) {
 	ws := workers(200, 0)
 	mk := func(scan bool) *Core {
-		c := NewCore(DefaultConfig(), NewFakeClock(t0), nil, rand.New(rand.NewPCG(3, 3)))
+		c := NewCore(DefaultConfig(), clock.NewFake(t0), nil, rand.New(rand.NewPCG(3, 3)))
 		c.scanOnly = scan
 		c.SetWorkers(ws)
 		c.SetClasses([]ClassConfig{classCfg("a", PolicyFCFS)})
@@ -336,7 +338,7 @@ func TestALoadedWorkerOutsideTheIndexBoundIsNeverChosen(t *testing.T) {
 	for _, sel := range []Selector{SelectorBlocks, SelectorTTFT} {
 		cfg := DefaultConfig()
 		cfg.Selector = sel
-		c := NewCore(cfg, NewFakeClock(t0), nil, rand.New(rand.NewPCG(1, 1)))
+		c := NewCore(cfg, clock.NewFake(t0), nil, rand.New(rand.NewPCG(1, 1)))
 		c.SetWorkers([]Worker{{ID: "w", URL: "u", BlockSize: 16, KVBlocks: 1000}})
 		c.SetClasses([]ClassConfig{classCfg("a", PolicyFCFS)})
 		c.ensureIndex()
@@ -361,7 +363,7 @@ func TestALoadedWorkerOutsideTheIndexBoundIsNeverChosen(t *testing.T) {
 func TestTheIndexIsRebuiltWhenTheSelectorChanges(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Selector = SelectorBlocks
-	c := NewCore(cfg, NewFakeClock(t0), nil, rand.New(rand.NewPCG(1, 1)))
+	c := NewCore(cfg, clock.NewFake(t0), nil, rand.New(rand.NewPCG(1, 1)))
 	c.SetWorkers(workers(20, 0))
 	c.SetClasses([]ClassConfig{classCfg("a", PolicyFCFS)})
 	c.Enqueue(req("r1", "a", 500), func(Grant, error) bool { return true })

@@ -431,27 +431,16 @@ func (c *Core) tenantCandidate(cls *class) (*entry, int) {
 		if idle++; idle < n {
 			continue
 		}
-		k := int64(-1)
-		for i, x := range tr.ring {
-			if head(i).e == nil {
-				continue
+		if !drrSkipAhead(n, func(i int) (*int64, int64, int64, bool) {
+			h := head(i)
+			if h.e == nil {
+				return nil, 0, 0, false
 			}
-			q := cls.cfg.Quantum * x.weight
-			need := (heads[i].e.cost - x.deficit + q - 1) / q
-			if k < 0 || need < k {
-				k = need
-			}
-		}
-		if k < 0 {
+			x := tr.ring[i]
+			return &x.deficit, cls.cfg.Quantum * x.weight, h.e.cost, true
+		}) {
 			tr.cursor, tr.turn = cursor, turn
 			return nil, -1
-		}
-		if k > 1 {
-			for i, x := range tr.ring {
-				if heads[i].e != nil {
-					x.deficit += (k - 1) * cls.cfg.Quantum * x.weight
-				}
-			}
 		}
 		idle = 0
 	}

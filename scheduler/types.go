@@ -162,8 +162,9 @@ type Request struct {
 }
 
 // The Request methods below are the single source of the request-side
-// arithmetic (seed 000): policies, the selector, the ledger and the queue all
-// call them, or the unexported helpers they are built on, and never redo it.
+// arithmetic (overlap, cached tokens, cost): policies, the selector, the
+// ledger and the queue all call them, or the unexported helpers they are
+// built on, and never redo it.
 
 // effectiveOverlap caps a reported overlap to the blocks the prompt has.
 func (r *Request) effectiveOverlap(raw int) int {

@@ -11,10 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/internal/clock"
 )
 
 // Config configures the keys file of a router replica.
@@ -74,7 +75,7 @@ type Store struct {
 	cfg   Config
 	log   *zap.Logger
 	m     *Metrics
-	clock clockwork.Clock
+	clock clock.Clock
 
 	set atomic.Pointer[Set]
 
@@ -84,21 +85,21 @@ type Store struct {
 
 // NewStore loads cfg.KeysFile. A missing or invalid file at startup is an
 // error: the replica must not start open when it was meant to be closed.
-// clock may be nil (wall time).
-func NewStore(cfg Config, log *zap.Logger, m *Metrics, clock clockwork.Clock) (*Store, error) {
+// clk may be nil (wall time).
+func NewStore(cfg Config, log *zap.Logger, m *Metrics, clk clock.Clock) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.KeysFile == "" {
 		return nil, errors.New("tenant: no keys file configured")
 	}
-	if clock == nil {
-		clock = clockwork.NewRealClock()
+	if clk == nil {
+		clk = clock.Real{}
 	}
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	s := &Store{cfg: cfg, log: log.Named("keys"), m: m, clock: clock}
+	s := &Store{cfg: cfg, log: log.Named("keys"), m: m, clock: clk}
 	if _, err := s.Reload(); err != nil {
 		return nil, err
 	}
@@ -152,7 +153,7 @@ func (s *Store) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.Chan():
+		case <-t.C():
 		}
 		_, err := s.Reload()
 		switch {

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/switchyard/switchyard/internal/clock"
 
 	"github.com/switchyard/switchyard/wire"
 )
@@ -119,10 +120,10 @@ func TestTheStoreReloadsAChangedFileAndKeepsTheLastGoodOneWhenInvalid(t *testing
 	writeFile(t, path, keysFile(tenantYAML("acme", "k1")))
 	reg := prometheus.NewRegistry()
 	core, logs := observer.New(zap.InfoLevel)
-	clock := clockwork.NewFakeClock()
+	clk := clock.NewFake(time.Unix(1.7e9, 0))
 	cfg := DefaultConfig()
 	cfg.KeysFile = path
-	s, err := NewStore(cfg, zap.New(core), NewMetrics(reg), clock)
+	s, err := NewStore(cfg, zap.New(core), NewMetrics(reg), clk)
 	require.NoError(t, err)
 	_, ok := s.Lookup("k1")
 	require.True(t, ok)
@@ -134,7 +135,7 @@ func TestTheStoreReloadsAChangedFileAndKeepsTheLastGoodOneWhenInvalid(t *testing
 
 	writeFile(t, path, keysFile(tenantYAML("acme", "k2"), tenantYAML("beta", "k3")))
 	require.Eventually(t, func() bool {
-		clock.Advance(cfg.ReloadInterval)
+		clk.Advance(cfg.ReloadInterval)
 		_, ok := s.Lookup("k3")
 		return ok
 	}, 5*time.Second, 10*time.Millisecond, "a changed file is reloaded without a restart")
@@ -143,7 +144,7 @@ func TestTheStoreReloadsAChangedFileAndKeepsTheLastGoodOneWhenInvalid(t *testing
 
 	writeFile(t, path, "tenants: [{id: broken}]")
 	require.Eventually(t, func() bool {
-		clock.Advance(cfg.ReloadInterval)
+		clk.Advance(cfg.ReloadInterval)
 		return testutil.ToFloat64(s.m.reloads.WithLabelValues("error")) >= 1 &&
 			logs.FilterMessage("keys file not reloaded; the last good keys stay in use").Len() >= 1
 	}, 5*time.Second, 10*time.Millisecond, "an invalid file is counted and logged")

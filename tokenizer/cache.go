@@ -96,7 +96,8 @@ func (c *PrefixCache) get(k cacheKey) ([]uint32, bool) {
 // ascending, the last len(ids)). A key already held keeps its entry (the
 // ids of one prefix are the same whichever call stored them).
 func (c *PrefixCache) put(keys []cacheKey, counts []int, ids []uint32) {
-	size := int64(len(ids))*4 + entryOverhead + int64(len(keys))*keyOverhead
+	// The whole array counts: ids may be the start of a caller's result.
+	size := int64(cap(ids))*4 + entryOverhead + int64(len(keys))*keyOverhead
 	if size > c.maxBytes || len(keys) == 0 {
 		return
 	}
@@ -126,13 +127,14 @@ func (c *PrefixCache) put(keys []cacheKey, counts []int, ids []uint32) {
 		for _, k := range old.keys {
 			delete(c.items, k)
 		}
-		c.bytes -= int64(len(old.ids))*4 + entryOverhead + int64(len(old.keys))*keyOverhead
+		c.bytes -= int64(cap(old.ids))*4 + entryOverhead + int64(len(old.keys))*keyOverhead
 	}
 }
 
 // EncodeCached returns m.Encode(text), reusing the ids of the longest
 // prefix of text that c holds and storing prefixes of text for later
-// calls. A nil cache encodes in full.
+// calls. A nil cache encodes in full. The result may share its memory with
+// the cache: a caller may append to it but must not change its ids.
 //
 // Prefixes end where the encoding provably splits: just after a raw-matched
 // added token, and, for models whose pre-tokenization is only the cl100k,
@@ -152,14 +154,15 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 		cuts = sc.cuts
 	}
 
-	hashes := make([]uint64, len(cuts))
+	hashes := sc.hashes[:0]
 	h := xxh3.New()
 	prev := 0
-	for k, cut := range cuts {
+	for _, cut := range cuts {
 		_, _ = h.WriteString(text[prev:cut.stop])
-		hashes[k] = h.Sum64()
+		hashes = append(hashes, h.Sum64())
 		prev = cut.stop
 	}
+	sc.hashes = hashes
 
 	best := -1
 	var cached []uint32
@@ -181,15 +184,13 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 	if best >= 0 {
 		prev = cuts[best].stop
 	}
-	// Room for what is left at about four bytes a token, with slack for
-	// text that tokenizes denser: growing a 4k-token result by appends
-	// doubled its allocation.
-	rest := len(text) - prev
-	out := make([]uint32, len(cached), len(cached)+rest/3+8)
-	copy(out, cached)
+	// The ids are built in the scratch's buffer and copied once, at their
+	// final length: that copy is both the result and what the cache keeps.
+	// (Built in a fresh slice, a 4k-token chat's ids were allocated at an
+	// estimate of their count, then copied again for the cache.)
+	out := append(sc.ids[:0], cached...)
 	lastStored := len(out)
-	var keys []cacheKey
-	var counts []int
+	keys, counts := sc.keys[:0], sc.counts[:0]
 	for k := best + 1; k < len(cuts); k++ {
 		cut := cuts[k]
 		out = m.appendSegment(out, text[prev:cut.start], prev == 0, sc)
@@ -203,14 +204,24 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 			lastStored = len(out)
 		}
 	}
+	out = m.appendSegment(out, text[prev:], prev == 0, sc)
+	res := append(make([]uint32, 0, len(out)), out...)
+	if cap(out) <= maxScratchIDs {
+		sc.ids = out[:0]
+	} else {
+		sc.ids = nil // one huge prompt does not pin its buffer in the pool
+	}
 	if len(keys) > 0 {
 		// One copy for every prefix stored: a copy each was 2.5 times a
 		// fresh 4k chat's ids in garbage.
-		c.put(keys, counts, append([]uint32(nil), out...))
+		c.put(keys, counts, res[:counts[len(counts)-1]])
 	}
-	out = m.appendSegment(out, text[prev:], prev == 0, sc)
-	return out
+	sc.keys, sc.counts = keys[:0], counts[:0]
+	return res
 }
+
+// maxScratchIDs bounds the ids buffer a pooled scratch keeps (256 kB).
+const maxScratchIDs = 64 << 10
 
 // chatMLTurn is the text ChatML starts every turn with.
 const chatMLTurn = "<|im_start|>"

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // conversation is a chat history that grows, and sometimes is edited in the
@@ -78,6 +80,23 @@ func TestEncodeCachedReusesThePreviousTurn(t *testing.T) {
 	if st := c.Stats(); st.Hits != 1 || st.Misses != 1 {
 		t.Fatalf("stats %+v; want one miss then one hit", st)
 	}
+}
+
+func TestAppendingToAnEncodeCachedResultLeavesTheCacheIntact(t *testing.T) {
+	m := llama3(t)
+	c := NewPrefixCache(1 << 20)
+	msgs := [][2]string{{"system", "Be brief."}, {"user", "Hi there"}}
+	text := llama3Chat(msgs, true)
+	want := m.Encode(text)
+	first := m.EncodeCached(c, text) // stored in the cache, sharing its memory
+	require.Equal(t, want, first)
+	for range 3 {
+		first = append(first, 1, 2, 3) // a caller growing its ids
+	}
+	msgs = append(msgs, [2]string{"assistant", "Hello!"}, [2]string{"user", "How are you?"})
+	next := llama3Chat(msgs, true)
+	require.Equal(t, m.Encode(next), m.EncodeCached(c, next), "the next turn reuses the first's ids unchanged")
+	require.Equal(t, uint64(1), c.Stats().Hits)
 }
 
 func TestPrefixCacheStaysWithinItsByteBound(t *testing.T) {

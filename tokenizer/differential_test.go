@@ -38,7 +38,7 @@ func pkoukkEncoder(t testing.TB, ranks map[string]int, specials map[string]int, 
 func llama3Ranks(m *Model) (map[string]int, map[string]int) {
 	ranks := map[string]int{}
 	specials := map[string]int{}
-	for tok, id := range m.vocab {
+	for tok, id := range m.vocab.All() {
 		if int(id) >= 128000 {
 			specials[tok] = int(id)
 			continue

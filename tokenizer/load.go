@@ -257,22 +257,22 @@ func Load(tokenizerJSON, tokenizerConfigJSON []byte) (*Model, error) {
 		return nil, malformed("tokenizer.json", fmt.Errorf("token id %d out of range", maxID))
 	}
 	m.vocabSize = int(maxID) + 1
-	m.tokens = make([]string, m.vocabSize)
-	m.decoded = make([]string, m.vocabSize)
-	m.vocab = make(map[string]uint32, len(modelVocab)+len(f.AddedTokens))
-	m.raw = make(map[string]uint32, len(modelVocab))
+	m.tokens = newStrList(m.vocabSize)
+	m.decoded = newStrList(m.vocabSize)
+	m.vocab = newStrMap(len(modelVocab) + len(f.AddedTokens))
+	m.raw = newStrMap(len(modelVocab))
 	for tok, id := range modelVocab {
-		m.vocab[tok] = id
-		m.tokens[id] = tok
+		m.vocab.set(tok, id)
+		m.tokens.set(id, tok)
 		if m.byteLevel {
 			b, ok := unByteLevel(tok)
-			m.decoded[id] = b
+			m.decoded.set(id, b)
 			if ok {
-				m.raw[b] = id
+				m.raw.set(b, id)
 			}
 		} else {
-			m.decoded[id] = tok
-			m.raw[tok] = id
+			m.decoded.set(id, tok)
+			m.raw.set(tok, id)
 		}
 	}
 	if m.byteLevel {
@@ -300,12 +300,13 @@ func Load(tokenizerJSON, tokenizerConfigJSON []byte) (*Model, error) {
 		}
 		added = append(added, addedToken{id: a.ID, content: a.Content, singleWord: a.SingleWord,
 			lstrip: a.Lstrip, rstrip: a.Rstrip, normalized: normalized, special: a.Special})
-		m.vocab[a.Content] = a.ID
-		m.tokens[a.ID] = a.Content
+		m.vocab.set(a.Content, a.ID)
+		m.tokens.set(a.ID, a.Content)
 		if m.byteLevel {
-			m.decoded[a.ID], _ = unByteLevel(a.Content)
+			b, _ := unByteLevel(a.Content)
+			m.decoded.set(a.ID, b)
 		} else {
-			m.decoded[a.ID] = a.Content
+			m.decoded.set(a.ID, a.Content)
 		}
 	}
 	m.setAdded(added)
@@ -636,7 +637,7 @@ func (m *Model) parsePostProcessor(raw json.RawMessage) error {
 			}
 			ids := c.SpecialTokens[it.SpecialToken.ID].IDs
 			if len(ids) == 0 {
-				if id, ok := m.vocab[it.SpecialToken.ID]; ok {
+				if id, ok := m.vocab.get(it.SpecialToken.ID); ok {
 					ids = []uint32{id}
 				}
 			}
@@ -742,18 +743,18 @@ func (m *Model) applyConfig(cfg []byte) error {
 	}
 	m.bosToken, m.eosToken = m.specials["bos_token"], m.specials["eos_token"]
 	if m.bosToken == "" && len(m.prefix) > 0 {
-		m.bosToken = m.tokens[m.prefix[0]]
+		m.bosToken = m.tokens.get(m.prefix[0])
 	}
 	var flag bool
 	if raw, ok := c["add_bos_token"]; ok && json.Unmarshal(raw, &flag) == nil {
 		m.prefix = nil
-		if id, ok := m.vocab[m.bosToken]; flag && ok {
+		if id, ok := m.vocab.get(m.bosToken); flag && ok {
 			m.prefix = []uint32{id}
 		}
 	}
 	if raw, ok := c["add_eos_token"]; ok && json.Unmarshal(raw, &flag) == nil {
 		m.suffix = nil
-		if id, ok := m.vocab[m.eosToken]; flag && ok {
+		if id, ok := m.vocab.get(m.eosToken); flag && ok {
 			m.suffix = []uint32{id}
 		}
 	}

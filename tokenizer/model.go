@@ -29,15 +29,16 @@ type Model struct {
 
 	// vocab maps each token as written in the file (byte-level tokens in
 	// their printable GPT-2 form) to its id, added tokens included.
-	vocab map[string]uint32
+	vocab strMap
 	// raw maps the text a model-vocabulary token stands for (raw bytes for
 	// byte-level models) to its id: the lookup key of BPE.
-	raw map[string]uint32
+	raw strMap
 	// merges maps a pair of ids (left<<32 | right) to rank<<32 | merged id.
 	merges map[uint64]uint64
 	// decoded holds the bytes each id decodes to; tokens the file form.
-	decoded []string
-	tokens  []string
+	// (strMap and strList hold no pointers: see strtable.go.)
+	decoded strList
+	tokens  strList
 
 	byteLevel    bool
 	byteID       [256]uint32
@@ -81,6 +82,12 @@ type scratch struct {
 	pieces2 []piece
 	matches []addedMatch
 	cuts    []addedMatch // matches and turn cuts (EncodeCached)
+	// EncodeCached's working set: the ids as they are built, the cuts'
+	// prefix hashes, the keys and counts of the prefixes to store.
+	ids    []uint32
+	hashes []uint64
+	keys   []cacheKey
+	counts []int
 
 	// words caches the ids of recent pre-tokens of one model. Text repeats
 	// its words, and this small table stays in the CPU cache where the
@@ -181,16 +188,15 @@ func (m *Model) VocabSize() int { return m.vocabSize }
 // tokens included), e.g. TokenID("<|eot_id|>"). For tiktoken encodings the
 // token is its raw bytes.
 func (m *Model) TokenID(token string) (uint32, bool) {
-	id, ok := m.vocab[token]
-	return id, ok
+	return m.vocab.get(token)
 }
 
 // Token returns the token of id as written in the tokenizer file.
 func (m *Model) Token(id uint32) (string, bool) {
-	if int(id) >= len(m.tokens) || m.tokens[id] == "" && m.decoded[id] == "" {
+	if int(id) >= m.tokens.Len() || m.tokens.get(id) == "" && m.decoded.get(id) == "" {
 		return "", false
 	}
-	return m.tokens[id], true
+	return m.tokens.get(id), true
 }
 
 // AddBOS reports whether a completions prompt gets a BOS token: the
@@ -396,7 +402,7 @@ func (sc *scratch) resetWords(m *Model) {
 
 func (m *Model) appendWordUncached(dst []uint32, w string, sc *scratch) []uint32 {
 	if m.ignoreMerges {
-		if id, ok := m.raw[w]; ok {
+		if id, ok := m.raw.get(w); ok {
 			return append(dst, id)
 		}
 	}
@@ -437,7 +443,7 @@ func (m *Model) appendUnk(syms []uint32) []uint32 {
 func (m *Model) appendChars(syms []uint32, w string) []uint32 {
 	for i := 0; i < len(w); {
 		_, n := decode(w, i)
-		if id, ok := m.raw[w[i:i+n]]; ok {
+		if id, ok := m.raw.get(w[i : i+n]); ok {
 			syms = append(syms, id)
 			i += n
 			continue
@@ -517,16 +523,16 @@ func (m *Model) Decode(ids []uint32) string {
 	if m.dec != nil {
 		toks := make([]string, 0, len(ids))
 		for _, id := range ids {
-			if int(id) < len(m.decoded) {
-				toks = append(toks, m.decoded[id])
+			if int(id) < m.decoded.Len() {
+				toks = append(toks, m.decoded.get(id))
 			}
 		}
 		return m.dec.decode(toks)
 	}
 	var b strings.Builder
 	for _, id := range ids {
-		if int(id) < len(m.decoded) {
-			b.WriteString(m.decoded[id])
+		if int(id) < m.decoded.Len() {
+			b.WriteString(m.decoded.get(id))
 		}
 	}
 	return b.String()

@@ -175,27 +175,25 @@ func newTiktoken(ranks []string, pattern string, specials map[string]uint32) (*M
 		return nil, fmt.Errorf("%w: vocabulary of %d tokens", ErrMalformed, n)
 	}
 	m.vocabSize = n
-	m.tokens = make([]string, n)
-	m.decoded = make([]string, n)
-	m.vocab = make(map[string]uint32, len(ranks)+len(specials))
-	m.raw = make(map[string]uint32, len(ranks))
+	m.tokens = newStrList(n)
+	m.vocab = newStrMap(len(ranks) + len(specials))
+	m.raw = newStrMap(len(ranks))
 	for id, tok := range ranks {
 		if tok == "" {
 			continue
 		}
-		m.vocab[tok] = uint32(id)
-		m.raw[tok] = uint32(id)
-		m.tokens[id] = tok
-		m.decoded[id] = tok
+		m.vocab.set(tok, uint32(id))
+		m.raw.set(tok, uint32(id))
+		m.tokens.set(uint32(id), tok)
 	}
 	for b := 0; b < 256; b++ {
-		m.byteID[b], m.byteOK[b] = m.raw[string([]byte{byte(b)})]
+		m.byteID[b], m.byteOK[b] = m.raw.get(string([]byte{byte(b)}))
 	}
 	m.merges = make(map[uint64]uint64, 2*len(ranks))
 	for id, tok := range ranks {
 		for k := 1; k < len(tok); k++ {
-			a, okA := m.raw[tok[:k]]
-			b, okB := m.raw[tok[k:]]
+			a, okA := m.raw.get(tok[:k])
+			b, okB := m.raw.get(tok[k:])
 			if okA && okB {
 				m.merges[uint64(a)<<32|uint64(b)] = uint64(id)<<32 | uint64(id)
 			}
@@ -204,10 +202,10 @@ func newTiktoken(ranks []string, pattern string, specials map[string]uint32) (*M
 	added := make([]addedToken, 0, len(specials))
 	for content, id := range specials {
 		added = append(added, addedToken{id: id, content: content, special: true})
-		m.vocab[content] = id
-		m.tokens[id] = content
-		m.decoded[id] = content
+		m.vocab.set(content, id)
+		m.tokens.set(id, content)
 	}
+	m.decoded = m.tokens // a tiktoken token is its bytes
 	// Deterministic trie order regardless of map iteration.
 	sort.Slice(added, func(i, j int) bool { return added[i].id < added[j].id })
 	m.setAdded(added)

@@ -26,10 +26,11 @@ func classPlacedOn(want string, ids []string) string {
 }
 
 // startOwnerTestCluster starts etcd, NATS and two workers that run two
-// requests each, so the rest queue at the class owner. It returns the
-// replica ids r1..r3 (no replica runs yet), one FCFS class that the ids
-// place on r1, and the policy YAML of that class.
-func startOwnerTestCluster(t *testing.T) (ids []string, class string, policy []byte, c *testCluster) {
+// requests each, so the rest queue at the class owner; speedup divides the
+// workers' simulated step times. It returns the replica ids r1..r3 (no
+// replica runs yet), one FCFS class that the ids place on r1, and the
+// policy YAML of that class.
+func startOwnerTestCluster(t *testing.T, speedup float64) (ids []string, class string, policy []byte, c *testCluster) {
 	t.Helper()
 	ids = []string{"r1", "r2", "r3"}
 	class = classPlacedOn("r1", ids)
@@ -40,7 +41,7 @@ func startOwnerTestCluster(t *testing.T) (ids []string, class string, policy []b
 		cfg.ID = fmt.Sprintf("w%d", i)
 		cfg.EtcdEndpoints, cfg.NATSURL = c.etcd.Endpoints, c.nats.URL
 		cfg.Engine.MaxNumSeqs = 2 // two running requests per worker: the rest queue at the owner
-		cfg.Engine.Speedup = 20
+		cfg.Engine.Speedup = speedup
 		c.workers = append(c.workers, startWorker(t, cfg))
 	}
 	return ids, class, policy, c
@@ -63,7 +64,7 @@ func counterSum(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 }
 
 func TestAKilledOwnersClassMovesAndEveryPendingRequestIsAdmittedOnce(t *testing.T) {
-	ids, class, policy, c := startOwnerTestCluster(t)
+	ids, class, policy, c := startOwnerTestCluster(t, 20)
 	etcdURL, err := url.Parse(c.etcd.Endpoints[0])
 	require.NoError(t, err)
 	natsURL, err := url.Parse(c.nats.URL)

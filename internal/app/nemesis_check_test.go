@@ -76,7 +76,7 @@ func (r *nemesisRun) sampleQueues() {
 			continue
 		}
 		if cur.status.Degraded() {
-			// NATS unreachable, or the etcd fallback (issue 19 item 14):
+			// NATS unreachable, or the etcd session unhealthy (the fallback):
 			// the replica admits locally (design §4.10).
 			r.noteDegraded()
 		}

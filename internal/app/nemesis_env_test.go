@@ -22,8 +22,8 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/testenv"
-	"github.com/switchyard/switchyard/scheduler"
 )
 
 // nemesisEtcd is a single-member embedded etcd that can be stopped and
@@ -222,10 +222,10 @@ func (p *faultProxy) copyNATS(dst io.Writer, src io.Reader) error {
 
 // skewClock is wall time shifted by an offset the nemesis sets; timers run
 // on wall time (a skewed clock still measures durations right).
-type skewClock struct{ off atomic.Int64 }
-
-func (c *skewClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
-func (c *skewClock) NewTimer(d time.Duration) scheduler.Timer {
-	return scheduler.RealClock{}.NewTimer(d)
+type skewClock struct {
+	clock.Real // timers, tickers and After
+	off        atomic.Int64
 }
+
+func (c *skewClock) Now() time.Time      { return time.Now().Add(time.Duration(c.off.Load())) }
 func (c *skewClock) set(d time.Duration) { c.off.Store(int64(d)) }

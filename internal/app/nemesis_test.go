@@ -1,6 +1,6 @@
 package app
 
-// The nemesis: a randomized fault test of cluster-wide admission (issue 19).
+// The nemesis: a randomized fault test of cluster-wide admission.
 // In one process, on embedded etcd and NATS, memberlist on loopback, real
 // HTTP and the real simulated engine: 5 router replicas, 8 workers, 3
 // classes. An open-loop load generator sends to every replica whatever
@@ -77,9 +77,8 @@ const (
 )
 
 // nemesisAllFaults is every kind the harness injects; nemesisCIFaults is
-// the set the CI seeds inject: every kind, since issue 19 items 13-15 (the
-// lame duck, the regranting session) and the lost life mark are fixed
-// (docs/testing.md).
+// the set the CI seeds inject: every kind, now that the lame duck, the
+// regranting session and the lost life mark are handled (docs/testing.md).
 var (
 	nemesisAllFaults = []string{faultCrash, faultGraceful, faultNATSCut, faultEtcdRestart, faultSession, faultEtcdOutage,
 		faultSlowActor, faultClockSkew, faultLifeDrop, faultLifeDuplicate}
@@ -360,6 +359,23 @@ type nemesisReplica struct {
 	// go on serving for its drain delay, admitting locally in degraded
 	// mode (its NATS is cut) over other owners' worker caps.
 	httpPx *faultProxy
+	// stopBound is how long a stop of this incarnation may take: see
+	// replicaStopBound.
+	stopBound time.Duration
+}
+
+// replicaStopBound is the longest RunReplica's shutdown (replica.go) may
+// take by design with cfg: the lame duck's drain delay, the wait for the
+// requests in flight (ShutdownGrace), the ownership hand-off (OpTimeout +
+// 1 s), the linger, the HTTP server's own grace for the stragglers
+// (ShutdownGrace again: with etcd down, requests still running when the
+// first grace ended keep their handlers) and the lease revoke (2 s); plus
+// 5 s of slack for a machine starved under -race. A stop that hangs (issue
+// 19 item 13) overruns it.
+func replicaStopBound(cfg ReplicaConfig) time.Duration {
+	const revoke, slack = 2 * time.Second, 5 * time.Second
+	return cfg.DrainDelay + cfg.Frontend.ShutdownGrace + cfg.Ownership.OpTimeout + time.Second +
+		cfg.ShutdownLinger + cfg.Frontend.ShutdownGrace + revoke + slack
 }
 
 func (inc *nemesisReplica) closeProxies() {
@@ -424,6 +440,7 @@ type nemesisRun struct {
 	capPeak     [nemesisWorkers]float64
 	capDegraded []string
 	slowest     time.Duration // the longest a request waited for its answer
+	longestStop time.Duration // the longest a replica's stop took
 	closing     atomic.Bool   // teardown began: nothing starts again
 	// degraded counts the replicas cut from NATS now; degradedUntil is when
 	// the last one's degraded bookings are surely gossiped (unix nanos).
@@ -653,7 +670,8 @@ func (r *nemesisRun) startIncarnation(s *nemesisSlot) error {
 			}
 		}
 	}
-	inc := &nemesisReplica{reg: prometheus.NewRegistry(), done: make(chan struct{}), etcdProxy: ep, natsPx: np, httpPx: hp}
+	inc := &nemesisReplica{reg: prometheus.NewRegistry(), done: make(chan struct{}), etcdProxy: ep, natsPx: np, httpPx: hp,
+		stopBound: replicaStopBound(cfg)}
 	ctx, cancel := context.WithCancel(context.Background())
 	inc.cancel = cancel
 	ready := make(chan *ReplicaStatus, 1)
@@ -683,7 +701,7 @@ func (r *nemesisRun) startIncarnation(s *nemesisSlot) error {
 	s.mu.Unlock()
 	r.check("replica_stays_up", 1)
 	r.bg.Add(1)
-	go func() { // a replica must never exit by itself (issue 19 items 14, 15)
+	go func() { // a replica must never exit by itself, whatever fails under it
 		defer r.bg.Done()
 		<-inc.done
 		if inc.stopping.Load() {
@@ -712,14 +730,14 @@ func (r *nemesisRun) startIncarnation(s *nemesisSlot) error {
 // first, so it says no goodbye (its keys stay until its lease expires, its
 // queued requests get no answer); otherwise it stops gracefully while the
 // load keeps coming. A graceful stop must finish within its bound.
-func (r *nemesisRun) stopSlot(s *nemesisSlot, crash bool) {
+func (r *nemesisRun) stopSlot(s *nemesisSlot, crash bool) (stopped bool) {
 	s.op.Lock()
 	defer s.op.Unlock()
 	s.mu.Lock()
 	inc := s.cur
 	if inc == nil {
 		s.mu.Unlock()
-		return
+		return false
 	}
 	s.cur = nil
 	s.down = append(s.down, downInterval{from: time.Now()})
@@ -731,11 +749,16 @@ func (r *nemesisRun) stopSlot(s *nemesisSlot, crash bool) {
 		inc.natsPx.Cut()
 	}
 	inc.cancel()
-	bound := 5*time.Second + 5*time.Second + 5*time.Second // frontend grace + ownership hand-off + slack
+	began := time.Now()
+	defer func() {
+		r.mu.Lock()
+		r.longestStop = max(r.longestStop, time.Since(began))
+		r.mu.Unlock()
+	}()
 	select {
 	case <-inc.done:
-	case <-time.After(bound):
-		r.violate("graceful_stop_finishes", "%s still running %v after its stop (crash=%v) at %v", s.id, bound, crash, r.elapsed())
+	case <-time.After(inc.stopBound):
+		r.violate("graceful_stop_finishes", "%s still running %v after its stop (crash=%v) at %v", s.id, inc.stopBound, crash, r.elapsed())
 		inc.etcdProxy.Cut()
 		inc.natsPx.Cut()
 		<-inc.done
@@ -745,6 +768,7 @@ func (r *nemesisRun) stopSlot(s *nemesisSlot, crash bool) {
 		r.violate("replica_stays_up", "%s returned %v from its stop (crash=%v)", s.id, inc.err, crash)
 	}
 	inc.closeProxies()
+	return true
 }
 
 // inject runs the schedule: each fault at its time, on its own goroutine.
@@ -763,12 +787,22 @@ func (r *nemesisRun) inject(schedule []faultEvent) {
 
 func (r *nemesisRun) apply(ev faultEvent) {
 	s := r.slots[ev.slot]
-	r.countFault(ev.kind)
+	if ev.kind != faultCrash && ev.kind != faultGraceful { // counted below: they may find the slot down
+		r.countFault(ev.kind)
+	}
 	r.t.Logf("%v: %s on %s for %v (scheduled at %v)", r.elapsed(), ev.kind, s.id, ev.dur.Truncate(time.Millisecond), ev.at.Truncate(time.Millisecond))
 	defer func() { r.t.Logf("%v: %s on %s healed", r.elapsed(), ev.kind, s.id) }()
 	switch ev.kind {
 	case faultCrash, faultGraceful:
-		r.stopSlot(s, ev.kind == faultCrash)
+		// A stop scheduled while the slot is already down (an earlier stop's
+		// restart still pending, or the slot restarting itself) has nothing
+		// to stop; it must not start a second incarnation beside the one the
+		// earlier event will start, so it ends here.
+		if !r.stopSlot(s, ev.kind == faultCrash) {
+			r.countFault(ev.kind + "_while_down")
+			return
+		}
+		r.countFault(ev.kind)
 		time.Sleep(ev.dur)
 		r.countFault(faultRestart)
 		if err := r.startSlot(s); err != nil {
@@ -1014,9 +1048,14 @@ func (r *nemesisRun) table() string {
 	total := 0
 	for _, k := range kinds {
 		fmt.Fprintf(&b, "%-24s %8d\n", k, r.faults[k])
-		total += r.faults[k]
+		if !strings.HasSuffix(k, "_while_down") { // scheduled, but nothing was stopped
+			total += r.faults[k]
+		}
 	}
 	fmt.Fprintf(&b, "%-24s %8d\n", "total", total)
+	if r.longestStop > 0 {
+		fmt.Fprintf(&b, "longest replica stop %v\n", r.longestStop.Truncate(time.Millisecond))
+	}
 	fmt.Fprintf(&b, "%-24s %8s %10s\n", "invariant", "checked", "violations")
 	names := map[string]bool{}
 	for k := range r.checked {

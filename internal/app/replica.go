@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard/switchyard/cluster"
 	"github.com/switchyard/switchyard/frontend"
 	"github.com/switchyard/switchyard/gossip"
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/service"
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/kvingest"
@@ -72,7 +73,7 @@ type ReplicaConfig struct {
 	Links Links
 	// Clock is what admission reads and waits on: the scheduler, the owner
 	// side and the entry side (nil: wall time). Tests skew it.
-	Clock scheduler.Clock
+	Clock clock.Clock
 	// Tenants is the API keys file (-auth.keys-file); without one the API
 	// is open.
 	Tenants tenant.Config

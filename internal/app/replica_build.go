@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard/switchyard/cluster"
 	"github.com/switchyard/switchyard/frontend"
 	"github.com/switchyard/switchyard/gossip"
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/kvingest"
@@ -127,16 +128,16 @@ func (r *replica) build() error {
 	// gossiped view, refreshed every gossip round (publishLoads), so it
 	// caches remote loads and skips blocked classes between rounds.
 	r.remote = &scheduler.RemoteLoads{}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = scheduler.RealClock{}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.Real{}
 	}
-	cfg.Admission.Clock = clock
-	core := scheduler.NewCore(cfg.Scheduler, clock, r.remote, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
+	cfg.Admission.Clock = clk
+	core := scheduler.NewCore(cfg.Scheduler, clk, r.remote, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
 	core.SetClasses(policy.Classes)
-	r.actor = scheduler.NewActor(core, clock, log)
+	r.actor = scheduler.NewActor(core, clk, log)
 
-	if r.ix, err = kvindex.New(cfg.Index, kvindex.RealClock{}, log, reg); err != nil {
+	if r.ix, err = kvindex.New(cfg.Index, clock.Real{}, log, reg); err != nil {
 		return fmt.Errorf("kv index: %w", err)
 	}
 	if r.ingest, err = kvingest.NewSubscriber(cfg.Ingest, r.nc, r.ix, log, reg); err != nil {
@@ -150,7 +151,7 @@ func (r *replica) build() error {
 	am := admission.NewMetrics(reg)
 	am.DegradedByClass = r.adm.DegradedAdmissions
 	port := admission.LocalActor(r.actor, func() []scheduler.ClassConfig { return *r.classes.Load() })
-	r.server = admission.NewServer(cfg.ID, cfg.Cluster, r.nc, port, log, am, admission.WithServerClock(clock))
+	r.server = admission.NewServer(cfg.ID, cfg.Cluster, r.nc, port, log, am, admission.WithServerClock(clk))
 	acfg := cfg.Admission
 	acfg.ClusterHealthy = r.session.Healthy
 	r.client = admission.NewClient(acfg, cfg.ID, cfg.Cluster, r.nc, port, r.server, log, am)

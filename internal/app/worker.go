@@ -23,6 +23,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/enginekv"
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -87,7 +88,7 @@ type WorkerConfig struct {
 	// serves HTTP and is registered. It must not block.
 	Ready func(url string) `json:"-"`
 	// Clock drives the engine; nil is the wall clock.
-	Clock engine.Clock `json:"-"`
+	Clock clock.Clock `json:"-"`
 }
 
 // DefaultWorkerConfig returns the defaults of a worker.
@@ -341,11 +342,11 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	ecfg := cfg.Engine
 	ecfg.WorkerID = cfg.ID
 	ecfg.Events = sink
-	clock := cfg.Clock
-	if clock == nil {
-		clock = engine.RealClock{}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.Real{}
 	}
-	w.eng, err = engine.New(ecfg, clock)
+	w.eng, err = engine.New(ecfg, clk)
 	if err != nil {
 		return fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}

@@ -1,0 +1,148 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/switchyard/switchyard/scheduler"
+)
+
+// Admit admits r through its class's owner and returns a ticket for the
+// granted booking, or the owner's typed rejection. It returns ctx.Err() when
+// ctx ends first; a queued request is then cancelled at its owner.
+func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, error) {
+	if r.Attempt == 0 && !r.Probe { // the frontend's own retries (worker failed) come with Attempt > 0
+		c.mu.Lock()
+		c.countLocked(r.Class).Received++
+		c.mu.Unlock()
+	}
+	backoff := c.cfg.BackoffMin
+	waitSince := time.Time{}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if !r.Due.IsZero() && !c.clock.Now().Before(r.Due) && waitSince != (time.Time{}) {
+			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
+			return nil, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "no owner admitted the request before its deadline")
+		}
+		c.mu.Lock()
+		owner, ok := c.owners[r.Class]
+		degraded := c.degraded || !c.nc.IsConnected()
+		changed := c.changed
+		c.mu.Unlock()
+		// etcd unavailable: no owner can be trusted to admit, so a request
+		// that has waited long enough for one is admitted here.
+		if !degraded && !waitSince.IsZero() && c.clock.Now().Sub(waitSince) >= c.cfg.EtcdDegradedAfter && !c.clusterHealthy() {
+			degraded = true
+		}
+
+		epoch, ownLocal := c.server.Owns(r.Class)
+		switch {
+		case ownLocal || degraded:
+			// This replica's own actor admits: it owns the class, or NATS
+			// is down and every class is admitted locally (degraded mode).
+			// As an owner it checks ownership again on the actor's turn
+			// (see Server.onAdmit), and takes the epoch from there.
+			g, gatedEpoch, notOwned, err := c.admitLocal(ctx, r, !degraded)
+			if !degraded {
+				epoch = gatedEpoch
+			}
+			if notOwned { // the class moved before the actor saw r: not counted there
+				c.m.retries.WithLabelValues("ownership_moved").Inc()
+				continue
+			}
+			if err == nil {
+				if !ownLocal {
+					c.m.degradedAdmits.Inc()
+					if c.m.DegradedByClass != nil {
+						c.m.DegradedByClass.WithLabelValues(r.Class).Inc()
+					}
+				}
+				return c.track(r, g, Owner{Replica: c.replica, Epoch: epoch}, c.server.Instance(), true), nil
+			}
+			if scheduler.ReasonOf(err) == scheduler.ReasonOwnershipLost {
+				// The class moved, degraded mode ended, or the local actor
+				// has stopped (it answers at once, every time): wait for an
+				// ownership change or a backoff before the next attempt.
+				r.Attempt++
+				c.m.retries.WithLabelValues("ownership_moved").Inc()
+				if waitSince.IsZero() {
+					waitSince = c.clock.Now()
+				}
+				if err := c.waitForOwner(ctx, r, waitSince, changed, &backoff); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, err
+		case !ok || owner.Replica == "" || owner.Replica == c.replica:
+			// No owner yet, or this replica is named owner but has not
+			// started admitting: wait for the next change or a backoff.
+			if waitSince.IsZero() {
+				waitSince = c.clock.Now()
+			}
+			if err := c.waitForOwner(ctx, r, waitSince, changed, &backoff); err != nil {
+				return nil, err
+			}
+			c.m.retries.WithLabelValues("no_owner").Inc()
+			continue
+		}
+
+		t, retry, err := c.admitRemote(ctx, r, owner)
+		if err != nil || !retry {
+			return t, err
+		}
+		if waitSince.IsZero() {
+			waitSince = c.clock.Now()
+		}
+		if err := c.waitForOwner(ctx, r, waitSince, changed, &backoff); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitForOwner sleeps until the ownership view changes or a backoff passes,
+// bounded by the request's deadline and NoOwnerTimeout.
+func (c *Client) waitForOwner(ctx context.Context, r *scheduler.Request, since time.Time, changed <-chan struct{}, backoff *time.Duration) error {
+	limit := since.Add(c.cfg.NoOwnerTimeout)
+	if !r.Due.IsZero() && r.Due.Before(limit) {
+		limit = r.Due
+	}
+	now := c.clock.Now()
+	if !now.Before(limit) {
+		if !r.Due.IsZero() && !limit.Before(r.Due) {
+			c.entryReject(r.Class, scheduler.ReasonDueTimePassed)
+			return scheduler.Reject(scheduler.ReasonDueTimePassed, "", "no owner admitted the request before its deadline")
+		}
+		c.entryReject(r.Class, scheduler.ReasonOwnershipLost)
+		return scheduler.Reject(scheduler.ReasonOwnershipLost, "", fmt.Sprintf("class %s had no owner for %v", r.Class, c.cfg.NoOwnerTimeout))
+	}
+	select {
+	case <-c.leaving:
+		c.entryReject(r.Class, scheduler.ReasonOwnershipLost)
+		return scheduler.Reject(scheduler.ReasonOwnershipLost, "", "the router is shutting down and the class has no owner it can reach; retry")
+	default:
+	}
+	d := min(*backoff, limit.Sub(now))
+	if !c.clusterHealthy() {
+		// Wake when the etcd fallback becomes due.
+		if left := since.Add(c.cfg.EtcdDegradedAfter).Sub(now); left > 0 {
+			d = min(d, left)
+		} else {
+			d = 0
+		}
+	}
+	*backoff = min(2**backoff, c.cfg.BackoffMax)
+	t := c.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.leaving:
+	case <-changed:
+	case <-t.C():
+	}
+	return nil
+}

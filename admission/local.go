@@ -1,0 +1,66 @@
+package admission
+
+import (
+	"context"
+	"sync"
+
+	"github.com/switchyard/switchyard/scheduler"
+)
+
+type localResult struct {
+	g   scheduler.Grant
+	err error
+}
+
+// admitLocal enqueues on this replica's actor and waits for its answer. A
+// grant that races with ctx ending is rolled back. With owner set, the
+// actor checks on its turn that this replica still owns the class
+// (Actor.EnqueueIf): notOwned reports that it did not, and epoch is the
+// epoch it was admitted under.
+func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request, owner bool) (g scheduler.Grant, epoch int64, notOwned bool, err error) {
+	ch := make(chan localResult, 1)
+	var mu sync.Mutex
+	gone := false
+	respond := func(g scheduler.Grant, err error) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if gone {
+			return false
+		}
+		ch <- localResult{g, err}
+		return true
+	}
+	var gatedEpoch int64
+	gatedOut := false
+	if owner {
+		c.actor.EnqueueIf(r, func() bool {
+			e, ok := c.server.Owns(r.Class)
+			mu.Lock()
+			gatedEpoch, gatedOut = e, !ok
+			mu.Unlock()
+			return ok
+		}, respond)
+	} else {
+		c.actor.Enqueue(r, respond)
+	}
+	select {
+	case res := <-ch:
+		mu.Lock()
+		epoch, notOwned = gatedEpoch, gatedOut
+		mu.Unlock()
+		return res.g, epoch, notOwned, res.err
+	case <-ctx.Done():
+		mu.Lock()
+		gone = true
+		mu.Unlock()
+		c.actor.CancelAttempt(r.ID, r.Attempt)
+		select {
+		case res := <-ch:
+			if res.err == nil {
+				c.actor.Finish(res.g.Booking)
+			}
+		default:
+		}
+		return scheduler.Grant{}, 0, false, ctx.Err()
+	}
+}

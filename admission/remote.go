@@ -1,0 +1,167 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/internal/clock"
+	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
+)
+
+// admitRemote sends one admit request to owner. retry is true when the
+// caller should try again (owner gone, changed or fenced).
+func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Owner) (t *Ticket, retry bool, err error) {
+	data, err := wire.EncodeAdmission(RequestToWire(r, c.replica))
+	if err != nil {
+		return nil, false, fmt.Errorf("encode admit request: %w", err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	if !r.Due.IsZero() {
+		// The owner rejects at the due time itself; the grace lets its
+		// typed rejection arrive before the entry gives up on its own.
+		var cancelDue context.CancelFunc
+		rctx, cancelDue = c.withDeadline(rctx, r.Due.Add(time.Second))
+		defer cancelDue()
+	} else {
+		// No deadline: still bounded, or a lost reply would hold the
+		// request until its client gives up.
+		var cancelTimeout context.CancelFunc
+		rctx, cancelTimeout = c.withDeadline(rctx, c.clock.Now().Add(c.cfg.OwnerReplyTimeout))
+		defer cancelTimeout()
+	}
+	p := &pendingAdmit{class: r.Class, owner: owner, cancel: cancel, conn: c.nc.Stats().Reconnects}
+	c.mu.Lock()
+	c.pending[p] = struct{}{}
+	epochAtSend := c.epochs[r.Class]
+	c.mu.Unlock()
+	start := c.clock.Now()
+	msg, err := c.nc.RequestWithContext(rctx, c.subj.Admit(r.Class), data)
+	cancel()
+	c.mu.Lock()
+	delete(c.pending, p)
+	abandoned, connLost := p.abandoned, p.connLost
+	c.mu.Unlock()
+
+	if err != nil {
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			c.m.remoteSeconds.WithLabelValues("no_responders").Observe(c.clock.Now().Sub(start).Seconds())
+			return nil, true, nil // no owner admits the class right now
+		case abandoned:
+			c.m.retries.WithLabelValues("owner_changed").Inc()
+			c.cancelAt(r, owner.Replica)
+			r.Attempt++ // the old owner may have counted it as received
+			return nil, true, nil
+		case ctx.Err() != nil:
+			c.cancelAt(r, owner.Replica)
+			return nil, false, ctx.Err()
+		case connLost:
+			// The reply cannot arrive (connectionLostLocked): withdraw the
+			// attempt at its owner, which counted it, and resubmit at once
+			// (on this replica's own actor while NATS is down).
+			c.m.retries.WithLabelValues("connection_lost").Inc()
+			c.cancelAt(r, owner.Replica)
+			r.Attempt++
+			return nil, true, nil
+		case !r.Due.IsZero() && !c.clock.Now().Before(r.Due):
+			// The request reached the owner (a request with no owner
+			// fails with no responders), so the owner counted it and
+			// counts its outcome too: its own due_time_passed, the
+			// cancellation below, or a grant whose booking then expires
+			// unacknowledged. Counting a rejection here as well would
+			// give the request two outcomes.
+			c.cancelAt(r, owner.Replica)
+			c.m.entryRejected.WithLabelValues(scheduler.ReasonDueTimePassed.String()).Inc()
+			return nil, false, scheduler.Reject(scheduler.ReasonDueTimePassed, "", "owner did not answer before the deadline")
+		case r.Due.IsZero() && !c.clock.Now().Before(start.Add(c.cfg.OwnerReplyTimeout)):
+			// The owner counted the attempt (it was delivered); the
+			// resubmission is a retry, and supersedes the attempt if
+			// it is still queued there (Core.Enqueue).
+			c.m.retries.WithLabelValues("reply_timeout").Inc()
+			c.cancelAt(r, owner.Replica)
+			r.Attempt++
+			return nil, true, nil
+		default: // connection trouble: the loop re-evaluates (maybe degraded)
+			c.m.retries.WithLabelValues("nats_error").Inc()
+			c.log.Debug("admit request failed", zap.String("class", r.Class), zap.Error(err))
+			r.Attempt++
+			return nil, true, nil
+		}
+	}
+	reply, err := wire.DecodeAdmitReply(msg.Data)
+	if err != nil {
+		c.m.decodeErrors.WithLabelValues("admit_reply").Inc()
+		c.m.retries.WithLabelValues("nats_error").Inc()
+		r.Attempt++
+		return nil, true, nil
+	}
+	g, rerr := grantFromReply(reply, r.ID)
+	if rerr != nil {
+		c.m.remoteSeconds.WithLabelValues("rejected").Observe(c.clock.Now().Sub(start).Seconds())
+		if scheduler.ReasonOf(rerr) == scheduler.ReasonOwnershipLost {
+			c.m.retries.WithLabelValues("ownership_moved").Inc()
+			if !reply.Uncounted {
+				r.Attempt++ // the old owner counted it as received
+			}
+			return nil, true, nil
+		}
+		return nil, false, rerr
+	}
+	c.m.remoteSeconds.WithLabelValues("granted").Observe(c.clock.Now().Sub(start).Seconds())
+	c.mu.Lock()
+	if reply.Epoch > c.epochs[r.Class] {
+		c.epochs[r.Class] = reply.Epoch
+	}
+	c.mu.Unlock()
+	// Fencing: a grant is stale when its epoch is older than the newest one
+	// this replica knew when it sent the request: the request was addressed
+	// after a newer owner existed, and a deposed owner answered it. A grant
+	// from the owner that was current at sending time stays valid even if a
+	// newer epoch became known while it travelled: that owner admitted it
+	// while it owned the class, and the entry accepts exactly one grant per
+	// attempt either way; its booking is re-homed to the new owner.
+	if reply.Epoch < epochAtSend {
+		// This grant is never used: the cancel frees its booking at the
+		// deposed owner (an unacknowledged grant of the cancelled attempt,
+		// Core.CancelAttempt), and the request goes to the current one.
+		c.cancelAt(r, reply.Owner)
+		c.m.staleGrants.Inc()
+		c.m.retries.WithLabelValues("stale_grant").Inc()
+		r.Attempt++
+		return nil, true, nil
+	}
+	return c.track(r, g, Owner{Replica: reply.Owner, Epoch: reply.Epoch}, reply.Instance, false), false, nil
+}
+
+// withDeadline is context.WithDeadline on the client's clock.
+func (c *Client) withDeadline(parent context.Context, at time.Time) (context.Context, context.CancelFunc) {
+	if _, wall := c.clock.(clock.Real); wall {
+		return context.WithDeadline(parent, at)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	t := c.clock.NewTimer(max(0, at.Sub(c.clock.Now())))
+	go func() {
+		defer t.Stop()
+		select {
+		case <-t.C():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// cancelAt tells owner, the replica r was sent to, to drop r from its
+// queue. Other replicas that own the class by now ignore it.
+func (c *Client) cancelAt(r *scheduler.Request, owner string) {
+	b, err := wire.EncodeAdmission(&wire.CancelRequest{ID: r.ID, Attempt: r.Attempt, Entry: c.replica, Owner: owner})
+	if err == nil {
+		_ = c.nc.Publish(c.subj.Cancel(r.Class), b)
+	}
+}

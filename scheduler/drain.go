@@ -1,0 +1,62 @@
+package scheduler
+
+import "time"
+
+// drain admits queued requests until nothing is dispatchable.
+func (c *Core) drain() {
+	if c.queued > 0 {
+		c.refreshRemote()
+	}
+	for c.queued > 0 {
+		e, idx := c.popNext()
+		if e == nil {
+			return
+		}
+		now := c.clock.Now()
+		if e.hasDue && now.UnixNano() >= e.due {
+			// Expiry right before booking. The DRR charge is not refunded:
+			// the class had its turn.
+			c.rejectEntry(e, ReasonDueTimePassed, "due time passed before booking")
+			continue
+		}
+		c.admit(e, idx, now)
+	}
+}
+
+// Drain re-evaluates the queues. Call it when capacity may have changed
+// outside the Core's knowledge (other replicas' load through the LoadView).
+func (c *Core) Drain() {
+	c.capEpoch++
+	c.capAll = c.capEpoch
+	c.drain()
+}
+
+// admit is the canonical admission path after selection: book, respond, and
+// roll back when the requester is gone. e is released.
+func (c *Core) admit(e *entry, idx int, now time.Time) {
+	r, cls, respond, enqueuedAt := e.req, e.cold.cls, e.cold.respond, e.cold.enqueuedAt
+	w := &c.workers[idx]
+	ovl := r.OverlapBlocks(w.ID)
+	cached := r.cachedFromOverlap(ovl, w.BlockSize)
+	pred := c.ttftPredict(r, idx)
+	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.BlockHashes, r.PromptTokens, cached, r.ExpectedOutputTokens, false, now)
+	b.grantedAt, b.predMs = now.UnixNano(), pred
+	c.tenantBooked(b, r, now)
+	b.attempt = r.Attempt
+	c.unacked[grantKey{r.ID, r.Attempt}] = b
+	g := Grant{
+		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id,
+		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
+	}
+	c.release(e)
+	if !respond(g, nil) {
+		c.free(b)
+		if !r.Probe {
+			cls.counters.Cancelled++
+		}
+		return
+	}
+	if !r.Probe {
+		cls.counters.Admitted++
+	}
+}
