@@ -18,10 +18,7 @@ import (
 //	ownership      (no hook: stopping it releases the remaining classes)
 //	final_metrics  the final counters are exported; linger with /metrics up
 //
-// and then the membership loop, the admission path (stopping the actor
-// rejects its queue, so requests still in flight after the drain are
-// answered at once, not held for the frontend's whole grace), the API, and
-// the rest.
+// and then the API stops, and the rest.
 
 // serveAPI serves the OpenAI API until its service stops: after the lame
 // duck drained its streams, so the frontend's own grace only covers

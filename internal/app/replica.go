@@ -264,11 +264,8 @@ func (r *replica) services() []service.Service {
 		{Name: "workers", Run: r.workers.Run},
 		{Name: "replicas", Run: r.replicas.Run},
 		// The admission actor: queues, selector and ledger of the classes
-		// this replica owns. It serves the API's requests, and stops before
-		// the API: stopping rejects its queue, so the stragglers still in
-		// flight after the drain are answered at once rather than held for
-		// the frontend's whole shutdown grace.
-		{Name: "scheduler", Deps: []string{"api"}, Run: r.actor.Run},
+		// this replica owns.
+		{Name: "scheduler", Run: r.actor.Run},
 		// gossip/ (memberlist): loads, predictions and digests.
 		{Name: "gossip", Run: r.gossip.Run},
 		// kvindex fed by the workers' KV events over NATS.
@@ -283,7 +280,8 @@ func (r *replica) services() []service.Service {
 		// frontend/: the OpenAI API, served from the start (/readyz says
 		// "starting" until the replica serves).
 		{Name: "api_admin", Run: r.serveAdmin},
-		{Name: "api", Deps: []string{"workers", "kv_ingest", "gossip", "tokenizers", "keys"}, Run: r.serveAPI},
+		{Name: "api", Deps: []string{"admission_client", "workers", "kv_ingest", "gossip", "tokenizers", "keys", "exporter"},
+			Run: r.serveAPI},
 		// The replica joins the cluster (registers once its registries are
 		// loaded) and keeps workers, policy, owners and loads flowing.
 		{Name: "membership", Deps: []string{"session", "workers", "replicas", "scheduler", "gossip", "admission_client", "api"},
