@@ -126,7 +126,7 @@ func BenchmarkRehashOnly(b *testing.B) {
 
 // BenchmarkEventToRouterIndex measures the delay from an engine batch
 // reaching the mirror (Handler.Batch) to a router's index, fed by a real
-// kvindex.Subscriber over loopback NATS, holding its last block. Each
+// kvingest.Subscriber over loopback NATS, holding its last block. Each
 // iteration stores one 8-block prompt and spins until the router has it.
 // Once enginekv merges, the same measurement through ZMQ adds the
 // subscriber's decode.

@@ -17,8 +17,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/enginekv"
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/kvingest"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -130,7 +132,7 @@ func loadReports(t *testing.T, n *testenv.NATS, worker string) <-chan *wire.Load
 	return reports
 }
 
-// routerIndex is a router's KV index fed by a real kvindex.Subscriber from
+// routerIndex is a router's KV index fed by a real kvingest.Subscriber from
 // NATS, as internal/app/replica.go wires it.
 type routerIndex struct {
 	ix  *kvindex.Index
@@ -145,14 +147,14 @@ func startRouterIndex(t *testing.T, n *testenv.NATS, worker string, capacity int
 func startRouterIndexTB(t testing.TB, n *testenv.NATS, worker string, capacity int) *routerIndex {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	ix, err := kvindex.New(kvindex.DefaultConfig(), kvindex.RealClock{}, zap.NewNop(), reg)
+	ix, err := kvindex.New(kvindex.DefaultConfig(), clock.Real{}, zap.NewNop(), reg)
 	require.NoError(t, err)
 	require.NoError(t, ix.SetCapacity(worker, capacity))
-	cfg := kvindex.DefaultSubscriberConfig()
+	cfg := kvingest.DefaultConfig()
 	cfg.Cluster = testCluster
 	cfg.DumpRetry, cfg.DumpRetryMax = 20*time.Millisecond, 200*time.Millisecond
 	cfg.DumpTimeout = 2 * time.Second
-	sub, err := kvindex.NewSubscriber(cfg, n.Conn(t), ix, zap.NewNop(), reg)
+	sub, err := kvingest.NewSubscriber(cfg, n.Conn(t), ix, zap.NewNop(), reg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

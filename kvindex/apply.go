@@ -145,7 +145,7 @@ func (w *workerState) digest() Digest {
 func (w *workerState) ID() uint16 { return uint16(w.id.Load()) }
 
 // ResyncNotify is kicked whenever some worker starts waiting for a dump.
-// The Subscriber's repair loop waits on it, then asks NeedingDump.
+// kvingest's repair loop waits on it, then asks NeedingDump.
 func (ix *Index) ResyncNotify() <-chan struct{} { return ix.resync }
 
 // NeedingDump appends the workers waiting for a dump to dst.
@@ -178,12 +178,12 @@ func (ix *Index) NeedsDump(name string) bool {
 }
 
 // ApplyBatch applies one engine batch. Batches of one worker must be passed
-// in arrival order by one goroutine at a time per worker (the Subscriber's
+// in arrival order by one goroutine at a time per worker (kvingest's
 // apply shards); batches of different workers may be applied concurrently.
 //
 // A batch that does not continue the applied stream (gap, unknown parent,
 // new instance not starting at id 1, id going back) resets the worker,
-// buffers the batch and returns OutcomeResync: the caller (the Subscriber)
+// buffers the batch and returns OutcomeResync: the caller (kvingest)
 // fetches a dump and passes it to ApplyDump, which replays the buffer.
 func (ix *Index) ApplyBatch(b *wire.KVEventBatch) (Outcome, error) {
 	if b.FirstID == 0 {

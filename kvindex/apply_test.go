@@ -191,10 +191,6 @@ func TestConfigValidationNamesTheBadField(t *testing.T) {
 	require.NoError(t, c.Validate())
 	c.MaxWorkers = 70000
 	require.ErrorContains(t, c.Validate(), "MaxWorkers")
-	s := DefaultSubscriberConfig()
-	require.NoError(t, s.Validate())
-	s.DumpRetryMax = s.DumpRetry / 2
-	require.ErrorContains(t, s.Validate(), "DumpRetryMax")
 }
 
 func TestResetWorkersAreHiddenAtOnceAndClearedTogetherByOneScan(t *testing.T) {

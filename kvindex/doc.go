@@ -10,11 +10,12 @@
 //     gap detection (skipped id, unknown parent, restart, id going back,
 //     more blocks than the engine holds), buffering while a dump is in flight
 //     and replay of the events after the dump's AsOfID;
-//   - predicted entries (predict.go) with a TTL, merged into lookups;
-//   - the NATS ingest (Subscriber): subscription to every worker's KV subject,
-//     decoding, dump repair by chunked request-reply, prediction sweeps.
+//   - predicted entries (predict.go) with a TTL, merged into lookups.
 //
-// It imports nothing of ours but the leaf packages wire and metrics.
+// It does no I/O: the NATS ingest that feeds it (subscription, decoding,
+// dump repair, prediction sweeps) is the adapter package kvingest. It
+// imports nothing of ours but the leaf packages wire and metrics, and no
+// network package (scripts/depcheck.sh checks both).
 //
 // # Concurrency
 //
@@ -45,8 +46,7 @@
 // index has 32 large tables that the kernel is asked to back with 2 MiB
 // pages (hugepage_linux.go). BenchmarkLookup measures it.
 //
-// Subscriber.Run owns every goroutine of the ingest (reader, apply shards,
-// repair loop, sweep loop) and returns only after all of them exited. A
-// worker's batches always go to the same apply goroutine, so they are applied
-// in arrival order.
+// Writers feed it from outside: kvingest applies batches from several
+// goroutines, one per worker at a time, and repairs the workers it resets
+// (NeedingDump, ResyncNotify, ApplyDump).
 package kvindex

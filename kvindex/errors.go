@@ -9,10 +9,4 @@ var (
 	// ErrUnknownWorker is returned for operations on a worker the index does
 	// not know.
 	ErrUnknownWorker = errors.New("kvindex: unknown worker")
-	// ErrDumpFailed wraps every reason a dump could not be fetched: no
-	// responder, timeout, malformed or out-of-order chunks.
-	ErrDumpFailed = errors.New("kvindex: dump failed")
-	// ErrNoResponders is wrapped when no process answers a worker's dump
-	// subject.
-	ErrNoResponders = errors.New("kvindex: no responders for dump")
 )

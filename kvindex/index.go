@@ -93,7 +93,7 @@ type Index struct {
 	masked  atomic.Pointer[[]uint64]
 
 	// resync is kicked (non-blocking, size one) whenever a worker starts
-	// waiting for a dump, so a Subscriber fetches it.
+	// waiting for a dump, so kvingest fetches it.
 	resync chan struct{}
 }
 
@@ -310,7 +310,7 @@ func (ix *Index) clearNow(w *workerState) {
 	w.blocks.Store(0)
 }
 
-// kick wakes the Subscriber's repair loop (non-blocking, size one).
+// kick wakes kvingest's repair loop (non-blocking, size one).
 func (ix *Index) kick() {
 	select {
 	case ix.resync <- struct{}{}:
@@ -334,7 +334,7 @@ func (ix *Index) setMask(id uint16, on bool) {
 
 // ClearStale removes the entries (exact and predicted) of every id retired
 // since the last call, in one scan of the index, frees those ids and
-// returns how many entries it removed. The Subscriber's repair loop calls
+// returns how many entries it removed. kvingest's repair loop calls
 // it whenever it is kicked.
 func (ix *Index) ClearStale() int {
 	ix.clearMu.Lock()

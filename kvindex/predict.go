@@ -9,7 +9,7 @@ import (
 // Predicted entries record where a request was just routed, before the
 // engine's stored event arrives (or for engines that publish none). They sit
 // beside the exact index and expire: lazily (lookups ignore expired entries)
-// and by SweepPredictions, which the Subscriber calls periodically.
+// and by SweepPredictions, which kvingest calls periodically.
 const predShards = 64
 
 type pred struct {

@@ -3,6 +3,10 @@
 // cmd/switchyard and e2e/ import it.
 //
 // Each process has one owner goroutine: the Run/Main functions here start
-// every component's Run(ctx) under one errgroup-like supervisor and return
-// only after all of them have exited.
+// every component's Run(ctx) and return only after all of them have exited.
+// A router replica is a set of services (internal/service) with declared
+// dependencies, started in dependency order and stopped in reverse: the
+// reverse order is its lame-duck shutdown (RunReplica, replica.services,
+// lame_duck.go). The local cluster runs its replicas and workers as peers
+// under an errgroup.
 package app

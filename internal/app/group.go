@@ -3,46 +3,19 @@ package app
 import (
 	"context"
 	"errors"
-	"sync"
+	"fmt"
 )
 
-// group runs long-running components: the first one to fail cancels the
-// others, and wait returns only after every one of them has returned.
-type group struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	err    error
-}
-
-func newGroup(ctx context.Context) *group {
-	ctx, cancel := context.WithCancel(ctx)
-	return &group{ctx: ctx, cancel: cancel}
-}
-
-// go runs fn(ctx) under the group; name prefixes its error.
-func (g *group) go_(name string, fn func(ctx context.Context) error) {
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		err := fn(g.ctx)
-		if err != nil && !errors.Is(err, context.Canceled) {
-			g.mu.Lock()
-			if g.err == nil {
-				g.err = errors.New(name + ": " + err.Error())
-			}
-			g.mu.Unlock()
-			g.cancel()
+// named adapts a long-running component to errgroup.Group.Go: fn runs with
+// ctx, a failure is returned as "name: err" with err's chain kept (so
+// errors.Is and errors.As see through it), and a cancellation is not a
+// failure, so it does not stop the other components of the group.
+func named(ctx context.Context, name string, fn func(ctx context.Context) error) func() error {
+	return func() error {
+		err := fn(ctx)
+		if err == nil || errors.Is(err, context.Canceled) {
+			return nil
 		}
-	}()
-}
-
-// wait waits for every component and returns the first failure.
-func (g *group) wait() error {
-	g.wg.Wait()
-	g.cancel()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.err
+		return fmt.Errorf("%s: %w", name, err)
+	}
 }

@@ -48,3 +48,13 @@ func (l Links) natsOptions(url string, log *zap.Logger, m *tlsconf.Metrics, opts
 	}
 	return append(opts, sec...), nil
 }
+
+// quietEtcdLogger is log for the etcd client, which is chatty at info: at
+// least warn. (IncreaseLevel on a core that is already stricter fails.)
+func quietEtcdLogger(log *zap.Logger) *zap.Logger {
+	l := log.Named("etcd")
+	if l.Core().Enabled(zap.InfoLevel) {
+		l = l.WithOptions(zap.IncreaseLevel(zap.WarnLevel))
+	}
+	return l
+}

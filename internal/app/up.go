@@ -21,6 +21,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/switchyard/switchyard/adapter"
 	"github.com/switchyard/switchyard/internal/tlsconf"
@@ -177,7 +178,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 	}
 	cfg.Replica.Gossip.SecretKey = key
 
-	grp := newGroup(ctx)
+	grp, gctx := errgroup.WithContext(ctx)
 	for i := 0; i < cfg.Workers; i++ {
 		wc := cfg.Worker
 		wc.ID = fmt.Sprintf("worker-%d", i+1)
@@ -185,7 +186,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		wc.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.WorkerPort, i)))
 		wc.Engine.Speedup = cfg.Speedup
 		if cfg.Protocol == ProtocolVLLM {
-			startVLLMWorkerAndAdapter(grp, cfg, i, wc, etcdURL, natsURL, log)
+			startVLLMWorkerAndAdapter(gctx, grp, cfg, i, wc, etcdURL, natsURL, log)
 			continue
 		}
 		wc.EtcdEndpoints = []string{etcdURL}
@@ -194,9 +195,9 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 			wc.Links = pki.workerLinks(wc.ID)
 			wc.TLS = tlsconf.ServerConfig{CertFile: pki.worker.Cert, KeyFile: pki.worker.Key}
 		}
-		grp.go_(wc.ID, func(ctx context.Context) error {
+		grp.Go(named(gctx, wc.ID, func(ctx context.Context) error {
 			return RunWorker(ctx, wc, log.Named(wc.ID), metrics.NewRegistry())
-		})
+		}))
 	}
 	var mu sync.Mutex
 	statuses := make([]*ReplicaStatus, cfg.Replicas)
@@ -219,7 +220,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		}
 		i := i
 		started := make(chan string, 1)
-		grp.go_(rc.ID, func(ctx context.Context) error {
+		grp.Go(named(gctx, rc.ID, func(ctx context.Context) error {
 			// A replica survives a lost etcd session (it takes a new lease);
 			// one that fails for another reason is restarted after a
 			// second, as an orchestrator would.
@@ -243,21 +244,21 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 				case <-time.After(time.Second):
 				}
 			}
-		})
+		}))
 		// Replicas join gossip through the first one, so start it first.
 		if i == 0 {
 			select {
 			case gossipSeed = <-started:
-			case <-grp.ctx.Done():
-				return grp.wait()
+			case <-gctx.Done():
+				return grp.Wait()
 			}
 		}
 	}
 	for i := 0; i < cfg.Replicas; i++ {
 		select {
 		case <-readyCh:
-		case <-grp.ctx.Done():
-			return grp.wait()
+		case <-gctx.Done():
+			return grp.Wait()
 		}
 	}
 	// Announce only once every replica's scheduler sees every worker, so the
@@ -265,9 +266,9 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 	deadline := time.Now().Add(30 * time.Second)
 	for _, s := range statuses {
 		for {
-			n, err := s.SchedulableWorkers(grp.ctx)
+			n, err := s.SchedulableWorkers(gctx)
 			if err != nil {
-				return grp.wait()
+				return grp.Wait()
 			}
 			if n >= cfg.Workers {
 				break
@@ -277,8 +278,8 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 				break
 			}
 			select {
-			case <-grp.ctx.Done():
-				return grp.wait()
+			case <-gctx.Done():
+				return grp.Wait()
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
@@ -312,9 +313,9 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 			defer mu.Unlock()
 			return slices.Clone(statuses)
 		}
-		grp.go_("status", func(ctx context.Context) error { return printStatus(ctx, stdout, current, every, eol) })
+		grp.Go(named(gctx, "status", func(ctx context.Context) error { return printStatus(ctx, stdout, current, every, eol) }))
 	}
-	err = grp.wait()
+	err = grp.Wait()
 	_, _ = fmt.Fprintln(stdout, "\nSwitchyard stopped.")
 	return err
 }
@@ -450,7 +451,7 @@ func startEmbeddedNATS(host string, port int, pki *upPKI) (string, func(), error
 // registers nowhere and publishes its KV events on ZeroMQ) and an adapter
 // beside it that registers it, rehashes its events onto NATS and reports
 // its load, as a sidecar does beside a real vLLM server.
-func startVLLMWorkerAndAdapter(grp *group, cfg UpConfig, i int, wc WorkerConfig, etcdURL, natsURL string, log *zap.Logger) {
+func startVLLMWorkerAndAdapter(ctx context.Context, grp *errgroup.Group, cfg UpConfig, i int, wc WorkerConfig, etcdURL, natsURL string, log *zap.Logger) {
 	wc.Protocol = ProtocolVLLM
 	wc.VLLM.EventsBind = fmt.Sprintf("tcp://%s", net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.ZMQPort, 2*i))))
 	wc.VLLM.ReplayBind = fmt.Sprintf("tcp://%s", net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.ZMQPort, 2*i+1))))
@@ -458,9 +459,9 @@ func startVLLMWorkerAndAdapter(grp *group, cfg UpConfig, i int, wc WorkerConfig,
 	// be picked at bind time), so it starts once the worker serves.
 	served := make(chan string, 1) // size 1: Ready is called once and must not block
 	wc.Ready = func(url string) { served <- url }
-	grp.go_(wc.ID, func(ctx context.Context) error {
+	grp.Go(named(ctx, wc.ID, func(ctx context.Context) error {
 		return RunWorker(ctx, wc, log.Named(wc.ID), metrics.NewRegistry())
-	})
+	}))
 	ac := adapter.DefaultConfig()
 	ac.Engine = adapter.EngineVLLM
 	ac.KVEvents, ac.KVReplay = wc.VLLM.EventsBind, wc.VLLM.ReplayBind
@@ -468,12 +469,12 @@ func startVLLMWorkerAndAdapter(grp *group, cfg UpConfig, i int, wc WorkerConfig,
 	ac.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.AdapterPort, i)))
 	ac.EtcdEndpoints, ac.NATSURL = []string{etcdURL}, natsURL
 	name := wc.ID + "-adapter"
-	grp.go_(name, func(ctx context.Context) error {
+	grp.Go(named(ctx, name, func(ctx context.Context) error {
 		select {
 		case ac.EngineURL = <-served:
 		case <-ctx.Done():
 			return nil
 		}
 		return RunAdapter(ctx, ac, log.Named(name), nil)
-	})
+	}))
 }

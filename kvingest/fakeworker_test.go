@@ -1,4 +1,4 @@
-package kvindex
+package kvingest
 
 import (
 	"math/rand/v2"
@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -166,7 +167,7 @@ func (w *fakeWorker) truth() ([]uint64, uint64, uint64) {
 
 // matches reports whether ix holds exactly the worker's true block set as of
 // its last published event.
-func (w *fakeWorker) matches(ix *Index) bool {
+func (w *fakeWorker) matches(ix *kvindex.Index) bool {
 	want, instance, last := w.truth()
 	d, ok := ix.Digest(w.name)
 	if !ok || !d.Synced || d.Instance != instance || d.LastID != last || d.Blocks != len(want) {

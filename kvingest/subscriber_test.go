@@ -1,4 +1,4 @@
-package kvindex
+package kvingest
 
 import (
 	"context"
@@ -12,13 +12,14 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/switchyard/switchyard/internal/testenv"
+	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/wire"
 )
 
 const testCluster = "kvtest"
 
 type replica struct {
-	ix  *Index
+	ix  *kvindex.Index
 	reg *prometheus.Registry
 	sub *Subscriber
 }
@@ -28,9 +29,9 @@ type replica struct {
 func startReplica(t *testing.T, n *testenv.NATS, opts ...SubscriberOption) *replica {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	ix, err := New(DefaultConfig(), nil, zaptest.NewLogger(t), reg)
+	ix, err := kvindex.New(kvindex.DefaultConfig(), nil, zaptest.NewLogger(t), reg)
 	require.NoError(t, err)
-	cfg := DefaultSubscriberConfig()
+	cfg := DefaultConfig()
 	cfg.Cluster = testCluster
 	cfg.DumpRetry = 10 * time.Millisecond
 	cfg.DumpRetryMax = 50 * time.Millisecond
@@ -162,11 +163,10 @@ func TestMalformedBatchesAreCountedAndDropped(t *testing.T) {
 
 func TestTheSubscriberSweepsExpiredPredictions(t *testing.T) {
 	n := testenv.StartNATS(t)
-	ix, err := New(DefaultConfig(), nil, nil, prometheus.NewRegistry())
-	require.NoError(t, err)
 	clk := newFakeClock()
-	ix.clock = clk
-	cfg := DefaultSubscriberConfig()
+	ix, err := kvindex.New(kvindex.DefaultConfig(), clk, nil, prometheus.NewRegistry())
+	require.NoError(t, err)
+	cfg := DefaultConfig()
 	cfg.Cluster = testCluster
 	sub, err := NewSubscriber(cfg, n.Conn(t), ix, nil, prometheus.NewRegistry(), WithClock(clk))
 	require.NoError(t, err)
@@ -195,9 +195,9 @@ func TestFetchDumpRejectsChunksOutOfOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush(), "the responder is registered before the request")
 	defer func() { _ = s.Unsubscribe() }()
-	ix, err := New(DefaultConfig(), nil, nil, nil)
+	ix, err := kvindex.New(kvindex.DefaultConfig(), nil, nil, nil)
 	require.NoError(t, err)
-	cfg := DefaultSubscriberConfig()
+	cfg := DefaultConfig()
 	cfg.Cluster = testCluster
 	sub, err := NewSubscriber(cfg, n.Conn(t), ix, nil, nil)
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package kvindex
+package kvingest
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/internal/clock"
+	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -28,9 +29,9 @@ const maxDumpBlocks = 1 << 22
 // ApplyShards appliers (a worker's batches always go to the same one, so
 // they stay in order), the repair loop and the prediction sweep loop.
 type Subscriber struct {
-	cfg    SubscriberConfig
+	cfg    Config
 	nc     *nats.Conn
-	ix     *Index
+	ix     *kvindex.Index
 	subj   wire.Subjects
 	log    *zap.Logger
 	m      *subscriberMetrics
@@ -55,12 +56,12 @@ func WithClock(c clock.Clock) SubscriberOption {
 }
 
 // NewSubscriber returns a subscriber feeding ix from nc. It starts nothing.
-func NewSubscriber(cfg SubscriberConfig, nc *nats.Conn, ix *Index, log *zap.Logger, reg prometheus.Registerer, opts ...SubscriberOption) (*Subscriber, error) {
+func NewSubscriber(cfg Config, nc *nats.Conn, ix *kvindex.Index, log *zap.Logger, reg prometheus.Registerer, opts ...SubscriberOption) (*Subscriber, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if nc == nil || ix == nil {
-		return nil, errors.New("kvindex: subscriber needs a NATS connection and an index")
+		return nil, errors.New("kvingest: subscriber needs a NATS connection and an index")
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -86,11 +87,11 @@ func NewSubscriber(cfg SubscriberConfig, nc *nats.Conn, ix *Index, log *zap.Logg
 func (s *Subscriber) Run(ctx context.Context) error {
 	sub, err := s.nc.SubscribeSync(s.subj.KVAll())
 	if err != nil {
-		return fmt.Errorf("kvindex: subscribe %s: %w", s.subj.KVAll(), err)
+		return fmt.Errorf("kvingest: subscribe %s: %w", s.subj.KVAll(), err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := sub.SetPendingLimits(s.cfg.PendingMsgs, -1); err != nil {
-		return fmt.Errorf("kvindex: pending limits: %w", err)
+		return fmt.Errorf("kvingest: pending limits: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -130,7 +131,7 @@ func (s *Subscriber) readLoop(ctx context.Context, sub *nats.Subscription, shard
 			s.log.Warn("kv subscription is a slow consumer, messages dropped")
 			continue
 		case err != nil:
-			return fmt.Errorf("kvindex: kv subscription: %w", err)
+			return fmt.Errorf("kvingest: kv subscription: %w", err)
 		}
 		ch := shards[shardOfWorker(wire.WorkerFromSubject(m.Subject), len(shards))]
 		select {
@@ -257,7 +258,7 @@ func (s *Subscriber) repair(ctx context.Context, worker string) error {
 // FetchDump asks worker for its full block set and collects the chunked
 // reply. Errors wrap ErrDumpFailed, and ErrNoResponders, wire.ErrMalformed
 // or context.DeadlineExceeded where they apply.
-func (s *Subscriber) FetchDump(ctx context.Context, worker string) (*Dump, error) {
+func (s *Subscriber) FetchDump(ctx context.Context, worker string) (*kvindex.Dump, error) {
 	inbox := nats.NewInbox()
 	sub, err := s.nc.SubscribeSync(inbox)
 	if err != nil {
@@ -272,7 +273,7 @@ func (s *Subscriber) FetchDump(ctx context.Context, worker string) (*Dump, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DumpTimeout)
 	defer cancel()
-	d := &Dump{Worker: worker}
+	d := &kvindex.Dump{Worker: worker}
 	for seq := uint32(0); ; seq++ {
 		m, err := sub.NextMsgWithContext(ctx)
 		if errors.Is(err, nats.ErrNoResponders) {

@@ -1,0 +1,365 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/admission"
+	"github.com/switchyard/switchyard/cluster"
+	"github.com/switchyard/switchyard/frontend"
+	"github.com/switchyard/switchyard/gossip"
+	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
+)
+
+// The membership service joins the replica to the cluster and keeps the
+// cluster's state flowing into its components: it registers the replica
+// once the session and registries are up, then hands the worker registry
+// to the scheduler and the index, the owner view to the admission client,
+// and this replica's loads and digests to gossip, and exports metrics.
+
+// membershipState is the membership service's own state: set by join,
+// then used by follow's goroutine only.
+type membershipState struct {
+	reg            registration
+	workersChanged <-chan struct{}
+	ownersChanged  <-chan struct{}
+	classesChanged <-chan struct{}
+	peersCheckedAt time.Time // last catchUpWithPeers
+	classOwned     *prometheus.GaugeVec
+	ownedSeries    map[string]struct{} // classes with a classOwned series
+	known          map[string]struct{} // workers with metric series
+}
+
+// join waits for the session's lease and the registries, seeds the policy
+// if the cluster has none, waits for gossip and registers the replica as
+// ready; then it applies the registries once. It returns ctx's error if ctx
+// ends first.
+func (r *replica) join(ctx context.Context) error {
+	r.m.known = map[string]struct{}{}
+	r.m.classOwned = promauto.With(r.reg).NewGaugeVec(prometheus.GaugeOpts{
+		Name: metrics.NameClusterClassOwned,
+		Help: "1 if this replica owns the class, 0 if it knows the class but does not own it; summed over replicas, the owners per class.",
+	}, []string{metrics.LabelClass})
+	if _, err := r.session.WaitLease(ctx); err != nil {
+		return err
+	}
+	if err := r.workers.WaitSynced(ctx); err != nil {
+		return err
+	}
+	if err := r.replicas.WaitSynced(ctx); err != nil {
+		return err
+	}
+	if _, err := cluster.SeedConfig(ctx, r.etcd, r.cfg.Cluster, r.cfg.PolicyYAML, false); err != nil {
+		return err
+	}
+	select {
+	case <-r.gossip.Ready():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	info := wire.ReplicaInfo{ID: r.cfg.ID, HTTPAddr: r.httpAddr, GossipAddr: r.gossip.Addr(), Build: Version(), Ready: true}
+	if err := r.session.RegisterReplica(ctx, info); err != nil {
+		return err
+	}
+	r.m.reg = registration{info: info, lease: r.session.Lease(), written: true, ready: true}
+	r.m.workersChanged = r.syncWorkers()
+	r.m.ownersChanged, r.m.classesChanged = r.syncOwners()
+	return nil
+}
+
+// follow keeps workers, policy, ownership views, gossip loads, digests and
+// metrics flowing until ctx ends, and re-registers the replica when its
+// lease changes or the lame duck begins (then as not ready).
+func (r *replica) follow(ctx context.Context) error {
+	tick := time.NewTicker(r.cfg.Gossip.Interval)
+	defer tick.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	leave := (<-chan struct{})(r.leave)
+	reg := &r.m.reg
+	sessionChanged := r.session.Status().Changed()
+	// Each sync returns the change channel of the very snapshot it applied,
+	// so a change landing while one is applied is never missed.
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-leave:
+			leave = nil
+			reg.info.Ready = false
+			r.log.Info("registering as not ready: the classes move to the other replicas")
+			if !r.register(ctx, reg) {
+				retry.Reset(r.cfg.Ownership.RetryInterval)
+			}
+		case <-sessionChanged:
+			sessionChanged = r.session.Status().Changed()
+			if !r.register(ctx, reg) {
+				retry.Reset(r.cfg.Ownership.RetryInterval)
+			}
+		case <-retry.C:
+			if !r.register(ctx, reg) {
+				retry.Reset(r.cfg.Ownership.RetryInterval)
+			}
+		case <-r.m.workersChanged:
+			r.m.workersChanged = r.syncWorkers()
+		case <-r.m.ownersChanged:
+			r.m.ownersChanged, r.m.classesChanged = r.syncOwners()
+		case <-r.m.classesChanged:
+			r.m.ownersChanged, r.m.classesChanged = r.syncOwners()
+		case <-tick.C:
+			r.publishLoads()
+		}
+	}
+}
+
+// registration is the replica record as last written, and the lease it was
+// written under.
+type registration struct {
+	info    wire.ReplicaInfo
+	lease   clientv3.LeaseID
+	written bool // a record is in etcd under lease
+	ready   bool // the Ready it was written with
+}
+
+// register writes the replica record again when the session's lease
+// changed (a lost lease was replaced: the old record vanished with it) or
+// the record did (not ready in lame duck). It reports false when a write
+// failed and should be retried; an unhealthy session waits for its next
+// status change instead.
+func (r *replica) register(ctx context.Context, reg *registration) bool {
+	st := r.session.Status()
+	if st.Lease != reg.lease {
+		reg.lease, reg.written = st.Lease, false
+	}
+	if reg.info.Ready != reg.ready {
+		reg.written = false
+	}
+	if reg.written || !st.Healthy || st.Lease == 0 {
+		return true
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.Ownership.OpTimeout)
+	defer cancel()
+	if err := r.session.RegisterReplica(rctx, reg.info); err != nil {
+		r.log.Warn("registering the replica failed; retrying", zap.Error(err))
+		return false
+	}
+	reg.written = true
+	reg.ready = reg.info.Ready
+	r.log.Info("replica registered", zap.Int64("lease", int64(st.Lease)), zap.Bool("ready", reg.info.Ready))
+	return true
+}
+
+// followLoadReports reads the workers' own load reports. Their last KV
+// event id reveals a lost trailing batch that no later batch would expose,
+// so the index can repair the worker from a dump.
+func (r *replica) followLoadReports(ctx context.Context) error {
+	reports := promauto.With(r.reg).NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_router_load_reports_total",
+		Help: "Worker load reports received, by result (ok, malformed).",
+	}, []string{"result"})
+	sub, err := r.nc.Subscribe(wire.NewSubjects(r.cfg.Cluster).LoadAll(), func(m *nats.Msg) {
+		lr, err := wire.DecodeLoadReport(m.Data)
+		if err != nil {
+			reports.WithLabelValues("malformed").Inc()
+			return
+		}
+		reports.WithLabelValues("ok").Inc()
+		r.ix.NoteLastEventID(lr.Worker, lr.Instance, lr.LastEventID)
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe load reports: %w", err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe() // fails only when the connection is already closed
+	return nil
+}
+
+func (r *replica) applyPolicy(v cluster.ConfigVersion) {
+	p, err := frontend.ParsePolicy(v.Raw)
+	if err != nil {
+		r.log.Error("policy in etcd is invalid; keeping the previous one", zap.Int64("revision", v.Revision), zap.Error(err))
+		return
+	}
+	r.classes.Store(&p.Classes)
+	r.actor.SetClasses(p.Classes)
+	r.fe.SetPolicy(p)
+	r.prompts.SetPolicy(p.Tokenizers)
+	for _, c := range p.Classes {
+		r.adm.InitClass(r.cfg.Model, r.cfg.WorkerType, c.Name)
+	}
+	r.log.Info("policy applied", zap.Int64("revision", v.Revision), zap.Strings("classes", p.ClassNames()))
+}
+
+// gossipDigests is the index's per-worker digests in their gossiped form.
+func gossipDigests(ix *kvindex.Index) map[string]gossip.Digest {
+	out := map[string]gossip.Digest{}
+	for _, d := range ix.Digests(nil) {
+		out[d.Worker] = gossip.Digest{LastEventID: d.LastID, Blocks: d.Blocks, Instance: d.Instance}
+	}
+	return out
+}
+
+// catchUpWithPeers compares this replica's index with the digests other
+// replicas gossip. For each worker it notes the newest event id a peer
+// applied from the same engine instance; an index that lags a peer on a
+// worker gone quiet has lost a trailing batch that no later batch will
+// reveal, and noting the same id twice while still behind resets the worker
+// and fetches its dump (kvindex.Index.NoteLastEventID, which the workers'
+// own load reports feed too). own is this replica's digests, as it gossips
+// them. It returns how many workers it sent to repair.
+func catchUpWithPeers(ix *kvindex.Index, own map[string]gossip.Digest, peers map[string]map[string]gossip.Digest) int {
+	ahead := map[string]gossip.Digest{} // worker -> newest peer digest of our instance
+	for _, ws := range peers {
+		for worker, d := range ws {
+			mine, ok := own[worker]
+			if !ok || mine.Instance != d.Instance || d.LastEventID <= mine.LastEventID {
+				continue
+			}
+			if d.LastEventID > ahead[worker].LastEventID {
+				ahead[worker] = d
+			}
+		}
+	}
+	repaired := 0
+	for worker, d := range ahead {
+		if ix.NoteLastEventID(worker, d.Instance, d.LastEventID) == kvindex.OutcomeResync {
+			repaired++
+		}
+	}
+	return repaired
+}
+
+// syncWorkers hands the registry to the scheduler and drops departed
+// workers from the index. It returns the channel that signals the next
+// registry change after the snapshot it applied.
+func (r *replica) syncWorkers() <-chan struct{} {
+	snap := r.workers.Snapshot()
+	ws := make([]scheduler.Worker, 0, len(snap.Items))
+	for _, it := range snap.Items {
+		wi := it.Info
+		ws = append(ws, scheduler.Worker{ID: wi.ID, URL: wi.URL, BlockSize: wi.BlockSize, KVBlocks: wi.KVBlocks, MaxRunning: wi.MaxNumSeqs})
+		_ = r.ix.SetCapacity(wi.ID, wi.KVBlocks)
+	}
+	sort.Slice(ws, func(i, j int) bool { return ws[i].ID < ws[j].ID })
+	r.actor.SetWorkers(ws)
+	r.prompts.SetAdvertised(advertisedTokenizers(snap.Items))
+	for _, d := range r.ix.Digests(nil) {
+		if _, ok := snap.Items[d.Worker]; !ok {
+			r.ix.RemoveWorker(d.Worker)
+		}
+	}
+	for id := range r.m.known {
+		if _, ok := snap.Items[id]; !ok { // departed: drop its series
+			r.router.WorkerActiveRequests.DeleteLabelValues(id)
+			r.router.WorkerPrefillTokens.DeleteLabelValues(id)
+			r.router.WorkerDecodeBlocks.DeleteLabelValues(id)
+			delete(r.m.known, id)
+		}
+	}
+	for id := range snap.Items {
+		r.m.known[id] = struct{}{}
+	}
+	return snap.Changed()
+}
+
+// syncOwners hands the owner view to the admission client and exports which
+// classes this replica owns. It returns the channels that signal the next
+// change of the owners and of the policy's classes after the views it
+// applied: the exported series depend on both.
+func (r *replica) syncOwners() (ownersChanged, classesChanged <-chan struct{}) {
+	classes, classesChanged := r.own.ClassesView()
+	owners, ownersChanged := r.own.OwnersView()
+	out := make(map[string]admission.Owner, len(owners))
+	for class, o := range owners {
+		out[class] = admission.Owner{Replica: o.Replica, Epoch: o.Epoch}
+	}
+	// Every class of the policy has a series, 0 while this replica does not
+	// own it (also while nobody does), so the sum over replicas is the
+	// number of owners and 0 shows; classes gone from the policy lose theirs.
+	exported := make(map[string]struct{}, len(classes))
+	for _, class := range classes {
+		owned := 0.0
+		if owners[class].Replica == r.cfg.ID {
+			owned = 1
+		}
+		r.m.classOwned.WithLabelValues(class).Set(owned)
+		exported[class] = struct{}{}
+	}
+	for class := range r.m.ownedSeries {
+		if _, ok := exported[class]; !ok {
+			r.m.classOwned.DeleteLabelValues(class)
+		}
+	}
+	r.m.ownedSeries = exported
+	r.client.OwnersChanged(out)
+	return ownersChanged, classesChanged
+}
+
+// publishLoads shares this replica's booked load and index digests over
+// gossip, lets the scheduler re-evaluate its queues against the others'
+// load, and exports the admission counters.
+func (r *replica) publishLoads() {
+	snap := r.actor.Snapshot()
+	loads := make(map[string]gossip.WorkerLoad, len(snap.Workers))
+	for id, l := range snap.Workers {
+		loads[id] = gossip.WorkerLoad{ActiveRequests: l.ActiveRequests, PrefillTokens: l.PrefillTokens, DecodeBlocks: l.DecodeBlocks}
+	}
+	r.gossip.SetLocalLoads(loads)
+	// Projected load per worker: this replica's bookings plus the others'.
+	remote := map[string]scheduler.WorkerLoad{}
+	for id := range r.workers.Snapshot().Items {
+		l, o := snap.Workers[id], r.gossip.RemoteLoad(id)
+		remote[id] = scheduler.WorkerLoad{ActiveRequests: o.ActiveRequests, PrefillTokens: o.PrefillTokens, DecodeBlocks: o.DecodeBlocks}
+		r.router.WorkerActiveRequests.WithLabelValues(id).Set(float64(l.ActiveRequests + o.ActiveRequests))
+		r.router.WorkerPrefillTokens.WithLabelValues(id).Set(float64(l.PrefillTokens + o.PrefillTokens))
+		r.router.WorkerDecodeBlocks.WithLabelValues(id).Set(float64(l.DecodeBlocks + o.DecodeBlocks))
+	}
+	degraded := 0.0
+	if r.client.Degraded() {
+		degraded = 1
+	}
+	r.router.DegradedMode.Set(degraded)
+	digests := gossipDigests(r.ix)
+	r.gossip.SetDigests(digests)
+	if now := time.Now(); now.Sub(r.m.peersCheckedAt) >= r.cfg.Gossip.DigestInterval {
+		r.m.peersCheckedAt = now
+		catchUpWithPeers(r.ix, digests, r.gossip.RemoteDigests())
+	}
+	r.remote.Store(remote) // a new version only if some load changed
+	r.actor.Drain()
+	r.exporter.Observe(admissionSnapshot(snap, r.cfg.Model, r.cfg.WorkerType))
+	r.exporter.Observe(r.client.Counts(r.cfg.Model, r.cfg.WorkerType))
+	for class, c := range snap.Classes {
+		r.adm.QueueDepth.WithLabelValues(r.cfg.Model, r.cfg.WorkerType, class).Set(float64(c.QueueDepth))
+		r.adm.QueuePendingTokens.WithLabelValues(r.cfg.Model, r.cfg.WorkerType, class).Set(float64(c.PendingTokens))
+	}
+}
+
+func admissionSnapshot(s *scheduler.Snapshot, model, workerType string) metrics.AdmissionSnapshot {
+	out := metrics.AdmissionSnapshot{Instance: s.Instance, Seq: s.Seq, Model: model, WorkerType: workerType,
+		Classes: make(map[string]metrics.AdmissionCounts, len(s.Classes))}
+	for class, c := range s.Classes {
+		rej := make(map[string]uint64, len(c.Counters.Rejected))
+		for r, n := range c.Counters.Rejected {
+			rej[r.String()] = n
+		}
+		// Received is counted at the entry replica (admission.Client.Counts),
+		// once per request whatever moved underneath it; the owner's own
+		// count of first attempts is not exported, or it would count twice.
+		out.Classes[class] = metrics.AdmissionCounts{Retried: c.Counters.Retried,
+			Admitted: c.Counters.Admitted, Cancelled: c.Counters.Cancelled, Rejected: rej}
+	}
+	return out
+}

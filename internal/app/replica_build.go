@@ -1,0 +1,288 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/admission"
+	"github.com/switchyard/switchyard/cluster"
+	"github.com/switchyard/switchyard/frontend"
+	"github.com/switchyard/switchyard/gossip"
+	"github.com/switchyard/switchyard/internal/clock"
+	"github.com/switchyard/switchyard/internal/tlsconf"
+	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/kvingest"
+	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/prompt"
+	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/tenant"
+)
+
+// replica is one router replica's components, built by build (which starts
+// nothing) and run as the services of replica.services.
+type replica struct {
+	cfg   ReplicaConfig
+	log   *zap.Logger
+	reg   *prometheus.Registry
+	ready func(*ReplicaStatus) // called once the replica serves
+
+	// Links to etcd and NATS, closed when RunReplica returns.
+	etcd *clientv3.Client
+	nc   *nats.Conn
+
+	// cluster/: the session lease, the registries and class ownership.
+	session  *cluster.Session
+	workers  *cluster.Workers
+	replicas *cluster.Replicas
+	own      *cluster.Ownership
+
+	// Admission: the actor of the owned classes, its owner side (server)
+	// and entry side (client), and the policy's classes as last applied.
+	actor   *scheduler.Actor
+	remote  *scheduler.RemoteLoads // the scheduler's copy of the gossiped remote load
+	server  *admission.Server
+	client  *admission.Client
+	classes atomic.Pointer[[]scheduler.ClassConfig]
+
+	// The KV index, fed from NATS, and gossip.
+	ix     *kvindex.Index
+	ingest *kvingest.Subscriber
+	gossip *gossip.Gossip
+
+	// frontend/: the API, its listeners, tokenizers and API keys (nil: open).
+	fe       *frontend.Server
+	ln       net.Listener
+	adminLn  net.Listener // nil without -http.admin-addr
+	httpAddr string       // advertised
+	prompts  *prompt.Registry
+	keys     *tenant.Store
+
+	// metrics/.
+	exporter *metrics.Exporter
+	adm      *metrics.Admission
+	router   *metrics.Router
+
+	// serving: registries and index loaded; draining: the lame duck has
+	// begun (/readyz fails, the API still serves); stopping: the drain
+	// delay is over (the API answers 503 not_ready with Retry-After).
+	serving, draining, stopping atomic.Bool
+	leave                       chan struct{} // closed when the lame duck begins: register as not ready
+	stopBegan                   time.Time     // when the lame duck began (or the stop, if it never served)
+
+	m membershipState // the membership service's own state
+}
+
+// build creates every component, wired to each other, and starts nothing.
+func (r *replica) build() error {
+	cfg, log, reg := &r.cfg, r.log, r.reg
+	r.leave = make(chan struct{})
+
+	tlsMetrics := tlsconf.NewMetrics(reg)
+	etcd, err := cfg.Links.dialEtcd(cfg.EtcdEndpoints, log, tlsMetrics)
+	if err != nil {
+		return err
+	}
+	r.etcd = etcd
+	natsOpts, err := cfg.Links.natsOptions(cfg.NATSURL, log, tlsMetrics, nats.Name(cfg.ID), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return err
+	}
+	if r.nc, err = nats.Connect(cfg.NATSURL, natsOpts...); err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+
+	deps := cluster.Deps{Logger: log, Registerer: reg}
+	if r.session, err = cluster.NewSession(etcd, cfg.Session, deps); err != nil {
+		return err
+	}
+	rcfg := cluster.RegistryConfig{Cluster: cfg.Cluster, RetryInterval: cfg.Ownership.RetryInterval}
+	if r.workers, err = cluster.NewWorkers(etcd, rcfg, deps); err != nil {
+		return err
+	}
+	if r.replicas, err = cluster.NewReplicas(etcd, rcfg, deps); err != nil {
+		return err
+	}
+
+	// Policy: seed etcd with ours if the cluster has none; the watched
+	// version is authoritative for every replica.
+	policy, err := frontend.ParsePolicy(cfg.PolicyYAML)
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	r.classes.Store(&policy.Classes)
+
+	if r.gossip, err = gossip.New(cfg.Gossip, log, reg); err != nil {
+		return fmt.Errorf("gossip: %w", err)
+	}
+	// The scheduler reads other replicas' load from a versioned copy of the
+	// gossiped view, refreshed every gossip round (publishLoads), so it
+	// caches remote loads and skips blocked classes between rounds.
+	r.remote = &scheduler.RemoteLoads{}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	cfg.Admission.Clock = clk
+	core := scheduler.NewCore(cfg.Scheduler, clk, r.remote, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
+	core.SetClasses(policy.Classes)
+	r.actor = scheduler.NewActor(core, clk, log)
+
+	if r.ix, err = kvindex.New(cfg.Index, clock.Real{}, log, reg); err != nil {
+		return fmt.Errorf("kv index: %w", err)
+	}
+	if r.ingest, err = kvingest.NewSubscriber(cfg.Ingest, r.nc, r.ix, log, reg); err != nil {
+		return fmt.Errorf("kv ingest: %w", err)
+	}
+	r.gossip.SetPredictionSink(func(worker string, hashes []uint64, expires time.Time) {
+		_ = r.ix.PredictUntil(worker, hashes, expires)
+	})
+
+	r.adm = metrics.NewAdmission(reg)
+	am := admission.NewMetrics(reg)
+	am.DegradedByClass = r.adm.DegradedAdmissions
+	port := admission.LocalActor(r.actor, func() []scheduler.ClassConfig { return *r.classes.Load() })
+	r.server = admission.NewServer(cfg.ID, cfg.Cluster, r.nc, port, log, am, admission.WithServerClock(clk))
+	acfg := cfg.Admission
+	acfg.ClusterHealthy = r.session.Healthy
+	r.client = admission.NewClient(acfg, cfg.ID, cfg.Cluster, r.nc, port, r.server, log, am)
+
+	// The ownership manager is the one watcher of the policy key: it hands
+	// each version to applyPolicy in order with its claims and releases.
+	// applyPolicy uses the frontend, which exists before ownership runs.
+	r.own, err = cluster.NewOwnership(etcd, r.session, r.replicas, cfg.Ownership, cluster.Callbacks{
+		OnPolicy: r.applyPolicy,
+		OnAcquire: func(class string, epoch int64) error {
+			if err := r.server.Own(class, epoch); err != nil {
+				log.Error("own class", zap.String("class", class), zap.Error(err))
+				return err
+			}
+			return nil
+		},
+		OnRelease: func(class string, reason cluster.ReleaseReason) {
+			r.server.Disown(class)
+			log.Info("released class", zap.String("class", class), zap.Stringer("reason", reason))
+		},
+	}, func(raw []byte) ([]string, error) {
+		p, err := frontend.ParsePolicy(raw)
+		if err != nil {
+			return nil, err
+		}
+		return p.ClassNames(), nil
+	}, deps)
+	if err != nil {
+		return err
+	}
+
+	if r.exporter, err = metrics.NewExporter(cfg.Exporter, r.adm, reg, nil); err != nil {
+		return err
+	}
+	// The exporter also pulls the actor's latest snapshot on its own refresh
+	// interval, so counters reach /metrics even when the membership loop is
+	// busy.
+	r.exporter.AddSource(func() []metrics.AdmissionSnapshot {
+		return []metrics.AdmissionSnapshot{admissionSnapshot(r.actor.Snapshot(), cfg.Model, cfg.WorkerType), r.client.Counts(cfg.Model, cfg.WorkerType)}
+	})
+	r.router = metrics.NewRouter(reg)
+	if r.prompts, err = prompt.NewRegistry(cfg.Prompt, prompt.Deps{}, log, reg); err != nil {
+		return fmt.Errorf("tokenizers: %w", err)
+	}
+	r.prompts.SetPolicy(policy.Tokenizers)
+
+	var tenants frontend.Tenants // nil interface: the API is open
+	if cfg.Tenants.KeysFile != "" {
+		if r.keys, err = tenant.NewStore(cfg.Tenants, log, tenant.NewMetrics(reg), nil); err != nil {
+			return fmt.Errorf("keys: %w", err)
+		}
+		tenants = r.keys
+	} else {
+		log.Warn("no API keys file (-auth.keys-file): the OpenAI API is open to anyone who can reach it")
+	}
+	r.fe, err = frontend.New(cfg.Frontend, frontend.Deps{
+		Tenants:  tenants,
+		Admitter: admitter{c: r.client, m: r.adm, model: cfg.Model, workerType: cfg.WorkerType},
+		Workers:  workerView{r.workers},
+		Prompts:  r.prompts,
+		Index: prefixIndex{ix: r.ix, g: r.gossip, ttl: cfg.PredictTTL, ttlNoEvents: cfg.PredictTTLNoEvents,
+			publishes: r.workers.PublishesEvents},
+		Policy:         policy,
+		Ready:          r.readiness,
+		Draining:       r.draining.Load,
+		ReadyDetail:    r.readyDetail,
+		ClusterInfo:    clusterInfo(cfg.ID, r.replicas, r.workers, r.own, r.actor, r.gossip, r.client, r.prompts),
+		MetricsHandler: metrics.Handler(reg),
+		Metrics:        r.router,
+		TLSMetrics:     tlsMetrics,
+	}, log, reg)
+	if err != nil {
+		return fmt.Errorf("frontend: %w", err)
+	}
+	if r.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	}
+	r.httpAddr = r.ln.Addr().String()
+	if cfg.AdvertiseHTTP != "" {
+		r.httpAddr = cfg.AdvertiseHTTP
+	}
+	if cfg.Frontend.AdminAddr != "" {
+		if r.adminLn, err = net.Listen("tcp", cfg.Frontend.AdminAddr); err != nil {
+			return fmt.Errorf("listen %s: %w", cfg.Frontend.AdminAddr, err)
+		}
+	}
+	return nil
+}
+
+// closeLinks closes what build opened: the listeners (unless served, which
+// closes them) and the etcd and NATS connections.
+func (r *replica) closeLinks() {
+	for _, ln := range []net.Listener{r.ln, r.adminLn} {
+		if ln != nil {
+			_ = ln.Close() // already closed when it was served
+		}
+	}
+	if r.nc != nil {
+		r.nc.Close()
+	}
+	if r.etcd != nil {
+		_ = r.etcd.Close()
+	}
+}
+
+// readiness is the frontend's ready check.
+func (r *replica) readiness() error {
+	switch {
+	case r.stopping.Load():
+		return errors.New("shutting down: retry on another router")
+	case !r.serving.Load():
+		return errors.New("starting: registries and index not loaded yet")
+	}
+	// An unhealthy etcd session fences the classes this replica owns (they
+	// stop admitting), but the replica still serves as an entry: its
+	// requests go to the other owners. No workers is not "not ready":
+	// requests then get 503 no_endpoints, which tells clients more.
+	return nil
+}
+
+// readyDetail is what /readyz adds about the degraded modes.
+func (r *replica) readyDetail() []string {
+	var out []string
+	for _, mode := range r.client.DegradedModes() {
+		switch mode {
+		case "nats":
+			out = append(out, "degraded: NATS unreachable; every class is admitted by this replica's own scheduler until it is back")
+		case "etcd":
+			out = append(out, fmt.Sprintf("degraded: etcd session unhealthy; requests that find no owner for %v are admitted by this replica's own scheduler until it is back",
+				r.cfg.Admission.EtcdDegradedAfter))
+		}
+	}
+	return out
+}
