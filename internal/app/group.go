@@ -2,20 +2,14 @@ package app
 
 import (
 	"context"
-	"errors"
-	"fmt"
+
+	"github.com/switchyard/switchyard/internal/service"
 )
 
 // named adapts a long-running component to errgroup.Group.Go: fn runs with
-// ctx, a failure is returned as "name: err" with err's chain kept (so
-// errors.Is and errors.As see through it), and a cancellation is not a
-// failure, so it does not stop the other components of the group.
+// ctx and its result is a service.Failure: "name: err" with err's chain
+// kept, and a cancellation is not a failure, so it does not stop the other
+// components of the group.
 func named(ctx context.Context, name string, fn func(ctx context.Context) error) func() error {
-	return func() error {
-		err := fn(ctx)
-		if err == nil || errors.Is(err, context.Canceled) {
-			return nil
-		}
-		return fmt.Errorf("%s: %w", name, err)
-	}
+	return func() error { return service.Failure(name, fn(ctx)) }
 }

@@ -51,6 +51,17 @@ type Service struct {
 	StopTimeout time.Duration
 }
 
+// Failure is what err, returned by the long-running part called name, means
+// to the parts running beside it: nil for nil or a cancellation (the part
+// was stopped; it did not fail), else "name: err" with err's chain kept, so
+// errors.Is and errors.As see through it.
+func Failure(name string, err error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
 // Manager starts services in dependency order and stops them in reverse.
 type Manager struct {
 	order []Service // start order
@@ -180,11 +191,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	failed, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
 	report := func(name string, err error) {
-		if err == nil || errors.Is(err, context.Canceled) {
-			return
+		if err = Failure(name, err); err != nil {
+			fail(err)
+			cancelAll()
 		}
-		fail(fmt.Errorf("%s: %w", name, err))
-		cancelAll()
 	}
 
 	var started []*unit
