@@ -498,16 +498,6 @@ func (s *Server) tokenize(ctx context.Context, p *parsedRequest, rt routing) *AP
 	return nil
 }
 
-// blockHashes are the request's block hashes, in a slice allocated once at
-// their count (appending from nil doubled its way up, a 4k-token prompt's
-// 280 hashes in ten allocations).
-func blockHashes(tokens []uint32, blockSize int, model string) []uint64 {
-	if blockSize <= 0 || len(tokens) < blockSize {
-		return nil // as SequenceHashes gives
-	}
-	return kvindex.AppendSequenceHashes(make([]uint64, 0, len(tokens)/blockSize), tokens, blockSize, kvindex.ModelSeed(model))
-}
-
 // constrain intersects the client's allow-list with the model's workers and
 // removes failed ones. nil means "any worker"; an empty non-nil result means
 // no worker is left (the scheduler would read an empty list as "any", so the
@@ -660,7 +650,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		PriorityJump:         def.PriorityJump,
 		Ingress:              ingress,
 		PromptTokens:         p.promptTokens,
-		BlockHashes:          blockHashes(p.tokens, rt.blockSize, p.model),
+		BlockHashes:          kvindex.SequenceHashes(p.tokens, rt.blockSize, kvindex.ModelSeed(p.model)),
 		Pinned:               p.hints.worker,
 		ExpectedOutputTokens: p.maxTokens,
 	}

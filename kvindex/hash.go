@@ -58,8 +58,12 @@ func ChainHash(parent, block uint64, seed uint64) uint64 {
 // SequenceHashes returns the sequence hash of every full block of tokens
 // (partial trailing blocks are never hashed): seq[0] = block[0],
 // seq[i] = ChainHash(seq[i-1], block[i]).
+// The slice is allocated once at the block count (nil without a full block).
 func SequenceHashes(tokens []uint32, blockSize int, seed uint64) []uint64 {
-	return AppendSequenceHashes(nil, tokens, blockSize, seed)
+	if blockSize <= 0 || len(tokens) < blockSize {
+		return nil
+	}
+	return AppendSequenceHashes(make([]uint64, 0, len(tokens)/blockSize), tokens, blockSize, seed)
 }
 
 // AppendSequenceHashes appends the sequence hashes of tokens' full blocks to
