@@ -40,21 +40,14 @@ func RunNATSChildIfAsked() {
 }
 
 func runNATSChild(in io.Reader, out io.Writer) error {
-	s, err := natsserver.NewServer(&natsserver.Options{
-		Host: "127.0.0.1", Port: natsserver.RANDOM_PORT,
-		NoLog: true, NoSigs: true, MaxControlLine: 4096, MaxPayload: 8 << 20,
-	})
+	s, err := newNATSServer(natsserver.RANDOM_PORT)
 	if err != nil {
-		return fmt.Errorf("new nats server: %w", err)
+		return err
 	}
-	go s.Start()
 	defer func() {
 		s.Shutdown()
 		s.WaitForShutdown()
 	}()
-	if !s.ReadyForConnections(10 * time.Second) {
-		return fmt.Errorf("nats server not ready within 10s")
-	}
 	if _, err := fmt.Fprintln(out, s.ClientURL()); err != nil {
 		return err
 	}

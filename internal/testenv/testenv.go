@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -100,28 +102,38 @@ func StartNATSAt(t testing.TB, addr string) *NATS {
 }
 
 func startNATS(t testing.TB, port int) *NATS {
-	opts := &natsserver.Options{
-		Host:           "127.0.0.1",
-		Port:           port,
-		NoLog:          true,
-		NoSigs:         true,
-		MaxControlLine: 4096,
-		MaxPayload:     8 << 20,
-	}
-	s, err := natsserver.NewServer(opts)
+	s, err := newNATSServer(port)
 	if err != nil {
-		t.Fatalf("new nats server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatalf("nats server not ready within 10s")
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
 	return &NATS{Server: s, URL: s.ClientURL()}
+}
+
+// newNATSServer starts the tests' NATS server on 127.0.0.1:port (in this
+// process or in a child, StartNATSProcess) and waits until it accepts
+// connections.
+func newNATSServer(port int) (*natsserver.Server, error) {
+	s, err := natsserver.NewServer(&natsserver.Options{
+		Host:           "127.0.0.1",
+		Port:           port,
+		NoLog:          true,
+		NoSigs:         true,
+		MaxControlLine: 4096,
+		MaxPayload:     8 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new nats server: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, errors.New("nats server not ready within 10s")
+	}
+	return s, nil
 }
 
 // Conn returns a client connection to the server, closed when the test ends.
