@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/switchyard/switchyard/internal/tlsconf"
 )
@@ -55,6 +57,26 @@ func (e Etcd) Validate(prefix string) error {
 	return nil
 }
 
+// EtcdReconnect is how the etcd client reconnects after losing etcd. gRPC's
+// default backoff (1 s growing ×1.6 to 120 s) leaves a client that lost etcd
+// for 15 s disconnected for up to about 6 s after etcd is back, longer than a
+// session's TTL/2 fence: a class owner would stay fenced while its peers have
+// recovered and left degraded mode, and the class would be served by nobody
+// (docs/operations.md, "etcd stopped"). Attempts every second at most cost
+// etcd one refused dial per client per second while it is down. A dial that
+// hangs (a peer address that no longer answers) is given up after
+// MinConnectTimeout, so it cannot hold the next attempt back for gRPC's
+// default 20 s either.
+var EtcdReconnect = grpc.ConnectParams{
+	Backoff: backoff.Config{
+		BaseDelay:  100 * time.Millisecond,
+		Multiplier: 1.6,
+		Jitter:     0.2,
+		MaxDelay:   time.Second,
+	},
+	MinConnectTimeout: 3 * time.Second,
+}
+
 // ClientConfig returns the clientv3 configuration for endpoints. TLS is used
 // when an endpoint is https:// (then every endpoint must be) or any TLS
 // setting is given.
@@ -62,7 +84,8 @@ func (e Etcd) ClientConfig(endpoints []string, log *zap.Logger, d tlsconf.Deps) 
 	if err := e.Validate("etcd."); err != nil {
 		return clientv3.Config{}, err
 	}
-	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: log}
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: log,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(EtcdReconnect)}}
 	secure, plain := 0, 0
 	for _, ep := range endpoints {
 		if u, err := url.Parse(ep); err == nil && (u.Scheme == "https" || u.Scheme == "unixs") {

@@ -145,3 +145,42 @@ func TestLinkSettingsAreValidatedByField(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, opts, "plaintext without credentials stays as before")
 }
+
+// An etcd outage of three session TTLs or more (docs/operations.md, e2e
+// scenario 7) must not leave a client disconnected for seconds after etcd is
+// back. gRPC's default reconnect backoff (1 s, ×1.6, up to 120 s) schedules
+// the attempts of a 12 s outage near 9.3 s and 15.8 s after the cut (±20%
+// jitter each), so the client would reconnect about 3.8 s after etcd
+// returned, longer than the fence's TTL/2, and a class owner would stay
+// fenced while its peers had recovered. ClientConfig bounds the backoff.
+func TestAnEtcdClientReconnectsWithinASecondOrSoOfEtcdReturningAfterALongOutage(t *testing.T) {
+	e := testenv.StartEtcd(t)
+	px := testenv.StartProxy(t, mustHost(t, e.Endpoints[0]))
+	cfg, err := Etcd{}.ClientConfig([]string{"http://" + px.Addr()}, zap.NewNop(), tlsconf.Deps{})
+	require.NoError(t, err)
+	c, err := clientv3.New(cfg)
+	require.NoError(t, err)
+	defer func() { _ = c.Close() }()
+	ctx := testenv.Context(t)
+	_, err = c.Put(ctx, "k", "v")
+	require.NoError(t, err)
+
+	px.Cut()
+	time.Sleep(12 * time.Second)
+	px.Restore()
+	back := time.Now()
+	gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = c.Get(gctx, "k") // waits for a ready connection
+	require.NoError(t, err)
+	took := time.Since(back)
+	t.Logf("first request answered %v after etcd was reachable again", took.Round(time.Millisecond))
+	require.Less(t, took, 2*time.Second, "the client must reconnect soon after etcd returns, not on a long backoff")
+}
+
+func mustHost(t *testing.T, endpoint string) string {
+	t.Helper()
+	u, err := url.Parse(endpoint)
+	require.NoError(t, err)
+	return u.Host
+}
