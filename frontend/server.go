@@ -79,7 +79,10 @@ type Server struct {
 	idSeq   atomic.Uint64
 	closing atomic.Bool
 	srv     atomic.Pointer[http.Server] // the one Serve runs, for CloseKeepAlives
-	lis     listeners                   // listen.go: the admin routes and the listeners' TLS
+	// graceEnd (unix nanos, 0: unset) ends Serve's shutdown grace early:
+	// ShutdownBy.
+	graceEnd atomic.Int64
+	lis      listeners // listen.go: the admin routes and the listeners' TLS
 	// inflight counts running handlers so Serve can wait for all of them;
 	// once stopped is set no handler starts (a request that slipped past the
 	// closed listener is refused).
@@ -199,7 +202,7 @@ func (s *Server) Run(ctx context.Context) error {
 // Serve serves the API on ln (over TLS with Config.TLS, at most
 // Config.MaxConns connections at once) until ctx ends, then shuts down gracefully: it
 // stops accepting, lets in-flight requests and streams finish for up to
-// Config.ShutdownGrace, then cuts the rest (their clients see the stream end
+// Config.ShutdownGrace (or until ShutdownBy's time, if earlier), then cuts the rest (their clients see the stream end
 // and their tickets are finished as aborted). It returns only after every
 // handler has returned and the worker connections are closed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
@@ -215,7 +218,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		_ = srv.Close()
 	case <-ctx.Done():
 		s.closing.Store(true)
-		graceCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownGrace)
+		end := time.Now().Add(s.cfg.ShutdownGrace)
+		if by := s.graceEnd.Load(); by != 0 && by < end.UnixNano() {
+			end = time.Unix(0, by)
+		}
+		graceCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
 		if shutErr := srv.Shutdown(graceCtx); shutErr != nil {
 			s.log.Warn("grace period over, cutting in-flight streams", zap.Duration("grace", s.cfg.ShutdownGrace))
 			_ = srv.Close()
@@ -235,6 +242,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	return err
 }
+
+// ShutdownBy ends the shutdown grace of Serve at t at the latest, so a
+// caller that has already waited for in-flight requests (the router's lame
+// duck, WaitIdle) does not make a stop wait a whole ShutdownGrace twice.
+func (s *Server) ShutdownBy(t time.Time) { s.graceEnd.Store(t.UnixNano()) }
 
 // CloseKeepAlives makes every response from now on close its connection
 // and closes the idle ones, so clients stop reusing connections to a server

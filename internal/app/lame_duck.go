@@ -73,7 +73,11 @@ func (r *replica) drain(failed context.Context) {
 	// From now on every answer closes its connection: when the listener
 	// finally closes, no client is left holding an idle one.
 	r.fe.CloseKeepAlives()
-	idleCtx, cancelIdle := context.WithTimeout(context.Background(), r.cfg.Frontend.ShutdownGrace)
+	// One grace for the whole stop: what this wait spends, the API's own
+	// shutdown (when the api service stops) does not get again.
+	graceEnd := time.Now().Add(r.cfg.Frontend.ShutdownGrace)
+	r.fe.ShutdownBy(graceEnd)
+	idleCtx, cancelIdle := context.WithDeadline(context.Background(), graceEnd)
 	if err := r.fe.WaitIdle(idleCtx); err != nil {
 		r.log.Warn("requests still in flight after the shutdown grace; cutting them", zap.Duration("grace", r.cfg.Frontend.ShutdownGrace))
 	}

@@ -364,3 +364,38 @@ func TestARouterCutOffLongerThanItsSessionTTLComesBackWithoutExiting(t *testing.
 		require.Equal(t, http.StatusOK, a.status, "%+v", a)
 	}
 }
+
+// A stop whose requests outlive the shutdown grace waited for them twice:
+// once in the lame duck (WaitIdle, ShutdownGrace) and again in the API
+// server's own shutdown (another ShutdownGrace), about 70 s with the
+// defaults, longer than Kubernetes' 30 s termination grace. One grace now
+// covers both waits.
+func TestAStopWithARequestThatOutlivesTheGraceWaitsTheGraceOnce(t *testing.T) {
+	const grace = 3 * time.Second
+	c := newTestCluster(t, 0)
+	// A very slow engine: the completion below would run for minutes.
+	c.addWorker("w1", func(cfg *WorkerConfig) { cfg.Engine.Speedup = 0.05 })
+	r := c.startReplicaWith("r1", "127.0.0.1:0", func(cfg *ReplicaConfig) {
+		cfg.Frontend.ShutdownGrace = grace
+		cfg.DrainDelay, cfg.ShutdownLinger = 0, 0
+	})
+	c.waitOwned(defaultClasses, "r1")
+	done := make(chan answer, 1)
+	go func() { done <- completeVia(&http.Client{}, r.status.HTTPAddr, "", 1, 2000) }()
+	ctx := testenv.Context(t)
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		snap, err := r.status.Flush(ctx)
+		return err == nil && snap.Bookings == 1
+	}, "the completion to be admitted and running")
+
+	began := time.Now()
+	r.cancel()
+	require.NoError(t, <-r.done)
+	close(r.done)
+	took := time.Since(began)
+	t.Logf("stopped in %v with a %v grace", took.Round(time.Millisecond), grace)
+	require.GreaterOrEqual(t, took, grace, "the request in flight is given the grace")
+	require.Less(t, took, 2*grace-time.Second, "the grace is waited once, not twice")
+	a := <-done
+	require.True(t, a.err != nil || a.status != http.StatusOK || a.code != "", "the cut request does not look complete: %+v", a)
+}
