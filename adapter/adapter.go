@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/enginekv"
+	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -36,6 +38,13 @@ type Config struct {
 	// MetricsURL is the engine's Prometheus endpoint (default
 	// EngineURL/metrics for vllm and sglang; none for openai).
 	MetricsURL string
+	// EngineTLS verifies an https:// EngineURL or MetricsURL (-engine-tls.*):
+	// the CA bundle the engine's certificate must chain to (default the
+	// system's roots), the client certificate sent when the engine asks
+	// for one (re-read when it changes), the name expected and the lowest
+	// version. Routers reach the registered URL with their own
+	// -http.engine-tls.* settings.
+	EngineTLS tlsconf.ClientConfig
 
 	// KVEvents is the engine's ZMQ PUB endpoint ("" : no KV events);
 	// KVEventsBind makes the adapter bind it instead of connecting, for
@@ -54,6 +63,10 @@ type Config struct {
 	// reach it (default from the bound address).
 	Listen       string
 	AdvertiseURL string
+	// TLS serves the adapter's HTTP port over TLS (-tls.*); the default
+	// AdvertiseURL is then https://, and routers fetch tokenizer files from
+	// it with their -http.engine-tls.* settings.
+	TLS tlsconf.ServerConfig
 
 	EtcdEndpoints []string
 	NATSURL       string
@@ -163,6 +176,16 @@ func (c Config) Validate() error {
 			return bad("models has an empty name")
 		}
 	}
+	if err := c.EngineTLS.Validate("engine-tls."); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.EngineTLS.Enabled() && !isHTTPS(c.EngineURL) && !isHTTPS(c.MetricsURL) {
+		// Settings that secure nothing would read as a secured link.
+		return bad("engine-tls.* is set but neither engine-url %q nor metrics-url %q is https://", c.EngineURL, c.MetricsURL)
+	}
+	if err := c.TLS.Validate("tls."); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	return nil
 }
 
@@ -171,12 +194,18 @@ func validHTTPURL(s string) bool {
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
+func isHTTPS(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.Scheme == "https"
+}
+
 // RegisterFlags binds every field to a flag named prefix+name.
 func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Var(&c.Engine, prefix+"engine", "engine kind: vllm, sglang or openai")
 	fs.StringVar(&c.EngineURL, prefix+"engine-url", c.EngineURL, "engine base URL as the adapter reaches it")
 	fs.StringVar(&c.EngineAdvertiseURL, prefix+"engine-advertise-url", c.EngineAdvertiseURL, "engine base URL registered for routers (default: -engine-url)")
 	fs.StringVar(&c.MetricsURL, prefix+"metrics-url", c.MetricsURL, "engine Prometheus endpoint (default: <engine-url>/metrics for vllm and sglang, none for openai)")
+	c.EngineTLS.RegisterFlags(fs, prefix+"engine-tls.", "the engine at an https:// -engine-url or -metrics-url")
 	fs.StringVar(&c.KVEvents, prefix+"kv-events", c.KVEvents, "engine KV events ZMQ endpoint, e.g. tcp://127.0.0.1:5557 (empty: no KV events)")
 	fs.BoolVar(&c.KVEventsBind, prefix+"kv-events-bind", c.KVEventsBind, "bind -kv-events instead of connecting (for engines that dial out)")
 	fs.StringVar(&c.KVReplay, prefix+"kv-replay", c.KVReplay, "engine KV event replay ZMQ ROUTER endpoint (empty: no replay)")
@@ -186,6 +215,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.StringVar(&c.Cluster, prefix+"cluster", c.Cluster, "cluster name (etcd prefix and NATS subjects)")
 	fs.StringVar(&c.Listen, prefix+"listen", c.Listen, "adapter HTTP listen address (/metrics, /readyz, /healthz, /tokenizer/)")
 	fs.StringVar(&c.AdvertiseURL, prefix+"advertise-url", c.AdvertiseURL, "adapter base URL routers fetch tokenizer files from (default: from the bound address)")
+	c.TLS.RegisterFlags(fs, prefix+"tls.", "the adapter's HTTP port")
 	fs.Func(prefix+"etcd-endpoints", "comma-separated etcd endpoints (default "+strings.Join(c.EtcdEndpoints, ",")+")", func(s string) error {
 		c.EtcdEndpoints = splitList(s)
 		return nil
@@ -252,9 +282,12 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// Gatherer serves /metrics (nil: /metrics answers 404).
 	Gatherer prometheus.Gatherer
-	// HTTPClient talks to the engine (nil: a client without keep-alive
-	// surprises, timeouts per request).
+	// HTTPClient talks to the engine (nil: one with Config.EngineTLS;
+	// timeouts are per request). A client given here brings its own TLS
+	// settings, so Config.EngineTLS must then be empty.
 	HTTPClient *http.Client
+	// TLSMetrics counts reloads of the TLS files (nil: not counted).
+	TLSMetrics *tlsconf.Metrics
 	// Ready, if set, is called once with the adapter's HTTP base URL when
 	// it serves. It must not block.
 	Ready func(url string)
@@ -269,6 +302,8 @@ type Adapter struct {
 	mirror *Mirror // nil without KV events
 	load   *LoadReporter
 	files  []wire.NamedFile
+	// serverTLS serves the HTTP port over TLS (nil: plaintext).
+	serverTLS *tls.Config
 
 	total     atomic.Int64 // registered KV blocks
 	shapeOnce sync.Once
@@ -281,7 +316,8 @@ type Adapter struct {
 	runEvents func(ctx context.Context) error
 }
 
-// New builds an adapter; it reads the tokenizer directory but starts nothing.
+// New builds an adapter; it reads the tokenizer directory and the TLS files
+// but starts nothing.
 func New(cfg Config, deps Deps) (*Adapter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -289,18 +325,39 @@ func New(cfg Config, deps Deps) (*Adapter, error) {
 	if deps.Etcd == nil || deps.NATS == nil {
 		return nil, fmt.Errorf("%w: adapter needs etcd and NATS clients", ErrInvalidConfig)
 	}
+	if deps.HTTPClient != nil && cfg.EngineTLS.Enabled() {
+		return nil, fmt.Errorf("%w: engine-tls.* would be ignored: Deps.HTTPClient brings its own TLS settings", ErrInvalidConfig)
+	}
 	if deps.Logger == nil {
 		deps.Logger = zap.NewNop()
 	}
 	if deps.Registerer == nil {
 		deps.Registerer = prometheus.NewRegistry()
 	}
-	if deps.HTTPClient == nil {
-		deps.HTTPClient = &http.Client{}
-	}
 	log := deps.Logger.Named("adapter").With(zap.String("worker", cfg.ID), zap.Stringer("engine", cfg.Engine))
-	a := &Adapter{cfg: cfg, deps: deps, log: log, shaped: make(chan struct{}),
+	if deps.HTTPClient == nil {
+		// Built even without settings: an https:// engine is then verified
+		// against the system's roots.
+		ctls, err := cfg.EngineTLS.Build(tlsconf.Deps{Name: "engine", Logger: log, Metrics: deps.TLSMetrics})
+		if err != nil {
+			return nil, fmt.Errorf("%w: engine-tls: %w", ErrInvalidConfig, err)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = ctls
+		deps.HTTPClient = &http.Client{Transport: tr}
+	}
+	stls, err := cfg.TLS.Build(tlsconf.Deps{Name: "adapter_http", Logger: log, Metrics: deps.TLSMetrics, NextProtos: []string{"h2", "http/1.1"}})
+	if err != nil {
+		return nil, fmt.Errorf("%w: tls: %w", ErrInvalidConfig, err)
+	}
+	a := &Adapter{cfg: cfg, deps: deps, log: log, shaped: make(chan struct{}), serverTLS: stls,
 		eng: newEngineClient(cfg.Engine, cfg.EngineURL, cfg.MetricsURL, deps.HTTPClient)}
+	a.eng.tlsFailures = promauto.With(deps.Registerer).NewCounterVec(prometheus.CounterOpts{Name: "switchyard_adapter_engine_tls_failures_total",
+		Help: "Requests to the engine that failed at TLS, by reason (verify: its certificate does not verify; not_tls: it answered in plaintext; refused: it ended the handshake, e.g. for a missing client certificate)."},
+		[]string{"reason"})
+	for _, f := range tlsFailures {
+		a.eng.tlsFailures.WithLabelValues(f.String())
+	}
 	a.subRuns = promauto.With(deps.Registerer).NewCounter(prometheus.CounterOpts{Name: "switchyard_adapter_kv_subscriber_restarts_total",
 		Help: "Times the engine event subscriber stopped with an error and was started again."})
 	if cfg.TokenizerDir != "" {
@@ -310,7 +367,6 @@ func New(cfg Config, deps Deps) (*Adapter, error) {
 		}
 		a.files = files
 	}
-	var err error
 	if cfg.KVEvents != "" {
 		mc := DefaultMirrorConfig()
 		mc.Worker, mc.Cluster, mc.HeartbeatInterval, mc.DumpChunkBlocks = cfg.ID, cfg.Cluster, cfg.HeartbeatInterval, cfg.DumpChunkBlocks
@@ -396,6 +452,12 @@ func (a *Adapter) Run(ctx context.Context) error {
 	base := a.cfg.AdvertiseURL
 	if base == "" {
 		base = wire.AdvertiseURL(ln.Addr().(*net.TCPAddr))
+		if a.serverTLS != nil {
+			base = "https://" + strings.TrimPrefix(base, "http://")
+		}
+	}
+	if a.serverTLS != nil {
+		ln = tls.NewListener(ln, a.serverTLS)
 	}
 	base = strings.TrimRight(base, "/")
 	rc := RegistrarConfig{

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/internal/testenv"
+	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -260,16 +261,22 @@ func TestATokenizerSpecIsAdvertisedInsteadOfFiles(t *testing.T) {
 
 func TestConfigValidateNamesTheBadField(t *testing.T) {
 	for flag, mutate := range map[string]func(*Config){
-		"engine-url":         func(c *Config) { c.EngineURL = "127.0.0.1:8000" },
-		"kv-events":          func(c *Config) { c.Engine, c.KVEvents = EngineOpenAI, "tcp://x:1" },
-		"kv-replay":          func(c *Config) { c.KVReplay = "tcp://x:2" },
-		"id":                 func(c *Config) { c.ID = "a.b" },
-		"lease-ttl":          func(c *Config) { c.LeaseTTL = 1500 * time.Millisecond },
-		"health-failures":    func(c *Config) { c.HealthFailures = 0 },
-		"tokenizer-dir":      func(c *Config) { c.TokenizerDir, c.TokenizerSpec = "/x", "tiktoken:o200k_base" },
-		"block-size":         func(c *Config) { c.Overrides.BlockSize = -1 },
-		"max-mirror-entries": func(c *Config) { c.MaxMirrorEntries = -1 },
-		"models":             func(c *Config) { c.Overrides.Models = []string{""} },
+		"engine-url":          func(c *Config) { c.EngineURL = "127.0.0.1:8000" },
+		"kv-events":           func(c *Config) { c.Engine, c.KVEvents = EngineOpenAI, "tcp://x:1" },
+		"kv-replay":           func(c *Config) { c.KVReplay = "tcp://x:2" },
+		"id":                  func(c *Config) { c.ID = "a.b" },
+		"lease-ttl":           func(c *Config) { c.LeaseTTL = 1500 * time.Millisecond },
+		"health-failures":     func(c *Config) { c.HealthFailures = 0 },
+		"tokenizer-dir":       func(c *Config) { c.TokenizerDir, c.TokenizerSpec = "/x", "tiktoken:o200k_base" },
+		"block-size":          func(c *Config) { c.Overrides.BlockSize = -1 },
+		"max-mirror-entries":  func(c *Config) { c.MaxMirrorEntries = -1 },
+		"models":              func(c *Config) { c.Overrides.Models = []string{""} },
+		"engine-tls.key-file": func(c *Config) { c.EngineURL, c.EngineTLS.CertFile = "https://engine:8443", "c.crt" },
+		"engine-tls.*":        func(c *Config) { c.EngineTLS.CAFile = "ca.crt" }, // secures nothing: the URLs are http://
+		"tls.client-ca-file":  func(c *Config) { c.TLS.ClientCAFile = "ca.crt" },
+		"tls.min-version": func(c *Config) {
+			c.TLS = tlsconf.ServerConfig{CertFile: "c.crt", KeyFile: "c.key", MinVersion: "1.1"}
+		},
 	} {
 		c := DefaultConfig()
 		mutate(&c)

@@ -23,6 +23,21 @@
 //     tokenizer files under /tokenizer/<file>, advertised in
 //     WorkerInfo.Tokenizer with wire.TokenizerDigest.
 //
+// # TLS
+//
+// An https:// engine (EngineURL, MetricsURL) is verified with
+// Config.EngineTLS through internal/tlsconf: a CA bundle (default the
+// system's roots), an optional client certificate re-read when its files
+// change, the expected server name and the lowest version. A request that
+// fails at TLS wraps ErrEngineTLS with a hint of what to check, keeps the
+// crypto/tls or x509 error, and is counted by reason in
+// switchyard_adapter_engine_tls_failures_total (verify, not_tls,
+// refused); the registrar logs it with the failed probe and never
+// registers an engine it cannot verify. Config.TLS serves the adapter's own
+// port over TLS (HTTP/2 by ALPN); the advertised tokenizer URL is then
+// https://. The ZMQ event link has no TLS: vLLM and SGLang publish plain
+// ZMQ, so it belongs on loopback or inside the pod.
+//
 // # Data flow
 //
 //	engine ZMQ PUB ─► enginekv.Subscriber ─► Mirror.Batch/Reset ─► NATS kv.<worker>

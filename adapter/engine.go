@@ -2,11 +2,16 @@ package adapter
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Engine is the kind of engine an adapter fronts.
@@ -61,6 +66,9 @@ type engineClient struct {
 	base       string // engine base URL without a trailing slash
 	metricsURL string // "" when there is nothing to scrape
 	http       *http.Client
+	// tlsFailures counts requests that failed at TLS, by tlsFailure (nil:
+	// not counted).
+	tlsFailures *prometheus.CounterVec
 }
 
 func newEngineClient(kind Engine, base, metricsURL string, hc *http.Client) *engineClient {
@@ -80,6 +88,13 @@ func (c *engineClient) get(ctx context.Context, url string) ([]byte, error) {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if f := classifyTLS(err); f != 0 {
+			if c.tlsFailures != nil {
+				c.tlsFailures.WithLabelValues(f.String()).Inc()
+			}
+			// err names the URL already.
+			return nil, fmt.Errorf("%w (%s): %w", ErrEngineTLS, f.hint(), err)
+		}
 		return nil, fmt.Errorf("%w: %s: %v", ErrDiscovery, url, err)
 	}
 	defer resp.Body.Close()
@@ -183,4 +198,73 @@ func (c *engineClient) Scrape(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("%w: no metrics URL", ErrInvalidConfig)
 	}
 	return c.get(ctx, c.metricsURL)
+}
+
+// tlsFailure is why a request to an https:// engine failed at TLS; the
+// values label switchyard_adapter_engine_tls_failures_total.
+type tlsFailure uint8
+
+const (
+	// tlsVerify: the engine's certificate does not verify (another CA, a
+	// name it does not carry, expired).
+	tlsVerify tlsFailure = iota + 1
+	// tlsNotTLS: the engine answered in plaintext.
+	tlsNotTLS
+	// tlsRefused: the engine ended the handshake with an alert, most often
+	// because it requires a client certificate the adapter did not send or
+	// one from a CA it does not trust, or shares no TLS version with it.
+	tlsRefused
+)
+
+var tlsFailures = []tlsFailure{tlsVerify, tlsNotTLS, tlsRefused}
+
+func (f tlsFailure) String() string {
+	switch f {
+	case tlsVerify:
+		return "verify"
+	case tlsNotTLS:
+		return "not_tls"
+	case tlsRefused:
+		return "refused"
+	}
+	return fmt.Sprintf("tls_failure(%d)", uint8(f))
+}
+
+// hint is what an operator checks first for f.
+func (f tlsFailure) hint() string {
+	switch f {
+	case tlsVerify:
+		return "the engine's certificate does not verify: check -engine-tls.ca-file and -engine-tls.server-name"
+	case tlsNotTLS:
+		return "the engine does not speak TLS: use an http:// URL or serve TLS on the engine"
+	case tlsRefused:
+		return "the engine refused the handshake: a client certificate missing or not trusted (-engine-tls.cert-file, -engine-tls.key-file), or no TLS version in common (-engine-tls.min-version)"
+	}
+	return f.String()
+}
+
+// classifyTLS says why err, from an HTTP request, failed at TLS, or 0 when
+// it did not.
+func classifyTLS(err error) tlsFailure {
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		record   tls.RecordHeaderError
+		op       *net.OpError
+	)
+	switch {
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
+		return tlsVerify
+	// net/http replaces the RecordHeaderError of a plaintext answer with a
+	// plain error whose text is all that is left of it.
+	case errors.As(err, &record), strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return tlsNotTLS
+	// crypto/tls reports an alert received from the peer as a *net.OpError
+	// with this Op (its alert type is not exported).
+	case errors.As(err, &op) && op.Op == "remote error":
+		return tlsRefused
+	}
+	return 0
 }

@@ -68,6 +68,13 @@ vllm:prompt_tokens_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct
 
 func startFakeEngine(t *testing.T) *fakeEngine {
 	t.Helper()
+	return startFakeEngineWith(t, httptest.NewServer)
+}
+
+// startFakeEngineWith is startFakeEngine on the server start makes of the
+// engine's handler (httptest.NewServer, or an HTTPS one).
+func startFakeEngineWith(t *testing.T, start func(http.Handler) *httptest.Server) *fakeEngine {
+	t.Helper()
 	e := &fakeEngine{}
 	e.healthy.Store(true)
 	m, x := vllmModels, vllmMetrics(3, 2, 0.25)
@@ -103,7 +110,7 @@ func startFakeEngine(t *testing.T) *fakeEngine {
 		}
 		_, _ = w.Write([]byte(*p))
 	})
-	e.srv = httptest.NewServer(mux)
+	e.srv = start(mux)
 	t.Cleanup(e.srv.Close)
 	return e
 }

@@ -531,3 +531,34 @@ func TestDigestFramesEachFileByNameAndLength(t *testing.T) {
 	assert.NotEqual(t, Digest([]string{"a", "b"}, [][]byte{[]byte("xy"), nil}), Digest([]string{"a", "b"}, [][]byte{[]byte("x"), []byte("y")}),
 		"moving bytes between files changes the digest")
 }
+
+func TestTokenizerFilesAtAnHTTPSAdapterAreFetchedWithTheGivenTLSAndOnlyWithIt(t *testing.T) {
+	dir := testenv.Llama3Dir(t)
+	srv := httptest.NewTLSServer(http.StripPrefix("/tokenizer/", http.FileServer(http.Dir(dir))))
+	t.Cleanup(srv.Close)
+	_, src := tokenizerFiles(t, dir)
+	src.URL = srv.URL + "/tokenizer"
+	trusting := srv.Client().Transport.(*http.Transport).TLSClientConfig
+
+	// Without the adapter's CA the system's roots refuse it.
+	untrusting := registry(t, nil, nil)
+	runRegistry(t, untrusting)
+	untrusting.SetAdvertised(map[string][]wire.TokenizerSource{"llama": {src}})
+	var failed ModelInfo
+	require.Eventually(t, func() bool {
+		for _, mi := range untrusting.Info() {
+			if mi.Model == "llama" {
+				failed = mi
+			}
+		}
+		return failed.Error != ""
+	}, 60*time.Second, 10*time.Millisecond)
+	assert.Contains(t, failed.Error, "certificate")
+
+	r, err := NewRegistry(DefaultConfig(), Deps{TLS: trusting}, zaptest.NewLogger(t), nil)
+	require.NoError(t, err)
+	runRegistry(t, r)
+	r.SetAdvertised(map[string][]wire.TokenizerSource{"llama": {src}})
+	require.Eventually(t, func() bool { _, p := r.Model("llama"); return p == PathFetched }, 60*time.Second, 10*time.Millisecond,
+		"fetched over HTTPS with the given TLS configuration")
+}

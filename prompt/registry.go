@@ -2,6 +2,7 @@ package prompt
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -50,8 +51,12 @@ type Deps struct {
 	// LoadFiles loads fetched tokenizer files; default OpenFiles.
 	LoadFiles func(files map[string][]byte, prefixCacheBytes int64) (*Model, error)
 	// Client fetches files and calls engines; default a client with no
-	// proxy.
+	// proxy and TLS.
 	Client *http.Client
+	// TLS is the default client's TLS for https:// workers and adapters
+	// (a router gives its -http.engine-tls.* settings); nil: the system's
+	// roots. Unused with Client.
+	TLS *tls.Config
 	// Now is the clock of back-offs and retries; default time.Now.
 	Now func() time.Time
 }
@@ -115,7 +120,7 @@ func NewRegistry(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Register
 		wake: make(chan struct{}, 1),
 	}
 	if r.client == nil {
-		r.client = &http.Client{Transport: &http.Transport{Proxy: nil,
+		r.client = &http.Client{Transport: &http.Transport{Proxy: nil, TLSClientConfig: deps.TLS,
 			DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext, MaxIdleConnsPerHost: 16}}
 	}
 	if r.loadSpec == nil {

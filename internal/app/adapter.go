@@ -85,7 +85,8 @@ func RunAdapterWithLinks(ctx context.Context, cfg adapter.Config, lk Links, log 
 		return fmt.Errorf("nats: %w", err)
 	}
 	defer nc.Close()
-	a, err := adapter.New(cfg, adapter.Deps{Etcd: etcd, NATS: nc, Logger: log, Registerer: reg, Gatherer: reg, Ready: ready})
+	a, err := adapter.New(cfg, adapter.Deps{Etcd: etcd, NATS: nc, Logger: log, Registerer: reg, Gatherer: reg,
+		TLSMetrics: tlsMetrics, Ready: ready})
 	if err != nil {
 		return err
 	}

@@ -193,7 +193,15 @@ func (r *replica) build() error {
 		return []metrics.AdmissionSnapshot{admissionSnapshot(r.actor.Snapshot(), cfg.Model, cfg.WorkerType), r.client.Counts(cfg.Model, cfg.WorkerType)}
 	})
 	r.router = metrics.NewRouter(reg)
-	if r.prompts, err = prompt.NewRegistry(cfg.Prompt, prompt.Deps{}, log, reg); err != nil {
+	// Tokenizer files come from adapters and token ids from engines, both
+	// at the URLs workers register: the engine TLS settings verify them.
+	var promptDeps prompt.Deps
+	if cfg.Frontend.EngineTLS.Enabled() {
+		if promptDeps.TLS, err = cfg.Frontend.EngineTLS.Build(tlsconf.Deps{Name: "engine_tokenizer", Logger: log, Metrics: tlsMetrics}); err != nil {
+			return fmt.Errorf("tokenizers: %w", err)
+		}
+	}
+	if r.prompts, err = prompt.NewRegistry(cfg.Prompt, promptDeps, log, reg); err != nil {
 		return fmt.Errorf("tokenizers: %w", err)
 	}
 	r.prompts.SetPolicy(policy.Tokenizers)

@@ -298,10 +298,16 @@ func TestTheLocalClusterOnVLLMProtocolWorkersRoutesOnTheAdaptersEvents(t *testin
 // event and replay ports).
 func freePortPair(t *testing.T) int {
 	t.Helper()
+	return freePortRun(t, 4)
+}
+
+// freePortRun returns a free port p with p+1..p+n-1 free too.
+func freePortRun(t *testing.T, n int) int {
+	t.Helper()
 	for range 50 {
 		p := testenv.FreePort(t)
 		ok := true
-		for i := 1; i < 4 && ok; i++ {
+		for i := 1; i < n && ok; i++ {
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+i))
 			if err != nil {
 				ok = false
@@ -313,6 +319,6 @@ func freePortPair(t *testing.T) int {
 			return p
 		}
 	}
-	t.Fatal("no four consecutive free ports")
+	t.Fatalf("no %d consecutive free ports", n)
 	return 0
 }

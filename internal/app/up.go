@@ -54,8 +54,11 @@ type UpConfig struct {
 	// TLS runs every link over TLS with credentials: a CA made for the run
 	// issues the certificates of etcd (mutual TLS), NATS (mutual TLS and a
 	// user per role with the subject permissions of deploy/nats/auth.conf),
-	// the routers' API and the workers' HTTP, which routers verify. Gossip
-	// is encrypted either way.
+	// the routers' API and the workers' HTTP, which routers verify. With
+	// ProtocolVLLM the engines require client certificates (the adapters'
+	// and the routers') and the adapters serve HTTPS too. Gossip is
+	// encrypted either way; the engines' ZMQ events stay plaintext on the
+	// host.
 	TLS bool
 }
 
@@ -114,10 +117,6 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.Protocol != ProtocolNative && cfg.Protocol != ProtocolVLLM {
 		_, _ = fmt.Fprintf(stderr, "up: -protocol %q must be %s or %s\n", cfg.Protocol, ProtocolNative, ProtocolVLLM)
-		return ErrUsage
-	}
-	if cfg.TLS && cfg.Protocol == ProtocolVLLM {
-		_, _ = fmt.Fprintln(stderr, "up: -tls runs native workers only (the adapter's link to its engine has no TLS settings yet)")
 		return ErrUsage
 	}
 	if cfg.Protocol == ProtocolVLLM && cfg.ZMQPort == 0 {
@@ -186,7 +185,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		wc.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.WorkerPort, i)))
 		wc.Engine.Speedup = cfg.Speedup
 		if cfg.Protocol == ProtocolVLLM {
-			startVLLMWorkerAndAdapter(gctx, grp, cfg, i, wc, etcdURL, natsURL, log)
+			startVLLMWorkerAndAdapter(gctx, grp, cfg, i, wc, etcdURL, natsURL, pki, log)
 			continue
 		}
 		wc.EtcdEndpoints = []string{etcdURL}
@@ -450,8 +449,13 @@ func startEmbeddedNATS(host string, port int, pki *upPKI) (string, func(), error
 // startVLLMWorkerAndAdapter runs worker i as a vLLM-protocol engine (it
 // registers nowhere and publishes its KV events on ZeroMQ) and an adapter
 // beside it that registers it, rehashes its events onto NATS and reports
-// its load, as a sidecar does beside a real vLLM server.
-func startVLLMWorkerAndAdapter(ctx context.Context, grp *errgroup.Group, cfg UpConfig, i int, wc WorkerConfig, etcdURL, natsURL string, log *zap.Logger) {
+// its load, as a sidecar does beside a real vLLM server. With pki the
+// engine serves HTTPS and requires a client certificate (the adapter's and
+// the routers'), and the adapter serves HTTPS and uses the worker's etcd
+// and NATS credentials. The ZMQ event link stays plaintext on the host, as
+// vLLM's is (docs/security.md).
+func startVLLMWorkerAndAdapter(ctx context.Context, grp *errgroup.Group, cfg UpConfig, i int, wc WorkerConfig, etcdURL, natsURL string,
+	pki *upPKI, log *zap.Logger) {
 	wc.Protocol = ProtocolVLLM
 	wc.VLLM.EventsBind = fmt.Sprintf("tcp://%s", net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.ZMQPort, 2*i))))
 	wc.VLLM.ReplayBind = fmt.Sprintf("tcp://%s", net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.ZMQPort, 2*i+1))))
@@ -459,6 +463,9 @@ func startVLLMWorkerAndAdapter(ctx context.Context, grp *errgroup.Group, cfg UpC
 	// be picked at bind time), so it starts once the worker serves.
 	served := make(chan string, 1) // size 1: Ready is called once and must not block
 	wc.Ready = func(url string) { served <- url }
+	if pki != nil {
+		wc.TLS = tlsconf.ServerConfig{CertFile: pki.worker.Cert, KeyFile: pki.worker.Key, ClientCAFile: pki.worker.CA}
+	}
 	grp.Go(named(ctx, wc.ID, func(ctx context.Context) error {
 		return RunWorker(ctx, wc, log.Named(wc.ID), metrics.NewRegistry())
 	}))
@@ -468,6 +475,12 @@ func startVLLMWorkerAndAdapter(ctx context.Context, grp *errgroup.Group, cfg UpC
 	ac.ID, ac.Cluster = wc.ID, wc.Cluster
 	ac.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.AdapterPort, i)))
 	ac.EtcdEndpoints, ac.NATSURL = []string{etcdURL}, natsURL
+	var lk Links
+	if pki != nil {
+		lk = pki.workerLinks(wc.ID)
+		ac.EngineTLS = tlsconf.ClientConfig{CAFile: pki.workerClient.CA, CertFile: pki.workerClient.Cert, KeyFile: pki.workerClient.Key}
+		ac.TLS = tlsconf.ServerConfig{CertFile: pki.adapter.Cert, KeyFile: pki.adapter.Key}
+	}
 	name := wc.ID + "-adapter"
 	grp.Go(named(ctx, name, func(ctx context.Context) error {
 		select {
@@ -475,6 +488,6 @@ func startVLLMWorkerAndAdapter(ctx context.Context, grp *errgroup.Group, cfg UpC
 		case <-ctx.Done():
 			return nil
 		}
-		return RunAdapter(ctx, ac, log.Named(name), nil)
+		return RunAdapterWithLinks(ctx, ac, lk, log.Named(name), nil)
 	}))
 }

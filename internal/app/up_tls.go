@@ -21,8 +21,9 @@ type upPKI struct {
 	dir             string
 	etcd, nats      tlsconf.Files // servers (and etcd's peer link)
 	router, worker  tlsconf.Files // HTTP servers: the API, the engines
-	routerClient    tlsconf.Files // routers' client certificate (etcd, NATS, engines)
-	workerClient    tlsconf.Files // workers' client certificate (etcd, NATS)
+	adapter         tlsconf.Files // HTTP server of the adapters (-protocol vllm)
+	routerClient    tlsconf.Files // routers' client certificate (etcd, NATS, engines, adapters)
+	workerClient    tlsconf.Files // workers' and adapters' client certificate (etcd, NATS; adapters: their engine)
 	routerPassword  string
 	workerPasswords map[string]string
 }
@@ -50,6 +51,7 @@ func newUpPKI(dir, host string, workers []string) (*upPKI, error) {
 		{&p.nats, "nats", hosts, tlsconf.Server},
 		{&p.router, "router", hosts, tlsconf.Server},
 		{&p.worker, "worker", hosts, tlsconf.Server},
+		{&p.adapter, "adapter", hosts, tlsconf.Server},
 		{&p.routerClient, "router-client", nil, tlsconf.Client},
 		{&p.workerClient, "worker-client", nil, tlsconf.Client},
 	} {

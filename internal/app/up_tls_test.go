@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,11 +14,15 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/internal/links"
+	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 )
 
@@ -115,5 +120,118 @@ func TestUpsNATSPermissionsAreTheShippedOnes(t *testing.T) {
 	}
 	for _, name := range []string{"router", "worker-1", "worker-7"} {
 		require.Equal(t, byName[name], ours[name], "user %s", name)
+	}
+}
+
+// `switchyard up -tls -protocol vllm`: every simulated engine speaks only
+// vLLM's protocol over HTTPS and requires a client certificate; its adapter
+// reaches it with the run's CA and a client certificate and serves HTTPS
+// itself; routers verify both. A chat completion goes through the real
+// OpenAI client, and the engines refuse plaintext, a client trusting
+// another CA and one without a certificate.
+func TestUpWithTLSRunsVLLMEnginesAndTheirAdaptersOverHTTPS(t *testing.T) {
+	cfg := upTestConfig(t, 1, 2)
+	cfg.TLS = true
+	cfg.Protocol = ProtocolVLLM
+	ports := freePortRun(t, 6) // two engines' event and replay ports, then two adapters
+	cfg.ZMQPort, cfg.AdapterPort = ports, ports+4
+	up := startUpRun(t, cfg)
+	defer up.stop(t)
+
+	endpoint := regexp.MustCompile(`OpenAI API  https://(\S+)/v1`)
+	caLine := regexp.MustCompile(`CA (\S+) \(made for this run\)`)
+	var addr, caFile string
+	for up.lines.Scan() && !strings.HasPrefix(up.lines.Text(), "Try:") {
+		if m := endpoint.FindStringSubmatch(up.lines.Text()); m != nil {
+			addr = m[1]
+		}
+		if m := caLine.FindStringSubmatch(up.lines.Text()); m != nil {
+			caFile = m[1]
+		}
+	}
+	up.drain()
+	require.NotEmpty(t, addr, "up prints an https endpoint")
+	require.NotEmpty(t, caFile)
+
+	tc, err := tlsconf.ClientConfig{CAFile: caFile}.Build(tlsconf.Deps{})
+	require.NoError(t, err)
+	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	cl := openai.NewClient(option.WithBaseURL("https://"+addr+"/v1"), option.WithHTTPClient(client),
+		option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	var hr *http.Response
+	chat, err := cl.Chat.Completions.New(testenv.Context(t), openai.ChatCompletionNewParams{
+		Model: "switchyard-sim", MaxTokens: openai.Int(4),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello over TLS, through an adapter.")},
+	}, option.WithResponseInto(&hr))
+	require.NoError(t, err)
+	require.Len(t, chat.Choices, 1)
+	assert.Equal(t, int64(4), chat.Usage.CompletionTokens)
+	assert.Contains(t, hr.Header.Get("X-Switchyard-Routed-Worker"), "worker-", "routed to an engine over HTTPS")
+
+	// The adapters registered their engines' https:// URLs, which they
+	// could only do by reaching each engine over verified TLS with a
+	// client certificate.
+	resp, err := client.Get("https://" + addr + "/debug/cluster")
+	require.NoError(t, err)
+	doc, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	engines := regexp.MustCompile(`"URL":"(https://[^"]+)"`).FindAllStringSubmatch(string(doc), -1)
+	require.Len(t, engines, 2, "%s", doc)
+	require.NotContains(t, string(doc), `"URL":"http://`)
+
+	// The adapters serve HTTPS (routers fetch tokenizer files there).
+	for i := range 2 {
+		a := fmt.Sprintf("127.0.0.1:%d", cfg.AdapterPort+i)
+		resp, err := client.Get("https://" + a + "/readyz")
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "adapter %s: %s", a, body)
+		if resp, err := http.Get("http://" + a + "/readyz"); err == nil {
+			resp.Body.Close()
+			assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "plaintext on the adapter's TLS port")
+		}
+	}
+
+	// What an adapter with the wrong settings meets at its engine.
+	pki := filepath.Join(cfg.DataDir, "pki")
+	other, err := tlsconf.NewCA("another CA", time.Hour)
+	require.NoError(t, err)
+	odir := t.TempDir()
+	of, err := other.WriteFiles(odir, "intruder", nil, tlsconf.Client, time.Hour)
+	require.NoError(t, err)
+	get := func(c tlsconf.ClientConfig, url string) (int, error) {
+		t.Helper()
+		tc, err := c.Build(tlsconf.Deps{})
+		require.NoError(t, err)
+		tr := &http.Transport{TLSClientConfig: tc}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(url)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	withCert := tlsconf.ClientConfig{CAFile: caFile, CertFile: filepath.Join(pki, "worker-client.crt"), KeyFile: filepath.Join(pki, "worker-client.key")}
+	for _, e := range engines {
+		health := e[1] + "/health"
+		code, err := get(withCert, health)
+		require.NoError(t, err, "the adapters' own settings")
+		require.Equal(t, http.StatusOK, code)
+
+		code, err = get(tlsconf.ClientConfig{}, "http://"+strings.TrimPrefix(health, "https://"))
+		if err == nil {
+			assert.Equal(t, http.StatusBadRequest, code, "plaintext to %s", health)
+		}
+		_, err = get(tlsconf.ClientConfig{CAFile: of.CA, CertFile: withCert.CertFile, KeyFile: withCert.KeyFile}, health)
+		var unknown x509.UnknownAuthorityError
+		assert.ErrorAs(t, err, &unknown, "a client trusting another CA refuses %s", health)
+		_, err = get(tlsconf.ClientConfig{CAFile: caFile}, health)
+		assert.Error(t, err, "%s requires a client certificate", health)
+		_, err = get(tlsconf.ClientConfig{CAFile: caFile, CertFile: of.Cert, KeyFile: of.Key}, health)
+		assert.Error(t, err, "%s refuses a client certificate of another CA", health)
 	}
 }

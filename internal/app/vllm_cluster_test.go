@@ -34,10 +34,22 @@ type vllmEngine struct {
 
 func startVLLMEngineWithAdapter(t *testing.T, c *testCluster, id string, format func(*VLLMWorkerConfig)) *vllmEngine {
 	t.Helper()
+	return startVLLMEngine(t, c, id, func(w *WorkerConfig) {
+		if format != nil {
+			format(&w.VLLM)
+		}
+	}, nil)
+}
+
+// startVLLMEngine is startVLLMEngineWithAdapter with the engine's and the
+// adapter's configurations changed by mutateWorker and mutateAdapter (each
+// may be nil).
+func startVLLMEngine(t *testing.T, c *testCluster, id string, mutateWorker func(*WorkerConfig), mutateAdapter func(*adapter.Config)) *vllmEngine {
+	t.Helper()
 	wcfg := vllmWorkerConfig(t)
 	wcfg.ID = id
-	if format != nil {
-		format(&wcfg.VLLM)
+	if mutateWorker != nil {
+		mutateWorker(&wcfg)
 	}
 	w := startWorker(t, wcfg)
 
@@ -54,6 +66,9 @@ func startVLLMEngineWithAdapter(t *testing.T, c *testCluster, id string, format 
 	// miss, never a stale hit), which is right but would fail the routing
 	// assertions below when a loaded CI machine stalls the engine's ROUTER.
 	acfg.KVReplayTimeout = 15 * time.Second
+	if mutateAdapter != nil {
+		mutateAdapter(&acfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan string, 1)
