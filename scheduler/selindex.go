@@ -463,9 +463,10 @@ func (c *Core) bucketRep(b *idleBucket) int {
 }
 
 // bucketRepHerd is the member of b holding no prefix of the request with
-// the least herd draw, or -1.
+// the least herd draw, or -1. It compares the draws' integer form, which
+// unitHash maps to [0, 1) exactly and in order.
 func (c *Core) bucketRepHerd(b *idleBucket) int {
-	rep, least := -1, 0.0
+	rep, least, key := -1, uint64(0), c.herd.key
 	for w, word := range b.bits {
 		for word != 0 {
 			i := w<<6 | bits.TrailingZeros64(word)
@@ -473,7 +474,7 @@ func (c *Core) bucketRepHerd(b *idleBucket) int {
 			if c.allow[i] == c.stamp {
 				continue
 			}
-			if u := c.herdOffset(&c.workers[i]); rep < 0 || u < least {
+			if u := mix64(key^c.workers[i].idHash) >> 11; rep < 0 || u < least {
 				rep, least = i, u
 			}
 		}
