@@ -349,6 +349,10 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 		// The routers are configured with the engines' step budget (the
 		// TTFT selector's chunking); their speed they calibrate themselves.
 		sc.TTFT.StepTokens = cfg.Engine.MaxNumBatchedTokens
+		// and with their gossip period: a remote booking made while a
+		// decision's booking was on its way to the others shows up within
+		// two gossip delays of it.
+		sc.TTFT.HerdWindow = 2 * float64(cfg.GossipDelay) / float64(time.Millisecond)
 		core := scheduler.NewCore(sc, s.clock, view, rand.New(rand.NewPCG(seed, 0x636f7265)))
 		core.SetWorkers(schedWorkers)
 		var ccfg []scheduler.ClassConfig
@@ -799,13 +803,15 @@ func (s *simulation) publishDirty() {
 	}
 }
 
-// applyLoad installs a gossiped load; replicas with a backlog re-evaluate
-// their queues (capacity elsewhere may have been freed).
+// applyLoad installs a gossiped load and tells every other replica, as a
+// live replica drains its actor after each gossip round: replicas with a
+// backlog re-evaluate their queues (capacity elsewhere may have been
+// freed), the others note when their view changed (the herd count).
 func (s *simulation) applyLoad(e simEvent) {
 	s.gossip[e.a][e.b] = e.load
 	s.gossipVer++
 	for r := range s.replicas {
-		if r == e.a || s.replicas[r].core.Queued() == 0 {
+		if r == e.a {
 			continue
 		}
 		s.replicas[r].core.Drain()

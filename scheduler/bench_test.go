@@ -115,6 +115,13 @@ func benchSelect(b *testing.B, c *Core, r *Request, n int) {
 // book → respond), each finished before the next; with firstToken each also
 // reports its first token, which feeds the ttft selector's calibration.
 func benchAdmit(b *testing.B, c *Core, r *Request, firstToken bool) {
+	benchAdmitHerd(b, c, r, firstToken, 0)
+}
+
+// benchAdmitHerd is benchAdmit with the herd estimate held at herd (> 0:
+// every selection draws in a band, as under bursts at several replicas;
+// the benchmark's view never changes, so the Core would learn 0).
+func benchAdmitHerd(b *testing.B, c *Core, r *Request, firstToken bool, herd float64) {
 	var g Grant
 	var gerr error
 	respond := func(x Grant, err error) bool { g, gerr = x, err; return true }
@@ -122,6 +129,9 @@ func benchAdmit(b *testing.B, c *Core, r *Request, firstToken bool) {
 	b.ResetTimer()
 	start, cpu := time.Now(), testenv.ProcessCPU()
 	for b.Loop() {
+		if herd > 0 {
+			c.herd.est = herd
+		}
 		c.Enqueue(r, respond)
 		if gerr != nil {
 			b.Fatal(gerr)
@@ -153,19 +163,31 @@ func BenchmarkAdmissionProduction(b *testing.B) {
 		view             string
 		sel              Selector
 		workers, backlog int
+		herd             float64
 	}
 	var cases []tcase
 	for _, sel := range []Selector{SelectorBlocks, SelectorTTFT} {
 		for _, n := range []int{100, 1000} {
 			for _, backlog := range []int{0, 10000} {
-				cases = append(cases, tcase{"versioned", sel, n, backlog})
+				cases = append(cases, tcase{"versioned", sel, n, backlog, 0})
 			}
 		}
 	}
+	// the ttft selector drawing in a herd band (three unseen bookings per
+	// decision): every idle worker's draw is computed
+	for _, n := range []int{100, 1000} {
+		for _, backlog := range []int{0, 10000} {
+			cases = append(cases, tcase{"versioned", SelectorTTFT, n, backlog, 3})
+		}
+	}
 	// the unversioned view production had before
-	cases = append(cases, tcase{"plain", SelectorBlocks, 1000, 0}, tcase{"plain", SelectorBlocks, 1000, 10000})
+	cases = append(cases, tcase{"plain", SelectorBlocks, 1000, 0, 0}, tcase{"plain", SelectorBlocks, 1000, 10000, 0})
 	for _, tc := range cases {
-		b.Run(fmt.Sprintf("view=%s/selector=%s/workers=%d/backlog=%d", tc.view, tc.sel, tc.workers, tc.backlog), func(b *testing.B) {
+		name := fmt.Sprintf("view=%s/selector=%s/workers=%d/backlog=%d", tc.view, tc.sel, tc.workers, tc.backlog)
+		if tc.herd > 0 {
+			name = fmt.Sprintf("view=%s/selector=%s/herd=%g/workers=%d/backlog=%d", tc.view, tc.sel, tc.herd, tc.workers, tc.backlog)
+		}
+		b.Run(name, func(b *testing.B) {
 			view := &RemoteLoads{}
 			loads := map[string]WorkerLoad{}
 			for i := 0; i < tc.workers; i += 5 {
@@ -178,7 +200,7 @@ func BenchmarkAdmissionProduction(b *testing.B) {
 			}
 			c := benchCoreWith(b, tc.workers, tc.backlog, lv)
 			c.cfg.Selector = tc.sel
-			benchAdmit(b, c, benchRequest(tc.workers), tc.sel == SelectorTTFT)
+			benchAdmitHerd(b, c, benchRequest(tc.workers), tc.sel == SelectorTTFT, tc.herd)
 		})
 	}
 }

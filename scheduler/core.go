@@ -61,6 +61,7 @@ type workerSlot struct {
 	blockSize  int32
 	maxRunning int32
 	kvBlocks   int32
+	idHash     uint64 // the worker ID's hash, for the herd band's rendezvous draw
 	Worker
 }
 
@@ -68,7 +69,7 @@ func newWorkerSlot(w Worker, l *workerLedger) workerSlot {
 	return workerSlot{
 		ledger: l, invB: 1 / float64(w.BlockSize), Worker: w,
 		blockSize: int32(min(w.BlockSize, math.MaxInt32)), maxRunning: int32(min(w.MaxRunning, math.MaxInt32)),
-		kvBlocks: int32(min(w.KVBlocks, math.MaxInt32)),
+		kvBlocks: int32(min(w.KVBlocks, math.MaxInt32)), idHash: hashString(w.ID),
 	}
 }
 
@@ -155,6 +156,7 @@ type Core struct {
 	ties     []int
 	costs    []float64
 	ttft     ttftScratch
+	herd     herdState
 	freeEnt  []*entry
 	freeBook []*booking
 }

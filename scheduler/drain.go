@@ -28,6 +28,11 @@ func (c *Core) drain() {
 func (c *Core) Drain() {
 	c.capEpoch++
 	c.capAll = c.capEpoch
+	if c.queued == 0 && c.herdOn() {
+		// Nothing to admit, but the herd count needs the time the view
+		// changed.
+		c.refreshRemote()
+	}
 	c.drain()
 }
 
@@ -39,6 +44,7 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 	ovl := r.OverlapBlocks(w.ID)
 	cached := r.cachedFromOverlap(ovl, w.BlockSize)
 	pred := c.ttftPredict(r, idx)
+	c.herdDecided(now.UnixNano())
 	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.BlockHashes, r.PromptTokens, cached, r.ExpectedOutputTokens, false, now)
 	b.grantedAt, b.predMs = now.UnixNano(), pred
 	c.tenantBooked(b, r, now)

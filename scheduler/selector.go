@@ -17,9 +17,16 @@ func (c *Core) refreshRemote() {
 		c.remoteVer, c.remoteValid = v, true
 		c.capEpoch++
 	}
+	herd := c.herdOn()
+	if herd {
+		c.herdClose(c.clock.Now().UnixNano())
+	}
 	for i := range c.workers {
 		s := &c.workers[i]
 		if l := c.load.RemoteLoad(s.ID); l != s.remote {
+			if herd && l.ActiveRequests > s.remote.ActiveRequests {
+				c.herd.seen += uint64(l.ActiveRequests - s.remote.ActiveRequests)
+			}
 			s.remote = l
 			c.capAt[i] = c.capEpoch
 			if c.ix.built {
@@ -63,6 +70,7 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 			c.touched = append(c.touched, i)
 		}
 	})
+	c.herdBegin(r)
 	if !c.scanOnly && c.indexable(r) {
 		idx, ok := c.selectIndexed(r, cfg)
 		c.resetOverlaps()

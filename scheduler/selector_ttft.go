@@ -102,6 +102,19 @@ type TTFTModel struct {
 	// instant on the same gossiped view then break near-ties differently
 	// instead of all sending a burst to one worker. 0 turns it off.
 	Spread float64
+	// Herd weighs the band of near-equal costs a decision spreads over
+	// (herd.go): Herd × (remote bookings a decision is blind to, counted
+	// over the last decisions) × (the mean booked request's prefill ms).
+	// Inside it a rendezvous draw keyed by the request's first uncached
+	// block and the worker breaks near-ties, so replicas deciding at the
+	// same instant on the same gossiped view send different requests to
+	// different workers. With one replica, or arrivals that do not
+	// coincide, the count is near 0 and so is the band. 0 turns it off.
+	Herd float64
+	// HerdWindow is how long after a decision, in ms, a remote booking
+	// showing up in this replica's view counts as one the decision could
+	// not see: about two gossip periods.
+	HerdWindow float64
 	// CalibrationWindow is how many first-token marks per worker the
 	// calibration (observed = overhead + scale × predicted) remembers
 	// (each older mark weighs 1 − 1/CalibrationWindow less); 0 turns
@@ -121,6 +134,8 @@ func DefaultTTFTModel() TTFTModel {
 		Externality:       1,
 		StepTokens:        8192,
 		Interference:      0.02,
+		Herd:              2,
+		HerdWindow:        100,
 		CalibrationWindow: 32,
 	}
 }
@@ -153,6 +168,10 @@ func (m TTFTModel) Validate() error {
 		return fmt.Errorf("%w: TTFT.Interference must be a finite number >= 0, got %v", ErrInvalidConfig, m.Interference)
 	case !fin(m.Spread) || m.Spread < 0:
 		return fmt.Errorf("%w: TTFT.Spread must be a finite number >= 0, got %v", ErrInvalidConfig, m.Spread)
+	case !fin(m.Herd) || m.Herd < 0:
+		return fmt.Errorf("%w: TTFT.Herd must be a finite number >= 0, got %v", ErrInvalidConfig, m.Herd)
+	case !fin(m.HerdWindow) || m.HerdWindow < 0:
+		return fmt.Errorf("%w: TTFT.HerdWindow must be a finite number >= 0, got %v", ErrInvalidConfig, m.HerdWindow)
 	case m.CalibrationWindow < 0:
 		return fmt.Errorf("%w: TTFT.CalibrationWindow must be >= 0, got %d", ErrInvalidConfig, m.CalibrationWindow)
 	}
@@ -188,6 +207,8 @@ func (m *TTFTModel) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.IntVar(&m.StepTokens, prefix+"step-tokens", m.StepTokens, "ttft selector: the engines' token budget per step")
 	fs.Float64Var(&m.Interference, prefix+"interference", m.Interference, "ttft selector: weight of the decode stall a prefill causes (per decoding sequence)")
 	fs.Float64Var(&m.Spread, prefix+"spread", m.Spread, "ttft selector: ms of fixed per-replica, per-worker offset that spreads simultaneous decisions of several replicas (0: off)")
+	fs.Float64Var(&m.Herd, prefix+"herd", m.Herd, "ttft selector: weight of the band of near-equal costs spread by a rendezvous draw, per remote booking a decision cannot see (0: off)")
+	fs.Float64Var(&m.HerdWindow, prefix+"herd-window", m.HerdWindow, "ttft selector: ms after a decision within which a remote booking counts as unseen by it (about two gossip periods)")
 	fs.IntVar(&m.CalibrationWindow, prefix+"calibration-window", m.CalibrationWindow, "ttft selector: first-token marks per worker the calibration (scale and fixed overhead) remembers (0: no calibration)")
 }
 
@@ -309,6 +330,9 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 		if c.cfg.TTFT.Spread > 0 {
 			cost += c.cfg.TTFT.Spread * c.ttftOffset(s.ID)
 		}
+		if c.herdDraws(0) {
+			cost += c.herdOffset(s)
+		}
 		return cost, true
 	}
 	held := 0
@@ -332,6 +356,9 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 	cost := c.ttftLoadedCost(r, s, load, cached, decode) * scale
 	if c.cfg.TTFT.Spread > 0 {
 		cost += c.cfg.TTFT.Spread * c.ttftOffset(s.ID)
+	}
+	if c.herdDraws(ovl) {
+		cost += c.herdOffset(s)
 	}
 	return cost, true
 }

@@ -373,6 +373,8 @@ func TestConfigValidateNamesTheBadTTFTField(t *testing.T) {
 		{"TTFT.PrefillScale", func(c *Config) { c.TTFT.PrefillScale = -1 }},
 		{"TTFT.Interference", func(c *Config) { c.TTFT.Interference = math.Inf(1) }},
 		{"TTFT.CalibrationWindow", func(c *Config) { c.TTFT.CalibrationWindow = -1 }},
+		{"TTFT.Herd", func(c *Config) { c.TTFT.Herd = -1 }},
+		{"TTFT.HerdWindow", func(c *Config) { c.TTFT.HerdWindow = math.NaN() }},
 	} {
 		cfg := DefaultConfig()
 		tc.mutate(&cfg)
@@ -398,10 +400,11 @@ func TestTTFTFlagsSetTheModel(t *testing.T) {
 	cfg.RegisterFlags(fs, "s.")
 	require.NoError(t, fs.Parse([]string{"-s.selector", "blocks", "-s.ttft-prefill", "1e-7,0.02,10",
 		"-s.ttft-decode", "0,10,5", "-s.ttft-step-tokens", "4096", "-s.ttft-prefill-scale", "2",
-		"-s.ttft-interference", "0.1", "-s.ttft-calibration-window", "8", "-s.ttft-externality", "0.5", "-s.ttft-spread", "20"}))
+		"-s.ttft-interference", "0.1", "-s.ttft-calibration-window", "8", "-s.ttft-externality", "0.5", "-s.ttft-spread", "20",
+		"-s.ttft-herd", "0.5", "-s.ttft-herd-window", "30"}))
 	require.Equal(t, SelectorBlocks, cfg.Selector)
 	require.Equal(t, TTFTModel{Prefill: [3]float64{1e-7, 0.02, 10}, Decode: [3]float64{0, 10, 5}, StepTokens: 4096,
-		PrefillScale: 2, Externality: 0.5, Interference: 0.1, Spread: 20, CalibrationWindow: 8}, cfg.TTFT)
+		PrefillScale: 2, Externality: 0.5, Interference: 0.1, Spread: 20, Herd: 0.5, HerdWindow: 30, CalibrationWindow: 8}, cfg.TTFT)
 	require.Error(t, fs.Parse([]string{"-s.ttft-prefill", "1,2"}))
 	require.Error(t, fs.Parse([]string{"-s.selector", "nope"}))
 }

@@ -390,6 +390,26 @@ func (c *Core) selectIndexed(r *Request, cfg *ClassConfig) (int, bool) {
 	for _, f := range ix.families {
 		priv := r.privateBlocks(int(f.blockSize))
 		for _, b := range f.buckets {
+			if c.herdDraws(0) {
+				// The members differ by their draws: the one with the
+				// least stands for the bucket, exactly.
+				rep := c.bucketRepHerd(b)
+				if rep < 0 {
+					continue
+				}
+				cost, ok := c.costOf(r, cfg, &c.workers[rep], 0, priv)
+				if !ok {
+					continue
+				}
+				if !(cost <= best) {
+					if ix.prune && boundExceeds(cost-c.herdOffset(&c.workers[rep]), 0, best) {
+						break // later buckets cost more before their draws
+					}
+					continue
+				}
+				consider(rep, cost)
+				continue
+			}
 			rep := c.bucketRep(b)
 			if rep < 0 {
 				continue
@@ -440,6 +460,26 @@ func (c *Core) bucketRep(b *idleBucket) int {
 		}
 	}
 	return -1
+}
+
+// bucketRepHerd is the member of b holding no prefix of the request with
+// the least herd draw, or -1. It compares the draws' integer form, which
+// unitHash maps to [0, 1) exactly and in order.
+func (c *Core) bucketRepHerd(b *idleBucket) int {
+	rep, least, key := -1, uint64(0), c.herd.key
+	for w, word := range b.bits {
+		for word != 0 {
+			i := w<<6 | bits.TrailingZeros64(word)
+			word &= word - 1
+			if c.allow[i] == c.stamp {
+				continue
+			}
+			if u := mix64(key^c.workers[i].idHash) >> 11; rep < 0 || u < least {
+				rep, least = i, u
+			}
+		}
+	}
+	return rep
 }
 
 // pickTied draws among every worker at cost best, in worker index order,

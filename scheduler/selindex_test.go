@@ -49,6 +49,8 @@ func newDiffPair(t *testing.T, seed uint64) *diffPair {
 	cfg.TTFT.Interference = []float64{0.02, 0, 0.1}[rng.IntN(3)]
 	cfg.TTFT.CalibrationWindow = []int{32, 32, 4, 0}[rng.IntN(4)]
 	cfg.TTFT.StepTokens = []int{8192, 8192, 512, 64}[rng.IntN(4)]
+	cfg.TTFT.Herd = []float64{2, 2, 0, 20}[rng.IntN(4)]
+	cfg.TTFT.HerdWindow = []float64{100, 1000, 1e7}[rng.IntN(3)]
 	if rng.IntN(6) == 0 {
 		cfg.TTFT.Decode = [3]float64{3, -5, 4} // step time falls with KV use: no pruning
 	}
@@ -176,6 +178,9 @@ func (p *diffPair) step() {
 		p.calls["select"]++
 		if oka && p.a.indexable(r) {
 			p.calls["indexed"]++
+			if p.a.herd.band > 0 {
+				p.calls["indexed with a herd band"]++
+			}
 		}
 	case x < 65:
 		r := p.request()
@@ -308,6 +313,7 @@ func TestTheIndexedSelectionChoosesWhatTheFullScanChooses(t *testing.T) {
 	}
 	t.Logf("compared: %v", total)
 	require.Greater(t, total["indexed"], trials*steps/10, "the index served too few of the selections")
+	require.Greater(t, total["indexed with a herd band"], trials*steps/100, "too few selections drew in a herd band")
 }
 
 func TestAnIdleFleetTieDrawsAmongAllIdleWorkersAsTheScanDoes(t *testing.T) {

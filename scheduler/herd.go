@@ -1,0 +1,167 @@
+package scheduler
+
+import "math"
+
+// Herding: several replicas deciding at the same moment on the same
+// gossiped view all see the same cheapest worker, and none of them sees
+// the others' bookings until the next gossip round. A burst of new
+// conversations entering through several owners at one instant then lands
+// on one worker, whose pool overflows (docs/benchmarks.md §2 and §7).
+//
+// The Core cannot see those bookings, but it can count them afterwards:
+// the remote bookings that show up in its view within HerdWindow after one
+// of its own decisions were made on views that did not hold that decision,
+// and its decision on a view that did not hold them. Their smoothed count
+// per decision is how many bookings a decision must expect to be blind to
+// (0 with one replica, near 0 when arrivals are spread, several per
+// decision under bursts). Each of them adds about a mean request's prefill
+// work to some worker, so costs closer than that product cannot be told
+// apart: the TTFT selector adds to the cost of every worker holding no more
+// of the prompt than every worker does a rendezvous draw in [0, band) keyed
+// by the request's first uncached block and the worker. Different requests
+// then spread over the workers within the band, the same on every replica,
+// and the same request ranks the workers the same from any replica; a
+// request cached deeper somewhere keeps that worker's exact cost (a draw
+// only ever raises a cost). With one replica there is nothing to count and
+// the decisions are those without the band; with arrivals that do not
+// coincide the band is near zero.
+
+// herdState is the Core's count of remote bookings it could not see and,
+// during a selection, the band and the request's rendezvous key.
+type herdState struct {
+	seen  uint64     // remote bookings observed (rises of remote active requests)
+	marks []herdMark // this Core's decisions whose window is open, oldest first
+	head  int
+	est   float64 // smoothed unseen remote bookings per decision
+	n     int     // decisions folded into est, up to herdSmoothing
+
+	band   float64 // this selection's band (ms), 0 when off
+	key    uint64  // this selection's rendezvous key
+	common int     // this selection's prefix every registered worker holds, in blocks
+}
+
+// herdMark is one decision: when, and how many remote bookings had been
+// observed by then.
+type herdMark struct {
+	at   int64
+	seen uint64
+}
+
+// herdSmoothing is how many decisions the estimate is smoothed over.
+const herdSmoothing = 32
+
+// herdMaxOpen bounds the open decisions: beyond it the oldest is folded
+// early (a Core deciding thousands of times per window loses nothing by
+// sampling).
+const herdMaxOpen = 1024
+
+// herdOn reports whether the herd band is in use: the TTFT selector with a
+// gain above zero and other replicas' load to learn from.
+func (c *Core) herdOn() bool {
+	return c.cfg.Selector == SelectorTTFT && c.cfg.TTFT.Herd > 0 && c.load != nil
+}
+
+// herdClose folds every decision whose window ended before now.
+func (c *Core) herdClose(now int64) {
+	h := &c.herd
+	w := int64(c.cfg.TTFT.HerdWindow * 1e6)
+	for h.head < len(h.marks) && (h.marks[h.head].at+w < now || len(h.marks)-h.head > herdMaxOpen) {
+		h.fold(float64(h.seen - h.marks[h.head].seen))
+		h.head++
+	}
+	if h.head == len(h.marks) {
+		h.marks, h.head = h.marks[:0], 0
+	} else if h.head > 64 && 2*h.head > len(h.marks) {
+		n := copy(h.marks, h.marks[h.head:])
+		h.marks, h.head = h.marks[:n], 0
+	}
+}
+
+func (h *herdState) fold(k float64) {
+	if h.n < herdSmoothing {
+		h.n++
+		h.est += (k - h.est) / float64(h.n)
+		return
+	}
+	h.est += (k - h.est) / herdSmoothing
+}
+
+// herdDecided opens the window of a decision made now.
+func (c *Core) herdDecided(now int64) {
+	if !c.herdOn() {
+		return
+	}
+	c.herdClose(now)
+	c.herd.marks = append(c.herd.marks, herdMark{at: now, seen: c.herd.seen})
+}
+
+// herdBegin sets the band, key and common prefix of a selection of r.
+// c.ovl and c.touched hold r's overlaps.
+func (c *Core) herdBegin(r *Request) {
+	h := &c.herd
+	h.band = 0
+	if !c.herdOn() || h.est <= 0 {
+		return
+	}
+	h.band = c.cfg.TTFT.Herd * h.est * c.ttft.work
+	// The prefix every worker reports (a shared system prompt) tells the
+	// workers apart no more than none; the first block past the deepest
+	// report is the request's own.
+	deepest, common, holders := 0, math.MaxInt, 0
+	c.stamp++
+	for _, i := range c.touched {
+		deepest = max(deepest, int(c.ovl[i]))
+		if c.allow[i] != c.stamp {
+			c.allow[i] = c.stamp
+			holders++
+			common = min(common, int(c.ovl[i]))
+		}
+	}
+	if holders < len(c.workers) {
+		common = 0
+	}
+	h.common = common
+	if n := len(r.BlockHashes); n > 0 {
+		h.key = mix64(r.BlockHashes[min(deepest, n-1)])
+	} else {
+		h.key = hashString(r.ID)
+	}
+}
+
+// herdDraws reports whether a worker with ovl blocks of the request's
+// prefix takes a draw: only those holding no more than every worker does.
+// A request with a deeper prefix somewhere is placed by its cache, and a
+// draw would only pull it away from it; the new conversations, which the
+// cost cannot place by cache, are the ones that herd.
+func (c *Core) herdDraws(ovl int) bool {
+	return c.herd.band > 0 && ovl <= c.herd.common
+}
+
+// herdOffset is worker s's draw for this selection, in [0, band).
+func (c *Core) herdOffset(s *workerSlot) float64 {
+	return c.herd.band * unitHash(c.herd.key^s.idHash)
+}
+
+// unitHash maps x to [0, 1).
+func unitHash(x uint64) float64 {
+	return float64(mix64(x)>>11) / (1 << 53)
+}
+
+// mix64 is a 64-bit finalizer (splitmix64's).
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// hashString is FNV-1a of s, finalized.
+func hashString(s string) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * 0x100000001b3
+	}
+	return mix64(h)
+}

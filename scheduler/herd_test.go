@@ -1,0 +1,211 @@
+package scheduler
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/internal/clock"
+)
+
+// replicaSet is several Cores sharing a fake clock and a gossip that
+// carries each one's bookings to the others only when published, on top of
+// a standing background load that every view shows.
+type replicaSet struct {
+	t          *testing.T
+	clock      *clock.Fake
+	cores      []*Core
+	views      []*RemoteLoads
+	ws         []Worker
+	background map[string]WorkerLoad
+	seq        int
+}
+
+func newReplicaSet(t *testing.T, n int, ws []Worker, mutate func(*Config)) *replicaSet {
+	t.Helper()
+	rs := &replicaSet{t: t, clock: clock.NewFake(t0), ws: ws, background: map[string]WorkerLoad{}}
+	for i := range n {
+		cfg := DefaultConfig()
+		if mutate != nil {
+			mutate(&cfg)
+		}
+		v := &RemoteLoads{}
+		c := NewCore(cfg, rs.clock, v, rand.New(rand.NewPCG(uint64(i)+1, 9)))
+		c.SetWorkers(ws)
+		c.SetClasses([]ClassConfig{classCfg("a", PolicyFCFS)})
+		rs.cores = append(rs.cores, c)
+		rs.views = append(rs.views, v)
+	}
+	return rs
+}
+
+// publish is one gossip round: every replica's view becomes the background
+// plus the others' current bookings, and every replica drains, as a live
+// replica does after each round.
+func (rs *replicaSet) publish() {
+	for r, v := range rs.views {
+		loads := map[string]WorkerLoad{}
+		for _, w := range rs.ws {
+			l := rs.background[w.ID]
+			for o, c := range rs.cores {
+				if o != r {
+					l = l.Add(c.Load(w.ID))
+				}
+			}
+			loads[w.ID] = l
+		}
+		v.Store(loads)
+	}
+	for _, c := range rs.cores {
+		c.Drain()
+	}
+}
+
+// newConversation is a request whose prompt no worker holds.
+func (rs *replicaSet) newConversation(isl int) *Request {
+	rs.seq++
+	return &Request{
+		ID: fmt.Sprintf("r%d", rs.seq), Class: "a", Ingress: rs.clock.Now(), PromptTokens: isl,
+		BlockHashes: seqHashes(uint64(rs.seq)*7919, isl/16), ExpectedOutputTokens: 200,
+	}
+}
+
+// admit enqueues r at replica i and returns its grant.
+func (rs *replicaSet) admit(i int, r *Request) Grant {
+	rs.t.Helper()
+	var got Grant
+	rs.cores[i].Enqueue(r, func(g Grant, err error) bool {
+		require.NoError(rs.t, err)
+		got = g
+		return true
+	})
+	require.NotEmpty(rs.t, got.Worker, "request %s was not admitted at once", r.ID)
+	return got
+}
+
+// burst has every replica admit one new conversation at the same instant,
+// gossips the bookings 5 ms later, completes them 5 ms after that, lets
+// 500 ms pass and returns how many of the burst each worker received.
+func (rs *replicaSet) burst() map[string]int {
+	grants := make([]Grant, len(rs.cores))
+	for i := range rs.cores {
+		grants[i] = rs.admit(i, rs.newConversation(4000))
+	}
+	rs.clock.Advance(5 * time.Millisecond)
+	rs.publish()
+	rs.clock.Advance(5 * time.Millisecond)
+	per := map[string]int{}
+	for i, g := range grants {
+		per[g.Worker]++
+		rs.cores[i].FirstToken(g.Booking)
+		rs.cores[i].Finish(g.Booking)
+	}
+	rs.publish()
+	rs.clock.Advance(500 * time.Millisecond)
+	return per
+}
+
+func maxPile(per map[string]int) int {
+	m := 0
+	for _, n := range per {
+		m = max(m, n)
+	}
+	return m
+}
+
+// A standing load that makes worker w0 the cheapest, w7 the dearest.
+func (rs *replicaSet) staircase() {
+	for i, w := range rs.ws {
+		rs.background[w.ID] = WorkerLoad{ActiveRequests: 1, PrefillTokens: 300 * i, DecodeBlocks: 100}
+	}
+	rs.publish()
+}
+
+func TestReplicasDecidingABurstOnTheSameStaleViewDoNotAllPickOneWorker(t *testing.T) {
+	rs := newReplicaSet(t, 4, workers(8, 0), nil)
+	rs.staircase()
+	for range 3 { // the first bursts teach each replica what it cannot see
+		rs.burst()
+	}
+	piles := 0
+	for range 20 {
+		per := rs.burst()
+		require.Less(t, maxPile(per), 4, "the whole burst went to one worker: %v", per)
+		piles += maxPile(per)
+	}
+	require.LessOrEqual(t, piles, 20*2, "bursts of 4 should mostly spread over 3 or 4 workers")
+	for _, c := range rs.cores {
+		require.InDelta(t, 3, c.herd.est, 0.01, "each decision is blind to the other three replicas' bookings")
+	}
+}
+
+func TestWithoutTheHerdBandTheSameBurstAllGoesToTheCheapestWorker(t *testing.T) {
+	// The control of the test above: the cost alone herds.
+	rs := newReplicaSet(t, 4, workers(8, 0), func(c *Config) { c.TTFT.Herd = 0 })
+	rs.staircase()
+	for range 23 {
+		require.Equal(t, map[string]int{"w0": 4}, rs.burst())
+	}
+}
+
+func TestReplicasDecidingFurtherApartThanTheWindowKeepTheCheapestWorker(t *testing.T) {
+	rs := newReplicaSet(t, 4, workers(8, 0), nil)
+	rs.staircase()
+	for range 10 {
+		var grants []Grant
+		for i := range rs.cores {
+			// Each decides 200 ms after the previous one (window 100 ms)
+			// and its booking is gossiped 5 ms later.
+			g := rs.admit(i, rs.newConversation(4000))
+			grants = append(grants, g)
+			rs.clock.Advance(5 * time.Millisecond)
+			rs.publish()
+			rs.clock.Advance(195 * time.Millisecond)
+		}
+		for i, g := range grants {
+			rs.cores[i].FirstToken(g.Booking)
+			rs.cores[i].Finish(g.Booking)
+		}
+		rs.publish()
+		rs.clock.Advance(200 * time.Millisecond)
+	}
+	for _, c := range rs.cores {
+		require.Zero(t, c.herd.est, "no decision was blind to another")
+		c.herdBegin(rs.newConversation(4000))
+		require.Zero(t, c.herd.band)
+	}
+}
+
+func TestALoneReplicaDecidesTheSameWithAndWithoutTheHerdBand(t *testing.T) {
+	picks := func(herd float64) []string {
+		rs := newReplicaSet(t, 1, workers(8, 0), func(c *Config) { c.TTFT.Herd = herd })
+		rs.staircase()
+		rng := rand.New(rand.NewPCG(4, 4))
+		var out []string
+		var live []Grant
+		for range 300 {
+			rs.clock.Advance(time.Duration(rng.IntN(20)) * time.Millisecond)
+			switch x := rng.IntN(3); {
+			case x < 2 || len(live) == 0:
+				r := rs.newConversation(500 + rng.IntN(8000))
+				g := rs.admit(0, r)
+				out = append(out, g.Worker)
+				live = append(live, g)
+			default:
+				j := rng.IntN(len(live))
+				rs.cores[0].FirstToken(live[j].Booking)
+				rs.cores[0].Finish(live[j].Booking)
+				live = append(live[:j], live[j+1:]...)
+			}
+			if rng.IntN(4) == 0 {
+				rs.publish() // gossip rounds go on, with nothing from other replicas
+			}
+		}
+		return out
+	}
+	with, without := picks(2), picks(0)
+	require.Equal(t, without, with)
+}
