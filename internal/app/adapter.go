@@ -52,14 +52,9 @@ func Adapter(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	})
 }
 
-// RunAdapter connects to etcd and NATS and runs one adapter until ctx ends.
-// ready, if non-nil, is called with the adapter's HTTP base URL once it
-// serves.
-func RunAdapter(ctx context.Context, cfg adapter.Config, log *zap.Logger, ready func(url string)) error {
-	return RunAdapterWithLinks(ctx, cfg, Links{}, log, ready)
-}
-
-// RunAdapterWithLinks is RunAdapter with secured etcd and NATS links.
+// RunAdapterWithLinks connects to etcd and NATS over lk's links and runs
+// one adapter until ctx ends. ready, if non-nil, is called with the
+// adapter's HTTP base URL once it serves.
 func RunAdapterWithLinks(ctx context.Context, cfg adapter.Config, lk Links, log *zap.Logger, ready func(url string)) error {
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -73,7 +73,7 @@ func startVLLMEngine(t *testing.T, c *testCluster, id string, mutateWorker func(
 	done := make(chan error, 1)
 	ready := make(chan string, 1)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	go func() { done <- RunAdapter(ctx, acfg, log, func(u string) { ready <- u }) }()
+	go func() { done <- RunAdapterWithLinks(ctx, acfg, Links{}, log, func(u string) { ready <- u }) }()
 	select {
 	case <-ready:
 	case err := <-done:
