@@ -21,27 +21,9 @@ import (
 // and then the API stops, and the rest.
 
 // serveAPI serves the OpenAI API until its service stops: after the lame
-// duck drained its streams, so the frontend's own grace only covers
-// stragglers.
+// duck drained its streams, and its shutdown ends at the lame duck's grace
+// deadline (Server.ShutdownBy).
 func (r *replica) serveAPI(ctx context.Context) error { return r.fe.Serve(ctx, r.ln) }
-
-// serveAdmin serves the admin listener (-http.admin-addr), if any.
-func (r *replica) serveAdmin(ctx context.Context) error {
-	if r.adminLn == nil {
-		<-ctx.Done()
-		return nil
-	}
-	return r.fe.ServeAdmin(ctx, r.adminLn)
-}
-
-// runKeys watches the API keys file, if any.
-func (r *replica) runKeys(ctx context.Context) error {
-	if r.keys == nil {
-		<-ctx.Done()
-		return nil
-	}
-	return r.keys.Run(ctx)
-}
 
 // serve marks the replica serving (/readyz succeeds) and reports it ready:
 // every other service runs, the registries are loaded and the replica is
@@ -92,9 +74,7 @@ func (r *replica) exportFinalMetrics(failed context.Context) {
 		r.stopBegan = time.Now()
 		r.stopping.Store(true)
 	}
-	if snap, err := flushSoon(r.actor); err == nil {
-		r.exporter.Observe(admissionSnapshot(snap, r.cfg.Model, r.cfg.WorkerType))
-	}
+	r.exporter.Observe(admissionSnapshot(flushSoon(r.actor), r.cfg.Model, r.cfg.WorkerType))
 	r.exporter.Observe(r.client.Counts(r.cfg.Model, r.cfg.WorkerType))
 	r.log.Info("drained: classes handed off, final counters exported", zap.Duration("since_stop", time.Since(r.stopBegan)))
 	if failed.Err() == nil && r.cfg.ShutdownLinger > 0 {
@@ -107,11 +87,11 @@ func (r *replica) exportFinalMetrics(failed context.Context) {
 
 // flushSoon asks the actor for a fresh snapshot, or returns its last one
 // when the actor has stopped.
-func flushSoon(a *scheduler.Actor) (*scheduler.Snapshot, error) {
+func flushSoon(a *scheduler.Actor) *scheduler.Snapshot {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if s, err := a.Flush(ctx); err == nil {
-		return s, nil
+		return s
 	}
-	return a.Snapshot(), nil
+	return a.Snapshot()
 }

@@ -87,8 +87,13 @@ func (r *replica) follow(ctx context.Context) error {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
-	leave := (<-chan struct{})(r.leave)
+	leave := r.leave
 	reg := &r.m.reg
+	register := func() {
+		if !r.register(ctx, reg) {
+			retry.Reset(r.cfg.Ownership.RetryInterval)
+		}
+	}
 	sessionChanged := r.session.Status().Changed()
 	// Each sync returns the change channel of the very snapshot it applied,
 	// so a change landing while one is applied is never missed.
@@ -100,18 +105,12 @@ func (r *replica) follow(ctx context.Context) error {
 			leave = nil
 			reg.info.Ready = false
 			r.log.Info("registering as not ready: the classes move to the other replicas")
-			if !r.register(ctx, reg) {
-				retry.Reset(r.cfg.Ownership.RetryInterval)
-			}
+			register()
 		case <-sessionChanged:
 			sessionChanged = r.session.Status().Changed()
-			if !r.register(ctx, reg) {
-				retry.Reset(r.cfg.Ownership.RetryInterval)
-			}
+			register()
 		case <-retry.C:
-			if !r.register(ctx, reg) {
-				retry.Reset(r.cfg.Ownership.RetryInterval)
-			}
+			register()
 		case <-r.m.workersChanged:
 			r.m.workersChanged = r.syncWorkers()
 		case <-r.m.ownersChanged:

@@ -258,6 +258,15 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig, log *zap.Logger, reg *pr
 // class ownership, and the lame duck around it all. Each starts after what
 // it depends on and stops before it.
 func (r *replica) services() []service.Service {
+	// The API keys file and the admin listener are optional: without them
+	// the service only keeps its place in the order (no Run).
+	keys, admin := service.Service{Name: "keys"}, service.Service{Name: "api_admin"}
+	if r.keys != nil {
+		keys.Run = r.keys.Run
+	}
+	if r.adminLn != nil {
+		admin.Run = func(ctx context.Context) error { return r.fe.ServeAdmin(ctx, r.adminLn) }
+	}
 	return []service.Service{
 		// cluster/ (etcd): the session lease and the registries.
 		{Name: "session", Run: r.session.Run},
@@ -276,10 +285,10 @@ func (r *replica) services() []service.Service {
 		// metrics/: the high-water exporter of the admission counters.
 		{Name: "exporter", Deps: []string{"scheduler", "admission_client"}, Run: r.exporter.Run},
 		{Name: "tokenizers", Run: r.prompts.Run},
-		{Name: "keys", Run: r.runKeys},
+		keys,
 		// frontend/: the OpenAI API, served from the start (/readyz says
 		// "starting" until the replica serves).
-		{Name: "api_admin", Run: r.serveAdmin},
+		admin,
 		{Name: "api", Deps: []string{"admission_client", "workers", "kv_ingest", "gossip", "tokenizers", "keys", "exporter"},
 			Run: r.serveAPI},
 		// The replica joins the cluster (registers once its registries are
