@@ -118,13 +118,7 @@ func steadyLoad(addr, class string, maxTokens int, interval time.Duration, stop 
 }
 
 func readyzStatus(addr string) int {
-	resp, err := http.Get("http://" + addr + "/readyz")
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode
+	return httpStatus(http.MethodGet, "http://"+addr+"/readyz", nil)
 }
 
 // exited reports whether RunReplica returned, without waiting.

@@ -280,7 +280,7 @@ func TestARouterWithoutTheModelsTokenizerAsksTheEngineAndStillPredictsItsCache(t
 func TestTheLocalClusterOnVLLMProtocolWorkersRoutesOnTheAdaptersEvents(t *testing.T) {
 	addr := startUp(t, func(c *UpConfig) {
 		c.Protocol = ProtocolVLLM
-		c.ZMQPort = freePortPair(t)
+		c.ZMQPort = freePortRun(t, 4) // two workers' event and replay ports
 		c.AdapterPort = 0
 		c.Replica.PredictTTL = time.Millisecond
 	})
@@ -292,13 +292,6 @@ func TestTheLocalClusterOnVLLMProtocolWorkersRoutesOnTheAdaptersEvents(t *testin
 	require.Greater(t, first.Usage.PromptTokens, int64(1000))
 	repeatPredictsTheCache(t, cl, addr, params, int(first.Usage.PromptTokens/16),
 		"the engine's ZMQ events reach the router's index through its adapter", "the router predicted exactly the engine's cached tokens")
-}
-
-// freePortPair returns a free port p with p+1..p+3 free too (two workers'
-// event and replay ports).
-func freePortPair(t *testing.T) int {
-	t.Helper()
-	return freePortRun(t, 4)
 }
 
 // freePortRun returns a free port p with p+1..p+n-1 free too.
