@@ -451,10 +451,7 @@ func (a *Adapter) Run(ctx context.Context) error {
 	}
 	base := a.cfg.AdvertiseURL
 	if base == "" {
-		base = wire.AdvertiseURL(ln.Addr().(*net.TCPAddr))
-		if a.serverTLS != nil {
-			base = "https://" + strings.TrimPrefix(base, "http://")
-		}
+		base = wire.AdvertiseURL(ln.Addr().(*net.TCPAddr), a.serverTLS != nil)
 	}
 	if a.serverTLS != nil {
 		ln = tls.NewListener(ln, a.serverTLS)

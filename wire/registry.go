@@ -164,8 +164,9 @@ func DecodeReplicaInfo(b []byte) (*ReplicaInfo, error) {
 // AdvertiseURL is the base URL (WorkerInfo.URL, TokenizerSource.URL) that a
 // server listening at a registers: its address, or, for a listener on every
 // interface, the machine's host name (127.0.0.1 if it has none) so that other
-// hosts can reach it.
-func AdvertiseURL(a *net.TCPAddr) string {
+// hosts can reach it. The scheme is https when the server serves TLS
+// (secure), else http.
+func AdvertiseURL(a *net.TCPAddr, secure bool) string {
 	host := a.IP.String()
 	if a.IP.IsUnspecified() {
 		if h, err := os.Hostname(); err == nil {
@@ -174,5 +175,9 @@ func AdvertiseURL(a *net.TCPAddr) string {
 			host = "127.0.0.1"
 		}
 	}
-	return "http://" + net.JoinHostPort(host, fmt.Sprint(a.Port))
+	scheme := "http://"
+	if secure {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, fmt.Sprint(a.Port))
 }

@@ -108,10 +108,12 @@ func FuzzDecodeReplicaInfo(f *testing.F) {
 }
 
 func TestAdvertiseURLIsTheBoundAddressOrTheHostNameForAnyInterface(t *testing.T) {
-	require.Equal(t, "http://127.0.0.1:9001", AdvertiseURL(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9001}))
-	require.Equal(t, "http://[::1]:9001", AdvertiseURL(&net.TCPAddr{IP: net.IPv6loopback, Port: 9001}))
+	require.Equal(t, "http://127.0.0.1:9001", AdvertiseURL(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9001}, false))
+	require.Equal(t, "http://[::1]:9001", AdvertiseURL(&net.TCPAddr{IP: net.IPv6loopback, Port: 9001}, false))
+	require.Equal(t, "https://127.0.0.1:9001", AdvertiseURL(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9001}, true),
+		"a server serving TLS advertises https")
 	host, err := os.Hostname()
 	require.NoError(t, err)
-	require.Equal(t, "http://"+net.JoinHostPort(host, "9001"), AdvertiseURL(&net.TCPAddr{IP: net.IPv4zero, Port: 9001}),
+	require.Equal(t, "http://"+net.JoinHostPort(host, "9001"), AdvertiseURL(&net.TCPAddr{IP: net.IPv4zero, Port: 9001}, false),
 		"a listener on every interface is reached by the machine's name")
 }

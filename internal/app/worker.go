@@ -296,10 +296,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	defer ln.Close() // no-op once the server owns and closed it
 	w.url = cfg.AdvertiseURL
 	if w.url == "" {
-		w.url = wire.AdvertiseURL(ln.Addr().(*net.TCPAddr))
-		if cfg.TLS.Enabled() {
-			w.url = "https://" + strings.TrimPrefix(w.url, "http://")
-		}
+		w.url = wire.AdvertiseURL(ln.Addr().(*net.TCPAddr), cfg.TLS.Enabled())
 	}
 	tlsMetrics := tlsconf.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"worker": cfg.ID}, reg))
 	if cfg.TLS.Enabled() {
