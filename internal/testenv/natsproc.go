@@ -147,12 +147,7 @@ func StartNATSProcess(t testing.TB) *NATSProcess {
 // Conn returns a client connection to the server, closed when the test ends.
 func (p *NATSProcess) Conn(t testing.TB) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(p.URL, nats.Name(t.Name()))
-	if err != nil {
-		t.Fatalf("nats connect: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return connectNATS(t, p.URL)
 }
 
 // Stats asks the child for its message counts and CPU time. To count a

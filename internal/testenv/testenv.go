@@ -139,7 +139,14 @@ func newNATSServer(port int) (*natsserver.Server, error) {
 // Conn returns a client connection to the server, closed when the test ends.
 func (n *NATS) Conn(t testing.TB) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(n.URL, nats.Name(t.Name()))
+	return connectNATS(t, n.URL)
+}
+
+// connectNATS connects to url, named after the test, and closes the
+// connection when the test ends.
+func connectNATS(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Name(t.Name()))
 	if err != nil {
 		t.Fatalf("nats connect: %v", err)
 	}
