@@ -224,7 +224,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		graceCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
 		if shutErr := srv.Shutdown(graceCtx); shutErr != nil {
-			s.log.Warn("grace period over, cutting in-flight streams", zap.Duration("grace", s.cfg.ShutdownGrace))
+			s.log.Warn("grace period over, cutting in-flight streams", zap.Duration("grace", s.cfg.ShutdownGrace), zap.Time("grace_end", end))
 			_ = srv.Close()
 		}
 		cancel()

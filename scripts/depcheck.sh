@@ -2,7 +2,7 @@
 # Checks the dependency rules of style.md mechanically:
 #  - scheduler and kvindex import nothing of ours but leaf packages;
 #  - scheduler and kvindex import no network, etcd, NATS or memberlist package;
-#  - the adapters (cluster, gossip, wire, frontend, engine) never import each other;
+#  - the adapters (cluster, gossip, frontend, engine, admission, kvingest) never import each other;
 #  - internal/app is imported only by cmd/ and e2e/; internal/testenv never by non-test code;
 #  - embedded etcd and nats-server are linked into cmd/switchyard only through internal/app.
 set -euo pipefail
