@@ -139,12 +139,13 @@ func (c *Core) herdDraws(ovl int) bool {
 
 // herdOffset is worker s's draw for this selection, in [0, band).
 func (c *Core) herdOffset(s *workerSlot) float64 {
-	return c.herd.band * unitHash(c.herd.key^s.idHash)
+	return c.herd.band * (float64(c.herdRank(s)) / (1 << 53))
 }
 
-// unitHash maps x to [0, 1).
-func unitHash(x uint64) float64 {
-	return float64(mix64(x)>>11) / (1 << 53)
+// herdRank is the integer form of worker s's draw, in [0, 2^53): the draws
+// of two workers compare as their ranks do (bucketRepHerd compares ranks).
+func (c *Core) herdRank(s *workerSlot) uint64 {
+	return mix64(c.herd.key^s.idHash) >> 11
 }
 
 // mix64 is a 64-bit finalizer (splitmix64's).

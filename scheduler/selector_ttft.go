@@ -326,14 +326,7 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 			m.valid, m.kvBlocks, m.blockSize = true, s.kvBlocks, s.blockSize
 			m.cost = c.ttftLoadedCost(r, s, load, 0, len(r.BlockHashes)+priv)
 		}
-		cost := m.cost * scale
-		if c.cfg.TTFT.Spread > 0 {
-			cost += c.cfg.TTFT.Spread * c.ttftOffset(s.ID)
-		}
-		if c.herdDraws(0) {
-			cost += c.herdOffset(s)
-		}
-		return cost, true
+		return c.ttftOffsets(m.cost*scale, s, 0), true
 	}
 	held := 0
 	if s.ledger.refs.n > 0 || s.ledger.refs.zero > 0 {
@@ -353,14 +346,20 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 			return 0, false
 		}
 	}
-	cost := c.ttftLoadedCost(r, s, load, cached, decode) * scale
+	return c.ttftOffsets(c.ttftLoadedCost(r, s, load, cached, decode)*scale, s, ovl), true
+}
+
+// ttftOffsets adds to cost, worker s's TTFT cost for a request of which it
+// holds ovl blocks, the offsets that spread simultaneous decisions: the
+// fixed per-replica spread (TTFTConfig.Spread) and the herd draw.
+func (c *Core) ttftOffsets(cost float64, s *workerSlot, ovl int) float64 {
 	if c.cfg.TTFT.Spread > 0 {
 		cost += c.cfg.TTFT.Spread * c.ttftOffset(s.ID)
 	}
 	if c.herdDraws(ovl) {
 		cost += c.herdOffset(s)
 	}
-	return cost, true
+	return cost
 }
 
 // ttftOffset is this Core's fixed offset of worker in [0, 1): a hash of

@@ -385,32 +385,22 @@ func (c *Core) selectIndexed(r *Request, cfg *ClassConfig) (int, bool) {
 			consider(i, cost)
 		}
 	}
-	// 2. Idle buckets, cheapest scale first within each family.
+	// 2. Idle buckets, cheapest scale first within each family. A bucket's
+	// members cost the same, so one stands for them all and ties are drawn
+	// among the buckets later; with the herd band (the same for every
+	// bucket: their members hold no prefix) they differ by their draws,
+	// and the one with the least stands for the bucket, exactly.
 	ix.buckets = ix.buckets[:0]
+	herd := c.herdDraws(0)
 	for _, f := range ix.families {
 		priv := r.privateBlocks(int(f.blockSize))
 		for _, b := range f.buckets {
-			if c.herdDraws(0) {
-				// The members differ by their draws: the one with the
-				// least stands for the bucket, exactly.
-				rep := c.bucketRepHerd(b)
-				if rep < 0 {
-					continue
-				}
-				cost, ok := c.costOf(r, cfg, &c.workers[rep], 0, priv)
-				if !ok {
-					continue
-				}
-				if !(cost <= best) {
-					if ix.prune && boundExceeds(cost-c.herdOffset(&c.workers[rep]), 0, best) {
-						break // later buckets cost more before their draws
-					}
-					continue
-				}
-				consider(rep, cost)
-				continue
+			var rep int
+			if herd {
+				rep = c.bucketRepHerd(b)
+			} else {
+				rep = c.bucketRep(b)
 			}
-			rep := c.bucketRep(b)
 			if rep < 0 {
 				continue
 			}
@@ -419,9 +409,14 @@ func (c *Core) selectIndexed(r *Request, cfg *ClassConfig) (int, bool) {
 				continue
 			}
 			if !(cost <= best) {
-				if ix.prune && cost > best {
-					break // later buckets of the family cost more
+				// Later buckets of the family cost more (before their draws).
+				if ix.prune && (herd && boundExceeds(cost-c.herdOffset(&c.workers[rep]), 0, best) || !herd && cost > best) {
+					break
 				}
+				continue
+			}
+			if herd {
+				consider(rep, cost)
 				continue
 			}
 			best = cost
@@ -463,10 +458,10 @@ func (c *Core) bucketRep(b *idleBucket) int {
 }
 
 // bucketRepHerd is the member of b holding no prefix of the request with
-// the least herd draw, or -1. It compares the draws' integer form, which
-// unitHash maps to [0, 1) exactly and in order.
+// the least herd draw, or -1. It compares the draws' integer form
+// (herdRank).
 func (c *Core) bucketRepHerd(b *idleBucket) int {
-	rep, least, key := -1, uint64(0), c.herd.key
+	rep, least := -1, uint64(0)
 	for w, word := range b.bits {
 		for word != 0 {
 			i := w<<6 | bits.TrailingZeros64(word)
@@ -474,7 +469,7 @@ func (c *Core) bucketRepHerd(b *idleBucket) int {
 			if c.allow[i] == c.stamp {
 				continue
 			}
-			if u := mix64(key^c.workers[i].idHash) >> 11; rep < 0 || u < least {
+			if u := c.herdRank(&c.workers[i]); rep < 0 || u < least {
 				rep, least = i, u
 			}
 		}
