@@ -11,8 +11,6 @@ import (
 	"github.com/switchyard/switchyard/wire"
 )
 
-func ptr(h uint64) *uint64 { return &h }
-
 func TestAnEnginesFirstBatchFromIDOneAppliesWithoutADump(t *testing.T) {
 	ix, _, _ := newTestIndex(t)
 	h := chain(1, 3)

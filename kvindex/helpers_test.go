@@ -41,4 +41,5 @@ var (
 	removed      = kvtest.Removed
 	batch        = kvtest.Batch
 	sortedHashes = kvtest.SortedHashes
+	ptr          = kvtest.Ptr
 )
