@@ -96,9 +96,7 @@ func (c *PrefixCache) get(k cacheKey) ([]uint32, bool) {
 // ascending, the last len(ids)). A key already held keeps its entry (the
 // ids of one prefix are the same whichever call stored them).
 func (c *PrefixCache) put(keys []cacheKey, counts []int, ids []uint32) {
-	// The whole array counts: ids may be the start of a caller's result.
-	size := int64(cap(ids))*4 + entryOverhead + int64(len(keys))*keyOverhead
-	if size > c.maxBytes || len(keys) == 0 {
+	if entryBytes(ids, len(keys)) > c.maxBytes || len(keys) == 0 {
 		return
 	}
 	c.mu.Lock()
@@ -119,7 +117,7 @@ func (c *PrefixCache) put(keys []cacheKey, counts []int, ids []uint32) {
 	if el == nil {
 		return // every prefix was held already
 	}
-	c.bytes += size
+	c.bytes += entryBytes(ids, len(e.keys)) // the keys held already are charged to their own entries
 	for c.bytes > c.maxBytes {
 		last := c.lru.Back()
 		old := last.Value.(*cacheEntry)
@@ -127,8 +125,14 @@ func (c *PrefixCache) put(keys []cacheKey, counts []int, ids []uint32) {
 		for _, k := range old.keys {
 			delete(c.items, k)
 		}
-		c.bytes -= int64(cap(old.ids))*4 + entryOverhead + int64(len(old.keys))*keyOverhead
+		c.bytes -= entryBytes(old.ids, len(old.keys))
 	}
+}
+
+// entryBytes is what an entry of ids holding keys prefixes is charged. The
+// whole array counts: ids may be the start of a caller's result.
+func entryBytes(ids []uint32, keys int) int64 {
+	return int64(cap(ids))*4 + entryOverhead + int64(keys)*keyOverhead
 }
 
 // EncodeCached returns m.Encode(text), reusing the ids of the longest

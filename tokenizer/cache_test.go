@@ -288,3 +288,18 @@ func TestWordCacheIsRightAcrossModelsAndGenerations(t *testing.T) {
 		t.Fatalf("generation %d: the counter should have wrapped once", sc.gen)
 	}
 }
+
+// A put whose prefixes are partly held already stores only the others, and
+// the byte count must charge only those: it counted every key given, while
+// eviction gave back only the keys an entry held, so the count crept up
+// (and with it could pass the bound over an empty cache, where eviction
+// finds nothing to remove).
+func TestPrefixCacheChargesOnlyTheKeysAnEntryHolds(t *testing.T) {
+	c := NewPrefixCache(1 << 20)
+	k1, k2 := cacheKey{hash: 1, n: 1}, cacheKey{hash: 2, n: 2}
+	c.put([]cacheKey{k1}, []int{1}, make([]uint32, 1))
+	c.put([]cacheKey{k1, k2}, []int{1, 2}, make([]uint32, 2)) // k1 is held: only k2 is stored
+	want := int64(1*4+entryOverhead+1*keyOverhead) + int64(2*4+entryOverhead+1*keyOverhead)
+	require.Equal(t, want, c.Stats().Bytes)
+	require.Equal(t, 2, c.Stats().Entries)
+}
