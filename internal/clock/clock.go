@@ -240,7 +240,11 @@ func (t *fakeTimer) disarmLocked() {
 }
 
 // SleepUntil blocks until c reaches t or ctx is done, returning ctx.Err() in
-// the latter case. A t that is not in c's future returns at once.
+// the latter case. A t that is not in c's future returns at once. The wait
+// is armed as a duration from c.Now(): on a Fake that another goroutine
+// advances concurrently, the timer may land past t by that advance, so a
+// test should advance only once the sleeper's deadline shows in Deadlines
+// (as bench's runner tests do).
 func SleepUntil(ctx context.Context, c Clock, t time.Time) error {
 	d := t.Sub(c.Now())
 	if d <= 0 {
