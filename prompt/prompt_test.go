@@ -315,8 +315,9 @@ func TestApproximateHashingKeepsEqualPrefixesEqual(t *testing.T) {
 	assert.Equal(t, (len(shared)+len("first")+3)/4, a.Total, "one pseudo-token per 4 bytes")
 }
 
-// tokenizerFiles serves Llama 3's files as an adapter would.
-func tokenizerFiles(t *testing.T, dir string) (*httptest.Server, wire.TokenizerSource) {
+// tokenizerFiles serves Llama 3's files as an adapter would, from a server
+// that start makes (httptest.NewServer, or NewTLSServer for an HTTPS one).
+func tokenizerFiles(t *testing.T, dir string, start func(http.Handler) *httptest.Server) (*httptest.Server, wire.TokenizerSource) {
 	t.Helper()
 	names := []string{"tokenizer.json", "tokenizer_config.json"}
 	var files [][]byte
@@ -325,9 +326,19 @@ func tokenizerFiles(t *testing.T, dir string) (*httptest.Server, wire.TokenizerS
 		require.NoError(t, err)
 		files = append(files, b)
 	}
-	srv := httptest.NewServer(http.StripPrefix("/tokenizer/", http.FileServer(http.Dir(dir))))
+	srv := start(http.StripPrefix("/tokenizer/", http.FileServer(http.Dir(dir))))
 	t.Cleanup(srv.Close)
 	return srv, wire.TokenizerSource{URL: srv.URL + "/tokenizer", Files: names, SHA256: Digest(names, files)}
+}
+
+// infoOf is r's ModelInfo of model (the zero value while it has none).
+func infoOf(r *Registry, model string) ModelInfo {
+	for _, mi := range r.Info() {
+		if mi.Model == model {
+			return mi
+		}
+	}
+	return ModelInfo{}
 }
 
 func runRegistry(t *testing.T, r *Registry) {
@@ -343,7 +354,7 @@ func runRegistry(t *testing.T, r *Registry) {
 
 func TestARouterFetchesAWorkersAdvertisedTokenizerAndChecksItsDigest(t *testing.T) {
 	dir := testenv.Llama3Dir(t)
-	_, src := tokenizerFiles(t, dir)
+	_, src := tokenizerFiles(t, dir, httptest.NewServer)
 	r := registry(t, nil, nil)
 	runRegistry(t, r)
 	bad := src
@@ -362,26 +373,14 @@ func TestARouterFetchesAWorkersAdvertisedTokenizerAndChecksItsDigest(t *testing.
 	assert.Equal(t, local.Encode(text), res.Tokens, "fetched files tokenize exactly as the same files on disk")
 
 	var evil ModelInfo
-	require.Eventually(t, func() bool {
-		for _, mi := range r.Info() {
-			if mi.Model == "evil" {
-				evil = mi
-			}
-		}
-		return evil.Error != ""
-	}, 60*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { evil = infoOf(r, "evil"); return evil.Error != "" }, 60*time.Second, 10*time.Millisecond)
 	assert.Contains(t, evil.Error, "digest mismatch")
 	m, _ := r.Model("evil")
 	assert.Nil(t, m, "files whose digest differs from the advertised one are refused")
 	res, err = r.Tokenize(context.Background(), "evil", parse(t, KindCompletion, `{"prompt":"hi"}`), nil)
 	require.NoError(t, err)
 	assert.Equal(t, PathApproximate, res.Path)
-	var llama ModelInfo
-	for _, mi := range r.Info() {
-		if mi.Model == "llama" {
-			llama = mi
-		}
-	}
+	llama := infoOf(r, "llama")
 	assert.Equal(t, ModelInfo{Model: "llama", Source: SourceWorker, Spec: "fetched:" + src.URL, Path: "fetched", Digest: src.SHA256,
 		Describe: llama.Describe}, llama)
 }
@@ -393,12 +392,7 @@ func TestAWorkerMayAdvertiseOnlyBuiltInSpecs(t *testing.T) {
 	require.Eventually(t, func() bool { m, _ := r.Model("sim"); return m != nil }, 60*time.Second, 10*time.Millisecond)
 	m, _ := r.Model("sneaky")
 	assert.Nil(t, m)
-	var sneaky ModelInfo
-	for _, mi := range r.Info() {
-		if mi.Model == "sneaky" {
-			sneaky = mi
-		}
-	}
+	sneaky := infoOf(r, "sneaky")
 	assert.Contains(t, sneaky.Error, "not built in")
 }
 
@@ -534,10 +528,7 @@ func TestDigestFramesEachFileByNameAndLength(t *testing.T) {
 
 func TestTokenizerFilesAtAnHTTPSAdapterAreFetchedWithTheGivenTLSAndOnlyWithIt(t *testing.T) {
 	dir := testenv.Llama3Dir(t)
-	srv := httptest.NewTLSServer(http.StripPrefix("/tokenizer/", http.FileServer(http.Dir(dir))))
-	t.Cleanup(srv.Close)
-	_, src := tokenizerFiles(t, dir)
-	src.URL = srv.URL + "/tokenizer"
+	srv, src := tokenizerFiles(t, dir, httptest.NewTLSServer)
 	trusting := srv.Client().Transport.(*http.Transport).TLSClientConfig
 
 	// Without the adapter's CA the system's roots refuse it.
@@ -545,14 +536,7 @@ func TestTokenizerFilesAtAnHTTPSAdapterAreFetchedWithTheGivenTLSAndOnlyWithIt(t 
 	runRegistry(t, untrusting)
 	untrusting.SetAdvertised(map[string][]wire.TokenizerSource{"llama": {src}})
 	var failed ModelInfo
-	require.Eventually(t, func() bool {
-		for _, mi := range untrusting.Info() {
-			if mi.Model == "llama" {
-				failed = mi
-			}
-		}
-		return failed.Error != ""
-	}, 60*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { failed = infoOf(untrusting, "llama"); return failed.Error != "" }, 60*time.Second, 10*time.Millisecond)
 	assert.Contains(t, failed.Error, "certificate")
 
 	r, err := NewRegistry(DefaultConfig(), Deps{TLS: trusting}, zaptest.NewLogger(t), nil)
