@@ -52,6 +52,12 @@ func startHTTPSEngine(t *testing.T, p enginePKI, requireClient bool) *fakeEngine
 	}
 	cfg, err := sc.Build(tlsconf.Deps{})
 	require.NoError(t, err)
+	return startTLSEngine(t, cfg)
+}
+
+// startTLSEngine is the fake vLLM engine serving HTTPS with cfg.
+func startTLSEngine(t *testing.T, cfg *tls.Config) *fakeEngine {
+	t.Helper()
 	return startFakeEngineWith(t, func(h http.Handler) *httptest.Server {
 		srv := httptest.NewUnstartedServer(h)
 		srv.TLS = cfg
@@ -256,13 +262,7 @@ func TestAnAdapterHeldToTLS13RefusesAnEngineThatStopsAt12(t *testing.T) {
 	p := newEnginePKI(t)
 	cert, err := tls.LoadX509KeyPair(p.server.Cert, p.server.Key)
 	require.NoError(t, err)
-	eng := startFakeEngineWith(t, func(h http.Handler) *httptest.Server {
-		srv := httptest.NewUnstartedServer(h)
-		srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MaxVersion: tls.VersionTLS12}
-		srv.Config.ErrorLog = zap.NewStdLog(zap.NewNop())
-		srv.StartTLS()
-		return srv
-	})
+	eng := startTLSEngine(t, &tls.Config{Certificates: []tls.Certificate{cert}, MaxVersion: tls.VersionTLS12})
 	cfg := testAdapterConfig(eng, etcd, n)
 	cfg.EngineTLS = tlsconf.ClientConfig{CAFile: p.server.CA}
 	require.NoError(t, newUnstartedAdapter(t, cfg, etcd, n).eng.Health(context.Background()), "TLS 1.2 is the default floor")
