@@ -125,31 +125,30 @@ func TestTheKubernetesManifestsSetOnlyEnvironmentVariablesThatNameRealFlags(t *t
 // for the keyring file (a router takes one or the other).
 func TestEveryComposeRouterRequiresAGossipKey(t *testing.T) {
 	required := regexp.MustCompile(`^\$\{SWITCHYARD_GOSSIP_SECRET_KEY:\?[^}]+\}$`)
-	files := map[string]map[string]map[string]string{"docker-compose.yml": {}, "docker-compose.vllm.yml": {}, "docker-compose.tls.yml": {}}
-	for file := range files {
-		for name, svc := range readComposeDoc(t, file).Services {
-			files[file][name] = svc.Environment
-		}
+	docs := map[string]composeDoc{}
+	for _, file := range []string{"docker-compose.yml", "docker-compose.vllm.yml", "docker-compose.tls.yml"} {
+		docs[file] = readComposeDoc(t, file)
 	}
-	base := readComposeDoc(t, "docker-compose.yml")
 	for _, file := range []string{"docker-compose.yml", "docker-compose.vllm.yml"} {
 		routers := 0
-		for name, env := range files[file] {
+		for name, svc := range docs[file].Services {
 			if !strings.HasPrefix(name, "router") {
 				continue
 			}
 			routers++
+			env := svc.Environment
 			assert.Equalf(t, "true", env["SWITCHYARD_GOSSIP_REQUIRE_ENCRYPTION"], "%s: %s must refuse to start without a key", file, name)
 			assert.Regexpf(t, required, env["SWITCHYARD_GOSSIP_SECRET_KEY"], "%s: %s's key must be required from the environment", file, name)
 		}
 		assert.Equalf(t, 3, routers, "%s: routers found", file)
 	}
 	overridden := 0
-	for name, env := range files["docker-compose.tls.yml"] {
-		if !strings.HasPrefix(name, "router") || len(base.Services[name].Command) == 0 {
+	for name, svc := range docs["docker-compose.tls.yml"].Services {
+		if !strings.HasPrefix(name, "router") || len(docs["docker-compose.yml"].Services[name].Command) == 0 {
 			continue
 		}
 		overridden++
+		env := svc.Environment
 		assert.NotEmptyf(t, env["SWITCHYARD_GOSSIP_KEYRING_FILE"], "tls: %s uses the keyring", name)
 		v, ok := env["SWITCHYARD_GOSSIP_SECRET_KEY"]
 		assert.Truef(t, ok && v == "", "tls: %s must blank the base file's single key, got %q", name, v)
