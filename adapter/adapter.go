@@ -346,7 +346,7 @@ func New(cfg Config, deps Deps) (*Adapter, error) {
 		tr.TLSClientConfig = ctls
 		deps.HTTPClient = &http.Client{Transport: tr}
 	}
-	stls, err := cfg.TLS.Build(tlsconf.Deps{Name: "adapter_http", Logger: log, Metrics: deps.TLSMetrics, NextProtos: []string{"h2", "http/1.1"}})
+	stls, err := cfg.TLS.Build(tlsconf.Deps{Name: "adapter_http", Logger: log, Metrics: deps.TLSMetrics, NextProtos: tlsconf.HTTPProtos})
 	if err != nil {
 		return nil, fmt.Errorf("%w: tls: %w", ErrInvalidConfig, err)
 	}

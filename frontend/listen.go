@@ -40,7 +40,7 @@ func (s *Server) adminRoutes() *http.ServeMux {
 func (s *Server) buildTLS() error {
 	var err error
 	d := s.tlsDeps("http")
-	d.NextProtos = []string{"h2", "http/1.1"}
+	d.NextProtos = tlsconf.HTTPProtos
 	if s.lis.apiTLS, err = s.cfg.TLS.Build(d); err != nil {
 		return err
 	}

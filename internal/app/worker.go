@@ -300,7 +300,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	}
 	tlsMetrics := tlsconf.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"worker": cfg.ID}, reg))
 	if cfg.TLS.Enabled() {
-		tc, err := cfg.TLS.Build(tlsconf.Deps{Name: "worker_http", Logger: log, Metrics: tlsMetrics, NextProtos: []string{"h2", "http/1.1"}})
+		tc, err := cfg.TLS.Build(tlsconf.Deps{Name: "worker_http", Logger: log, Metrics: tlsMetrics, NextProtos: tlsconf.HTTPProtos})
 		if err != nil {
 			return fmt.Errorf("worker %s: %w", cfg.ID, err)
 		}

@@ -94,8 +94,8 @@ func (c *ServerConfig) RegisterFlags(fs *flag.FlagSet, prefix, what string) {
 
 // Build loads the files and returns a server configuration that re-reads
 // them when they change, or nil when TLS is not enabled. Serve it with
-// tls.NewListener (Deps.NextProtos is the ALPN list: give "h2" and
-// "http/1.1" for net/http's HTTP/2).
+// tls.NewListener (Deps.NextProtos is the ALPN list: HTTPProtos for
+// net/http's HTTP/2).
 func (c ServerConfig) Build(d Deps) (*tls.Config, error) {
 	if err := c.Validate(""); err != nil {
 		return nil, err
@@ -236,6 +236,10 @@ type Deps struct {
 	// NextProtos is a server's ALPN list.
 	NextProtos []string
 }
+
+// HTTPProtos is the ALPN list of an HTTP server behind tls.NewListener:
+// HTTP/2, then HTTP/1.1, as net/http serves them.
+var HTTPProtos = []string{"h2", "http/1.1"}
 
 // fieldError returns the Validate error for a field under prefix.
 func fieldError(prefix string) func(field, format string, args ...any) error {
