@@ -280,8 +280,10 @@ func TestVLLMRestartingAnEngineResetsTheRoutersIndexForItAndRefillsItWithoutStal
 	start := time.Now()
 	require.NoError(t, s.compose.Restart(s.ctx, victim, 10))
 	s.waitHealthy(victim)
-	// The adapter sees the sequence start again at the new engine's first
-	// batch and starts its mirror over under a new instance.
+	// The adapter's subscriber reconnects, asks the new engine's replay
+	// socket for the last batch it took, does not get it back, and starts
+	// its mirror over under a new instance, whether or not any request has
+	// reached the new engine yet.
 	testenv.Eventually(t, settleBound, func() bool {
 		return s.value(adapterURL(victim)+"/metrics", metricSubResets, map[string]string{"reason": "restart"}) > restartsBefore
 	}, "the adapter of %s seeing the engine's sequence start again", victim)

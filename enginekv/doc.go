@@ -90,12 +90,19 @@
 // buffered and de-duplicated), otherwise it is a Reset(ResetGap). A first
 // batch other than seq 0 replays from 0 (a mid-stream join) or is a
 // Reset(ResetJoinedMidStream). A live seq lower than the last one is a
-// restart. After a reconnect the engine may have restarted and already
-// passed the old seq, so the first replay starts one batch early and
+// restart. After a reconnect the engine may have restarted, so with a
+// replay endpoint the subscriber asks at once, without waiting for a live
+// batch, for everything from one batch before the expected seq, and
 // compares that batch's bytes with the one delivered (vLLM's replay
-// buffer keeps the sent bytes, and a new process stamps new timestamps);
-// without a replay endpoint a restarted engine that reached exactly the
-// expected seq while disconnected cannot be told apart. A payload that
+// buffer keeps the sent bytes, and a new process stamps new timestamps):
+// the same engine answers with it (and with what it published while we
+// were away), a restarted one with nothing or other bytes, which is a
+// Reset(ResetRestart) and a replay from 0. A restarted engine that has no
+// work publishes nothing, so waiting for its first batch could leave the
+// lost cache in the routers' index for as long as KV-aware routing sends
+// it nothing. Without a replay endpoint the next live batch tells, and a
+// restarted engine that reached exactly the expected seq while
+// disconnected cannot be told apart. A payload that
 // does not decode is a lost batch (counted, then a Reset(ResetGap)).
 // Corrupt frames are counted by reason (NameFrames) and logged at most once
 // per LogInterval per reason at warn level.

@@ -269,9 +269,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			return err
 		case m := <-msgs:
 			if m.reconnected {
-				// Same engine or a restarted one whose sequence already
-				// passed ours? The next batch tells, by replay (live).
-				s.suspect = s.haveSeq
+				s.reconnected(ctx, &wg, replays)
 				continue
 			}
 			if rb, res := parseLive(m.frames); res != frameOK {
@@ -383,6 +381,29 @@ func (s *Subscriber) reset(r ResetReason) {
 	s.m.resets.WithLabelValues(r.String()).Inc()
 	s.log.Info("lost continuity with the engine's stream", zap.Stringer("reason", r))
 	s.h.Reset(r)
+}
+
+// reconnected handles a new connection to the engine's PUB socket: the same
+// engine, or a restarted one? With a replay endpoint the engine is asked at
+// once for the last batch we took: the same engine answers with it, a
+// restarted one (an empty buffer, or another batch under that number) is a
+// reset now. Waiting for the next live batch instead would leave the routers
+// predicting the lost cache until the new engine got work, and under
+// KV-aware routing an engine whose blocks the routers no longer see may get
+// none for a long time. Without a replay endpoint the next batch tells (see
+// live).
+func (s *Subscriber) reconnected(ctx context.Context, wg *sync.WaitGroup, replays chan replayResult) {
+	s.suspect = s.haveSeq
+	if !s.suspect || s.replaying || s.cfg.ReplayEndpoint == "" || s.expected == 0 {
+		return
+	}
+	s.suspect = false
+	s.verifying = true
+	s.buffered = s.buffered[:0]
+	// The replay decides same engine or restart; a restarted engine's
+	// first live batch is no second restart.
+	s.haveLive = false
+	s.startReplay(ctx, s.expected-1, wg, replays)
 }
 
 // live handles one well-formed message of the PUB stream.
@@ -590,7 +611,10 @@ func (s *Subscriber) replayDone(ctx context.Context, r replayResult, wg *sync.Wa
 		complete = s.takeReplayed(rb, rb.seq == r.start) && complete
 	}
 	for _, rb := range buffered {
-		complete = s.takeReplayed(rb, false) && complete
+		// A buffered batch at the replay's start (the first batch of a
+		// restarted engine, published while it was being asked) is no
+		// join mid-stream.
+		complete = s.takeReplayed(rb, rb.seq == r.start) && complete
 	}
 	if complete {
 		s.m.replays.WithLabelValues(replayOK).Inc()
@@ -601,7 +625,7 @@ func (s *Subscriber) replayDone(ctx context.Context, r replayResult, wg *sync.Wa
 
 // takeReplayed delivers rb, replayed or buffered during the replay, and
 // reports false where something is missing. Before the first delivery a
-// batch other than the replay's start (every buffered one) means we joined
+// batch other than the replay's start means we joined
 // mid-stream; after it, take checks the sequence.
 func (s *Subscriber) takeReplayed(rb rawBatch, atStart bool) bool {
 	if s.haveSeq {

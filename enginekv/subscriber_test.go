@@ -361,3 +361,52 @@ func TestARestartedEngineThatAlreadyPassedOurSequenceIsStillAReset(t *testing.T)
 	require.Equal(t, "0 1 reset:restart 0 1 2 3 4 5", rec.trace())
 	requireBatchesMatch(t, rec, identity)
 }
+
+// A restarted engine publishes nothing until it gets work, and under
+// KV-aware routing a worker whose blocks the routers no longer see may get
+// none for a long time: the subscriber asks the replay endpoint as soon as
+// it is back, and the lost cache is a reset before any new batch.
+func TestARestartedEngineThatPublishesNothingIsAResetAsSoonAsTheSubscriberIsBack(t *testing.T) {
+	port, rport := twoPorts(t)
+	cfg := pubConfig(LayoutArray, HashUint, true)
+	cfg.Endpoint, cfg.ReplayEndpoint = tcp(port), tcp(rport)
+	p, stop := startPublisher(t, cfg)
+	rec, reg := startSubscriber(t, subConfig(p.Endpoint(), p.ReplayEndpoint()))
+	waitSubscribed(t, p)
+	publishScenario(p, 0)
+	publishScenario(p, 1)
+	rec.waitBatches(t, 2)
+	stop()
+	p2, _ := startPublisher(t, cfg)
+	waitSubscribed(t, p2)
+	testenv.Eventually(t, 10*time.Second, func() bool { return rec.trace() == "0 1 reset:restart" },
+		"a reset before the restarted engine publishes (trace %q)", rec.trace())
+	publishScenario(p2, 0)
+	rec.waitBatches(t, 3)
+	require.Equal(t, "0 1 reset:restart 0", rec.trace())
+	requireBatchesMatch(t, rec, identity)
+	require.Equal(t, 1.0, counter(t, reg, NameResets, "reason", "restart"))
+}
+
+// The same engine behind a broken connection answers the reconnect's replay
+// with the batch we took last: no reset, and what it published meanwhile
+// arrives by that replay.
+func TestAReconnectToTheSameEngineIsNoResetAndReplaysWhatWasMissed(t *testing.T) {
+	p, _ := startPublisher(t, pubConfig(LayoutArray, HashUint, true))
+	proxy := testenv.StartProxy(t, strings.TrimPrefix(p.Endpoint(), "tcp://"))
+	rec, reg := startSubscriber(t, subConfig("tcp://"+proxy.Addr(), p.ReplayEndpoint()))
+	waitSubscribed(t, p)
+	publishScenario(p, 0)
+	publishScenario(p, 1)
+	rec.waitBatches(t, 2)
+	proxy.Cut()
+	testenv.Eventually(t, 10*time.Second, func() bool { return !p.subscribed() }, "the publisher losing its subscriber")
+	publishScenario(p, 2) // nobody subscribed: kept for replay only
+	waitSent(t, p, 3)
+	proxy.Restore()
+	rec.waitBatches(t, 3)
+	require.Equal(t, "0 1 2", rec.trace())
+	requireBatchesMatch(t, rec, identity)
+	require.Equal(t, 1.0, counter(t, reg, NameReplays, "result", "ok"))
+	require.Zero(t, counter(t, reg, NameResets, "reason", "restart"))
+}
