@@ -186,6 +186,12 @@ func (c Config) Validate() error {
 	if err := c.TLS.Validate("tls."); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if c.TLS.Enabled() && c.AdvertiseURL != "" && !isHTTPS(c.AdvertiseURL) {
+		// Routers would speak plain HTTP to a TLS port and fall back to
+		// hashing without the engine's tokenizer. (An https:// URL without
+		// tls.* is allowed: TLS may end in front of the adapter.)
+		return bad("advertise-url %q is not https:// but tls.* serves the adapter's port over TLS", c.AdvertiseURL)
+	}
 	return nil
 }
 

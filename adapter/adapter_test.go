@@ -274,6 +274,9 @@ func TestConfigValidateNamesTheBadField(t *testing.T) {
 		"engine-tls.key-file": func(c *Config) { c.EngineURL, c.EngineTLS.CertFile = "https://engine:8443", "c.crt" },
 		"engine-tls.*":        func(c *Config) { c.EngineTLS.CAFile = "ca.crt" }, // secures nothing: the URLs are http://
 		"tls.client-ca-file":  func(c *Config) { c.TLS.ClientCAFile = "ca.crt" },
+		"advertise-url": func(c *Config) {
+			c.TLS, c.AdvertiseURL = tlsconf.ServerConfig{CertFile: "c.crt", KeyFile: "c.key"}, "http://adapter:9100"
+		},
 		"tls.min-version": func(c *Config) {
 			c.TLS = tlsconf.ServerConfig{CertFile: "c.crt", KeyFile: "c.key", MinVersion: "1.1"}
 		},

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchyard/switchyard/internal/testenv"
+	"github.com/switchyard/switchyard/internal/tlsconf"
 )
 
 // lockedBuffer is an io.Writer safe for the worker's and the test's goroutines.
@@ -85,6 +86,7 @@ func TestWorkerConfigValidateNamesTheBadField(t *testing.T) {
 		"DumpChunkBlocks":  func(c *WorkerConfig) { c.DumpChunkBlocks = 0 },
 		"DefaultMaxTokens": func(c *WorkerConfig) { c.DefaultMaxTokens = 0 },
 		"NumBlocks":        func(c *WorkerConfig) { c.Engine.NumBlocks = 0 },
+		"AdvertiseURL":     func(c *WorkerConfig) { c.AdvertiseURL = "worker-1:9000" },
 	} {
 		cfg := DefaultWorkerConfig()
 		mutate(&cfg)
@@ -94,4 +96,18 @@ func TestWorkerConfigValidateNamesTheBadField(t *testing.T) {
 	}
 	def := DefaultWorkerConfig()
 	assert.NoError(t, def.Validate())
+}
+
+func TestAWorkerServingTLSRefusesToAdvertiseAnHTTPURL(t *testing.T) {
+	cfg := DefaultWorkerConfig()
+	cfg.TLS = tlsconf.ServerConfig{CertFile: "c.crt", KeyFile: "c.key"}
+	cfg.AdvertiseURL = "http://worker-1:9000"
+	err := cfg.Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "is not https://")
+	cfg.AdvertiseURL = "https://worker-1:9000"
+	assert.NoError(t, cfg.Validate())
+	// TLS ended in front of a plaintext worker.
+	cfg.TLS = tlsconf.ServerConfig{}
+	assert.NoError(t, cfg.Validate())
 }
