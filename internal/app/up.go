@@ -192,7 +192,9 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		wc.NATSURL = natsURL
 		if pki != nil {
 			wc.Links = pki.workerLinks(wc.ID)
-			wc.TLS = tlsconf.ServerConfig{CertFile: pki.worker.Cert, KeyFile: pki.worker.Key}
+			// Only the routers (with their client certificate) call a
+			// worker: nothing else gets its API.
+			wc.TLS = tlsconf.ServerConfig{CertFile: pki.worker.Cert, KeyFile: pki.worker.Key, ClientCAFile: pki.worker.CA}
 		}
 		grp.Go(named(gctx, wc.ID, func(ctx context.Context) error {
 			return RunWorker(ctx, wc, log.Named(wc.ID), metrics.NewRegistry())

@@ -84,6 +84,14 @@ func TestUpWithTLSServesOverHTTPSAndRefusesClientsWithoutCredentials(t *testing.
 	resp.Body.Close()
 	require.Equal(t, 2, strings.Count(string(doc), `"URL":"https://`), "%s", doc)
 	require.NotContains(t, string(doc), `"URL":"http://`)
+	// A worker answers only clients with a certificate of the run's CA (the
+	// routers'): the CA alone gets a failed handshake.
+	m := regexp.MustCompile(`"URL":"(https://[^"]+)"`).FindStringSubmatch(string(doc))
+	require.NotNil(t, m, "%s", doc)
+	if resp, err := client.Get(m[1] + "/readyz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("worker %s answered a client without a certificate: %s", m[1], resp.Status)
+	}
 
 	// etcd: the CA alone (no client certificate) is refused.
 	ecfg, err := links.Etcd{TLS: tlsconf.ClientConfig{CAFile: caFile}}.ClientConfig([]string{etcdURL}, zap.NewNop(), tlsconf.Deps{})
