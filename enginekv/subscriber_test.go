@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -335,17 +336,26 @@ func twoPorts(t *testing.T) (int, int) {
 	}
 }
 
-func TestARestartedEngineThatAlreadyPassedOurSequenceIsStillAReset(t *testing.T) {
+// twoBatchesThenStop runs a publisher with a replay endpoint on fixed ports
+// (a restarted one binds them again with cfg), has a subscriber take its
+// seq 0 and 1, and stops it.
+func twoBatchesThenStop(t *testing.T) (PublisherConfig, *recorder, *prometheus.Registry) {
+	t.Helper()
 	port, rport := twoPorts(t)
 	cfg := pubConfig(LayoutArray, HashUint, true)
 	cfg.Endpoint, cfg.ReplayEndpoint = tcp(port), tcp(rport)
 	p, stop := startPublisher(t, cfg)
-	rec, _ := startSubscriber(t, subConfig(p.Endpoint(), p.ReplayEndpoint()))
+	rec, reg := startSubscriber(t, subConfig(p.Endpoint(), p.ReplayEndpoint()))
 	waitSubscribed(t, p)
 	publishScenario(p, 0)
 	publishScenario(p, 1)
 	rec.waitBatches(t, 2)
 	stop()
+	return cfg, rec, reg
+}
+
+func TestARestartedEngineThatAlreadyPassedOurSequenceIsStillAReset(t *testing.T) {
+	cfg, rec, _ := twoBatchesThenStop(t)
 	// The new engine gets past seq 1 before the subscriber is back: seq 5
 	// is the first it sees, which alone looks like a gap after 1.
 	// Its batches differ from the old engine's by their timestamps, as a
@@ -367,20 +377,11 @@ func TestARestartedEngineThatAlreadyPassedOurSequenceIsStillAReset(t *testing.T)
 // none for a long time: the subscriber asks the replay endpoint as soon as
 // it is back, and the lost cache is a reset before any new batch.
 func TestARestartedEngineThatPublishesNothingIsAResetAsSoonAsTheSubscriberIsBack(t *testing.T) {
-	port, rport := twoPorts(t)
-	cfg := pubConfig(LayoutArray, HashUint, true)
-	cfg.Endpoint, cfg.ReplayEndpoint = tcp(port), tcp(rport)
-	p, stop := startPublisher(t, cfg)
-	rec, reg := startSubscriber(t, subConfig(p.Endpoint(), p.ReplayEndpoint()))
-	waitSubscribed(t, p)
-	publishScenario(p, 0)
-	publishScenario(p, 1)
-	rec.waitBatches(t, 2)
-	stop()
+	cfg, rec, reg := twoBatchesThenStop(t)
 	p2, _ := startPublisher(t, cfg)
 	waitSubscribed(t, p2)
 	testenv.Eventually(t, 10*time.Second, func() bool { return rec.trace() == "0 1 reset:restart" },
-		"a reset before the restarted engine publishes (trace %q)", rec.trace())
+		"a reset before the restarted engine publishes")
 	publishScenario(p2, 0)
 	rec.waitBatches(t, 3)
 	require.Equal(t, "0 1 reset:restart 0", rec.trace())
