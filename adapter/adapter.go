@@ -142,8 +142,6 @@ func (c Config) Validate() error {
 		return bad("cluster %q must be 1-128 of [A-Za-z0-9_-]", c.Cluster)
 	case c.Listen == "":
 		return bad("listen is empty")
-	case c.AdvertiseURL != "" && !validHTTPURL(c.AdvertiseURL):
-		return bad("advertise-url %q is not an http(s) URL", c.AdvertiseURL)
 	case len(c.EtcdEndpoints) == 0:
 		return bad("etcd-endpoints is empty")
 	case c.NATSURL == "":
@@ -186,11 +184,12 @@ func (c Config) Validate() error {
 	if err := c.TLS.Validate("tls."); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if c.TLS.Enabled() && c.AdvertiseURL != "" && !isHTTPS(c.AdvertiseURL) {
-		// Routers would speak plain HTTP to a TLS port and fall back to
-		// hashing without the engine's tokenizer. (An https:// URL without
-		// tls.* is allowed: TLS may end in front of the adapter.)
-		return bad("advertise-url %q is not https:// but tls.* serves the adapter's port over TLS", c.AdvertiseURL)
+	if c.AdvertiseURL != "" {
+		// Over plain HTTP to a TLS port, routers would fall back to hashing
+		// without the engine's tokenizer.
+		if err := wire.CheckAdvertiseURL(c.AdvertiseURL, c.TLS.Enabled()); err != nil {
+			return bad("advertise-url %v", err)
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 )
 
@@ -159,6 +160,21 @@ func DecodeReplicaInfo(b []byte) (*ReplicaInfo, error) {
 		return nil, err
 	}
 	return &r, nil
+}
+
+// CheckAdvertiseURL reports why s cannot be a registered base URL: it must be
+// http:// or https:// with a host, and https:// when the server serves TLS
+// (secure), or routers would speak plain HTTP to a TLS port. An https://
+// URL for a plaintext server is allowed: TLS may end in front of it.
+func CheckAdvertiseURL(s string, secure bool) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("%q is not an http(s) URL", s)
+	case secure && u.Scheme != "https":
+		return fmt.Errorf("%q is not https:// but the server serves TLS", s)
+	}
+	return nil
 }
 
 // AdvertiseURL is the base URL (WorkerInfo.URL, TokenizerSource.URL) that a

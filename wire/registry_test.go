@@ -117,3 +117,13 @@ func TestAdvertiseURLIsTheBoundAddressOrTheHostNameForAnyInterface(t *testing.T)
 	require.Equal(t, "http://"+net.JoinHostPort(host, "9001"), AdvertiseURL(&net.TCPAddr{IP: net.IPv4zero, Port: 9001}, false),
 		"a listener on every interface is reached by the machine's name")
 }
+
+func TestCheckAdvertiseURLWantsHTTPWithAHostAndHTTPSForATLSServer(t *testing.T) {
+	for _, bad := range []string{"worker-1:9000", "tcp://worker-1:9000", "http://", "http://[::1"} {
+		require.Errorf(t, CheckAdvertiseURL(bad, false), "%q", bad)
+	}
+	require.NoError(t, CheckAdvertiseURL("http://worker-1:9000", false))
+	require.ErrorContains(t, CheckAdvertiseURL("http://worker-1:9000", true), "is not https://")
+	require.NoError(t, CheckAdvertiseURL("https://worker-1:9000", true))
+	require.NoError(t, CheckAdvertiseURL("https://worker-1:9000", false), "TLS may end in front of a plaintext server")
+}

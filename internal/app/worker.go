@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -151,14 +150,8 @@ func (c *WorkerConfig) Validate() error {
 		return fmt.Errorf("worker config: %w", err)
 	}
 	if c.AdvertiseURL != "" {
-		u, err := url.Parse(c.AdvertiseURL)
-		switch {
-		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-			return fmt.Errorf("worker config: AdvertiseURL %q is not an http(s) URL", c.AdvertiseURL)
-		case c.TLS.Enabled() && u.Scheme != "https":
-			// Routers would speak plain HTTP to a TLS port. (https://
-			// without tls.* is allowed: TLS may end in front of the worker.)
-			return fmt.Errorf("worker config: AdvertiseURL %q is not https:// but tls.* serves the worker's API over TLS", c.AdvertiseURL)
+		if err := wire.CheckAdvertiseURL(c.AdvertiseURL, c.TLS.Enabled()); err != nil {
+			return fmt.Errorf("worker config: AdvertiseURL %w", err)
 		}
 	}
 	return c.validateProtocol()
