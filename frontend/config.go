@@ -29,7 +29,9 @@ type Config struct {
 	// RetryAfter is the Retry-After hint sent with 429 queue_full and 503.
 	RetryAfter time.Duration
 	// ShutdownGrace is how long graceful shutdown waits for in-flight streams
-	// before cutting them.
+	// before cutting them. Its default (15 s) keeps a router's whole stop,
+	// drain delay and hand-off included, inside Kubernetes' default 30 s
+	// termination grace (internal/app ReplicaConfig.StopBound).
 	ShutdownGrace time.Duration
 	// DialTimeout bounds connecting to a worker; a failed dial is retried on
 	// another worker.
@@ -77,7 +79,7 @@ func DefaultConfig() Config {
 		BlockSize:             16,
 		MaxAttempts:           3,
 		RetryAfter:            time.Second,
-		ShutdownGrace:         30 * time.Second,
+		ShutdownGrace:         15 * time.Second,
 		DialTimeout:           3 * time.Second,
 		MaxIdleConnsPerWorker: 256,
 		ReadHeaderTimeout:     10 * time.Second,

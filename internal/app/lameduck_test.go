@@ -393,3 +393,14 @@ func TestAStopWithARequestThatOutlivesTheGraceWaitsTheGraceOnce(t *testing.T) {
 	a := <-done
 	require.True(t, a.err != nil || a.status != http.StatusOK || a.code != "", "the cut request does not look complete: %+v", a)
 }
+
+func TestTheDefaultStopFitsKubernetesDefaultGrace(t *testing.T) {
+	// A router stopped by Kubernetes gets terminationGracePeriodSeconds
+	// (30 s unless the manifest says otherwise) before SIGKILL; with the
+	// default settings its whole stop must end first, or the last streams
+	// and the final counters are lost to the kill.
+	cfg := DefaultReplicaConfig()
+	require.Less(t, cfg.StopBound(), KubernetesTerminationGrace,
+		"drain %v + grace %v + hand-off %v + 1s + linger %v + revoke: the default stop outlasts Kubernetes' default grace",
+		cfg.DrainDelay, cfg.Frontend.ShutdownGrace, cfg.Ownership.OpTimeout, cfg.ShutdownLinger)
+}

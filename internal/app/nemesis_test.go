@@ -364,17 +364,12 @@ type nemesisReplica struct {
 	stopBound time.Duration
 }
 
-// replicaStopBound is the longest RunReplica's shutdown (the lame duck,
-// lame_duck.go) may take by design with cfg: the lame duck's drain delay,
-// the wait for the requests in flight (ShutdownGrace, one deadline that the
-// HTTP server's own shutdown does not extend), the ownership hand-off
-// (OpTimeout + 1 s), the linger and the lease revoke (2 s); plus 5 s of
-// slack for a machine starved under -race. A stop that hangs (issue 19
-// item 13) overruns it.
+// replicaStopBound is the longest RunReplica's shutdown may take by design
+// with cfg (ReplicaConfig.StopBound), plus 5 s of slack for a machine
+// starved under -race. A stop that hangs overruns it.
 func replicaStopBound(cfg ReplicaConfig) time.Duration {
-	const revoke, slack = 2 * time.Second, 5 * time.Second
-	return cfg.DrainDelay + cfg.Frontend.ShutdownGrace + cfg.Ownership.OpTimeout + time.Second +
-		cfg.ShutdownLinger + revoke + slack
+	const slack = 5 * time.Second
+	return cfg.StopBound() + slack
 }
 
 func (inc *nemesisReplica) closeProxies() {

@@ -157,6 +157,24 @@ func (c ReplicaConfig) Validate() error {
 	return nil
 }
 
+// KubernetesTerminationGrace is Kubernetes' default
+// terminationGracePeriodSeconds: a stop with the default configuration
+// finishes inside it (TestTheDefaultStopFitsKubernetesDefaultGrace).
+const KubernetesTerminationGrace = 30 * time.Second
+
+// stopRevoke bounds the lease revoke that ends a stop.
+const stopRevoke = 2 * time.Second
+
+// StopBound is the longest the replica's stop (the lame duck, lame_duck.go)
+// may take by design: the drain delay, one wait for the requests in flight
+// (ShutdownGrace, a deadline the HTTP server's own shutdown does not
+// extend), the ownership hand-off (OpTimeout + 1 s), the linger and the
+// lease revoke. A supervisor's kill grace must exceed it.
+func (c ReplicaConfig) StopBound() time.Duration {
+	return c.DrainDelay + c.Frontend.ShutdownGrace + c.Ownership.OpTimeout + time.Second +
+		c.ShutdownLinger + stopRevoke
+}
+
 // ReplicaStatus is what a running replica reports to `switchyard up` and
 // tests: its addresses and live counters.
 type ReplicaStatus struct {
