@@ -25,19 +25,6 @@ import (
 // worker sent nothing usable within the first-byte timeout.
 var ErrFirstByteTimeout = errors.New("frontend: no first byte from the worker within the first-byte timeout")
 
-// Suspects shares worker suspicion between replicas (gossip in a
-// replica). Every method must be cheap and safe for concurrent use:
-// Suspected runs on every successful request.
-type Suspects interface {
-	// Suspect marks worker suspect from now on, for every replica.
-	Suspect(worker string)
-	// Recovered reports a request to worker that succeeded: it clears the
-	// worker's suspicion everywhere.
-	Recovered(worker string)
-	// Suspected reports whether some replica suspects worker now.
-	Suspected(worker string) bool
-}
-
 // Reasons of a first-byte timeout (the metric's reason label).
 const (
 	// firstByteNoHeaders: no response headers (a non-streaming request's
