@@ -154,11 +154,12 @@ func (fb *firstByte) stop() {
 
 // firstByteTimeout is the attempt's first-byte timeout on grant g, or 0
 // when none applies: the feature is off, the attempt could not move to
-// another worker anyway (pinned, or the last attempt: a slow answer beats
-// none), or a non-streaming request's answer is unbounded (no max_tokens).
+// another worker anyway (pinned, the last attempt, or no other eligible
+// worker left: a slow answer beats none), or a non-streaming request's
+// answer is unbounded (no max_tokens).
 func (x *exchange) firstByteTimeout(g scheduler.Grant) time.Duration {
 	c := &x.s.cfg
-	if c.FirstByteCap <= 0 || !x.canRetry() || x.attempt+1 >= c.MaxAttempts {
+	if c.FirstByteCap <= 0 || !x.others || !x.canRetry() || x.attempt+1 >= c.MaxAttempts {
 		return 0
 	}
 	d := c.FirstByteCap

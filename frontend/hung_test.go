@@ -21,7 +21,8 @@ import (
 // hungEngine is a worker whose engine has stopped: it accepts connections
 // and reads requests but answers nothing (or, with headersFirst, sends a
 // stream's 200 headers and then nothing), until the request's context ends
-// or release is closed; released, it answers like upstream.
+// or release is closed; released, it answers like upstream (the requests
+// it held too, unless it already sent their headers).
 type hungEngine struct {
 	srv          *httptest.Server
 	headersFirst bool
@@ -49,6 +50,9 @@ func newHungEngine(t *testing.T, headersFirst bool) *hungEngine {
 		select {
 		case <-r.Context().Done():
 		case <-h.release:
+			if !h.headersFirst {
+				h.up.serve(w, r) // thawed: the held request is answered
+			}
 		}
 	}))
 	t.Cleanup(func() {
@@ -153,6 +157,30 @@ func TestAnAttemptOnAHungWorkerIsCancelledAtTheFirstByteTimeoutAndRetriedElsewhe
 	}
 }
 
+func TestTheOnlyEligibleWorkerIsWaitedForWithoutAFirstByteTimeout(t *testing.T) {
+	slow := newHungEngine(t, false)
+	ws := staticWorkers{{ID: "slow", URL: slow.srv.URL, Model: "m", BlockSize: 16}}
+	rec := &grantRecorder{}
+	s, reg := newTestServer(t, fastFirstByte(), Deps{Admitter: grantInOrder(rec, ws...), Workers: ws})
+	base := startServer(t, s)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		status, h, body := postWithin(t, 30*time.Second, base+"/v1/completions", `{"model":"m","prompt":"hi","stream":true}`)
+		assert.Equal(t, 200, status, body)
+		assert.Equal(t, "slow", h.Get(HeaderRoutedWorker))
+	}()
+	// Held well past the 100 ms cap: a timeout would have failed the
+	// request (no worker is left to retry on).
+	testenv.Eventually(t, 10*time.Second, func() bool { return slow.hung.Load() == 1 }, "the request reaches the worker")
+	held := time.NewTimer(300 * time.Millisecond) // an injected delay, not an assertion on time
+	<-held.C
+	slow.resume()
+	<-done
+	assert.Len(t, rec.reqs, 1, "no retry")
+	assert.Equal(t, 0.0, testenv.MetricValue(t, reg, "switchyard_router_first_byte_timeouts_total", map[string]string{"reason": firstByteNoHeaders}))
+}
+
 func TestConsecutiveFirstByteTimeoutsMarkTheWorkerSuspectAndASuccessClearsIt(t *testing.T) {
 	bad, good := newHungEngine(t, false), newUpstream(t, 2)
 	ws := staticWorkers{{ID: "bad", URL: bad.srv.URL, Model: "m", BlockSize: 16}, {ID: "good", URL: good.URL(), Model: "m", BlockSize: 16}}
@@ -194,9 +222,11 @@ func TestTheFirstByteTimeoutFollowsThePredictionWithinItsBoundsAndOnlyWhereARetr
 		maxTokens int
 		pinned    string
 		attempt   int
+		alone     bool // no other eligible worker
 		predicted time.Duration
 		want      time.Duration
 	}{
+		"no other worker: none":               {stream: true, alone: true},
 		"no prediction: the cap":              {stream: true, want: 10 * time.Second},
 		"short prediction: the floor":         {stream: true, predicted: 100 * time.Millisecond, want: 2 * time.Second},
 		"prediction times the factor":         {stream: true, predicted: time.Second, want: 4 * time.Second},
@@ -209,7 +239,7 @@ func TestTheFirstByteTimeoutFollowsThePredictionWithinItsBoundsAndOnlyWhereARetr
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
-			x := &exchange{s: &Server{cfg: cfg}, r: r, attempt: c.attempt,
+			x := &exchange{s: &Server{cfg: cfg}, r: r, attempt: c.attempt, others: !c.alone,
 				p: &parsedRequest{stream: c.stream, maxTokens: c.maxTokens, hints: hints{worker: c.pinned}}}
 			assert.Equal(t, c.want, x.firstByteTimeout(scheduler.Grant{PredictedTTFT: c.predicted}))
 		})

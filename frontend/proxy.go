@@ -28,6 +28,7 @@ type exchange struct {
 	ingress time.Time
 	tenant  *tenant.Tenant // nil: the API is open
 	attempt int            // the current attempt, from 0
+	others  bool           // another worker could take a retry of the current attempt
 	fb      *firstByte     // the current attempt's first-byte timer (nil: none)
 }
 

@@ -733,6 +733,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		if g.CachedTokens > 0 {
 			s.m.PredictedCachedTokens.WithLabelValues(p.model, class).Add(float64(g.CachedTokens))
 		}
+		x.others = len(constrain(p.hints.allowed, rt, append(slices.Clip(failed), g.Worker))) > 0
 		status, retry := x.proxy(t, g)
 		if !retry {
 			return status
