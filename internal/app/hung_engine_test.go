@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -8,9 +9,12 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,15 +101,105 @@ func schedulable(t *testing.T, r *runningReplica) []string {
 	return ids
 }
 
+// hungEngine is a worker's engine the test can make hang: freeze stops it
+// answering; held counts the requests it got while frozen (-1: unknown).
+type hungEngine struct {
+	freeze func()
+	held   func() int
+}
+
+// startStoppedChildWorker runs a simulated worker registered under id whose
+// advertised URL is a reverse proxy in a child process (the test binary
+// re-executed, runEngineChildIfAsked): freezing it sends the child SIGSTOP,
+// as an operator's `kill -STOP` of an engine would. The kernel still
+// accepts and buffers the routers' connections; nothing answers.
+func startStoppedChildWorker(t *testing.T, c *testCluster, id string) hungEngine {
+	t.Helper()
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), engineChildEnv+"=http://"+listen)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	stopped := atomic.Bool{}
+	t.Cleanup(func() {
+		if stopped.Load() {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+		}
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	})
+	addr, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err, "the engine child did not start")
+	cfg := testWorkerConfig()
+	cfg.ID = id
+	cfg.Listen = listen
+	cfg.AdvertiseURL = "http://" + strings.TrimSpace(addr)
+	cfg.EtcdEndpoints = c.etcd.Endpoints
+	cfg.NATSURL = c.nats.URL
+	c.workers = append(c.workers, startWorker(t, cfg))
+	return hungEngine{
+		freeze: func() {
+			stopped.Store(true)
+			require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+		},
+		held: func() int { return -1 },
+	}
+}
+
+// engineChildEnv names the engine child's target (the worker's base URL).
+const engineChildEnv = "SWITCHYARD_APP_ENGINE_CHILD"
+
+// runEngineChildIfAsked makes the test binary startStoppedChildWorker's
+// engine: in the child it serves a reverse proxy to the worker on a
+// loopback port, prints the address and runs until its stdin closes (so it
+// never outlives the parent), then exits without running any test;
+// otherwise it returns at once. TestMain calls it first.
+func runEngineChildIfAsked() {
+	target := os.Getenv(engineChildEnv)
+	if target == "" {
+		return
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "engine child:", err)
+		os.Exit(1)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "engine child:", err)
+		os.Exit(1)
+	}
+	fmt.Println(ln.Addr().String())
+	srv := &http.Server{Handler: httputil.NewSingleHostReverseProxy(u), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	os.Exit(0)
+}
+
 // TestAHungEngineCostsAFirstByteTimeoutAndEveryReplicaStopsSelectingIt is
 // the SIGSTOPped-engine case of docs/architecture.md's failure table: one
 // of three workers stops answering under load over three routers; no
 // request waits much longer than the first-byte cap, all succeed on the
 // other workers, and after the consecutive-timeout threshold no replica
-// selects the hung worker.
+// selects the hung worker. The engine hangs two ways: a front that holds
+// every request (counting them), and a child process sent SIGSTOP.
 func TestAHungEngineCostsAFirstByteTimeoutAndEveryReplicaStopsSelectingIt(t *testing.T) {
-	c := newTestCluster(t, 2)
-	hung := startFrozenWorker(t, c, "w3")
+	t.Run("a front that answers nothing", func(t *testing.T) {
+		c := newTestCluster(t, 2)
+		f := startFrozenWorker(t, c, "w3")
+		testHungEngine(t, c, hungEngine{freeze: func() { f.frozen.Store(true) }, held: func() int { return int(f.held.Load()) }})
+	})
+	t.Run("a SIGSTOPped process", func(t *testing.T) {
+		c := newTestCluster(t, 2)
+		testHungEngine(t, c, startStoppedChildWorker(t, c, "w3"))
+	})
+}
+
+func testHungEngine(t *testing.T, c *testCluster, hung hungEngine) {
 	const firstByteCap = 2 * time.Second
 	mutate := func(cfg *ReplicaConfig) {
 		cfg.Frontend.FirstByteFloor, cfg.Frontend.FirstByteCap = 500*time.Millisecond, firstByteCap
@@ -120,7 +214,7 @@ func TestAHungEngineCostsAFirstByteTimeoutAndEveryReplicaStopsSelectingIt(t *tes
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	t.Cleanup(client.CloseIdleConnections)
-	hung.frozen.Store(true)
+	hung.freeze()
 	// A request that waited on the hung engine for its whole hang fails
 	// here: the client gives up well before the freeze would end (never).
 	limit := firstByteCap + 8*time.Second
@@ -172,20 +266,25 @@ func TestAHungEngineCostsAFirstByteTimeoutAndEveryReplicaStopsSelectingIt(t *tes
 		return slowest
 	}
 
-	slowest := check("under the hang", run(90))
-	require.Positive(t, hung.held.Load(), "some requests went to the hung engine before it was suspected")
-	timeouts := 0.0
-	for _, r := range rs {
-		timeouts += counterSum(t, r.reg, "switchyard_router_first_byte_timeouts_total")
+	timeouts := func() float64 {
+		n := 0.0
+		for _, r := range rs {
+			n += counterSum(t, r.reg, "switchyard_router_first_byte_timeouts_total")
+		}
+		return n
 	}
-	assert.Equal(t, float64(hung.held.Load()), timeouts, "every request the hung engine held was a counted first-byte timeout")
-	t.Logf("hung engine: %d attempts held, slowest answer %v (first-byte cap %v)", hung.held.Load(), slowest, firstByteCap)
+	slowest := check("under the hang", run(90))
+	require.Positive(t, timeouts(), "some requests went to the hung engine before it was suspected, and timed out")
+	if held := hung.held(); held >= 0 {
+		assert.Equal(t, float64(held), timeouts(), "every request the hung engine held was a counted first-byte timeout")
+	}
+	t.Logf("hung engine: %v first-byte timeouts, slowest answer %v (first-byte cap %v)", timeouts(), slowest, firstByteCap)
 
 	for _, r := range rs {
 		testenv.Eventually(t, 10*time.Second, func() bool { return !contains(schedulable(t, r), "w3") },
 			"%s stops selecting the hung worker", r.status.ID)
 	}
-	held := hung.held.Load()
+	before := timeouts()
 	check("after the suspicion", run(45))
-	assert.Equal(t, held, hung.held.Load(), "no replica sent the hung worker anything once it was suspected")
+	assert.Equal(t, before, timeouts(), "no replica sent the hung worker anything once it was suspected")
 }
