@@ -75,7 +75,8 @@ func grantFromReply(in *wire.AdmitReply, requestID string) (scheduler.Grant, err
 		RequestID: requestID, Worker: in.Worker, WorkerURL: in.WorkerURL,
 		Booking:      scheduler.BookingID(in.Booking),
 		CachedTokens: in.CachedTokens, OverlapBlocks: in.OverlapBlocks,
-		QueueWait: time.Duration(in.QueueWaitNano),
+		QueueWait:     time.Duration(in.QueueWaitNano),
+		PredictedTTFT: time.Duration(in.PredictedTTFTNano),
 	}, nil
 }
 

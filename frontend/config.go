@@ -67,6 +67,27 @@ type Config struct {
 	// EngineTLS verifies engines reached over https:// (a CA bundle) and
 	// may present a client certificate to them.
 	EngineTLS tlsconf.ClientConfig
+
+	// First-byte timeout (docs/architecture.md, "engine hangs"). An attempt
+	// that may still move to another worker is cancelled and retried there
+	// when the worker sends nothing usable within FirstByteFactor × the
+	// grant's predicted TTFT, clamped to [FirstByteFloor, FirstByteCap]
+	// (FirstByteCap when the grant carries no prediction). "Nothing
+	// usable" is no response headers for a non-streaming request and no
+	// first data event for a stream. A non-streaming request's headers
+	// come only with its whole answer, so it also gets FirstBytePerToken
+	// for each output token it may generate, and only when it bounds them
+	// (max_tokens); embeddings have none. 0 FirstByteCap turns it off.
+	FirstByteFactor   float64
+	FirstByteFloor    time.Duration
+	FirstByteCap      time.Duration
+	FirstBytePerToken time.Duration
+	// SuspectAfter consecutive first-byte timeouts on one worker mark it
+	// suspect for SuspectTTL on every replica (through gossip): no replica
+	// selects it until the suspicion expires or a request to it succeeds.
+	// 0 SuspectAfter never marks a worker.
+	SuspectAfter int
+	SuspectTTL   time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -89,6 +110,12 @@ func DefaultConfig() Config {
 		MaxHeaderBytes:        64 << 10,
 		MaxConns:              4096,
 		AdminMaxConns:         64,
+		FirstByteFactor:       4,
+		FirstByteFloor:        2 * time.Second,
+		FirstByteCap:          10 * time.Second,
+		FirstBytePerToken:     100 * time.Millisecond,
+		SuspectAfter:          2,
+		SuspectTTL:            10 * time.Second,
 	}
 }
 
@@ -142,6 +169,24 @@ func (c Config) Validate() error {
 	if c.AdminMaxConns < 0 {
 		errs = append(errs, fmt.Errorf("frontend.AdminMaxConns: %d, must be >= 0 (0: unbounded)", c.AdminMaxConns))
 	}
+	if !(c.FirstByteFactor >= 1) {
+		errs = append(errs, fmt.Errorf("frontend.FirstByteFactor: %v, must be >= 1", c.FirstByteFactor))
+	}
+	if c.FirstByteFloor <= 0 {
+		errs = append(errs, fmt.Errorf("frontend.FirstByteFloor: %v, must be > 0", c.FirstByteFloor))
+	}
+	if c.FirstByteCap < 0 || (c.FirstByteCap > 0 && c.FirstByteCap < c.FirstByteFloor) {
+		errs = append(errs, fmt.Errorf("frontend.FirstByteCap: %v, must be 0 (off) or >= FirstByteFloor (%v)", c.FirstByteCap, c.FirstByteFloor))
+	}
+	if c.FirstBytePerToken < 0 {
+		errs = append(errs, fmt.Errorf("frontend.FirstBytePerToken: %v, must be >= 0", c.FirstBytePerToken))
+	}
+	if c.SuspectAfter < 0 {
+		errs = append(errs, fmt.Errorf("frontend.SuspectAfter: %d, must be >= 0 (0: never)", c.SuspectAfter))
+	}
+	if c.SuspectAfter > 0 && c.SuspectTTL <= 0 {
+		errs = append(errs, fmt.Errorf("frontend.SuspectTTL: %v, must be > 0 with SuspectAfter", c.SuspectTTL))
+	}
 	if err := c.TLS.Validate("http.tls."); err != nil {
 		errs = append(errs, err)
 	}
@@ -180,4 +225,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	c.AdminTLS.RegisterFlags(fs, prefix+"admin-tls.", "the admin listener")
 	fs.IntVar(&c.AdminMaxConns, prefix+"admin-max-conns", c.AdminMaxConns, "open connections on the admin listener at most (0: unbounded)")
 	c.EngineTLS.RegisterFlags(fs, prefix+"engine-tls.", "engines at https:// URLs")
+	fs.Float64Var(&c.FirstByteFactor, prefix+"first-byte-factor", c.FirstByteFactor, "first-byte timeout: this many times the grant's predicted TTFT, within the floor and cap")
+	fs.DurationVar(&c.FirstByteFloor, prefix+"first-byte-floor", c.FirstByteFloor, "shortest first-byte timeout")
+	fs.DurationVar(&c.FirstByteCap, prefix+"first-byte-cap", c.FirstByteCap, "longest first-byte timeout, and the timeout without a prediction (0: no first-byte timeout)")
+	fs.DurationVar(&c.FirstBytePerToken, prefix+"first-byte-per-token", c.FirstBytePerToken, "added to a non-streaming request's first-byte timeout per max_tokens (its headers come with the whole answer)")
+	fs.IntVar(&c.SuspectAfter, prefix+"suspect-after", c.SuspectAfter, "consecutive first-byte timeouts that mark a worker suspect on every replica (0: never)")
+	fs.DurationVar(&c.SuspectTTL, prefix+"suspect-ttl", c.SuspectTTL, "how long a suspect worker is skipped unless a request to it succeeds")
 }

@@ -23,6 +23,13 @@
 // admitted request's Ticket is finished exactly once (Finish(aborted)) on
 // every path: success, upstream failure, client disconnect, shutdown.
 //
+// A hung worker (hung.go): an attempt that could still move to another
+// worker runs under a first-byte timeout derived from the grant's predicted
+// TTFT; when it fires (a time.AfterFunc, which only cancels the attempt's
+// context) the ticket is finished as aborted and the request re-admitted
+// elsewhere. Consecutive timeouts per worker (atomic counters, shared by
+// the request goroutines) report the worker to Deps.Suspects.
+//
 // With Deps.Tenants (auth.go) every /v1 request needs an API key: none or
 // an unknown one is 401, a model or class the tenant may not use 403; the
 // tenant rides the scheduler request to the class owner, whose quota

@@ -77,3 +77,16 @@ type ClusterInfoFunc func(ctx context.Context) (json.RawMessage, error)
 type Prompts interface {
 	Tokenize(ctx context.Context, model string, in *prompt.Input, engines []string) (prompt.Result, error)
 }
+
+// Suspects shares worker suspicion between replicas (gossip in a
+// replica). Every method must be cheap and safe for concurrent use:
+// Suspected runs on every successful request.
+type Suspects interface {
+	// Suspect marks worker suspect from now on, for every replica.
+	Suspect(worker string)
+	// Recovered reports a request to worker that succeeded: it clears the
+	// worker's suspicion everywhere.
+	Recovered(worker string)
+	// Suspected reports whether some replica suspects worker now.
+	Suspected(worker string) bool
+}

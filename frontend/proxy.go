@@ -27,6 +27,9 @@ type exchange struct {
 	class   string
 	ingress time.Time
 	tenant  *tenant.Tenant // nil: the API is open
+	attempt int            // the current attempt, from 0
+	others  bool           // another worker could take a retry of the current attempt
+	fb      *firstByte     // the current attempt's first-byte timer (nil: none)
 }
 
 // usageBody is the part of a response the router reads for metrics: the
@@ -66,7 +69,15 @@ type roundTrip struct {
 // worker.
 func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 	ctx := x.r.Context()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.WorkerURL+x.p.endpoint.path(), bytes.NewReader(x.p.forward))
+	// The request to the worker runs under the attempt's first-byte timer
+	// (hung.go); the client's own context still decides "client gone".
+	reqCtx := ctx
+	x.fb = nil
+	if d := x.firstByteTimeout(g); d > 0 {
+		x.fb, reqCtx = startFirstByte(ctx, d)
+		defer x.fb.stop()
+	}
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, g.WorkerURL+x.p.endpoint.path(), bytes.NewReader(x.p.forward))
 	if err != nil {
 		t.Dispatched()
 		t.Finish(true)
@@ -95,6 +106,9 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 		if ctx.Err() != nil {
 			return statusClientClosed, false
 		}
+		if x.fb.expired() {
+			return x.firstByteTimedOut(g, firstByteNoHeaders)
+		}
 		x.s.log.Warn("worker unreachable", zap.String("request_id", x.rid), zap.String("worker", g.Worker), zap.Error(err))
 		if x.canRetry() {
 			return 0, true
@@ -102,6 +116,17 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 		return x.fail(http.StatusBadGateway, "the worker is unreachable: "+err.Error()), false
 	}
 	defer resp.Body.Close()
+	if !x.p.stream || resp.StatusCode != http.StatusOK {
+		// Headers are a non-streaming request's first byte, and an error
+		// status is an answer; a stream's first byte is its first event.
+		if !x.fb.arrived() {
+			t.Finish(true)
+			return x.firstByteTimedOut(g, firstByteNoHeaders)
+		}
+		if resp.StatusCode == http.StatusOK {
+			x.s.suspects.succeeded(g.Worker)
+		}
+	}
 	switch {
 	case resp.StatusCode >= 500:
 		// The worker failed before producing output: another worker may
@@ -120,7 +145,11 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 		return x.relayPlain(resp), false
 	}
 	if x.p.stream {
-		return x.relayStream(t, g, resp)
+		status, retry = x.relayStream(t, g, resp)
+		if retry && x.fb.expired() {
+			return x.firstByteTimedOut(g, firstByteNoEvent)
+		}
+		return status, retry
 	}
 	return x.relayBody(t, g, resp)
 }
@@ -268,6 +297,11 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 				}
 				now := x.s.now()
 				if !started {
+					if !x.fb.arrived() { // the first-byte timer fired: nothing was sent
+						t.Finish(true)
+						return 0, true
+					}
+					x.s.suspects.succeeded(g.Worker)
 					started = true
 					first = now
 					h := x.w.Header()

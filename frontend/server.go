@@ -62,6 +62,9 @@ type Deps struct {
 	TLSMetrics *tlsconf.Metrics
 	// Tenants authenticates API keys (auth.go); nil leaves the API open.
 	Tenants Tenants
+	// Suspects shares worker suspicion after consecutive first-byte
+	// timeouts (hung.go); nil keeps the count local and marks nothing.
+	Suspects Suspects
 }
 
 // Server is the OpenAI HTTP API of one router replica.
@@ -91,6 +94,8 @@ type Server struct {
 	stopped    bool
 	idle       *sync.Cond
 	auth       *authMetrics // with Deps.Tenants only
+	hung       *hungMetrics
+	suspects   *suspicion
 }
 
 // New builds a Server. It starts nothing: Serve or Run do.
@@ -149,6 +154,8 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	if deps.Tenants != nil {
 		s.auth = newAuthMetrics(reg)
 	}
+	s.hung = newHungMetrics(reg)
+	s.suspects = &suspicion{after: cfg.SuspectAfter, port: deps.Suspects}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.instrument(metrics.RouteChatCompletions, func(w http.ResponseWriter, r *http.Request) int {
 		return s.handleCompletion(w, r, endpointChat)
@@ -688,7 +695,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress, tenant: tn}
 	var failed []string
 	for attempt := 0; ; attempt++ {
-		req.Attempt = attempt
+		req.Attempt, x.attempt = attempt, attempt
 		req.Allowed = constrain(p.hints.allowed, rt, failed)
 		if req.Allowed != nil && len(req.Allowed) == 0 && failed == nil {
 			e := &APIError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_constraint", Param: "x-switchyard-allowed-workers",
@@ -726,6 +733,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		if g.CachedTokens > 0 {
 			s.m.PredictedCachedTokens.WithLabelValues(p.model, class).Add(float64(g.CachedTokens))
 		}
+		x.others = len(constrain(p.hints.allowed, rt, append(slices.Clip(failed), g.Worker))) > 0
 		status, retry := x.proxy(t, g)
 		if !retry {
 			return status

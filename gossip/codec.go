@@ -18,15 +18,21 @@ import (
 //	                     floor uvarint | version u64 | n uvarint | n × entry)
 //	entry:               worker | version_lag uvarint (version − entry version) |
 //	                     active varint | prefill varint | decode varint |
-//	                     last_event_id uvarint | blocks varint | instance uvarint
+//	                     last_event_id uvarint | blocks varint | instance uvarint |
+//	                     suspect_since varint | recovered_at varint (version 3)
 //
-// Version 2 added the digest's engine instance; version 1 messages are
-// rejected (ErrVersion) like any other version.
+// Version 2 added the digest's engine instance; version 3 the worker health
+// record (Health). Version 2 messages are still read (their entries carry no
+// health); version 1 messages are rejected (ErrVersion) like any other
+// version.
 //
 // Timestamps and expiry times are Unix nanoseconds of the author's clock.
 const (
-	codecVersion = 2
-	maxStringLen = 1024
+	codecVersion = 3
+	// minCodecVersion is the oldest version decoded: a replica of the
+	// previous release still shares its loads during a rolling upgrade.
+	minCodecVersion = 2
+	maxStringLen    = 1024
 	// minEntryBytes is the smallest encoded entry: a one-byte worker length
 	// and seven one-byte varints. Decoders use it to bound counts before they
 	// allocate.
@@ -112,6 +118,8 @@ func appendEntry(b []byte, version uint64, w string, e Entry) []byte {
 	b = binary.AppendUvarint(b, e.Digest.LastEventID)
 	b = binary.AppendVarint(b, int64(e.Digest.Blocks))
 	b = binary.AppendUvarint(b, e.Digest.Instance)
+	b = binary.AppendVarint(b, e.Health.SuspectSince)
+	b = binary.AppendVarint(b, e.Health.RecoveredAt)
 	return b
 }
 
@@ -182,7 +190,13 @@ func sortedKeys[V any](m map[string]V) []string {
 // ErrVersion or ErrMalformed; it never panics.
 func decodeMessage(p []byte) (msgKind, *loadsMsg, *predictionMsg, *stateMsg, error) {
 	r := reader{buf: p}
-	r.magic('S', 'G', codecVersion)
+	if len(p) >= 3 && p[0] == 'S' && p[1] == 'G' && p[2] >= minCodecVersion && p[2] < codecVersion {
+		r.version = p[2]
+		r.magic('S', 'G', p[2])
+	} else {
+		r.version = codecVersion
+		r.magic('S', 'G', codecVersion)
+	}
 	k := msgKind(r.u8())
 	if r.err != nil {
 		return 0, nil, nil, nil, r.err
@@ -216,9 +230,10 @@ func decodeMessage(p []byte) (msgKind, *loadsMsg, *predictionMsg, *stateMsg, err
 // reader decodes with a sticky error: after the first failure every method
 // returns zero values, so decoders read straight through and check once.
 type reader struct {
-	buf []byte
-	off int
-	err error
+	buf     []byte
+	off     int
+	err     error
+	version byte // the message's codec version (gossip messages only)
 }
 
 func (r *reader) fail(format string, args ...any) {
@@ -351,6 +366,10 @@ func (r *reader) entry(version uint64) (string, Entry) {
 	e.Digest.LastEventID = r.uvarint()
 	e.Digest.Blocks = r.int()
 	e.Digest.Instance = r.uvarint()
+	if r.version >= 3 {
+		e.Health.SuspectSince = r.varint()
+		e.Health.RecoveredAt = r.varint()
+	}
 	if r.err == nil && lag > version {
 		r.fail("entry version lag %d exceeds version %d", lag, version)
 	}

@@ -15,7 +15,7 @@ func sampleLoads() *loadsMsg {
 		Origin: "r1", Version: 1_700_000_000_123, Timestamp: 1_700_000_000_456, ShardBits: 6, Shard: 17, Part: 1,
 		Entries: []workerEntry{
 			{Worker: "w-a", Entry: Entry{Version: 1_700_000_000_000, Load: WorkerLoad{3, 4096, 70}, Digest: Digest{LastEventID: 99, Blocks: 512, Instance: 1 << 63}}},
-			{Worker: "w-b", Entry: Entry{Version: 1_700_000_000_123, Load: WorkerLoad{-1, 0, 0}}},
+			{Worker: "w-b", Entry: Entry{Version: 1_700_000_000_123, Load: WorkerLoad{-1, 0, 0}, Health: Health{SuspectSince: 1_700_000_000_100, RecoveredAt: 1_699_000_000_000}}},
 		},
 	}
 }

@@ -1,6 +1,8 @@
 // Package gossip carries soft state between router replicas over
 // hashicorp/memberlist: each replica's per-worker load aggregates (from its
-// admission ledger), predicted prefix entries, and KV index digests.
+// admission ledger), predicted prefix entries, KV index digests, and
+// per-worker health records (a worker suspected after first-byte timeouts,
+// or seen to recover; Health).
 //
 // # What it owns
 //
@@ -61,7 +63,7 @@
 // A member that started without a key cannot be given one: memberlist
 // decides at creation whether it encrypts.
 //
-// Producers (SetLocalLoads, SetDigests, Predict) never block: they publish a
+// Producers (SetLocalLoads, SetDigests, SetLocalHealth, Predict) never block: they publish a
 // copy through an atomic pointer or a non-blocking send. Readers
 // (RemoteLoad, RemoteDigests) read an immutable snapshot the owner publishes
 // through an atomic pointer; LocalState returns the state encoding the owner

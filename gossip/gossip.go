@@ -77,6 +77,7 @@ type Gossip struct {
 	addr     atomic.Pointer[string]
 	loads    atomic.Pointer[map[string]WorkerLoad]
 	digests  atomic.Pointer[map[string]Digest]
+	health   atomic.Pointer[map[string]Health]
 	sink     atomic.Pointer[PredictionSink]
 	snap     atomic.Pointer[snapshot]
 	fullSt   atomic.Pointer[[]byte]
@@ -106,6 +107,7 @@ type predictRequest struct {
 type snapshot struct {
 	remote  map[string]WorkerLoad
 	digests map[string]map[string]Digest
+	health  map[string]Health // joined over every origin, this one's included
 }
 
 // New validates cfg and builds a Gossip. It starts nothing: Run does.
@@ -197,6 +199,39 @@ func (g *Gossip) SetDigests(d map[string]Digest) {
 		}
 	}
 	g.digests.Store(&cp)
+}
+
+// SetLocalHealth replaces this replica's own health records (per worker;
+// see Health). Like SetLocalLoads it copies the map, never blocks, and is
+// announced on the owner's next tick. A worker missing from the map has no
+// record: drop a record once it no longer matters (older than the
+// suspicion TTL), or it is gossiped for ever.
+func (g *Gossip) SetLocalHealth(h map[string]Health) {
+	cp := make(map[string]Health, len(h))
+	for w, v := range h {
+		if g.validWorker(w) {
+			cp[w] = v
+		}
+	}
+	g.health.Store(&cp)
+}
+
+// Health returns worker's health joined over every origin this replica
+// knows, its own announced records included: the newest SuspectSince and
+// the newest RecoveredAt. It never blocks.
+func (g *Gossip) Health(worker string) Health {
+	return g.snap.Load().health[worker]
+}
+
+// HealthRecords returns a copy of the joined health of every worker with a
+// record.
+func (g *Gossip) HealthRecords() map[string]Health {
+	s := g.snap.Load()
+	out := make(map[string]Health, len(s.health))
+	for w, h := range s.health {
+		out[w] = h
+	}
+	return out
 }
 
 // RemoteLoad is the sum of worker's load over every other origin this replica

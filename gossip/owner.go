@@ -114,13 +114,17 @@ func (o *owner) coalesce(now time.Time) {
 		}
 		o.lastDigest = now
 	}
+	var health map[string]Health
+	if p := o.g.health.Load(); p != nil {
+		health = *p
+	}
 	own := o.state.Origins[o.self]
 	changed := make(map[string]Entry)
 	consider := func(w string) {
 		if _, done := changed[w]; done {
 			return
 		}
-		want := Entry{Load: loads[w], Digest: o.digests[w]}
+		want := Entry{Load: loads[w], Digest: o.digests[w], Health: health[w]}
 		cur, ok := own[w]
 		if !ok && want.sameValue(Entry{}) {
 			return
@@ -133,6 +137,9 @@ func (o *owner) coalesce(now time.Time) {
 		consider(w)
 	}
 	for w := range o.digests {
+		consider(w)
+	}
+	for w := range health {
 		consider(w)
 	}
 	for w := range own {
@@ -377,8 +384,13 @@ func (o *owner) publish() {
 		return
 	}
 	o.dirty = false
-	s := &snapshot{remote: make(map[string]WorkerLoad), digests: make(map[string]map[string]Digest)}
+	s := &snapshot{remote: make(map[string]WorkerLoad), digests: make(map[string]map[string]Digest), health: make(map[string]Health)}
 	for origin, es := range o.state.Origins {
+		for w, e := range es {
+			if e.Health != (Health{}) {
+				s.health[w] = s.health[w].Join(e.Health)
+			}
+		}
 		if origin == o.self {
 			continue
 		}

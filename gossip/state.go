@@ -1,6 +1,9 @@
 package gossip
 
-import "sort"
+import (
+	"sort"
+	"time"
+)
 
 // WorkerLoad is one origin's booked load on one worker. It has the same
 // fields as scheduler.WorkerLoad; the app converts (gossip does not import
@@ -29,6 +32,32 @@ type Digest struct {
 	Instance    uint64
 }
 
+// Health is what one origin last concluded about a worker's engine from
+// the requests it sent there: SuspectSince is when it last marked the worker
+// suspect (consecutive first-byte timeouts), RecoveredAt when it last saw a
+// request to a suspect worker succeed. Both are Unix nanoseconds of the
+// origin's clock, 0 for never. A worker is suspect while the newest
+// SuspectSince of any origin is younger than the suspicion TTL and newer
+// than every origin's RecoveredAt (Suspicion).
+type Health struct {
+	SuspectSince int64
+	RecoveredAt  int64
+}
+
+// Join is the newest of both records' stamps.
+func (h Health) Join(o Health) Health {
+	return Health{SuspectSince: max(h.SuspectSince, o.SuspectSince), RecoveredAt: max(h.RecoveredAt, o.RecoveredAt)}
+}
+
+// Suspected reports whether a (joined) record suspects its worker at now: a
+// suspicion younger than ttl that no recovery followed. Stamps from
+// different origins are compared across their clocks, so a recovery within
+// the replicas' clock skew of a suspicion may lose to it; the suspicion
+// then lasts its ttl.
+func (h Health) Suspected(now time.Time, ttl time.Duration) bool {
+	return h.SuspectSince > h.RecoveredAt && now.UnixNano() < h.SuspectSince+int64(ttl)
+}
+
 // Entry is what one origin says about one worker, stamped with the origin's
 // version at the time the value last changed. Version 0 means never written:
 // every floor covers it, so such entries are dropped.
@@ -36,11 +65,12 @@ type Entry struct {
 	Version uint64
 	Load    WorkerLoad
 	Digest  Digest
+	Health  Health
 }
 
 // sameValue reports whether e and o carry the same value, ignoring versions.
 func (e Entry) sameValue(o Entry) bool {
-	return e.Load == o.Load && e.Digest == o.Digest
+	return e.Load == o.Load && e.Digest == o.Digest && e.Health == o.Health
 }
 
 // wins reports whether e replaces o under last-writer-wins: the higher
@@ -55,8 +85,8 @@ func (e Entry) wins(o Entry) bool {
 }
 
 func valueLess(a, b Entry) bool {
-	av := [6]int64{int64(a.Load.ActiveRequests), int64(a.Load.PrefillTokens), int64(a.Load.DecodeBlocks), int64(a.Digest.LastEventID), int64(a.Digest.Blocks), int64(a.Digest.Instance)}
-	bv := [6]int64{int64(b.Load.ActiveRequests), int64(b.Load.PrefillTokens), int64(b.Load.DecodeBlocks), int64(b.Digest.LastEventID), int64(b.Digest.Blocks), int64(b.Digest.Instance)}
+	av := [8]int64{int64(a.Load.ActiveRequests), int64(a.Load.PrefillTokens), int64(a.Load.DecodeBlocks), int64(a.Digest.LastEventID), int64(a.Digest.Blocks), int64(a.Digest.Instance), a.Health.SuspectSince, a.Health.RecoveredAt}
+	bv := [8]int64{int64(b.Load.ActiveRequests), int64(b.Load.PrefillTokens), int64(b.Load.DecodeBlocks), int64(b.Digest.LastEventID), int64(b.Digest.Blocks), int64(b.Digest.Instance), b.Health.SuspectSince, b.Health.RecoveredAt}
 	for i := range av {
 		if av[i] != bv[i] {
 			return av[i] < bv[i]

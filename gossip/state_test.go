@@ -31,6 +31,7 @@ func randomState(r *rand.Rand) State {
 				Version: uint64(r.IntN(8)),
 				Load:    WorkerLoad{ActiveRequests: r.IntN(3), PrefillTokens: r.IntN(3), DecodeBlocks: r.IntN(2)},
 				Digest:  Digest{LastEventID: uint64(r.IntN(2)), Blocks: r.IntN(2)},
+				Health:  Health{SuspectSince: int64(r.IntN(2)), RecoveredAt: int64(r.IntN(2))},
 			}
 		}
 	}

@@ -53,6 +53,7 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 	g := Grant{
 		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id,
 		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
+		PredictedTTFT: b.ledger.calibrated(pred),
 	}
 	c.release(e)
 	if !respond(g, nil) {

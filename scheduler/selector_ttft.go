@@ -601,3 +601,13 @@ func (c *Core) TTFTOverhead(worker string) time.Duration {
 	}
 	return 0
 }
+
+// calibrated turns a reference-ms prediction into this worker's expected
+// grant-to-first-token time: overhead + scale × predicted (0 when there is
+// no prediction).
+func (l *workerLedger) calibrated(predMs float64) time.Duration {
+	if predMs <= 0 {
+		return 0
+	}
+	return time.Duration((l.ttftOverhead + (1+l.ttftSlow)*predMs) * float64(time.Millisecond))
+}

@@ -306,6 +306,11 @@ type Grant struct {
 	CachedTokens  int // prompt tokens cached on Worker when selected
 	OverlapBlocks int
 	QueueWait     time.Duration // time from Enqueue to the grant
+	// PredictedTTFT is the selector's calibrated prediction of the time
+	// from the grant to the worker's first token (SelectorTTFT only; 0
+	// when there is none). The entry replica derives its first-byte
+	// timeout from it.
+	PredictedTTFT time.Duration
 }
 
 // BookingRecord describes an in-flight request to re-home on a new owner

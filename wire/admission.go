@@ -72,6 +72,9 @@ type AdmitReply struct {
 	CachedTokens  int    `json:"cached,omitempty"`
 	OverlapBlocks int    `json:"overlap,omitempty"`
 	QueueWaitNano int64  `json:"wait,omitempty"`
+	// PredictedTTFTNano is the owner's predicted grant-to-first-token time
+	// (0: none); the entry derives its first-byte timeout from it.
+	PredictedTTFTNano int64 `json:"ttft,omitempty"`
 	// Reason is the scheduler's rejection reason label (e.g. "queue_full").
 	Reason string `json:"reason,omitempty"`
 	Limit  string `json:"limit,omitempty"`

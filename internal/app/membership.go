@@ -118,6 +118,9 @@ func (r *replica) follow(ctx context.Context) error {
 		case <-r.m.classesChanged:
 			r.m.ownersChanged, r.m.classesChanged = r.syncOwners()
 		case <-tick.C:
+			if r.suspects.refresh() { // a worker became suspect, or no longer is
+				r.m.workersChanged = r.syncWorkers()
+			}
 			r.publishLoads()
 		}
 	}
@@ -252,7 +255,7 @@ func (r *replica) syncWorkers() <-chan struct{} {
 		_ = r.ix.SetCapacity(wi.ID, wi.KVBlocks)
 	}
 	sort.Slice(ws, func(i, j int) bool { return ws[i].ID < ws[j].ID })
-	r.actor.SetWorkers(ws)
+	r.actor.SetWorkers(r.suspects.filter(ws)) // suspect workers are registered but not selected
 	r.prompts.SetAdvertised(advertisedTokenizers(snap.Items))
 	for _, d := range r.ix.Digests(nil) {
 		if _, ok := snap.Items[d.Worker]; !ok {

@@ -54,9 +54,10 @@ type replica struct {
 	classes atomic.Pointer[[]scheduler.ClassConfig]
 
 	// The KV index, fed from NATS, and gossip.
-	ix     *kvindex.Index
-	ingest *kvingest.Subscriber
-	gossip *gossip.Gossip
+	ix       *kvindex.Index
+	ingest   *kvingest.Subscriber
+	gossip   *gossip.Gossip
+	suspects *workerSuspects // workers suspected of a hung engine, over gossip
 
 	// frontend/: the API, its listeners, tokenizers and API keys (nil: open).
 	fe       *frontend.Server
@@ -124,6 +125,7 @@ func (r *replica) build() error {
 	if r.gossip, err = gossip.New(cfg.Gossip, log, reg); err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}
+	r.suspects = newWorkerSuspects(r.gossip, cfg.Frontend.SuspectTTL, log, reg)
 	// The scheduler reads other replicas' load from a versioned copy of the
 	// gossiped view, refreshed every gossip round (publishLoads), so it
 	// caches remote loads and skips blocked classes between rounds.
@@ -230,6 +232,7 @@ func (r *replica) build() error {
 		MetricsHandler: metrics.Handler(reg),
 		Metrics:        r.router,
 		TLSMetrics:     tlsMetrics,
+		Suspects:       r.suspects,
 	}, log, reg)
 	if err != nil {
 		return fmt.Errorf("frontend: %w", err)

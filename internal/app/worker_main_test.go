@@ -9,6 +9,7 @@ import (
 // TestMain checks that every test of package app leaves no goroutine behind.
 // (One TestMain per package: other app test files must not declare their own.)
 func TestMain(m *testing.M) {
+	runEngineChildIfAsked() // hung_engine_test.go's SIGSTOPped engine
 	goleak.VerifyTestMain(m,
 		// Embedded etcd and the etcd client leave these behind until the
 		// process ends; they belong to the third-party libraries, not to us.

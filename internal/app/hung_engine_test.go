@@ -1,0 +1,290 @@
+package app
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/frontend"
+	"github.com/switchyard/switchyard/internal/testenv"
+	"github.com/switchyard/switchyard/scheduler"
+)
+
+// frozenEngine stands in front of a simulated worker's HTTP server as its
+// engine would behind an adapter: while frozen (a SIGSTOPped engine) it
+// accepts connections and reads requests but answers nothing, and the
+// requests it holds wait until their client gives up; thawed, it passes
+// everything through. The worker's registration, KV events and load
+// reports go on as before: only the engine hangs.
+type frozenEngine struct {
+	frozen atomic.Bool
+	held   atomic.Int32 // requests that met the freeze
+	proxy  *httputil.ReverseProxy
+	closed chan struct{} // closed when the test ends: releases what is held
+}
+
+func (f *frozenEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.frozen.Load() {
+		f.held.Add(1)
+		// Read the request as a stopped engine's kernel would buffer it;
+		// net/http notices the client leaving only once the body is read.
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-r.Context().Done():
+		case <-f.closed:
+		}
+		return
+	}
+	f.proxy.ServeHTTP(w, r)
+}
+
+// startFrozenWorker runs a simulated worker registered under id whose
+// advertised URL is a frozenEngine in front of it.
+func startFrozenWorker(t *testing.T, c *testCluster, id string) *frozenEngine {
+	t.Helper()
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	target, err := url.Parse("http://" + listen)
+	require.NoError(t, err)
+	tr := &http.Transport{}
+	f := &frozenEngine{proxy: httputil.NewSingleHostReverseProxy(target), closed: make(chan struct{})}
+	f.proxy.Transport = tr
+	front := &http.Server{Handler: f, ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = front.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		close(f.closed)
+		_ = front.Shutdown(context.Background())
+		<-served
+		tr.CloseIdleConnections()
+	})
+	cfg := testWorkerConfig()
+	cfg.ID = id
+	cfg.Listen = listen
+	cfg.AdvertiseURL = "http://" + ln.Addr().String()
+	cfg.EtcdEndpoints = c.etcd.Endpoints
+	cfg.NATSURL = c.nats.URL
+	c.workers = append(c.workers, startWorker(t, cfg))
+	return f
+}
+
+// schedulable lists the workers a replica's admission actor selects from.
+func schedulable(t *testing.T, r *runningReplica) []string {
+	t.Helper()
+	var ids []string
+	err := r.status.actor.Do(context.Background(), func(c *scheduler.Core) {
+		for _, w := range c.Workers() {
+			ids = append(ids, w.ID)
+		}
+	})
+	require.NoError(t, err)
+	return ids
+}
+
+// hungEngine is a worker's engine the test can make hang: freeze stops it
+// answering; held counts the requests it got while frozen (-1: unknown).
+type hungEngine struct {
+	freeze func()
+	held   func() int
+}
+
+// startStoppedChildWorker runs a simulated worker registered under id whose
+// advertised URL is a reverse proxy in a child process (the test binary
+// re-executed, runEngineChildIfAsked): freezing it sends the child SIGSTOP,
+// as an operator's `kill -STOP` of an engine would. The kernel still
+// accepts and buffers the routers' connections; nothing answers.
+func startStoppedChildWorker(t *testing.T, c *testCluster, id string) hungEngine {
+	t.Helper()
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), engineChildEnv+"=http://"+listen)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	stopped := atomic.Bool{}
+	t.Cleanup(func() {
+		if stopped.Load() {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+		}
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	})
+	addr, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err, "the engine child did not start")
+	cfg := testWorkerConfig()
+	cfg.ID = id
+	cfg.Listen = listen
+	cfg.AdvertiseURL = "http://" + strings.TrimSpace(addr)
+	cfg.EtcdEndpoints = c.etcd.Endpoints
+	cfg.NATSURL = c.nats.URL
+	c.workers = append(c.workers, startWorker(t, cfg))
+	return hungEngine{
+		freeze: func() {
+			stopped.Store(true)
+			require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+		},
+		held: func() int { return -1 },
+	}
+}
+
+// engineChildEnv names the engine child's target (the worker's base URL).
+const engineChildEnv = "SWITCHYARD_APP_ENGINE_CHILD"
+
+// runEngineChildIfAsked makes the test binary startStoppedChildWorker's
+// engine: in the child it serves a reverse proxy to the worker on a
+// loopback port, prints the address and runs until its stdin closes (so it
+// never outlives the parent), then exits without running any test;
+// otherwise it returns at once. TestMain calls it first.
+func runEngineChildIfAsked() {
+	target := os.Getenv(engineChildEnv)
+	if target == "" {
+		return
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "engine child:", err)
+		os.Exit(1)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "engine child:", err)
+		os.Exit(1)
+	}
+	fmt.Println(ln.Addr().String())
+	srv := &http.Server{Handler: httputil.NewSingleHostReverseProxy(u), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	os.Exit(0)
+}
+
+// TestAHungEngineCostsAFirstByteTimeoutAndEveryReplicaStopsSelectingIt is
+// the SIGSTOPped-engine case of docs/architecture.md's failure table: one
+// of three workers stops answering under load over three routers; no
+// request waits much longer than the first-byte cap, all succeed on the
+// other workers, and after the consecutive-timeout threshold no replica
+// selects the hung worker. The engine hangs two ways: a front that holds
+// every request (counting them), and a child process sent SIGSTOP.
+func TestAHungEngineCostsAFirstByteTimeoutAndEveryReplicaStopsSelectingIt(t *testing.T) {
+	t.Run("a front that answers nothing", func(t *testing.T) {
+		c := newTestCluster(t, 2)
+		f := startFrozenWorker(t, c, "w3")
+		testHungEngine(t, c, hungEngine{freeze: func() { f.frozen.Store(true) }, held: func() int { return int(f.held.Load()) }})
+	})
+	t.Run("a SIGSTOPped process", func(t *testing.T) {
+		c := newTestCluster(t, 2)
+		testHungEngine(t, c, startStoppedChildWorker(t, c, "w3"))
+	})
+}
+
+func testHungEngine(t *testing.T, c *testCluster, hung hungEngine) {
+	const firstByteCap = 2 * time.Second
+	mutate := func(cfg *ReplicaConfig) {
+		cfg.Frontend.FirstByteFloor, cfg.Frontend.FirstByteCap = 500*time.Millisecond, firstByteCap
+		cfg.Frontend.SuspectAfter = 2
+		cfg.Frontend.SuspectTTL = 5 * time.Minute // outlasts the test: expiry is tested in gossip
+	}
+	rs := []*runningReplica{c.startReplicaWith("r1", "127.0.0.1:0", mutate), c.startReplicaWith("r2", "127.0.0.1:0", mutate), c.startReplicaWith("r3", "127.0.0.1:0", mutate)}
+	c.waitOwned(defaultClasses, "r1", "r2", "r3")
+	for _, r := range rs {
+		testenv.Eventually(t, 15*time.Second, func() bool { return len(schedulable(t, r)) == 3 }, "%s schedules the three workers", r.status.ID)
+	}
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	t.Cleanup(client.CloseIdleConnections)
+	hung.freeze()
+	// A request that waited on the hung engine for its whole hang fails
+	// here: the client gives up well before the freeze would end (never).
+	limit := firstByteCap + 8*time.Second
+	type outcome struct {
+		worker string
+		took   time.Duration
+		err    error
+	}
+	run := func(n int) []outcome {
+		out := make([]outcome, n)
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 12) // 12 in flight over the three routers
+		for i := range n {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				r := rs[i%len(rs)]
+				ctx, cancel := context.WithTimeout(context.Background(), limit)
+				defer cancel()
+				body := fmt.Sprintf(`{"model":%q,"prompt":"hung engine %d","max_tokens":4,"stream":true}`, testModel, i)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.status.HTTPAddr+"/v1/completions", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				start := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					out[i] = outcome{err: err, took: time.Since(start)}
+					return
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				out[i] = outcome{worker: resp.Header.Get(frontend.HeaderRoutedWorker), took: time.Since(start), err: err}
+				if err == nil && (resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "[DONE]")) {
+					out[i].err = fmt.Errorf("status %d: %s", resp.StatusCode, b)
+				}
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	check := func(phase string, out []outcome) time.Duration {
+		var slowest time.Duration
+		for i, o := range out {
+			require.NoError(t, o.err, "%s: request %d (after %v)", phase, i, o.took)
+			assert.NotEqual(t, "w3", o.worker, "%s: request %d was answered by the hung worker", phase, i)
+			slowest = max(slowest, o.took)
+		}
+		return slowest
+	}
+
+	timeouts := func() float64 {
+		n := 0.0
+		for _, r := range rs {
+			n += counterSum(t, r.reg, "switchyard_router_first_byte_timeouts_total")
+		}
+		return n
+	}
+	slowest := check("under the hang", run(90))
+	require.Positive(t, timeouts(), "some requests went to the hung engine before it was suspected, and timed out")
+	if held := hung.held(); held >= 0 {
+		assert.Equal(t, float64(held), timeouts(), "every request the hung engine held was a counted first-byte timeout")
+	}
+	t.Logf("hung engine: %v first-byte timeouts, slowest answer %v (first-byte cap %v)", timeouts(), slowest, firstByteCap)
+
+	for _, r := range rs {
+		testenv.Eventually(t, 10*time.Second, func() bool { return !contains(schedulable(t, r), "w3") },
+			"%s stops selecting the hung worker", r.status.ID)
+	}
+	before := timeouts()
+	check("after the suspicion", run(45))
+	assert.Equal(t, before, timeouts(), "no replica sent the hung worker anything once it was suspected")
+}
