@@ -62,26 +62,29 @@ const (
 // Gossip is one replica's member of the gossip cluster. See the package
 // documentation for its concurrency rules.
 type Gossip struct {
-	cfg      Config
-	log      *zap.Logger
-	m        *metrics
-	clock    clock.Clock
-	meta     []byte
-	queue    *memberlist.TransmitLimitedQueue
-	inbox    chan inboxItem
-	preds    chan predictRequest
-	ready    chan struct{}
-	running  atomic.Bool
-	stopped  atomic.Bool
-	ml       atomic.Pointer[memberlist.Memberlist]
-	addr     atomic.Pointer[string]
-	loads    atomic.Pointer[map[string]WorkerLoad]
-	digests  atomic.Pointer[map[string]Digest]
-	health   atomic.Pointer[map[string]Health]
-	sink     atomic.Pointer[PredictionSink]
-	snap     atomic.Pointer[snapshot]
-	fullSt   atomic.Pointer[[]byte]
-	delegate *delegate
+	cfg     Config
+	log     *zap.Logger
+	m       *metrics
+	clock   clock.Clock
+	meta    []byte
+	queue   *memberlist.TransmitLimitedQueue
+	inbox   chan inboxItem
+	preds   chan predictRequest
+	ready   chan struct{}
+	running atomic.Bool
+	stopped atomic.Bool
+	// mlogClosed silences memberlist's logger once Run has shut it down
+	// (logger.go says why).
+	mlogClosed atomic.Bool
+	ml         atomic.Pointer[memberlist.Memberlist]
+	addr       atomic.Pointer[string]
+	loads      atomic.Pointer[map[string]WorkerLoad]
+	digests    atomic.Pointer[map[string]Digest]
+	health     atomic.Pointer[map[string]Health]
+	sink       atomic.Pointer[PredictionSink]
+	snap       atomic.Pointer[snapshot]
+	fullSt     atomic.Pointer[[]byte]
+	delegate   *delegate
 	// keyring is memberlist's (nil: no encryption); SetKeys and the keyring
 	// file watcher change it while memberlist runs (it locks itself).
 	keyring *memberlist.Keyring
@@ -352,6 +355,7 @@ func (g *Gossip) Run(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("gossip shutdown: %w", err))
 	}
 	g.ml.Store(nil)
+	g.mlogClosed.Store(true)
 	if len(errs) > 0 {
 		// Leaving is best effort: the others' failure detector covers a
 		// missed leave, so this is logged rather than failing the replica.
@@ -361,7 +365,7 @@ func (g *Gossip) Run(ctx context.Context) error {
 }
 
 func (g *Gossip) createMemberlist() (*memberlist.Memberlist, error) {
-	mlog := newMemberlistLogger(g.log.Named("memberlist"), g.m.memberlistLogs)
+	mlog := newMemberlistLogger(g.log.Named("memberlist"), g.m.memberlistLogs, &g.mlogClosed)
 	var nt *memberlist.NetTransport
 	var err error
 	// With port 0 the transport binds TCP first and then UDP on the same

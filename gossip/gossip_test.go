@@ -254,7 +254,7 @@ func TestMembersCarryNodeMeta(t *testing.T) {
 func TestMemberlistLogLinesBecomeZapEntriesAtTheirLevel(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	g := newIdle(t, nil)
-	l := newMemberlistLogger(zap.New(core), g.m.memberlistLogs)
+	l := newMemberlistLogger(zap.New(core), g.m.memberlistLogs, &g.mlogClosed)
 	l.Printf("[ERR] memberlist: discarding packet with unacceptable label %q", "x")
 	l.Printf("[WARN] memberlist: Got invalid checksum")
 	l.Printf("[DEBUG] memberlist: Stream connection from=1.2.3.4")
@@ -270,6 +270,22 @@ func TestMemberlistLogLinesBecomeZapEntriesAtTheirLevel(t *testing.T) {
 	for lvl, want := range map[string]float64{"error": 1, "warn": 1, "debug": 1, "info": 1} {
 		require.Equal(t, want, counter(t, g.m.memberlistLogs.WithLabelValues(lvl)), lvl)
 	}
+}
+
+func TestMemberlistLinesAfterRunReturnedAreCountedButNotLogged(t *testing.T) {
+	// memberlist's probe goroutines may outlive its Shutdown; a line they
+	// log then must not reach a logger whose owner is gone (zaptest's
+	// panics: "Log in goroutine after Test... has completed").
+	core, logs := observer.New(zapcore.DebugLevel)
+	r := startCluster(t, 1, nil)[0]
+	l := newMemberlistLogger(zap.New(core), r.m.memberlistLogs, &r.mlogClosed)
+	l.Printf("[WARN] memberlist: a line while running")
+	require.Len(t, logs.All(), 1, "a line while Run runs is logged")
+	r.stop()
+	before := counter(t, r.m.memberlistLogs.WithLabelValues("warn"))
+	l.Printf("[WARN] memberlist: Was able to connect to r9 over TCP but UDP probes failed")
+	require.Len(t, logs.All(), 1, "a line after Run returned reached the logger")
+	require.Equal(t, before+1, counter(t, r.m.memberlistLogs.WithLabelValues("warn")))
 }
 
 func TestRunningMemberlistLogsThroughZap(t *testing.T) {
