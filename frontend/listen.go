@@ -12,27 +12,13 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/switchyard/switchyard/internal/tlsconf"
-	"github.com/switchyard/switchyard/metrics"
 )
 
 // listeners is what Serve and ServeAdmin add to the API's handler.
 type listeners struct {
 	admin            *http.ServeMux // Config.AdminAddr's routes; nil: on the API's mux
+	gate             *adminGate     // admin.go: admin routes on the API's mux need a key; nil: open or elsewhere
 	apiTLS, adminTLS *tls.Config    // nil: plaintext
-}
-
-// adminRoutes is the mux /metrics and /debug/cluster go on: a mux of their
-// own (with /healthz and /readyz) when Config.AdminAddr is set, so they
-// leave the API's listener, else the API's.
-func (s *Server) adminRoutes() *http.ServeMux {
-	if s.cfg.AdminAddr == "" {
-		return s.mux
-	}
-	s.lis.admin = http.NewServeMux()
-	s.lis.admin.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
-	s.lis.admin.HandleFunc("GET /readyz", s.instrument(metrics.RouteReadyz, s.handleReadyz))
-	s.lis.admin.HandleFunc("/", s.instrument(metrics.RouteOther, s.handleUnknown))
-	return s.lis.admin
 }
 
 // buildTLS builds the API's and the admin listener's TLS configurations

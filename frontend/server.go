@@ -62,6 +62,10 @@ type Deps struct {
 	TLSMetrics *tlsconf.Metrics
 	// Tenants authenticates API keys (auth.go); nil leaves the API open.
 	Tenants Tenants
+	// Admins authenticates the admin keys that open /metrics and /debug/*
+	// on the API listener when keys are configured (admin.go); nil: no key
+	// opens them there.
+	Admins Admins
 }
 
 // Server is the OpenAI HTTP API of one router replica.
@@ -165,10 +169,10 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	s.mux.HandleFunc("GET /v1/models", s.instrument(metrics.RouteModels, s.handleModels))
 	s.mux.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
 	s.mux.HandleFunc("GET /readyz", s.instrument(metrics.RouteReadyz, s.handleReadyz))
-	adminMux := s.adminRoutes() // s.mux unless Config.AdminAddr is set
-	adminMux.HandleFunc("GET /debug/cluster", s.instrument(metrics.RouteDebugCluster, s.handleDebugCluster))
+	s.initAdmin(reg) // admin.go: the admin listener, or a key on the API's
+	s.HandleAdmin("GET /debug/cluster", s.instrument(metrics.RouteDebugCluster, s.handleDebugCluster))
 	if deps.MetricsHandler != nil {
-		adminMux.Handle("GET /metrics", deps.MetricsHandler)
+		s.HandleAdmin("GET /metrics", deps.MetricsHandler)
 	}
 	// Everything else gets an OpenAI-shaped 404 or 405, so clients that parse
 	// error bodies never see net/http's plain-text ones.
