@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/net/netutil"
 
@@ -19,6 +20,16 @@ type listeners struct {
 	admin            *http.ServeMux // Config.AdminAddr's routes; nil: on the API's mux
 	gate             *adminGate     // admin.go: admin routes on the API's mux need a key; nil: open or elsewhere
 	apiTLS, adminTLS *tls.Config    // nil: plaintext
+	bounds           *ingressBounds // bounds.go: in-flight requests and body bytes of the API
+	h2errors         func(string)   // counts HTTP/2 errors (http.HTTP2Config.CountError)
+}
+
+// initListeners builds what the listeners add to the routes, before any
+// route is registered: the admin routes' place and gate, the API's bounds.
+func (s *Server) initListeners(reg prometheus.Registerer) {
+	s.initAdmin(reg)
+	s.lis.bounds = newIngressBounds(s.cfg, reg)
+	s.lis.h2errors = http2Errors(reg)
 }
 
 // buildTLS builds the API's and the admin listener's TLS configurations
@@ -71,6 +82,10 @@ func (s *Server) httpServer(h http.Handler, name string) *http.Server {
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ErrorLog:          zap.NewStdLog(s.log.Named(name)),
+		// HTTP/2 (TLS with ALPN h2): MaxConnsPerHost counts connections,
+		// and each carries this many requests at once; a client past it
+		// is refused by the protocol (and counted).
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: s.cfg.MaxConcurrentStreams, CountError: s.lis.h2errors},
 	}
 }
 

@@ -169,7 +169,7 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	s.mux.HandleFunc("GET /v1/models", s.instrument(metrics.RouteModels, s.handleModels))
 	s.mux.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
 	s.mux.HandleFunc("GET /readyz", s.instrument(metrics.RouteReadyz, s.handleReadyz))
-	s.initAdmin(reg) // admin.go: the admin listener, or a key on the API's
+	s.initListeners(reg) // listen.go: the admin routes' place, the API's bounds
 	s.HandleAdmin("GET /debug/cluster", s.instrument(metrics.RouteDebugCluster, s.handleDebugCluster))
 	if deps.MetricsHandler != nil {
 		s.HandleAdmin("GET /metrics", deps.MetricsHandler)
@@ -210,7 +210,7 @@ func (s *Server) Run(ctx context.Context) error {
 // and their tickets are finished as aborted). It returns only after every
 // handler has returned and the worker connections are closed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := s.httpServer(s.mux, "http")
+	srv := s.httpServer(s.lis.bounds.bounded(s.mux), "http")
 	s.srv.Store(srv)
 	errc := make(chan error, 1) // size one: Serve's single result, read below
 	go func() { errc <- srv.Serve(wrapListener(ln, s.cfg.MaxConns, s.lis.apiTLS)) }()
