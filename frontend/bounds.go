@@ -120,15 +120,15 @@ func (b *ingressBounds) refusal(reason string) string {
 
 // h2OverMaxStreams is net/http's name for a stream refused because the
 // client opened more than the server's SETTINGS allow.
-const h2OverMaxStreams = "stream_PROTOCOL_over_max_streams"
+const h2OverMaxStreams = "stream_PROTOCOL_ERROR_over_max_streams"
 
 // http2Errors counts the HTTP/2 errors net/http reports (a client opening
 // more streams than MaxConcurrentStreams allows is refused by the
 // protocol, counted as h2OverMaxStreams).
-func http2Errors(reg prometheus.Registerer) func(string) {
+func http2Errors(reg prometheus.Registerer) *prometheus.CounterVec {
 	v := promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "switchyard_router_http2_errors_total",
-		Help: "HTTP/2 protocol errors on the router's listeners, by net/http's error type (stream_PROTOCOL_over_max_streams: a client past -http.max-concurrent-streams)."},
+		Help: "HTTP/2 protocol errors on the router's listeners, by net/http's error type (stream_PROTOCOL_ERROR_over_max_streams: a client past -http.max-concurrent-streams)."},
 		[]string{"type"})
 	v.WithLabelValues(h2OverMaxStreams)
-	return func(t string) { v.WithLabelValues(t).Inc() }
+	return v
 }

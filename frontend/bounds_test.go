@@ -1,6 +1,8 @@
 package frontend
 
 import (
+	"bytes"
+	"crypto/tls"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/internal/tlsconf"
@@ -231,4 +235,54 @@ func TestTheBoundsAreValidated(t *testing.T) {
 	for _, f := range []string{"MaxConcurrentStreams", "MaxInflight", "MaxBufferedBodyBytes"} {
 		require.Contains(t, err.Error(), f)
 	}
+}
+
+func TestAClientThatOpensMoreStreamsThanTheSettingsAllowHasTheExtraOneResetAndCounted(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxConcurrentStreams = 4
+	h := newH2Harness(t, cfg)
+	close(h.up.gate)
+	c, err := tlsconf.ClientConfig{CAFile: h.pki.srv.CA}.Build(tlsconf.Deps{})
+	require.NoError(t, err)
+	c.NextProtos = []string{"h2"}
+	conn, err := tls.Dial("tcp", h.addr, c)
+	require.NoError(t, err)
+	defer conn.Close()
+	// A guard so that today's main (which allows 250 streams and never
+	// resets one) fails instead of hanging; no assertion depends on it.
+	require.NoError(t, conn.SetDeadline(time.Now().Add(30*time.Second)))
+	_, err = io.WriteString(conn, http2.ClientPreface)
+	require.NoError(t, err)
+	fr := http2.NewFramer(conn, conn)
+	require.NoError(t, fr.WriteSettings())
+	for { // the server's SETTINGS, acknowledged: it now holds the client to them
+		f, err := fr.ReadFrame()
+		require.NoError(t, err)
+		if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
+			v, ok := s.Value(http2.SettingMaxConcurrentStreams)
+			require.True(t, ok)
+			require.EqualValues(t, 4, v)
+			require.NoError(t, fr.WriteSettingsAck())
+			break
+		}
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", h.addr}, {":path", "/v1/completions"}, {"content-type", "application/json"}} {
+		require.NoError(t, enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}))
+	}
+	// Five requests whose bodies never come: four hold their streams open.
+	for id := uint32(1); id <= 9; id += 2 {
+		require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}))
+	}
+	for {
+		f, err := fr.ReadFrame()
+		require.NoError(t, err, "the fifth stream was not reset")
+		if rst, ok := f.(*http2.RSTStreamFrame); ok {
+			require.EqualValues(t, 9, rst.StreamID, "only the stream past the bound is reset")
+			require.Equal(t, http2.ErrCodeProtocol, rst.ErrCode)
+			break
+		}
+	}
+	require.Equal(t, 1.0, testutil.ToFloat64(h.s.lis.h2errors.WithLabelValues(h2OverMaxStreams)))
 }

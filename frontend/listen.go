@@ -17,11 +17,11 @@ import (
 
 // listeners is what Serve and ServeAdmin add to the API's handler.
 type listeners struct {
-	admin            *http.ServeMux // Config.AdminAddr's routes; nil: on the API's mux
-	gate             *adminGate     // admin.go: admin routes on the API's mux need a key; nil: open or elsewhere
-	apiTLS, adminTLS *tls.Config    // nil: plaintext
-	bounds           *ingressBounds // bounds.go: in-flight requests and body bytes of the API
-	h2errors         func(string)   // counts HTTP/2 errors (http.HTTP2Config.CountError)
+	admin            *http.ServeMux         // Config.AdminAddr's routes; nil: on the API's mux
+	gate             *adminGate             // admin.go: admin routes on the API's mux need a key; nil: open or elsewhere
+	apiTLS, adminTLS *tls.Config            // nil: plaintext
+	bounds           *ingressBounds         // bounds.go: in-flight requests and body bytes of the API
+	h2errors         *prometheus.CounterVec // bounds.go: HTTP/2 errors by type
 }
 
 // initListeners builds what the listeners add to the routes, before any
@@ -85,7 +85,8 @@ func (s *Server) httpServer(h http.Handler, name string) *http.Server {
 		// HTTP/2 (TLS with ALPN h2): MaxConnsPerHost counts connections,
 		// and each carries this many requests at once; a client past it
 		// is refused by the protocol (and counted).
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: s.cfg.MaxConcurrentStreams, CountError: s.lis.h2errors},
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: s.cfg.MaxConcurrentStreams,
+			CountError: func(t string) { s.lis.h2errors.WithLabelValues(t).Inc() }},
 	}
 }
 
