@@ -198,7 +198,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.IntVar(&c.MaxInflight, prefix+"max-inflight", c.MaxInflight, "API requests served at once by the replica, streams included (503 above; 0: unbounded)")
 	fs.Int64Var(&c.MaxBufferedBodyBytes, prefix+"max-buffered-body-bytes", c.MaxBufferedBodyBytes, "request body bytes held at once by the replica's API requests (503 above; 0: unbounded)")
 	c.TLS.RegisterFlags(fs, prefix+"tls.", "the API listener")
-	fs.StringVar(&c.AdminAddr, prefix+"admin-addr", c.AdminAddr, "separate listener for /metrics, /debug/cluster, /healthz and /readyz (empty: all on the API listener)")
+	fs.StringVar(&c.AdminAddr, prefix+"admin-addr", c.AdminAddr, "separate listener for /metrics, /debug/cluster, /healthz and /readyz (empty: on the API listener, behind an admin key with a keys file)")
 	c.AdminTLS.RegisterFlags(fs, prefix+"admin-tls.", "the admin listener")
 	fs.IntVar(&c.AdminMaxConns, prefix+"admin-max-conns", c.AdminMaxConns, "open connections on the admin listener at most (0: unbounded)")
 	c.EngineTLS.RegisterFlags(fs, prefix+"engine-tls.", "engines at https:// URLs")
