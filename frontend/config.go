@@ -56,6 +56,15 @@ type Config struct {
 	IdleTimeout       time.Duration
 	MaxHeaderBytes    int
 	MaxConns          int
+	// MaxConcurrentStreams bounds the requests one HTTP/2 connection
+	// carries at once (its SETTINGS; MaxConns counts connections).
+	// MaxInflight bounds the API requests (POST) a replica serves at once
+	// over all connections, streams included, and MaxBufferedBodyBytes the
+	// body bytes they hold (a body of unknown length counts MaxBodyBytes);
+	// over either: 503 with Retry-After (bounds.go). 0: unbounded.
+	MaxConcurrentStreams int
+	MaxInflight          int
+	MaxBufferedBodyBytes int64
 	// TLS serves the API over TLS from files reloaded on change.
 	TLS tlsconf.ServerConfig
 	// AdminAddr, if set, is a separate listener for /metrics,
@@ -109,6 +118,9 @@ func DefaultConfig() Config {
 		IdleTimeout:           120 * time.Second,
 		MaxHeaderBytes:        64 << 10,
 		MaxConns:              4096,
+		MaxConcurrentStreams:  100,
+		MaxInflight:           4096,
+		MaxBufferedBodyBytes:  256 << 20,
 		AdminMaxConns:         64,
 		FirstByteFactor:       4,
 		FirstByteFloor:        2 * time.Second,
@@ -166,6 +178,15 @@ func (c Config) Validate() error {
 	if c.MaxConns < 0 {
 		errs = append(errs, fmt.Errorf("frontend.MaxConns: %d, must be >= 0 (0: unbounded)", c.MaxConns))
 	}
+	if c.MaxConcurrentStreams <= 0 {
+		errs = append(errs, fmt.Errorf("frontend.MaxConcurrentStreams: %d, must be > 0", c.MaxConcurrentStreams))
+	}
+	if c.MaxInflight < 0 {
+		errs = append(errs, fmt.Errorf("frontend.MaxInflight: %d, must be >= 0 (0: unbounded)", c.MaxInflight))
+	}
+	if c.MaxBufferedBodyBytes < 0 || (c.MaxBufferedBodyBytes > 0 && c.MaxBufferedBodyBytes < c.MaxBodyBytes) {
+		errs = append(errs, fmt.Errorf("frontend.MaxBufferedBodyBytes: %d, must be 0 (unbounded) or >= MaxBodyBytes (%d)", c.MaxBufferedBodyBytes, c.MaxBodyBytes))
+	}
 	if c.AdminMaxConns < 0 {
 		errs = append(errs, fmt.Errorf("frontend.AdminMaxConns: %d, must be >= 0 (0: unbounded)", c.AdminMaxConns))
 	}
@@ -220,8 +241,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.DurationVar(&c.IdleTimeout, prefix+"idle-timeout", c.IdleTimeout, "how long a keep-alive connection waits for its next request (0: none)")
 	fs.IntVar(&c.MaxHeaderBytes, prefix+"max-header-bytes", c.MaxHeaderBytes, "largest request header block (431 above)")
 	fs.IntVar(&c.MaxConns, prefix+"max-conns", c.MaxConns, "open connections on the API listener at most (0: unbounded)")
+	fs.IntVar(&c.MaxConcurrentStreams, prefix+"max-concurrent-streams", c.MaxConcurrentStreams, "requests one HTTP/2 connection may carry at once")
+	fs.IntVar(&c.MaxInflight, prefix+"max-inflight", c.MaxInflight, "API requests served at once by the replica, streams included (503 above; 0: unbounded)")
+	fs.Int64Var(&c.MaxBufferedBodyBytes, prefix+"max-buffered-body-bytes", c.MaxBufferedBodyBytes, "request body bytes held at once by the replica's API requests (503 above; 0: unbounded)")
 	c.TLS.RegisterFlags(fs, prefix+"tls.", "the API listener")
-	fs.StringVar(&c.AdminAddr, prefix+"admin-addr", c.AdminAddr, "separate listener for /metrics, /debug/cluster, /healthz and /readyz (empty: all on the API listener)")
+	fs.StringVar(&c.AdminAddr, prefix+"admin-addr", c.AdminAddr, "separate listener for /metrics, /debug/cluster, /healthz and /readyz (empty: on the API listener, behind an admin key with a keys file)")
 	c.AdminTLS.RegisterFlags(fs, prefix+"admin-tls.", "the admin listener")
 	fs.IntVar(&c.AdminMaxConns, prefix+"admin-max-conns", c.AdminMaxConns, "open connections on the admin listener at most (0: unbounded)")
 	c.EngineTLS.RegisterFlags(fs, prefix+"engine-tls.", "engines at https:// URLs")

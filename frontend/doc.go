@@ -35,4 +35,11 @@
 // tenant rides the scheduler request to the class owner, whose quota
 // rejection becomes 429 quota_exceeded, and the engine's usage is set on the
 // ticket (UsageTicket) before Finish.
+//
+// The admin routes (/metrics, /debug/*, and any registered with
+// HandleAdmin) are served by admin.go: on the admin listener when
+// Config.AdminAddr is set, else on the API's behind an admin key
+// (Deps.Admins) when keys are configured, else open. bounds.go bounds the
+// API's requests per replica (in flight, buffered body bytes: 503
+// overloaded) and listen.go the streams of one HTTP/2 connection.
 package frontend

@@ -8,31 +8,28 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/net/netutil"
 
 	"github.com/switchyard/switchyard/internal/tlsconf"
-	"github.com/switchyard/switchyard/metrics"
 )
 
 // listeners is what Serve and ServeAdmin add to the API's handler.
 type listeners struct {
-	admin            *http.ServeMux // Config.AdminAddr's routes; nil: on the API's mux
-	apiTLS, adminTLS *tls.Config    // nil: plaintext
+	admin            *http.ServeMux         // Config.AdminAddr's routes; nil: on the API's mux
+	gate             *adminGate             // admin.go: admin routes on the API's mux need a key; nil: open or elsewhere
+	apiTLS, adminTLS *tls.Config            // nil: plaintext
+	bounds           *ingressBounds         // bounds.go: in-flight requests and body bytes of the API
+	h2errors         *prometheus.CounterVec // bounds.go: HTTP/2 errors by type
 }
 
-// adminRoutes is the mux /metrics and /debug/cluster go on: a mux of their
-// own (with /healthz and /readyz) when Config.AdminAddr is set, so they
-// leave the API's listener, else the API's.
-func (s *Server) adminRoutes() *http.ServeMux {
-	if s.cfg.AdminAddr == "" {
-		return s.mux
-	}
-	s.lis.admin = http.NewServeMux()
-	s.lis.admin.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
-	s.lis.admin.HandleFunc("GET /readyz", s.instrument(metrics.RouteReadyz, s.handleReadyz))
-	s.lis.admin.HandleFunc("/", s.instrument(metrics.RouteOther, s.handleUnknown))
-	return s.lis.admin
+// initListeners builds what the listeners add to the routes, before any
+// route is registered: the admin routes' place and gate, the API's bounds.
+func (s *Server) initListeners(reg prometheus.Registerer) {
+	s.initAdmin(reg)
+	s.lis.bounds = newIngressBounds(s.cfg, reg)
+	s.lis.h2errors = http2Errors(reg)
 }
 
 // buildTLS builds the API's and the admin listener's TLS configurations
@@ -85,6 +82,11 @@ func (s *Server) httpServer(h http.Handler, name string) *http.Server {
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ErrorLog:          zap.NewStdLog(s.log.Named(name)),
+		// HTTP/2 (TLS with ALPN h2): MaxConnsPerHost counts connections,
+		// and each carries this many requests at once; a client past it
+		// is refused by the protocol (and counted).
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: s.cfg.MaxConcurrentStreams,
+			CountError: func(t string) { s.lis.h2errors.WithLabelValues(t).Inc() }},
 	}
 }
 

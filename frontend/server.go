@@ -65,6 +65,10 @@ type Deps struct {
 	// Suspects shares worker suspicion after consecutive first-byte
 	// timeouts (hung.go); nil keeps the count local and marks nothing.
 	Suspects Suspects
+	// Admins authenticates the admin keys that open /metrics and /debug/*
+	// on the API listener when keys are configured (admin.go); nil: no key
+	// opens them there.
+	Admins Admins
 }
 
 // Server is the OpenAI HTTP API of one router replica.
@@ -172,10 +176,10 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	s.mux.HandleFunc("GET /v1/models", s.instrument(metrics.RouteModels, s.handleModels))
 	s.mux.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
 	s.mux.HandleFunc("GET /readyz", s.instrument(metrics.RouteReadyz, s.handleReadyz))
-	adminMux := s.adminRoutes() // s.mux unless Config.AdminAddr is set
-	adminMux.HandleFunc("GET /debug/cluster", s.instrument(metrics.RouteDebugCluster, s.handleDebugCluster))
+	s.initListeners(reg) // listen.go: the admin routes' place, the API's bounds
+	s.HandleAdmin("GET /debug/cluster", s.instrument(metrics.RouteDebugCluster, s.handleDebugCluster))
 	if deps.MetricsHandler != nil {
-		adminMux.Handle("GET /metrics", deps.MetricsHandler)
+		s.HandleAdmin("GET /metrics", deps.MetricsHandler)
 	}
 	// Everything else gets an OpenAI-shaped 404 or 405, so clients that parse
 	// error bodies never see net/http's plain-text ones.
@@ -213,7 +217,7 @@ func (s *Server) Run(ctx context.Context) error {
 // and their tickets are finished as aborted). It returns only after every
 // handler has returned and the worker connections are closed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := s.httpServer(s.mux, "http")
+	srv := s.httpServer(s.lis.bounds.bounded(s.mux), "http")
 	s.srv.Store(srv)
 	errc := make(chan error, 1) // size one: Serve's single result, read below
 	go func() { errc <- srv.Serve(wrapListener(ln, s.cfg.MaxConns, s.lis.apiTLS)) }()

@@ -2,7 +2,10 @@
 // keys file (YAML) maps the SHA-256 of each key to a tenant with its allowed
 // models, default class, the classes it may ask for by header, its weight
 // and its quotas. Only hashes are stored; a presented key is hashed and the
-// hash compared in constant time; no key is ever logged.
+// hash compared in constant time; no key is ever logged. The same file
+// may hold admin keys (admins:), which open only the router's admin routes
+// when those share the API's listener; no key is both a tenant's and an
+// admin's.
 //
 // It owns:
 //   - Set: one validated keys file, immutable, safe for concurrent lookups.

@@ -112,6 +112,10 @@ func (s *Store) Set() *Set { return s.set.Load() }
 // Lookup returns the tenant of an API key (Set.Lookup on the keys in use).
 func (s *Store) Lookup(key string) (*Tenant, bool) { return s.set.Load().Lookup(key) }
 
+// LookupAdmin returns the admin of an admin key (Set.LookupAdmin on the
+// keys in use).
+func (s *Store) LookupAdmin(key string) (string, bool) { return s.set.Load().LookupAdmin(key) }
+
 // Reload reads the keys file and, when its content changed and is valid,
 // puts it in use. It reports whether the keys changed. On error the keys in
 // use stay.
@@ -138,7 +142,7 @@ func (s *Store) Reload() (bool, error) {
 	s.m.keys.Set(float64(set.Keys()))
 	s.m.tenants.Set(float64(len(set.Tenants())))
 	s.log.Info("API keys loaded", zap.String("file", s.cfg.KeysFile),
-		zap.Int("tenants", len(set.Tenants())), zap.Int("keys", set.Keys()))
+		zap.Int("tenants", len(set.Tenants())), zap.Int("keys", set.Keys()), zap.Int("admins", len(set.Admins())))
 	return true, nil
 }
 

@@ -62,6 +62,17 @@ func (t *Tenant) AllowsClass(class string) bool {
 // File is the keys file's YAML document.
 type File struct {
 	Tenants []Tenant `yaml:"tenants"`
+	// Admins hold the keys of the admin routes (/metrics, /debug/*) when
+	// they share the API's listener; they are not tenants and cannot use
+	// the API, and no tenant key opens the admin routes.
+	Admins []Admin `yaml:"admins"`
+}
+
+// Admin is one holder of an admin key (an operator, a Prometheus).
+type Admin struct {
+	ID string `yaml:"id"`
+	// Keys are SHA-256 hashes, as Tenant.Keys.
+	Keys []string `yaml:"keys"`
 }
 
 // digest is the SHA-256 of one API key.
@@ -73,11 +84,15 @@ type Set struct {
 	// full hash is then compared in constant time (Lookup).
 	byPrefix map[uint64][]keyEntry
 	tenants  []*Tenant
+	// admins indexes the admin keys the same way (keyEntry.admin set).
+	admins   map[uint64][]keyEntry
+	adminIDs []string
 }
 
 type keyEntry struct {
 	sum    digest
 	tenant *Tenant
+	admin  string
 }
 
 // HashKey returns the stored form of an API key: "sha256:" and the hex
@@ -96,12 +111,17 @@ func Parse(raw []byte) (*Set, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return NewSet(f.Tenants)
+	return build(f.Tenants, f.Admins)
 }
 
-// NewSet validates tenants and builds a Set.
-func NewSet(tenants []Tenant) (*Set, error) {
-	s := &Set{byPrefix: map[uint64][]keyEntry{}}
+// NewSet validates tenants and builds a Set (without admin keys).
+func NewSet(tenants []Tenant) (*Set, error) { return build(tenants, nil) }
+
+// NewSetWithAdmins validates tenants and admins and builds a Set.
+func NewSetWithAdmins(tenants []Tenant, admins []Admin) (*Set, error) { return build(tenants, admins) }
+
+func build(tenants []Tenant, admins []Admin) (*Set, error) {
+	s := &Set{byPrefix: map[uint64][]keyEntry{}, admins: map[uint64][]keyEntry{}}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	ids := map[string]bool{}
@@ -159,6 +179,38 @@ func NewSet(tenants []Tenant) (*Set, error) {
 		}
 		s.tenants = append(s.tenants, tp)
 	}
+	adminIDs := map[string]bool{}
+	for i, a := range admins {
+		switch {
+		case !validName(a.ID):
+			bad("admins[%d].id %q: want 1-128 of [A-Za-z0-9_-]", i, a.ID)
+			continue
+		case adminIDs[a.ID]:
+			bad("admins[%d].id %q: duplicate", i, a.ID)
+			continue
+		}
+		adminIDs[a.ID] = true
+		if len(a.Keys) == 0 {
+			bad("admin %s: keys: none", a.ID)
+		}
+		for k, h := range a.Keys {
+			sum, err := parseHash(h)
+			if err != nil {
+				bad("admin %s: keys[%d]: %v", a.ID, k, err)
+				continue
+			}
+			if other, dup := seen[sum]; dup {
+				// One key for the API and the admin routes would hand
+				// the cluster view to whoever holds a client's key.
+				bad("admin %s: keys[%d]: the same key hash is also listed for %s", a.ID, k, other)
+				continue
+			}
+			seen[sum] = "admin " + a.ID
+			p := binary.LittleEndian.Uint64(sum[:8])
+			s.admins[p] = append(s.admins[p], keyEntry{sum: sum, admin: a.ID})
+		}
+		s.adminIDs = append(s.adminIDs, a.ID)
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}
@@ -197,6 +249,30 @@ func (s *Set) Lookup(key string) (*Tenant, bool) {
 		}
 	}
 	return found, found != nil
+}
+
+// LookupAdmin returns the admin whose key this is, with Lookup's
+// constant-time comparison. A tenant's key is never an admin's.
+func (s *Set) LookupAdmin(key string) (string, bool) {
+	if s == nil || key == "" {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(key))
+	found := ""
+	for _, e := range s.admins[binary.LittleEndian.Uint64(sum[:8])] {
+		if subtle.ConstantTimeCompare(e.sum[:], sum[:]) == 1 {
+			found = e.admin
+		}
+	}
+	return found, found != ""
+}
+
+// Admins returns the admins' ids, in file order.
+func (s *Set) Admins() []string {
+	if s == nil {
+		return nil
+	}
+	return s.adminIDs
 }
 
 // Tenants returns the tenants, in file order.

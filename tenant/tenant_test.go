@@ -226,3 +226,27 @@ func FuzzTenantNamesFollowTheWireRule(f *testing.F) {
 		require.Equal(t, wire.ValidName(s), validName(s), "%q", s)
 	})
 }
+
+func TestAnAdminKeyOpensOnlyTheAdminRoutesAndATenantKeyNever(t *testing.T) {
+	set, err := Parse([]byte(keysFile(tenantYAML("acme", "sk-acme")) + "admins:\n  - id: prometheus\n    keys: [\"" + HashKey("sk-admin") + "\"]\n"))
+	require.NoError(t, err)
+	id, ok := set.LookupAdmin("sk-admin")
+	require.True(t, ok)
+	require.Equal(t, "prometheus", id)
+	_, ok = set.Lookup("sk-admin")
+	require.False(t, ok, "an admin key is not a tenant's: it cannot use the API")
+	_, ok = set.LookupAdmin("sk-acme")
+	require.False(t, ok, "a tenant's key does not open the admin routes")
+	_, ok = set.LookupAdmin("")
+	require.False(t, ok)
+	require.Equal(t, []string{"prometheus"}, set.Admins())
+}
+
+func TestAnAdminKeyListedForATenantTooIsRefused(t *testing.T) {
+	_, err := Parse([]byte(keysFile(tenantYAML("acme", "sk-shared")) +
+		"admins:\n  - id: ops\n    keys: [\"" + HashKey("sk-shared") + "\"]\n  - id: ops\n    keys: [\"" + HashKey("x") + "\"]\n  - id: none\n"))
+	require.ErrorIs(t, err, ErrInvalid)
+	for _, want := range []string{"admin ops: keys[0]: the same key hash is also listed for acme", `admins[1].id "ops": duplicate`, "admin none: keys: none"} {
+		require.Contains(t, err.Error(), want)
+	}
+}

@@ -7,6 +7,11 @@
 //
 //	go run ./deploy/gencerts -dir deploy/certs
 //
+// With -k8s it writes the files of deploy/k8s's secretGenerator instead
+// (k8s.go):
+//
+//	go run ./deploy/gencerts -k8s -dir deploy/k8s/base/secrets
+//
 // The files are world-readable (0644) because the containers run as
 // another user than the one who runs this: for a local deployment only.
 // Production secrets come from your PKI and secret store (docs/security.md).
@@ -41,8 +46,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	routers := fs.Int("routers", 3, "router certificates router-1..N")
 	workers := fs.Int("workers", 8, "worker certificates and NATS users worker-1..N")
 	validity := fs.Duration("validity", 30*24*time.Hour, "certificate validity")
+	k8s := fs.Bool("k8s", false, "write the secret files of deploy/k8s/base instead (one certificate per role; -dir deploy/k8s/base/secrets)")
+	namespace := fs.String("namespace", "default", "with -k8s: the namespace the certificates name the services in")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *k8s {
+		if err := generateK8s(*dir, *namespace, *validity); err != nil {
+			_, _ = fmt.Fprintf(stderr, "gencerts: %v\n", err)
+			return 1
+		}
+		_, _ = fmt.Fprintf(stdout, "wrote the Kubernetes secret files to %s (kubectl apply -k deploy/k8s reads them)\n", *dir)
+		return 0
 	}
 	if err := generate(*dir, *routers, *workers, *validity); err != nil {
 		_, _ = fmt.Fprintf(stderr, "gencerts: %v\n", err)

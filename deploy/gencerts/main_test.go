@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,5 +64,52 @@ func TestItWritesCertificatesTheTLSPackageLoadsAKeyringAndOnePasswordPerNATSUser
 		require.True(t, tn.AllowsClass(class), class)
 	}
 	_, ok = set.Lookup("sy-not-the-key")
+	require.False(t, ok)
+}
+
+func TestWithK8sItWritesEveryFileTheKustomizationReadsWithAnAdminKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secrets")
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"-k8s", "-dir", dir, "-namespace", "llm"}, &out, &errOut), errOut.String())
+	for _, n := range []string{"etcd", "nats", "router", "worker"} {
+		f := tlsconf.ServerConfig{CertFile: filepath.Join(dir, n+".crt"), KeyFile: filepath.Join(dir, n+".key"), ClientCAFile: filepath.Join(dir, "ca.crt")}
+		_, err := f.Build(tlsconf.Deps{})
+		require.NoError(t, err, n)
+		// The certificate names the Service, also in the namespace (routers
+		// verify workers by switchyard-worker), and loopback for probes.
+		raw, err := os.ReadFile(f.CertFile)
+		require.NoError(t, err)
+		block, _ := pem.Decode(raw)
+		require.NotNil(t, block)
+		cert, err := x509.ParseCertificate(block.Bytes)
+		require.NoError(t, err)
+		for _, host := range []string{"switchyard-" + n, "switchyard-" + n + ".llm.svc", "127.0.0.1"} {
+			require.NoError(t, cert.VerifyHostname(host), "%s: %s", n, host)
+		}
+	}
+	// The kustomization's secretGenerator reads exactly these.
+	for _, f := range []string{"nats-router.password", "nats-worker.password", "gossip.keyring", "keys.yaml", "api.key", "admin.key"} {
+		info, err := os.Stat(filepath.Join(dir, f))
+		require.NoError(t, err, f)
+		require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), f)
+	}
+	for _, f := range []string{"nats-router.password", "nats-worker.password"} {
+		pw, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		require.Regexp(t, `^sy[0-9a-f]{48}$`, string(pw))
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "keys.yaml"))
+	require.NoError(t, err)
+	set, err := tenant.Parse(raw)
+	require.NoError(t, err)
+	api, err := os.ReadFile(filepath.Join(dir, "api.key"))
+	require.NoError(t, err)
+	admin, err := os.ReadFile(filepath.Join(dir, "admin.key"))
+	require.NoError(t, err)
+	_, ok := set.Lookup(strings.TrimSpace(string(api)))
+	require.True(t, ok, "api.key is a tenant's key")
+	_, ok = set.LookupAdmin(strings.TrimSpace(string(admin)))
+	require.True(t, ok, "admin.key is an admin key")
+	_, ok = set.LookupAdmin(strings.TrimSpace(string(api)))
 	require.False(t, ok)
 }

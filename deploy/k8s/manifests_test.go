@@ -54,6 +54,9 @@ type (
 			ConfigMap *struct {
 				Name string `yaml:"name"`
 			} `yaml:"configMap"`
+			Secret *struct {
+				SecretName string `yaml:"secretName"`
+			} `yaml:"secret"`
 		} `yaml:"volumes"`
 	}
 	container struct {
@@ -66,8 +69,14 @@ type (
 			Protocol      string `yaml:"protocol"`
 		} `yaml:"ports"`
 		Env []struct {
-			Name  string `yaml:"name"`
-			Value string `yaml:"value"`
+			Name      string `yaml:"name"`
+			Value     string `yaml:"value"`
+			ValueFrom *struct {
+				SecretKeyRef *struct {
+					Name string `yaml:"name"`
+					Key  string `yaml:"key"`
+				} `yaml:"secretKeyRef"`
+			} `yaml:"valueFrom"`
 		} `yaml:"env"`
 		VolumeMounts []struct {
 			Name      string `yaml:"name"`
@@ -121,6 +130,8 @@ type (
 // apiVersions is the stable apiVersion of every kind the manifests may use.
 var apiVersions = map[string]string{
 	"Deployment":              "apps/v1",
+	"StatefulSet":             "apps/v1",
+	"NetworkPolicy":           "networking.k8s.io/v1",
 	"Service":                 "v1",
 	"ConfigMap":               "v1",
 	"HorizontalPodAutoscaler": "autoscaling/v2",
@@ -130,12 +141,13 @@ var apiVersions = map[string]string{
 
 func loadManifests(t *testing.T) []object {
 	t.Helper()
-	files, err := filepath.Glob("*.yaml")
+	files, err := filepath.Glob(filepath.Join("base", "*.yaml"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	var out []object
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
+	for _, path := range files {
+		f := filepath.Base(path) // as the kustomization lists it
+		raw, err := os.ReadFile(path)
 		require.NoError(t, err)
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		for i := 0; ; i++ {
@@ -224,8 +236,14 @@ func TestTheKustomizationListsEveryManifestFile(t *testing.T) {
 	}
 }
 
+// workloads are the Deployments and StatefulSets (their specs share the
+// fields the checks read).
+func workloads(objs []object) []object {
+	return append(byKind(objs, "Deployment"), byKind(objs, "StatefulSet")...)
+}
+
 func TestDeploymentSelectorsMatchTheirPodTemplates(t *testing.T) {
-	for _, o := range byKind(loadManifests(t), "Deployment") {
+	for _, o := range workloads(loadManifests(t)) {
 		d := decodeSpec[deploymentSpec](t, o)
 		assert.Truef(t, subset(d.Selector.MatchLabels, d.Template.Metadata.Labels),
 			"Deployment %s: selector %v does not select its template's labels %v", o.Metadata.Name, d.Selector.MatchLabels, d.Template.Metadata.Labels)
@@ -233,7 +251,7 @@ func TestDeploymentSelectorsMatchTheirPodTemplates(t *testing.T) {
 		for _, c := range d.Template.Spec.Containers {
 			assert.NotEmptyf(t, c.Image, "Deployment %s container %s has no image", o.Metadata.Name, c.Name)
 			assert.NotEmptyf(t, c.Args, "Deployment %s container %s names no subcommand", o.Metadata.Name, c.Name)
-			if c.ReadinessProbe != nil {
+			if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet.Port.Value != "" {
 				assert.Truef(t, portExists(c, c.ReadinessProbe.HTTPGet.Port, "TCP"),
 					"Deployment %s: readiness probe port %q is not a container port", o.Metadata.Name, c.ReadinessProbe.HTTPGet.Port.Value)
 			}
@@ -264,7 +282,7 @@ func portExists(c container, port yaml.Node, protocol string) bool {
 
 func TestServicesSelectPodsWhoseContainersExposeTheirTargetPorts(t *testing.T) {
 	objs := loadManifests(t)
-	deps := byKind(objs, "Deployment")
+	deps := workloads(objs)
 	for _, o := range byKind(objs, "Service") {
 		s := decodeSpec[serviceSpec](t, o)
 		if s.Type == "ExternalName" {

@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/switchyard/switchyard/adapter"
+	"github.com/switchyard/switchyard/internal/links"
 )
 
 func loadVLLMManifests(t *testing.T) []object {
@@ -52,7 +53,7 @@ func TestTheVLLMOverlayListsItsManifestAndDeletesTheSimulatedWorkers(t *testing.
 	}
 	require.NoError(t, yaml.Unmarshal(raw, &k))
 	assert.Equal(t, "Kustomization", k.Kind)
-	assert.ElementsMatch(t, []string{"..", "vllm-worker.yaml"}, k.Resources)
+	assert.ElementsMatch(t, []string{"../base", "vllm-worker.yaml"}, k.Resources)
 	deleted := map[string]bool{}
 	for _, p := range k.Patches {
 		if strings.Contains(p.Patch, "$patch: delete") {
@@ -81,7 +82,7 @@ func TestTheVLLMPodsAdapterTalksToItsOwnEngineWithFlagsThatExist(t *testing.T) {
 		case "adapter":
 			ad = &d.Template.Spec.Containers[i]
 		}
-		if c.ReadinessProbe != nil {
+		if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet.Port.Value != "" {
 			assert.Truef(t, portExists(c, c.ReadinessProbe.HTTPGet.Port, "TCP"), "%s readiness probe port", c.Name)
 		}
 	}
@@ -89,18 +90,26 @@ func TestTheVLLMPodsAdapterTalksToItsOwnEngineWithFlagsThatExist(t *testing.T) {
 	require.NotNil(t, ad)
 	assert.Equal(t, []string{"adapter"}, ad.Args)
 
-	// Every SWITCHYARD_* variable names an adapter flag (applyEnv's mapping).
+	// Every SWITCHYARD_* variable names a flag of `switchyard adapter`
+	// (its own and the etcd and NATS links'; applyEnv's mapping).
 	cfg := adapter.DefaultConfig()
 	fs := flag.NewFlagSet("adapter", flag.ContinueOnError)
 	cfg.RegisterFlags(fs, "")
+	var etcd links.Etcd
+	var nats links.NATS
+	etcd.RegisterFlags(fs, "etcd.")
+	nats.RegisterFlags(fs, "nats.")
+	flagOf := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		flagOf["SWITCHYARD_"+strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(f.Name))] = f.Name
+	})
 	env := map[string]string{}
 	for _, e := range ad.Env {
-		name, ok := strings.CutPrefix(e.Name, "SWITCHYARD_")
-		if !ok {
+		if !strings.HasPrefix(e.Name, "SWITCHYARD_") {
 			continue
 		}
-		flagName := strings.ToLower(strings.ReplaceAll(name, "_", "-"))
-		assert.NotNilf(t, fs.Lookup(flagName), "%s names no adapter flag", e.Name)
+		flagName, ok := flagOf[e.Name]
+		assert.Truef(t, ok, "%s names no adapter flag", e.Name)
 		env[flagName] = e.Value
 	}
 

@@ -208,17 +208,18 @@ func (r *replica) build() error {
 	}
 	r.prompts.SetPolicy(policy.Tokenizers)
 
-	var tenants frontend.Tenants // nil interface: the API is open
+	var tenants frontend.Tenants // nil interfaces: the API is open
+	var admins frontend.Admins
 	if cfg.Tenants.KeysFile != "" {
 		if r.keys, err = tenant.NewStore(cfg.Tenants, log, tenant.NewMetrics(reg), nil); err != nil {
 			return fmt.Errorf("keys: %w", err)
 		}
-		tenants = r.keys
-	} else {
-		log.Warn("no API keys file (-auth.keys-file): the OpenAI API is open to anyone who can reach it")
+		tenants, admins = r.keys, r.keys
 	}
+	warnAdminSurface(log, cfg.Frontend.AdminAddr, r.keys)
 	r.fe, err = frontend.New(cfg.Frontend, frontend.Deps{
 		Tenants:  tenants,
+		Admins:   admins,
 		Admitter: admitter{c: r.client, m: r.adm, model: cfg.Model, workerType: cfg.WorkerType},
 		Workers:  workerView{r.workers},
 		Prompts:  r.prompts,
@@ -250,6 +251,22 @@ func (r *replica) build() error {
 		}
 	}
 	return nil
+}
+
+// warnAdminSurface says at startup who can read the API and the admin
+// routes (/metrics: tenant ids; /debug/cluster: engine URLs, a way around
+// every quota); frontend/admin.go decides where they are served.
+func warnAdminSurface(log *zap.Logger, adminAddr string, keys *tenant.Store) {
+	switch {
+	case keys == nil && adminAddr == "":
+		log.Warn("no API keys file (-auth.keys-file) and no admin listener (-http.admin-addr): the OpenAI API, /metrics and /debug/* are open to anyone who can reach the API listener")
+	case keys == nil:
+		log.Warn("no API keys file (-auth.keys-file): the OpenAI API is open to anyone who can reach it")
+	case adminAddr == "" && len(keys.Set().Admins()) == 0:
+		log.Warn("no admin listener (-http.admin-addr) and no admins in the keys file: /metrics and /debug/* refuse every request on the API listener")
+	case adminAddr == "":
+		log.Info("no admin listener (-http.admin-addr): /metrics and /debug/* on the API listener need an admin key", zap.Strings("admins", keys.Set().Admins()))
+	}
 }
 
 // closeLinks closes what build opened: the listeners (unless served, which
