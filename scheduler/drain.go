@@ -54,6 +54,7 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id,
 		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
 	}
+	g.ReachableTokens, g.Shortfall = c.routingQuality(r, cached)
 	c.release(e)
 	if !respond(g, nil) {
 		c.free(b)

@@ -306,6 +306,12 @@ type Grant struct {
 	CachedTokens  int // prompt tokens cached on Worker when selected
 	OverlapBlocks int
 	QueueWait     time.Duration // time from Enqueue to the grant
+	// ReachableTokens is the most prompt tokens any registered worker held
+	// cached (the request's deepest overlap): the hit the router could
+	// have had. CachedTokens is the hit it chose (achieved); Shortfall
+	// says why achieved fell below reachable (ShortfallNone when equal).
+	ReachableTokens int
+	Shortfall       Shortfall
 }
 
 // BookingRecord describes an in-flight request to re-home on a new owner
