@@ -27,6 +27,7 @@ type exchange struct {
 	class   string
 	ingress time.Time
 	tenant  *tenant.Tenant // nil: the API is open
+	dec     *pending       // the attempt's routing decision (quality.go)
 }
 
 // usageBody is the part of a response the router reads for metrics: the
@@ -383,6 +384,7 @@ func parseUsage(doc []byte) *usage {
 
 // recordUsage adds a response's usage to the token counters.
 func (x *exchange) recordUsage(u *usage) {
+	x.recordRealised(u)
 	if u == nil {
 		return
 	}

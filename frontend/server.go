@@ -91,6 +91,7 @@ type Server struct {
 	stopped    bool
 	idle       *sync.Cond
 	auth       *authMetrics // with Deps.Tenants only
+	quality    qualityLog   // routing decisions (quality.go)
 }
 
 // New builds a Server. It starts nothing: Serve or Run do.
@@ -720,6 +721,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 			return e.Status
 		}
 		g := t.Grant()
+		x.decided(&req, g, rt.blockSize)
 		if s.deps.Index != nil && len(req.BlockHashes) > 0 {
 			s.deps.Index.Predict(g.Worker, req.BlockHashes)
 		}
