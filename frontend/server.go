@@ -52,6 +52,9 @@ type Deps struct {
 	ClusterInfo ClusterInfoFunc
 	// MetricsHandler serves /metrics; nil answers 404.
 	MetricsHandler http.Handler
+	// AdminPages are further admin routes (ServeMux pattern → handler):
+	// the operators' page at / and its /debug/tier (opspage).
+	AdminPages map[string]http.Handler
 	// Metrics are the request-level metrics; nil builds them on the
 	// Registerer passed to New.
 	Metrics *metrics.Router
@@ -170,6 +173,9 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	adminMux.HandleFunc("GET /debug/cluster", s.instrument(metrics.RouteDebugCluster, s.handleDebugCluster))
 	if deps.MetricsHandler != nil {
 		adminMux.Handle("GET /metrics", deps.MetricsHandler)
+	}
+	for pattern, h := range deps.AdminPages {
+		adminMux.Handle(pattern, h)
 	}
 	// Everything else gets an OpenAI-shaped 404 or 405, so clients that parse
 	// error bodies never see net/http's plain-text ones.

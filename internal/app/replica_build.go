@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/kvingest"
 	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/opspage"
 	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/tenant"
@@ -79,6 +80,8 @@ type replica struct {
 	stopBegan                   time.Time     // when the lame duck began (or the stop, if it never served)
 
 	m membershipState // the membership service's own state
+
+	reports loadReports // the workers' last load reports, for /debug/cluster
 }
 
 // build creates every component, wired to each other, and starts nothing.
@@ -121,6 +124,21 @@ func (r *replica) build() error {
 	}
 	r.classes.Store(&policy.Classes)
 
+	// The listeners come before gossip: their addresses and the build go
+	// in the node meta that /debug/cluster shows for each member.
+	if r.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	}
+	r.httpAddr = r.ln.Addr().String()
+	if cfg.AdvertiseHTTP != "" {
+		r.httpAddr = cfg.AdvertiseHTTP
+	}
+	if cfg.Frontend.AdminAddr != "" {
+		if r.adminLn, err = net.Listen("tcp", cfg.Frontend.AdminAddr); err != nil {
+			return fmt.Errorf("listen %s: %w", cfg.Frontend.AdminAddr, err)
+		}
+	}
+	cfg.Gossip.Meta.HTTPAddr, cfg.Gossip.Meta.Version = r.httpAddr, Version()
 	if r.gossip, err = gossip.New(cfg.Gossip, log, reg); err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}
@@ -215,6 +233,10 @@ func (r *replica) build() error {
 	} else {
 		log.Warn("no API keys file (-auth.keys-file): the OpenAI API is open to anyone who can reach it")
 	}
+	page, err := opspage.New(opspage.DefaultConfig(), opspage.Deps{Self: cfg.ID, Local: r.clusterInfo, Peers: r.peerPages})
+	if err != nil {
+		return err
+	}
 	r.fe, err = frontend.New(cfg.Frontend, frontend.Deps{
 		Tenants:  tenants,
 		Admitter: admitter{c: r.client, m: r.adm, model: cfg.Model, workerType: cfg.WorkerType},
@@ -226,25 +248,14 @@ func (r *replica) build() error {
 		Ready:          r.readiness,
 		Draining:       r.draining.Load,
 		ReadyDetail:    r.readyDetail,
-		ClusterInfo:    clusterInfo(cfg.ID, r.replicas, r.workers, r.own, r.actor, r.gossip, r.client, r.prompts),
+		ClusterInfo:    r.clusterInfo,
+		AdminPages:     page.Routes(),
 		MetricsHandler: metrics.Handler(reg),
 		Metrics:        r.router,
 		TLSMetrics:     tlsMetrics,
 	}, log, reg)
 	if err != nil {
 		return fmt.Errorf("frontend: %w", err)
-	}
-	if r.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
-	}
-	r.httpAddr = r.ln.Addr().String()
-	if cfg.AdvertiseHTTP != "" {
-		r.httpAddr = cfg.AdvertiseHTTP
-	}
-	if cfg.Frontend.AdminAddr != "" {
-		if r.adminLn, err = net.Listen("tcp", cfg.Frontend.AdminAddr); err != nil {
-			return fmt.Errorf("listen %s: %w", cfg.Frontend.AdminAddr, err)
-		}
 	}
 	return nil
 }
