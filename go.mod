@@ -3,6 +3,7 @@ module github.com/switchyard/switchyard
 go 1.26.0
 
 require (
+	github.com/chromedp/chromedp v0.23.1
 	github.com/dlclark/regexp2 v1.12.0
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/nats-io/nats-server/v2 v2.15.3
@@ -29,6 +30,8 @@ require (
 )
 
 require (
+	github.com/chromedp/cdproto v0.160.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-zeromq/goczmq/v4 v4.2.2 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect

@@ -20,7 +20,7 @@ async function poll() {
     const resp = await fetch("/debug/tier", {cache: "no-store", credentials: "same-origin"});
     if (!resp.ok) throw new Error(`/debug/tier answered ${resp.status}`);
     render(await resp.json());
-    setStatus("live", "live");
+    document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);
   } catch (e) {
     setStatus("down", String(e.message || e));
   } finally {
@@ -80,7 +80,8 @@ function renderReplicas(tier, docs, self) {
 function shortVersion(v) {
   if (!v) return "–";
   const parts = v.split(" ");
-  return parts.length >= 3 ? `${parts[1]} ${parts[2].slice(0, 8)}` : v;
+  // "switchyard <module version> [<vcs revision>] <go version>"
+  return parts.length >= 4 ? `${parts[1]} ${parts[2].slice(0, 8)}` : (parts[1] || v);
 }
 
 function renderClasses(docs, self, dt, next) {
@@ -123,7 +124,7 @@ function renderWorkers(docs, self) {
       ? badge("unhealthy", "bad") + `<div class="err">no load report for ${fmt((w.reported || {}).age_ms / 1000, 1)} s</div>` : badge("unknown", "dim");
     const rep = w.reported ? `${fmt(w.reported.running)} / ${fmt(w.reported.waiting)}` : "–";
     const kv = w.reported ? pct(w.reported.kv_usage, 1) : "–";
-    rows.push(`<tr data-worker="${esc(w.id)}"><td><b>${esc(w.id)}</b><div class="dim mono">${esc(w.url)}</div></td><td class="health">${health}</td>` +
+    rows.push(`<tr data-worker="${esc(w.id)}"><td><b>${esc(w.id)}</b> <span class="dim mono">${esc(w.url.replace(/^https?:\/\//, ""))}</span></td><td class="health">${health}</td>` +
       `<td>${esc(w.model)}</td><td class="n">${fmt(req)} / ${fmt(prefill)}</td><td class="n">${rep}</td><td class="n">${kv}</td><td class="n">${fmt(w.kv_blocks_indexed)} <span class="dim">of ${fmt(w.kv_blocks)}</span></td></tr>`);
   }
   $("#workers tbody").innerHTML = rows.join("") || '<tr><td colspan="7" class="empty">no workers registered</td></tr>';
@@ -176,6 +177,9 @@ function drawChart() {
   for (const f of [0, 0.5, 1]) { const y = 4 + (h - 8) * (1 - f); g.beginPath(); g.moveTo(0, y); g.lineTo(w, y); g.stroke(); }
   g.fillStyle = "#8a98a8"; g.font = "11px system-ui";
   g.fillText("100%", 4, 14); g.fillText("achieved / reachable", w - 260, 14); g.fillText("realised / achieved", w - 130, 14);
+  g.fillStyle = "#58a6ff"; g.fillRect(w - 272, 7, 8, 8);
+  g.fillStyle = "#bc8cff"; g.fillRect(w - 142, 7, 8, 8);
+  g.fillStyle = "#8a98a8";
   const line = (key, color) => {
     g.strokeStyle = color; g.lineWidth = 2; g.beginPath();
     let started = false;
@@ -186,10 +190,9 @@ function drawChart() {
     });
     g.stroke();
   };
+  if (!history.length) { g.fillText("waiting for traffic: the lines are hit rates per poll interval", 4, h / 2 + 4); return; }
   line("achieved", "#58a6ff");
   line("realised", "#bc8cff");
-  g.fillStyle = "#58a6ff"; g.fillRect(w - 272, 7, 8, 8);
-  g.fillStyle = "#bc8cff"; g.fillRect(w - 142, 7, 8, 8);
 }
 
 function renderDecisions(docs) {
