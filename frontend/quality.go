@@ -106,6 +106,7 @@ func (x *exchange) decided(req *scheduler.Request, g scheduler.Grant, blockSize 
 	x.dec = p
 
 	m := s.m.Routing
+	m.Init(model, class)
 	m.Decisions.WithLabelValues(model, class).Inc()
 	m.ReachableTokens.WithLabelValues(model, class).Add(float64(reach))
 	m.AchievedTokens.WithLabelValues(model, class).Add(float64(g.CachedTokens))

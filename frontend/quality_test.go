@@ -52,14 +52,22 @@ func TestACappedHolderAndAWrongPredictionAreCountedWithTheirReasons(t *testing.T
 	want := `
 # HELP switchyard_router_decision_lost_tokens_total Achieved minus realised prompt tokens, by why the engine had less. Reasons: evicted (the index's events said the worker held them), mispredicted (only the router's prediction did).
 # TYPE switchyard_router_decision_lost_tokens_total counter
+switchyard_router_decision_lost_tokens_total{class="default",model="m",reason="evicted"} 0
 switchyard_router_decision_lost_tokens_total{class="default",model="m",reason="mispredicted"} 16
 # HELP switchyard_router_decision_missed_tokens_total Reachable minus achieved prompt tokens, by why the deepest holder was passed over. Reasons: load, cap, pinned, allowed.
 # TYPE switchyard_router_decision_missed_tokens_total counter
+switchyard_router_decision_missed_tokens_total{class="default",model="m",reason="allowed"} 0
 switchyard_router_decision_missed_tokens_total{class="default",model="m",reason="cap"} 16
+switchyard_router_decision_missed_tokens_total{class="default",model="m",reason="load"} 0
+switchyard_router_decision_missed_tokens_total{class="default",model="m",reason="pinned"} 0
 # HELP switchyard_router_decision_shortfalls_total Decisions that fell short, by reason. Reasons: load, cap, pinned, allowed (reachable > achieved); evicted, mispredicted (achieved > realised).
 # TYPE switchyard_router_decision_shortfalls_total counter
+switchyard_router_decision_shortfalls_total{class="default",model="m",reason="allowed"} 0
 switchyard_router_decision_shortfalls_total{class="default",model="m",reason="cap"} 1
+switchyard_router_decision_shortfalls_total{class="default",model="m",reason="evicted"} 0
+switchyard_router_decision_shortfalls_total{class="default",model="m",reason="load"} 0
 switchyard_router_decision_shortfalls_total{class="default",model="m",reason="mispredicted"} 1
+switchyard_router_decision_shortfalls_total{class="default",model="m",reason="pinned"} 0
 # HELP switchyard_router_decisions_total Routing decisions (grants) the entry replica proxied, retries included.
 # TYPE switchyard_router_decisions_total counter
 switchyard_router_decisions_total{class="default",model="m"} 1
@@ -121,4 +129,12 @@ func TestTheDecisionLogKeepsTheNewestDecisionsFirst(t *testing.T) {
 		require.False(t, ds[i].At.After(ds[i-1].At), "newest first")
 	}
 	require.Equal(t, uint64(DecisionLogSize+3), s.QualityTotals().Decisions)
+}
+
+func TestTheMetricsKnowEveryShortfallReasonTheSchedulerGives(t *testing.T) {
+	var labels []string
+	for _, s := range scheduler.Shortfalls {
+		labels = append(labels, s.String())
+	}
+	require.ElementsMatch(t, labels, metrics.MissedReasons)
 }

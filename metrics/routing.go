@@ -1,26 +1,20 @@
 package metrics
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// Routing quality (this file: NewRouting, built by NewRouter). Per routing
-// decision, three figures in prompt tokens: reachable (the deepest prefix
-// any registered worker held), achieved (the chosen worker's) and realised
-// (what the engine reported cached). Missed tokens are reachable − achieved
-// by the reason the deepest holder was passed over; lost tokens are
-// achieved − realised by the reason the engine had less than predicted.
+// Routing quality (NewRouting, built by NewRouter; the names are in
+// names.go). Per routing decision, three figures in prompt tokens:
+// reachable (the deepest prefix any registered worker held), achieved (the
+// chosen worker's) and realised (what the engine reported cached). Missed
+// tokens are reachable − achieved by the reason the deepest holder was
+// passed over; lost tokens are achieved − realised by the reason the
+// engine had less than predicted.
 const (
-	NameRouterDecisions                = "switchyard_router_decisions_total"
-	NameRouterDecisionKVOptimal        = "switchyard_router_decision_kv_optimal_total"
-	NameRouterDecisionReachableTokens  = "switchyard_router_decision_reachable_tokens_total"
-	NameRouterDecisionAchievedTokens   = "switchyard_router_decision_achieved_tokens_total"
-	NameRouterDecisionRealisedTokens   = "switchyard_router_decision_realised_tokens_total"
-	NameRouterDecisionRealisedReports  = "switchyard_router_decision_realised_reports_total"
-	NameRouterDecisionMissedTokens     = "switchyard_router_decision_missed_tokens_total"
-	NameRouterDecisionLostTokens       = "switchyard_router_decision_lost_tokens_total"
-	NameRouterDecisionShortfalls       = "switchyard_router_decision_shortfalls_total"
 	routingHelpRealisedWhenReported    = " Counted only for responses whose usage reports cached tokens."
 	routingHelpShortfallReasonsMissed  = " Reasons: load, cap, pinned, allowed."
 	routingHelpShortfallReasonsLost    = " Reasons: evicted (the index's events said the worker held them), mispredicted (only the router's prediction did)."
@@ -45,6 +39,35 @@ type Routing struct {
 	MissedTokens    *prometheus.CounterVec // reachable − achieved, by reason
 	LostTokens      *prometheus.CounterVec // achieved − realised, by reason
 	Shortfalls      *prometheus.CounterVec // decisions falling short, by reason
+
+	seen sync.Map // model + "\x00" + class → struct{}: series created (Init)
+}
+
+// Routing reasons: why achieved fell below reachable (the scheduler's
+// Shortfall labels), and why realised fell below achieved.
+var (
+	MissedReasons = []string{"load", "cap", "pinned", "allowed"}
+	LostReasons   = []string{LossEvicted, LossMispredicted}
+)
+
+// Init creates every series of one (model, class) at zero the first time
+// the pair is seen, so rates and alerts see the first shortfall and the
+// reason series exist before it. Cheap after the first call: one map load.
+func (r *Routing) Init(model, class string) {
+	if _, done := r.seen.LoadOrStore(model+"\x00"+class, struct{}{}); done {
+		return
+	}
+	for _, v := range []*prometheus.CounterVec{r.Decisions, r.KVOptimal, r.ReachableTokens, r.AchievedTokens, r.RealisedTokens, r.RealisedReports} {
+		v.WithLabelValues(model, class)
+	}
+	for _, reason := range MissedReasons {
+		r.MissedTokens.WithLabelValues(model, class, reason)
+		r.Shortfalls.WithLabelValues(model, class, reason)
+	}
+	for _, reason := range LostReasons {
+		r.LostTokens.WithLabelValues(model, class, reason)
+		r.Shortfalls.WithLabelValues(model, class, reason)
+	}
 }
 
 // NewRouting registers the routing-quality counters on reg.
