@@ -29,10 +29,11 @@ type (
 	clusterDoc struct {
 		Self      string              `json:"self"`
 		Version   string              `json:"version"`
-		At        string              `json:"at"`    // RFC 3339, this replica's clock
-		State     string              `json:"state"` // starting, ready, lame_duck, stopping
-		Degraded  []string            `json:"degraded"`
-		NATS      string              `json:"nats"` // the NATS connection's status
+		At        string              `json:"at"`             // RFC 3339, this replica's clock
+		State     string              `json:"state"`          // starting, ready, lame_duck, stopping
+		Degraded  bool                `json:"degraded"`       // NATS unreachable: remote classes admitted here
+		Modes     []string            `json:"degraded_modes"` // nats, etcd: each mode admitting locally
+		NATS      string              `json:"nats"`           // the NATS connection's status
 		Etcd      bool                `json:"etcd_session_healthy"`
 		HTTPAddr  string              `json:"http_addr"`
 		AdminAddr string              `json:"admin_addr,omitempty"`
@@ -155,12 +156,12 @@ func (r *replica) clusterInfo(context.Context) (json.RawMessage, error) {
 	now := clock.Real{}.Now() // the load reports' arrival times are wall time too
 	doc := clusterDoc{
 		Self: r.cfg.ID, Version: Version(), At: now.UTC().Format(time.RFC3339Nano), State: r.state(),
-		Degraded: r.client.DegradedModes(), NATS: strings.ToLower(r.nc.Status().String()),
+		Degraded: r.client.Degraded(), Modes: r.client.DegradedModes(), NATS: strings.ToLower(r.nc.Status().String()),
 		Etcd: r.session.Healthy(), HTTPAddr: r.httpAddr, AdminAddr: r.adminAddr(),
 		Owners: map[string]ownerDoc{}, Classes: map[string]classDoc{}, Tokenizers: r.prompts.Info(),
 	}
-	if doc.Degraded == nil {
-		doc.Degraded = []string{}
+	if doc.Modes == nil {
+		doc.Modes = []string{}
 	}
 	for _, it := range r.replicas.Snapshot().Items {
 		i := it.Info

@@ -106,6 +106,19 @@ func TestTheOperatorsPageShowsTheTierAReplicaLeavingAndAnEngineDying(t *testing.
 		}
 	}
 
+	// The same prompt pinned first to w1, then to w2: the second decision
+	// could have reached w1's cached prefix and the pin forbade it.
+	pinned := strings.Repeat("a conversation pinned to one worker ", 20)
+	for _, w := range []string{"w1", "w2"} {
+		cl := rs[0].client()
+		_, err := cl.Completions.New(testenv.Context(t), openai.CompletionNewParams{
+			Model:     openai.CompletionNewParamsModel(testModel),
+			Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(pinned)},
+			MaxTokens: openai.Int(2),
+		}, option.WithHeader("x-switchyard-worker", w))
+		require.NoError(t, err, "pinned to %s", w)
+	}
+
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("http://"+rs[0].status.HTTPAddr+"/")))
 	waitOnPage(t, ctx, "three ready replicas",
 		`document.querySelectorAll('#replicas tbody tr').length === 3 && [...document.querySelectorAll('#replicas tbody tr')].every(r => r.innerText.includes('ready'))`, 20*time.Second)
@@ -113,6 +126,7 @@ func TestTheOperatorsPageShowsTheTierAReplicaLeavingAndAnEngineDying(t *testing.
 		waitOnPage(t, ctx, id+" healthy", rowText("worker", id)+`.includes('healthy') && !`+rowText("worker", id)+`.includes('unhealthy')`, 20*time.Second)
 	}
 	waitOnPage(t, ctx, "the routing decisions", `document.querySelectorAll('#decisions tbody tr td').length > 1`, 10*time.Second)
+	waitOnPage(t, ctx, "the pinned decision's shortfall", `document.querySelector('#decisions tbody').innerText.includes('pinned') && document.querySelector('#quality .reasons').innerText.includes('pinned')`, 10*time.Second)
 	screenshot(t, ctx, dir, "opspage-1-tier-1080p.png", 1920, 1080)
 	screenshot(t, ctx, dir, "opspage-1-tier-laptop.png", 1366, 768)
 

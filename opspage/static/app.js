@@ -62,7 +62,7 @@ function renderReplicas(tier, docs, self) {
     const d = docs[id];
     let state;
     if (!m || !m.reachable) state = badge("unreachable", "bad") + (m && m.error ? `<div class="err">${esc(m.error)}</div>` : "");
-    else if (d.state === "ready" && (d.degraded || []).length) state = badge("degraded: " + d.degraded.join(", "), "warn");
+    else if (d.state === "ready" && (d.degraded_modes || []).length) state = badge("degraded: " + d.degraded_modes.join(", "), "warn");
     else if (d.state === "ready") state = badge("ready", "ok");
     else if (d.state === "lame_duck") state = badge("lame duck", "warn");
     else state = badge(d.state, d.state === "stopping" ? "bad" : "dim");
