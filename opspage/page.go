@@ -61,6 +61,9 @@ type Deps struct {
 	Peers func() []Peer
 	// Client fetches the peers' documents; nil is a plain HTTP client.
 	Client *http.Client
+	// Scheme is how peers serve /debug/cluster: "http" (the default) or
+	// "https" (their listener has TLS; Client must trust it).
+	Scheme string
 	// Clock stamps the answer; nil is wall time.
 	Clock clock.Clock
 }
@@ -85,6 +88,13 @@ func New(cfg Config, deps Deps) (*Page, error) {
 	}
 	if deps.Clock == nil {
 		deps.Clock = clock.Real{}
+	}
+	switch deps.Scheme {
+	case "":
+		deps.Scheme = "http"
+	case "http", "https":
+	default:
+		return nil, fmt.Errorf("%w: Deps.Scheme %q must be http or https", ErrInvalidConfig, deps.Scheme)
 	}
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
@@ -184,7 +194,7 @@ func (p *Page) fetch(ctx context.Context, pr Peer, authorization string) (m Memb
 	defer cancel()
 	start := p.deps.Clock.Now()
 	defer func() { m.FetchMs = float64(p.deps.Clock.Now().Sub(start)) / float64(time.Millisecond) }()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+pr.Addr+"/debug/cluster", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.deps.Scheme+"://"+pr.Addr+"/debug/cluster", nil)
 	if err != nil {
 		m.Error = err.Error()
 		return m

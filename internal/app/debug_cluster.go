@@ -3,7 +3,9 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/switchyard/switchyard/frontend"
 	"github.com/switchyard/switchyard/internal/clock"
+	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/opspage"
 	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/wire"
@@ -264,4 +267,23 @@ func (r *replica) peerPages() []opspage.Peer {
 		out = append(out, opspage.Peer{ID: it.Info.ID, Addr: addr})
 	}
 	return out
+}
+
+// opsPage builds the operators' page. Peers serve /debug/cluster as this
+// replica does: over TLS when its listener for it (the admin one, else the
+// API's) has TLS, verified with the engine client settings (-http.engine-tls.*:
+// in `up -tls` one CA issues every certificate).
+func (r *replica) opsPage(tlsMetrics *tlsconf.Metrics) (*opspage.Page, error) {
+	fc := &r.cfg.Frontend
+	deps := opspage.Deps{Self: r.cfg.ID, Local: r.clusterInfo, Peers: r.peerPages}
+	if (fc.AdminAddr != "" && fc.AdminTLS.Enabled()) || (fc.AdminAddr == "" && fc.TLS.Enabled()) {
+		tc, err := fc.EngineTLS.Build(tlsconf.Deps{Name: "peer_pages", Logger: r.log, Metrics: tlsMetrics})
+		if err != nil {
+			return nil, fmt.Errorf("operators' page: %w", err)
+		}
+		deps.Scheme = "https"
+		deps.Client = &http.Client{Transport: &http.Transport{Proxy: nil, TLSClientConfig: tc, ForceAttemptHTTP2: true,
+			MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second}}
+	}
+	return opspage.New(opspage.DefaultConfig(), deps)
 }

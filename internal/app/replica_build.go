@@ -22,7 +22,6 @@ import (
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/kvingest"
 	"github.com/switchyard/switchyard/metrics"
-	"github.com/switchyard/switchyard/opspage"
 	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/tenant"
@@ -233,7 +232,7 @@ func (r *replica) build() error {
 	} else {
 		log.Warn("no API keys file (-auth.keys-file): the OpenAI API is open to anyone who can reach it")
 	}
-	page, err := opspage.New(opspage.DefaultConfig(), opspage.Deps{Self: cfg.ID, Local: r.clusterInfo, Peers: r.peerPages})
+	page, err := r.opsPage(tlsMetrics)
 	if err != nil {
 		return err
 	}
