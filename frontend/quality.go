@@ -34,18 +34,21 @@ type Candidate struct {
 
 // Decision is one routing decision and its outcome, as the page shows it.
 type Decision struct {
-	At              time.Time   `json:"at"`
-	RequestID       string      `json:"request_id"`
-	Model           string      `json:"model"`
-	Class           string      `json:"class"`
-	Attempt         int         `json:"attempt"`
-	PromptTokens    int         `json:"prompt_tokens"`
-	Candidates      []Candidate `json:"candidates"` // deepest first, at most 4
-	Worker          string      `json:"worker"`
-	QueueWaitMs     float64     `json:"queue_wait_ms"`
-	ReachableTokens int         `json:"reachable_tokens"`
-	AchievedTokens  int         `json:"achieved_tokens"`
-	Shortfall       string      `json:"shortfall,omitempty"`
+	At           time.Time   `json:"at"`
+	RequestID    string      `json:"request_id"`
+	Model        string      `json:"model"`
+	Class        string      `json:"class"`
+	Attempt      int         `json:"attempt"`
+	PromptTokens int         `json:"prompt_tokens"`
+	Candidates   []Candidate `json:"candidates"` // deepest first, at most 4
+	Worker       string      `json:"worker"`
+	QueueWaitMs  float64     `json:"queue_wait_ms"`
+	// PredictedTTFTMs is the owner's calibrated prediction of grant to
+	// first token on Worker (0: its selector has no TTFT model).
+	PredictedTTFTMs float64 `json:"predicted_ttft_ms"`
+	ReachableTokens int     `json:"reachable_tokens"`
+	AchievedTokens  int     `json:"achieved_tokens"`
+	Shortfall       string  `json:"shortfall,omitempty"`
 	// RealisedTokens is nil when the engine reported no cached tokens.
 	RealisedTokens *int    `json:"realised_tokens"`
 	Loss           string  `json:"loss,omitempty"`
@@ -91,6 +94,7 @@ func (x *exchange) decided(req *scheduler.Request, g scheduler.Grant, blockSize 
 		At: x.s.now(), RequestID: x.rid, Model: model, Class: class, Attempt: req.Attempt,
 		PromptTokens: req.PromptTokens, Worker: g.Worker, QueueWaitMs: float64(g.QueueWait) / float64(time.Millisecond),
 		ReachableTokens: reach, AchievedTokens: g.CachedTokens, Candidates: candidates(req, blockSize),
+		PredictedTTFTMs: float64(g.PredictedTTFT) / float64(time.Millisecond),
 	}
 	missed := reach - g.CachedTokens
 	if missed > 0 {

@@ -55,6 +55,9 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
 	}
 	g.ReachableTokens, g.Shortfall = c.routingQuality(r, cached)
+	if pred > 0 {
+		g.PredictedTTFT = time.Duration((w.ledger.ttftOverhead + (1+w.ledger.ttftSlow)*pred) * float64(time.Millisecond))
+	}
 	c.release(e)
 	if !respond(g, nil) {
 		c.free(b)

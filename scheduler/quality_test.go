@@ -23,6 +23,7 @@ func TestAGrantOnTheDeepestPrefixReachesWhatWasReachable(t *testing.T) {
 	require.Equal(t, 480, g.ReachableTokens)
 	require.Equal(t, 480, g.CachedTokens)
 	require.Equal(t, ShortfallNone, g.Shortfall)
+	require.Positive(t, g.PredictedTTFT, "the TTFT selector's prediction travels with the grant")
 }
 
 func TestAWorkerAtItsCapMakesTheGrantFallShortForCap(t *testing.T) {

@@ -312,6 +312,10 @@ type Grant struct {
 	// says why achieved fell below reachable (ShortfallNone when equal).
 	ReachableTokens int
 	Shortfall       Shortfall
+	// PredictedTTFT is the selector's grant-to-first-token prediction on
+	// Worker, with the worker's calibration (overhead + scale × model);
+	// 0 when the selector has no TTFT model (SelectorCost).
+	PredictedTTFT time.Duration
 }
 
 // BookingRecord describes an in-flight request to re-home on a new owner

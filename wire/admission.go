@@ -76,6 +76,8 @@ type AdmitReply struct {
 	// Shortfall why the grant holds fewer (scheduler.Shortfall's label).
 	Reachable int    `json:"reach,omitempty"`
 	Shortfall string `json:"short,omitempty"`
+	// PredictedTTFTNano is the grant's predicted time to first token.
+	PredictedTTFTNano int64 `json:"pred_ttft,omitempty"`
 	// Reason is the scheduler's rejection reason label (e.g. "queue_full").
 	Reason string `json:"reason,omitempty"`
 	Limit  string `json:"limit,omitempty"`

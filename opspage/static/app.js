@@ -205,7 +205,7 @@ function renderDecisions(docs) {
     const why = [x.shortfall && badge(x.shortfall, "warn"), x.loss && badge(x.loss, "bad")].filter(Boolean).join(" ") || '<span class="dim">–</span>';
     return `<tr><td class="mono">${esc(new Date(x.at).toLocaleTimeString())}</td><td>${esc(x.entry)}</td><td>${esc(x.class)} <span class="dim">· ${esc(x.model)}</span></td>` +
       `<td>${cands}</td><td><b>${esc(x.worker)}</b></td><td class="n">${fmt(x.reachable_tokens)} / ${fmt(x.achieved_tokens)} / ${realised} <span class="dim">of ${fmt(x.prompt_tokens)}</span></td>` +
-      `<td>${why}</td><td class="n">${fmt(x.queue_wait_ms, 1)} · ${fmt(x.latency_ms, 0)} ms</td></tr>`;
+      `<td>${why}</td><td class="n">${fmt(x.queue_wait_ms, 1)} · ${x.predicted_ttft_ms > 0 ? fmt(x.predicted_ttft_ms, 0) : "–"} · ${fmt(x.latency_ms, 0)} ms</td></tr>`;
   });
   $("#decisions tbody").innerHTML = rows.join("") || '<tr><td colspan="8" class="empty">no decisions yet</td></tr>';
 }
