@@ -123,17 +123,17 @@ func DecodeWorkerInfo(b []byte) (*WorkerInfo, error) {
 
 // ReplicaInfo is a router replica's registration under Keys.Replica(id).
 type ReplicaInfo struct {
-	Version  int    `json:"version"`
-	ID       string `json:"id"`
-	HTTPAddr string `json:"http_addr"` // host:port of the OpenAI API
-	// AdminAddr is host:port of the admin listener (/metrics,
-	// /debug/cluster, the operators' page); "" when they are on HTTPAddr.
-	AdminAddr  string `json:"admin_addr,omitempty"`
+	Version    int    `json:"version"`
+	ID         string `json:"id"`
+	HTTPAddr   string `json:"http_addr"`   // host:port of the OpenAI API
 	GossipAddr string `json:"gossip_addr"` // host:port of memberlist
 	Build      string `json:"build"`
 	// Ready is set once the replica has its registries and index and can own
 	// classes; placement only considers ready replicas.
 	Ready bool `json:"ready"`
+	// AdminAddr is host:port of the admin listener (/metrics,
+	// /debug/cluster, the operators' page); "" when they are on HTTPAddr.
+	AdminAddr string `json:"admin_addr,omitempty"`
 }
 
 // Validate reports what is wrong with a registration.
