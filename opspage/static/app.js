@@ -153,7 +153,9 @@ function renderQuality(docs, dt, next) {
     ["decisions", fmt(q.decisions), `${pct(q.kv_optimal, q.decisions)} on the deepest prefix`],
     ["reachable", fmt(q.reachable_tokens), "tokens some worker held"],
     ["achieved", pct(q.achieved_tokens, q.reachable_tokens), `${fmt(q.achieved_tokens)} tokens on the chosen worker`],
-    ["realised", pct(q.realised_tokens, q.achieved_tokens), `${fmt(q.realised_tokens)} tokens the engines reported`],
+    ["realised", pct(q.realised_tokens, q.achieved_tokens), q.realised_tokens > q.achieved_tokens
+      ? `${fmt(q.realised_tokens)} tokens: the engines held more than the router saw (its index lagged, e.g. behind a long queue)`
+      : `${fmt(q.realised_tokens)} tokens the engines reported`],
   ];
   $("#quality .figures").innerHTML = figs.map(([l, v, h]) => `<div class="fig" data-fig="${l}"><div class="l">${l}</div><div class="v">${v}</div><div class="l">${h}</div></div>`).join("");
   const reasons = [...Object.entries(q.missed_tokens).map(([r, n]) => [r, n, "missed", "var(--warn)"]),
