@@ -200,7 +200,7 @@ function drawChart() {
 function renderDecisions(docs) {
   const all = [];
   for (const [id, d] of Object.entries(docs)) for (const x of d.decisions || []) all.push({...x, entry: id});
-  all.sort((a, b) => (a.at < b.at ? 1 : -1));
+  all.sort((a, b) => Date.parse(b.at) - Date.parse(a.at)); // RFC 3339 strings with varying fractions do not sort as text
   const rows = all.slice(0, 20).map((x) => {
     const cands = (x.candidates || []).map((c) => `<span class="chip${c.worker === x.worker ? " win" : ""}">${esc(c.worker)} ${fmt(c.cached_tokens)}</span>`).join("") || '<span class="dim">no cached prefix anywhere</span>';
     const realised = x.realised_tokens === null || x.realised_tokens === undefined ? '<span class="dim">n/r</span>' : fmt(x.realised_tokens);
