@@ -71,12 +71,16 @@ func grantFromReply(in *wire.AdmitReply, requestID string) (scheduler.Grant, err
 		return scheduler.Grant{}, &scheduler.RejectError{Reason: reason, Limit: in.Limit, Detail: in.Detail,
 			RetryAfter: time.Duration(in.RetryAfterMs) * time.Millisecond}
 	}
+	// An unknown shortfall label (a newer owner) reads as none: the
+	// figures are diagnostics, never a reason to fail a grant.
+	short, _ := scheduler.ParseShortfall(in.Shortfall)
 	return scheduler.Grant{
 		RequestID: requestID, Worker: in.Worker, WorkerURL: in.WorkerURL,
 		Booking:      scheduler.BookingID(in.Booking),
 		CachedTokens: in.CachedTokens, OverlapBlocks: in.OverlapBlocks,
-		QueueWait:     time.Duration(in.QueueWaitNano),
-		PredictedTTFT: time.Duration(in.PredictedTTFTNano),
+		QueueWait:       time.Duration(in.QueueWaitNano),
+		ReachableTokens: max(in.Reachable, in.CachedTokens), Shortfall: short,
+		PredictedTTFT:   time.Duration(max(in.PredictedTTFTNano, 0)),
 	}, nil
 }
 

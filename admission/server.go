@@ -266,6 +266,7 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 			out.Booking = uint64(g.Booking)
 			out.CachedTokens, out.OverlapBlocks = g.CachedTokens, g.OverlapBlocks
 			out.QueueWaitNano = int64(g.QueueWait)
+			out.Reachable, out.Shortfall = g.ReachableTokens, g.Shortfall.String()
 			out.PredictedTTFTNano = int64(g.PredictedTTFT)
 		}
 		return s.handOff(outgoingReply{m: m, out: out, booking: g.Booking})

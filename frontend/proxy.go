@@ -30,6 +30,7 @@ type exchange struct {
 	attempt int            // the current attempt, from 0
 	others  bool           // another worker could take a retry of the current attempt
 	fb      *firstByte     // the current attempt's first-byte timer (nil: none)
+	dec     *pending       // the attempt's routing decision (quality.go)
 }
 
 // usageBody is the part of a response the router reads for metrics: the
@@ -417,6 +418,7 @@ func parseUsage(doc []byte) *usage {
 
 // recordUsage adds a response's usage to the token counters.
 func (x *exchange) recordUsage(u *usage) {
+	x.recordRealised(u)
 	if u == nil {
 		return
 	}

@@ -52,6 +52,9 @@ type Deps struct {
 	ClusterInfo ClusterInfoFunc
 	// MetricsHandler serves /metrics; nil answers 404.
 	MetricsHandler http.Handler
+	// AdminPages are further admin routes (ServeMux pattern → handler):
+	// the operators' page at / and its /debug/tier (opspage).
+	AdminPages map[string]http.Handler
 	// Metrics are the request-level metrics; nil builds them on the
 	// Registerer passed to New.
 	Metrics *metrics.Router
@@ -100,6 +103,7 @@ type Server struct {
 	auth       *authMetrics // with Deps.Tenants only
 	hung       *hungMetrics
 	suspects   *suspicion
+	quality    qualityLog   // routing decisions (quality.go)
 }
 
 // New builds a Server. It starts nothing: Serve or Run do.
@@ -180,6 +184,9 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	s.HandleAdmin("GET /debug/cluster", s.instrument(metrics.RouteDebugCluster, s.handleDebugCluster))
 	if deps.MetricsHandler != nil {
 		s.HandleAdmin("GET /metrics", deps.MetricsHandler)
+	}
+	for pattern, h := range deps.AdminPages {
+		s.HandleAdmin(pattern, h)
 	}
 	// Everything else gets an OpenAI-shaped 404 or 405, so clients that parse
 	// error bodies never see net/http's plain-text ones.
@@ -731,6 +738,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 			return e.Status
 		}
 		g := t.Grant()
+		x.decided(&req, g, rt.blockSize)
 		if s.deps.Index != nil && len(req.BlockHashes) > 0 {
 			s.deps.Index.Predict(g.Worker, req.BlockHashes)
 		}

@@ -139,6 +139,8 @@ type Router struct {
 	DegradedMode prometheus.Gauge
 	// HTTPResponses counts responses by route (Route) and status code.
 	HTTPResponses *prometheus.CounterVec
+	// Routing is the routing-quality counters (routing.go).
+	Routing *Routing
 }
 
 // NewRouter registers the router metrics on reg.
@@ -182,5 +184,6 @@ func NewRouter(reg prometheus.Registerer) *Router {
 		HTTPResponses: f.NewCounterVec(prometheus.CounterOpts{
 			Name: NameHTTPResponses, Help: "HTTP responses by route and status code.",
 		}, []string{LabelRoute, LabelCode}),
+		Routing: NewRouting(reg),
 	}
 }

@@ -50,6 +50,19 @@ const (
 	NameDegradedMode          = "switchyard_router_degraded_mode"
 	NameHTTPResponses         = "switchyard_http_responses_total"
 
+	// Routing quality (this package: NewRouting, built by NewRouter): per
+	// decision, reachable, achieved and realised cached prompt tokens, and
+	// the reasons one falls below the one before (routing.go).
+	NameRouterDecisions               = "switchyard_router_decisions_total"
+	NameRouterDecisionKVOptimal       = "switchyard_router_decision_kv_optimal_total"
+	NameRouterDecisionReachableTokens = "switchyard_router_decision_reachable_tokens_total"
+	NameRouterDecisionAchievedTokens  = "switchyard_router_decision_achieved_tokens_total"
+	NameRouterDecisionRealisedTokens  = "switchyard_router_decision_realised_tokens_total"
+	NameRouterDecisionRealisedReports = "switchyard_router_decision_realised_reports_total"
+	NameRouterDecisionMissedTokens    = "switchyard_router_decision_missed_tokens_total"
+	NameRouterDecisionLostTokens      = "switchyard_router_decision_lost_tokens_total"
+	NameRouterDecisionShortfalls      = "switchyard_router_decision_shortfalls_total"
+
 	// Tokenization (prompt.NewRegistry): which path turned each request's
 	// prompt into token ids.
 	NameRouterTokenize = "switchyard_router_tokenize_total"

@@ -55,6 +55,7 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
 		PredictedTTFT: b.ledger.calibrated(pred),
 	}
+	g.ReachableTokens, g.Shortfall = c.routingQuality(r, cached)
 	c.release(e)
 	if !respond(g, nil) {
 		c.free(b)

@@ -306,10 +306,17 @@ type Grant struct {
 	CachedTokens  int // prompt tokens cached on Worker when selected
 	OverlapBlocks int
 	QueueWait     time.Duration // time from Enqueue to the grant
-	// PredictedTTFT is the selector's calibrated prediction of the time
-	// from the grant to the worker's first token (SelectorTTFT only; 0
-	// when there is none). The entry replica derives its first-byte
-	// timeout from it.
+	// ReachableTokens is the most prompt tokens any registered worker held
+	// cached (the request's deepest overlap): the hit the router could
+	// have had. CachedTokens is the hit it chose (achieved); Shortfall
+	// says why achieved fell below reachable (ShortfallNone when equal).
+	ReachableTokens int
+	Shortfall       Shortfall
+	// PredictedTTFT is the selector's prediction of the time from the
+	// grant to the worker's first token, with the worker's calibration
+	// (overhead + scale × model); 0 when the selector has no TTFT model
+	// (SelectorCost). The entry replica derives its first-byte timeout
+	// from it and the operators' page shows it.
 	PredictedTTFT time.Duration
 }
 

@@ -2,7 +2,7 @@
 # Checks the dependency rules of style.md mechanically:
 #  - scheduler and kvindex import nothing of ours but leaf packages;
 #  - scheduler and kvindex import no network, etcd, NATS or memberlist package;
-#  - the adapters (cluster, gossip, frontend, engine, admission, kvingest) never import each other;
+#  - the adapters (cluster, gossip, frontend, engine, admission, kvingest, opspage) never import each other;
 #  - internal/app is imported only by cmd/ and e2e/; internal/testenv never by non-test code;
 #  - embedded etcd and nats-server are linked into cmd/switchyard only through internal/app.
 set -euo pipefail
@@ -41,7 +41,7 @@ while read -r pkg imports; do
 done < <(go list -f '{{.ImportPath}} {{join .Imports " "}}' ./scheduler/... ./kvindex/... 2>/dev/null)
 
 # Adapters never import each other.
-adapters=(cluster gossip frontend engine admission kvingest)
+adapters=(cluster gossip frontend engine admission kvingest opspage)
 for a in "${adapters[@]}"; do
   [ -d "$a" ] || continue
   while read -r pkg imports; do

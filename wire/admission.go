@@ -72,6 +72,10 @@ type AdmitReply struct {
 	CachedTokens  int    `json:"cached,omitempty"`
 	OverlapBlocks int    `json:"overlap,omitempty"`
 	QueueWaitNano int64  `json:"wait,omitempty"`
+	// Reachable is the most prompt tokens any worker held cached and
+	// Shortfall why the grant holds fewer (scheduler.Shortfall's label).
+	Reachable int    `json:"reach,omitempty"`
+	Shortfall string `json:"short,omitempty"`
 	// PredictedTTFTNano is the owner's predicted grant-to-first-token time
 	// (0: none); the entry derives its first-byte timeout from it.
 	PredictedTTFTNano int64 `json:"ttft,omitempty"`

@@ -131,6 +131,9 @@ type ReplicaInfo struct {
 	// Ready is set once the replica has its registries and index and can own
 	// classes; placement only considers ready replicas.
 	Ready bool `json:"ready"`
+	// AdminAddr is host:port of the admin listener (/metrics,
+	// /debug/cluster, the operators' page); "" when they are on HTTPAddr.
+	AdminAddr string `json:"admin_addr,omitempty"`
 }
 
 // Validate reports what is wrong with a registration.

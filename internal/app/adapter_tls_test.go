@@ -61,7 +61,7 @@ func TestARouterFetchesTheTokenizerFromAnHTTPSAdapterAndServesThroughItsHTTPSEng
 	}, "the router fetched the tokenizer files from the adapter over HTTPS")
 	doc := debug()
 	assert.Contains(t, doc, `"spec":"fetched:https://127.0.0.1:`, "from the adapter's https:// URL")
-	assert.Contains(t, doc, `"URL":"https://127.0.0.1:`, "the engine registered at its https:// URL")
+	assert.Contains(t, doc, `"url":"https://127.0.0.1:`, "the engine registered at its https:// URL")
 
 	cl := r.client()
 	resp, err := cl.Chat.Completions.New(testenv.Context(t), openai.ChatCompletionNewParams{

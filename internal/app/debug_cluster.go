@@ -3,74 +3,287 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"slices"
+	"fmt"
+	"net"
+	"net/http"
 	"sort"
+	"strings"
+	"sync"
+	"time"
 
-	"github.com/switchyard/switchyard/admission"
-	"github.com/switchyard/switchyard/cluster"
 	"github.com/switchyard/switchyard/frontend"
-	"github.com/switchyard/switchyard/gossip"
+	"github.com/switchyard/switchyard/internal/clock"
+	"github.com/switchyard/switchyard/internal/tlsconf"
+	"github.com/switchyard/switchyard/opspage"
 	"github.com/switchyard/switchyard/prompt"
-	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
 )
 
-// clusterInfo serves /debug/cluster: the replica's view of the cluster as
-// one JSON document (replicas, class owners, workers with this replica's
-// and the others' load, gossip members, class snapshots, tokenizers).
-func clusterInfo(id string, reps *cluster.Replicas, ws *cluster.Workers, own *cluster.Ownership, actor *scheduler.Actor, g *gossip.Gossip, client *admission.Client, prompts *prompt.Registry) frontend.ClusterInfoFunc {
-	return func(context.Context) (json.RawMessage, error) {
-		type replica struct {
-			ID, HTTPAddr, GossipAddr string
-			Ready                    bool
-		}
-		type worker struct {
-			ID, URL, Model      string
-			Models              []string `json:",omitempty"`
-			BlockSize, KVBlocks int
-			LocalLoad           scheduler.WorkerLoad
-			RemoteLoad          gossip.WorkerLoad
-		}
-		type owner struct {
-			Replica string `json:"replica"`
-			Epoch   int64  `json:"epoch"`
-		}
-		doc := struct {
-			Self     string                             `json:"self"`
-			Degraded bool                               `json:"degraded"`
-			Replicas []replica                          `json:"replicas"`
-			Owners   map[string]owner                   `json:"owners"`
-			Workers  []worker                           `json:"workers"`
-			Members  []gossip.Member                    `json:"gossip_members"`
-			Classes  map[string]scheduler.ClassSnapshot `json:"classes"`
-			// Tokenizers are each known model's tokenizer: its source,
-			// spec, path (local, fetched; engine|approximate while it has
-			// none), digest and last load error.
-			Tokenizers []prompt.ModelInfo `json:"tokenizers"`
-		}{Self: id, Degraded: client.Degraded(), Owners: map[string]owner{}, Tokenizers: prompts.Info()}
-		for _, r := range reps.Snapshot().Items {
-			doc.Replicas = append(doc.Replicas, replica{r.Info.ID, r.Info.HTTPAddr, r.Info.GossipAddr, r.Info.Ready})
-		}
-		sort.Slice(doc.Replicas, func(i, j int) bool { return doc.Replicas[i].ID < doc.Replicas[j].ID })
-		for class, o := range own.Owners() {
-			doc.Owners[class] = owner{o.Replica, o.Epoch}
-		}
-		snap := actor.Snapshot()
-		for _, it := range ws.Snapshot().Items {
-			doc.Workers = append(doc.Workers, worker{it.Info.ID, it.Info.URL, it.Info.Model, it.Info.Models, it.Info.BlockSize, it.Info.KVBlocks,
-				snap.Workers[it.Info.ID], g.RemoteLoad(it.Info.ID)})
-		}
-		slices.SortFunc(doc.Workers, func(a, b worker) int {
-			if a.ID < b.ID {
-				return -1
-			}
-			if a.ID > b.ID {
-				return 1
-			}
-			return 0
-		})
-		doc.Members = g.Members()
-		doc.Classes = snap.Classes
-		b, err := json.Marshal(doc)
-		return b, err
+// loadReportStale is how old a worker's last load report may be before the
+// page calls the worker unhealthy: workers report every 100 ms (adapters
+// every scrape, 1 s by default), so three seconds is several missed reports,
+// not one late one.
+const loadReportStale = 3 * time.Second
+
+// The /debug/cluster document: one replica's view of the tier, in
+// snake_case JSON. The operators' page (opspage) fetches it from every
+// replica and merges them; docs/operations.md describes each field's panel.
+type (
+	clusterDoc struct {
+		Self      string              `json:"self"`
+		Version   string              `json:"version"`
+		At        string              `json:"at"`             // RFC 3339, this replica's clock
+		State     string              `json:"state"`          // starting, ready, lame_duck, stopping
+		Degraded  bool                `json:"degraded"`       // NATS unreachable: remote classes admitted here
+		Modes     []string            `json:"degraded_modes"` // nats, etcd: each mode admitting locally
+		NATS      string              `json:"nats"`           // the NATS connection's status
+		Etcd      bool                `json:"etcd_session_healthy"`
+		HTTPAddr  string              `json:"http_addr"`
+		AdminAddr string              `json:"admin_addr,omitempty"`
+		Replicas  []replicaDoc        `json:"replicas"`
+		Owners    map[string]ownerDoc `json:"owners"`
+		// Owned are the classes this replica owns; Classes has the
+		// actor's counters of every class it knows, and only an owner's
+		// (or a degraded replica's) move.
+		Owned      []string               `json:"owned"`
+		Classes    map[string]classDoc    `json:"classes"`
+		Workers    []workerDoc            `json:"workers"`
+		Members    []memberDoc            `json:"gossip_members"`
+		Quality    frontend.QualityTotals `json:"quality"`
+		Decisions  []frontend.Decision    `json:"decisions"`
+		Tokenizers []prompt.ModelInfo     `json:"tokenizers"`
 	}
+	replicaDoc struct {
+		ID         string `json:"id"`
+		HTTPAddr   string `json:"http_addr"`
+		AdminAddr  string `json:"admin_addr,omitempty"`
+		GossipAddr string `json:"gossip_addr"`
+		Version    string `json:"version"`
+		Ready      bool   `json:"ready"`
+	}
+	ownerDoc struct {
+		Replica string `json:"replica"`
+		Epoch   int64  `json:"epoch"`
+	}
+	classDoc struct {
+		QueueDepth    int               `json:"queue_depth"`
+		PendingTokens int64             `json:"pending_tokens"`
+		Received      uint64            `json:"received"`
+		Retried       uint64            `json:"retried"`
+		Admitted      uint64            `json:"admitted"`
+		Cancelled     uint64            `json:"cancelled"`
+		Rejected      map[string]uint64 `json:"rejected"` // by reason; due_time_passed is the deadline misses
+	}
+	loadDoc struct {
+		ActiveRequests int `json:"active_requests"`
+		PrefillTokens  int `json:"prefill_tokens"`
+		DecodeBlocks   int `json:"decode_blocks"`
+	}
+	reportDoc struct {
+		Running       int     `json:"running"`
+		Waiting       int     `json:"waiting"`
+		KVUsage       float64 `json:"kv_usage"`
+		PrefixHitRate float64 `json:"prefix_hit_rate"`
+		AgeMs         int64   `json:"age_ms"`
+	}
+	workerDoc struct {
+		ID        string   `json:"id"`
+		URL       string   `json:"url"`
+		Model     string   `json:"model"`
+		Models    []string `json:"models,omitempty"`
+		BlockSize int      `json:"block_size"`
+		KVBlocks  int      `json:"kv_blocks"`
+		// Indexed is the KV blocks this replica's index holds for it.
+		Indexed int `json:"kv_blocks_indexed"`
+		// Booked is this replica's ledger; BookedElsewhere the other
+		// replicas' bookings as gossiped.
+		Booked          loadDoc    `json:"booked"`
+		BookedElsewhere loadDoc    `json:"booked_elsewhere"`
+		Reported        *reportDoc `json:"reported"` // nil: no load report yet
+		// Health is healthy (a recent load report), unhealthy (none for
+		// loadReportStale) or unknown (never reported: an adapter that
+		// cannot scrape its engine's metrics).
+		Health string `json:"health"`
+	}
+	memberDoc struct {
+		Name     string `json:"name"`
+		Addr     string `json:"addr"`
+		HTTPAddr string `json:"http_addr"`
+		Version  string `json:"version"`
+	}
+)
+
+// loadReports keeps each worker's last load report and when it arrived,
+// for the page's reported load and health. Written by the load report
+// subscription, read by /debug/cluster.
+type loadReports struct {
+	mu   sync.Mutex
+	last map[string]reportedLoad
+}
+
+type reportedLoad struct {
+	r  wire.LoadReport
+	at time.Time
+}
+
+func (l *loadReports) note(r *wire.LoadReport, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last = map[string]reportedLoad{}
+	}
+	l.last[r.Worker] = reportedLoad{*r, at}
+}
+
+func (l *loadReports) get(worker string) (reportedLoad, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v, ok := l.last[worker]
+	return v, ok
+}
+
+// forget drops the reports of workers no longer registered.
+func (l *loadReports) forget(keep map[string]bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id := range l.last {
+		if !keep[id] {
+			delete(l.last, id)
+		}
+	}
+}
+
+// clusterInfo serves /debug/cluster: this replica's view of the tier as one
+// JSON document (clusterDoc).
+func (r *replica) clusterInfo(context.Context) (json.RawMessage, error) {
+	now := clock.Real{}.Now() // the load reports' arrival times are wall time too
+	doc := clusterDoc{
+		Self: r.cfg.ID, Version: Version(), At: now.UTC().Format(time.RFC3339Nano), State: r.state(),
+		Degraded: r.client.Degraded(), Modes: r.client.DegradedModes(), NATS: strings.ToLower(r.nc.Status().String()),
+		Etcd: r.session.Healthy(), HTTPAddr: r.httpAddr, AdminAddr: r.adminAddr(),
+		Owners: map[string]ownerDoc{}, Classes: map[string]classDoc{}, Tokenizers: r.prompts.Info(),
+	}
+	if doc.Modes == nil {
+		doc.Modes = []string{}
+	}
+	for _, it := range r.replicas.Snapshot().Items {
+		i := it.Info
+		doc.Replicas = append(doc.Replicas, replicaDoc{ID: i.ID, HTTPAddr: i.HTTPAddr, AdminAddr: i.AdminAddr, GossipAddr: i.GossipAddr, Version: i.Build, Ready: i.Ready})
+	}
+	sort.Slice(doc.Replicas, func(i, j int) bool { return doc.Replicas[i].ID < doc.Replicas[j].ID })
+	for class, o := range r.own.Owners() {
+		doc.Owners[class] = ownerDoc{o.Replica, o.Epoch}
+		if o.Replica == r.cfg.ID {
+			doc.Owned = append(doc.Owned, class)
+		}
+	}
+	sort.Strings(doc.Owned)
+	snap := r.actor.Snapshot()
+	for name, cs := range snap.Classes {
+		cd := classDoc{QueueDepth: cs.QueueDepth, PendingTokens: cs.PendingTokens, Received: cs.Counters.Received,
+			Retried: cs.Counters.Retried, Admitted: cs.Counters.Admitted, Cancelled: cs.Counters.Cancelled, Rejected: map[string]uint64{}}
+		for reason, n := range cs.Counters.Rejected {
+			cd.Rejected[reason.String()] = n
+		}
+		doc.Classes[name] = cd
+	}
+	registered := map[string]bool{}
+	for _, it := range r.workers.Snapshot().Items {
+		i := it.Info
+		registered[i.ID] = true
+		local, remote := snap.Workers[i.ID], r.gossip.RemoteLoad(i.ID)
+		wd := workerDoc{
+			ID: i.ID, URL: i.URL, Model: i.Model, Models: i.Models, BlockSize: i.BlockSize, KVBlocks: i.KVBlocks,
+			Indexed:         r.ix.Blocks(i.ID),
+			Booked:          loadDoc{local.ActiveRequests, local.PrefillTokens, local.DecodeBlocks},
+			BookedElsewhere: loadDoc{remote.ActiveRequests, remote.PrefillTokens, remote.DecodeBlocks},
+			Health:          "unknown",
+		}
+		if rep, ok := r.reports.get(i.ID); ok {
+			age := now.Sub(rep.at)
+			wd.Reported = &reportDoc{Running: rep.r.Running, Waiting: rep.r.Waiting, KVUsage: rep.r.KVUsage,
+				PrefixHitRate: rep.r.PrefixHitRate, AgeMs: age.Milliseconds()}
+			wd.Health = "healthy"
+			if age > loadReportStale {
+				wd.Health = "unhealthy"
+			}
+		}
+		doc.Workers = append(doc.Workers, wd)
+	}
+	r.reports.forget(registered)
+	sort.Slice(doc.Workers, func(i, j int) bool { return doc.Workers[i].ID < doc.Workers[j].ID })
+	for _, m := range r.gossip.Members() {
+		doc.Members = append(doc.Members, memberDoc{Name: m.Name, Addr: m.Addr, HTTPAddr: m.Meta.HTTPAddr, Version: m.Meta.Version})
+	}
+	sort.Slice(doc.Members, func(i, j int) bool { return doc.Members[i].Name < doc.Members[j].Name })
+	if r.fe != nil {
+		doc.Quality, doc.Decisions = r.fe.QualityTotals(), r.fe.Decisions()
+	}
+	return json.Marshal(doc)
+}
+
+// state is the replica's life stage as the page shows it.
+func (r *replica) state() string {
+	switch {
+	case r.stopping.Load():
+		return "stopping"
+	case r.draining.Load():
+		return "lame_duck"
+	case r.serving.Load():
+		return "ready"
+	}
+	return "starting"
+}
+
+// adminAddr is the admin listener's address as other replicas reach it:
+// the advertised API host with the admin port when the listener is bound
+// to every interface ("" without an admin listener).
+func (r *replica) adminAddr() string {
+	if r.adminLn == nil {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(r.adminLn.Addr().String())
+	if err != nil {
+		return r.adminLn.Addr().String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if h, _, err := net.SplitHostPort(r.httpAddr); err == nil {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// peerPages lists the registered replicas where the operators' page
+// fetches their /debug/cluster.
+func (r *replica) peerPages() []opspage.Peer {
+	items := r.replicas.Snapshot().Items
+	out := make([]opspage.Peer, 0, len(items))
+	for _, it := range items {
+		addr := it.Info.AdminAddr
+		if addr == "" {
+			addr = it.Info.HTTPAddr
+		}
+		out = append(out, opspage.Peer{ID: it.Info.ID, Addr: addr})
+	}
+	return out
+}
+
+// opsPage builds the operators' page. Peers serve /debug/cluster as this
+// replica does: over TLS when its listener for it (the admin one, else the
+// API's) has TLS, verified with the engine client settings (-http.engine-tls.*:
+// in `up -tls` one CA issues every certificate).
+func (r *replica) opsPage(tlsMetrics *tlsconf.Metrics) (*opspage.Page, error) {
+	fc := &r.cfg.Frontend
+	deps := opspage.Deps{Self: r.cfg.ID, Local: r.clusterInfo, Peers: r.peerPages}
+	if (fc.AdminAddr != "" && fc.AdminTLS.Enabled()) || (fc.AdminAddr == "" && fc.TLS.Enabled()) {
+		tc, err := fc.EngineTLS.Build(tlsconf.Deps{Name: "peer_pages", Logger: r.log, Metrics: tlsMetrics})
+		if err != nil {
+			return nil, fmt.Errorf("operators' page: %w", err)
+		}
+		deps.Scheme = "https"
+		deps.Client = &http.Client{Transport: &http.Transport{Proxy: nil, TLSClientConfig: tc, ForceAttemptHTTP2: true,
+			MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second}}
+	}
+	return opspage.New(opspage.DefaultConfig(), deps)
 }

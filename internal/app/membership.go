@@ -68,7 +68,7 @@ func (r *replica) join(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	info := wire.ReplicaInfo{ID: r.cfg.ID, HTTPAddr: r.httpAddr, GossipAddr: r.gossip.Addr(), Build: Version(), Ready: true}
+	info := wire.ReplicaInfo{ID: r.cfg.ID, HTTPAddr: r.httpAddr, AdminAddr: r.adminAddr(), GossipAddr: r.gossip.Addr(), Build: Version(), Ready: true}
 	if err := r.session.RegisterReplica(ctx, info); err != nil {
 		return err
 	}
@@ -178,6 +178,7 @@ func (r *replica) followLoadReports(ctx context.Context) error {
 			return
 		}
 		reports.WithLabelValues("ok").Inc()
+		r.reports.note(lr, time.Now()) // wall time: the page compares it with wall time
 		r.ix.NoteLastEventID(lr.Worker, lr.Instance, lr.LastEventID)
 	})
 	if err != nil {

@@ -80,6 +80,8 @@ type replica struct {
 	stopBegan                   time.Time     // when the lame duck began (or the stop, if it never served)
 
 	m membershipState // the membership service's own state
+
+	reports loadReports // the workers' last load reports, for /debug/cluster
 }
 
 // build creates every component, wired to each other, and starts nothing.
@@ -122,6 +124,21 @@ func (r *replica) build() error {
 	}
 	r.classes.Store(&policy.Classes)
 
+	// The listeners come before gossip: their addresses and the build go
+	// in the node meta that /debug/cluster shows for each member.
+	if r.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	}
+	r.httpAddr = r.ln.Addr().String()
+	if cfg.AdvertiseHTTP != "" {
+		r.httpAddr = cfg.AdvertiseHTTP
+	}
+	if cfg.Frontend.AdminAddr != "" {
+		if r.adminLn, err = net.Listen("tcp", cfg.Frontend.AdminAddr); err != nil {
+			return fmt.Errorf("listen %s: %w", cfg.Frontend.AdminAddr, err)
+		}
+	}
+	cfg.Gossip.Meta.HTTPAddr, cfg.Gossip.Meta.Version = r.httpAddr, Version()
 	if r.gossip, err = gossip.New(cfg.Gossip, log, reg); err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}
@@ -217,6 +234,10 @@ func (r *replica) build() error {
 		tenants, admins = r.keys, r.keys
 	}
 	warnAdminSurface(log, cfg.Frontend.AdminAddr, r.keys)
+	page, err := r.opsPage(tlsMetrics)
+	if err != nil {
+		return err
+	}
 	r.fe, err = frontend.New(cfg.Frontend, frontend.Deps{
 		Tenants:  tenants,
 		Admins:   admins,
@@ -229,7 +250,8 @@ func (r *replica) build() error {
 		Ready:          r.readiness,
 		Draining:       r.draining.Load,
 		ReadyDetail:    r.readyDetail,
-		ClusterInfo:    clusterInfo(cfg.ID, r.replicas, r.workers, r.own, r.actor, r.gossip, r.client, r.prompts),
+		ClusterInfo:    r.clusterInfo,
+		AdminPages:     page.Routes(),
 		MetricsHandler: metrics.Handler(reg),
 		Metrics:        r.router,
 		TLSMetrics:     tlsMetrics,
@@ -237,18 +259,6 @@ func (r *replica) build() error {
 	}, log, reg)
 	if err != nil {
 		return fmt.Errorf("frontend: %w", err)
-	}
-	if r.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
-	}
-	r.httpAddr = r.ln.Addr().String()
-	if cfg.AdvertiseHTTP != "" {
-		r.httpAddr = cfg.AdvertiseHTTP
-	}
-	if cfg.Frontend.AdminAddr != "" {
-		if r.adminLn, err = net.Listen("tcp", cfg.Frontend.AdminAddr); err != nil {
-			return fmt.Errorf("listen %s: %w", cfg.Frontend.AdminAddr, err)
-		}
 	}
 	return nil
 }

@@ -77,6 +77,16 @@ func (p prefixIndex) Overlaps(dst []scheduler.Overlap, seqHashes []uint64) []sch
 	return dst
 }
 
+// ExactOverlap is the prefix depth worker holds by the engine's own events
+// (frontend.ExactIndex): what tells an eviction from a wrong prediction.
+func (p prefixIndex) ExactOverlap(worker string, seqHashes []uint64) int {
+	n := 0
+	for n < len(seqHashes) && p.ix.Held(worker, seqHashes[n]) {
+		n++
+	}
+	return n
+}
+
 func (p prefixIndex) Predict(worker string, seqHashes []uint64) {
 	ttl := p.ttl
 	if p.publishes != nil && !p.publishes(worker) {

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/term"
 
 	"github.com/switchyard/switchyard/adapter"
 	"github.com/switchyard/switchyard/internal/tlsconf"
@@ -101,6 +102,7 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Replica.DrainDelay, "shutdown-drain-delay", cfg.Replica.DrainDelay, "on Ctrl-C each router fails /readyz, hands its classes off and keeps serving this long (lame duck) before draining its streams")
 	fs.DurationVar(&cfg.Replica.Frontend.ShutdownGrace, "shutdown-grace", cfg.Replica.Frontend.ShutdownGrace, "how long each router then waits for its in-flight requests and streams")
 	fs.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run every link over TLS with credentials, from a CA made for this run (docs/security.md)")
+	fs.StringVar(&cfg.Replica.Tenants.KeysFile, "auth.keys-file", cfg.Replica.Tenants.KeysFile, "API keys file (docs/tenants.md): every router authenticates requests and enforces the tenants' quotas (empty: the API is open)")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML (default: deploy/policy.yaml, built in)")
 	level := zapcore.WarnLevel
@@ -294,19 +296,26 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 	for _, s := range statuses {
 		_, _ = fmt.Fprintf(stdout, "  OpenAI API  %s://%s/v1   (readiness /readyz, metrics /metrics, cluster /debug/cluster)\n", scheme, s.HTTPAddr)
 	}
+	_, _ = fmt.Fprintf(stdout, "  Operators' page  %s://%s/   (the whole tier, live, from any replica's /)\n", scheme, statuses[0].HTTPAddr)
 	_, _ = fmt.Fprintf(stdout, "  model %s tokenized with %s on routers and workers alike\n", cfg.Worker.Model, cfg.Worker.Tokenizer)
+	if keys := cfg.Replica.Tenants.KeysFile; keys != "" {
+		_, _ = fmt.Fprintf(stdout, "  API keys from %s: send -H 'authorization: Bearer <key>' (none: 401, a key without the model or class: 403, over its quota: 429)\n", keys)
+		curl += " -H 'authorization: Bearer <key>'"
+	}
 	_, _ = fmt.Fprintf(stdout, "Try: %s %s://%s/v1/completions -H 'content-type: application/json' -d '{\"model\":\"%s\",\"prompt\":\"hello\",\"max_tokens\":8}'\n", curl, scheme, statuses[0].HTTPAddr, cfg.Worker.Model)
 	_, _ = fmt.Fprintln(stdout, "Ctrl-C stops the cluster.")
 	if cfg.Status > 0 {
 		// On a terminal the status line is rewritten in place; elsewhere
 		// (logs, CI) a full line is printed ten times less often.
-		every, eol := cfg.Status, "\n"
-		if f, ok := stdout.(*os.File); ok {
-			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-				eol = "\r"
+		every, width := cfg.Status, func() int { return 0 }
+		if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			width = func() int { // read at each refresh: the terminal may be resized
+				if w, _, err := term.GetSize(int(f.Fd())); err == nil && w > 0 {
+					return w
+				}
+				return 80
 			}
-		}
-		if eol == "\n" {
+		} else {
 			every *= 10
 		}
 		current := func() []*ReplicaStatus {
@@ -314,7 +323,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 			defer mu.Unlock()
 			return slices.Clone(statuses)
 		}
-		grp.Go(named(gctx, "status", func(ctx context.Context) error { return printStatus(ctx, stdout, current, every, eol) }))
+		grp.Go(named(gctx, "status", func(ctx context.Context) error { return printStatus(ctx, stdout, current, every, width) }))
 	}
 	err = grp.Wait()
 	_, _ = fmt.Fprintln(stdout, "\nSwitchyard stopped.")
@@ -329,8 +338,10 @@ func portAt(base, i int) int {
 	return base + i
 }
 
-// printStatus rewrites one status line: admissions, queue and owners.
-func printStatus(ctx context.Context, w io.Writer, replicas func() []*ReplicaStatus, every time.Duration, eol string) error {
+// printStatus rewrites one status line: admissions, queue and owners. On a
+// terminal (width > 0: its columns) the line is rewritten in place, cut to
+// fit; elsewhere (width 0) each refresh is a line of its own.
+func printStatus(ctx context.Context, w io.Writer, replicas func() []*ReplicaStatus, every time.Duration, width func() int) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -362,12 +373,23 @@ func printStatus(ctx context.Context, w io.Writer, replicas func() []*ReplicaSta
 		if degraded > 0 {
 			line += fmt.Sprintf("  DEGRADED %d", degraded)
 		}
-		if eol == "\r" {
-			_, _ = fmt.Fprintf(w, "\r%-110s", line)
-		} else {
-			_, _ = fmt.Fprintln(w, line)
-		}
+		_, _ = io.WriteString(w, statusLine(line, width()))
 	}
+}
+
+// statusLine is line as printStatus writes it: on a terminal of cols
+// columns, a carriage return, the line cut to cols-1 (a full row would wrap
+// the cursor to the next line and every refresh would scroll), and an
+// erase to the end of the row (ESC [ K) for a shorter line than the last;
+// with cols 0 (not a terminal), the line and a newline.
+func statusLine(line string, cols int) string {
+	if cols <= 0 {
+		return line + "\n"
+	}
+	if r := []rune(line); len(r) > cols-1 {
+		line = string(r[:max(cols-1, 0)])
+	}
+	return "\r" + line + "\x1b[K"
 }
 
 func startEmbeddedEtcd(dir, host string, port int, pki *upPKI) (string, func(), error) {

@@ -22,17 +22,29 @@ func TestUpStartsALocalClusterThatServesAndStopsCleanly(t *testing.T) {
 	lines := up.lines
 
 	endpoint := regexp.MustCompile(`OpenAI API  http://(\S+)/v1`)
+	pageAt := regexp.MustCompile(`Operators' page  (http://\S+/) `)
 	var addrs []string
+	page := ""
 	sawStatus := false
 	for lines.Scan() && !sawStatus {
 		if m := endpoint.FindStringSubmatch(lines.Text()); m != nil {
 			addrs = append(addrs, m[1])
 		}
+		if m := pageAt.FindStringSubmatch(lines.Text()); m != nil {
+			page = m[1]
+		}
 		sawStatus = strings.HasPrefix(lines.Text(), "requests ")
 	}
 	require.Len(t, addrs, 2, "up prints one endpoint per replica")
 	require.True(t, sawStatus, "up prints a live status line")
+	require.NotEmpty(t, page, "up prints the operators' page")
 	up.drain()
+	resp, err := http.Get(page)
+	require.NoError(t, err)
+	html, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(html), "<title>Switchyard")
 
 	for _, a := range addrs {
 		resp, err := http.Get("http://" + a + "/readyz")

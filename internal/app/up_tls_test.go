@@ -82,11 +82,18 @@ func TestUpWithTLSServesOverHTTPSAndRefusesClientsWithoutCredentials(t *testing.
 	require.NoError(t, err)
 	doc, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	require.Equal(t, 2, strings.Count(string(doc), `"URL":"https://`), "%s", doc)
-	require.NotContains(t, string(doc), `"URL":"http://`)
+	require.Equal(t, 2, strings.Count(string(doc), `"url":"https://`), "%s", doc)
+	require.NotContains(t, string(doc), `"url":"http://`)
+	// The operators' page reaches every peer over TLS too.
+	resp, err = client.Get("https://" + addrs[0] + "/debug/tier")
+	require.NoError(t, err)
+	tier, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, len(addrs), strings.Count(string(tier), `"reachable":true`), "%s", tier)
 	// A worker answers only clients with a certificate of the run's CA (the
 	// routers'): the CA alone gets a failed handshake.
-	m := regexp.MustCompile(`"URL":"(https://[^"]+)"`).FindStringSubmatch(string(doc))
+	m := regexp.MustCompile(`"url":"(https://[^"]+)"`).FindStringSubmatch(string(doc))
 	require.NotNil(t, m, "%s", doc)
 	if resp, err := client.Get(m[1] + "/readyz"); err == nil {
 		resp.Body.Close()
@@ -185,9 +192,9 @@ func TestUpWithTLSRunsVLLMEnginesAndTheirAdaptersOverHTTPS(t *testing.T) {
 	require.NoError(t, err)
 	doc, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	engines := regexp.MustCompile(`"URL":"(https://[^"]+)"`).FindAllStringSubmatch(string(doc), -1)
+	engines := regexp.MustCompile(`"url":"(https://[^"]+)"`).FindAllStringSubmatch(string(doc), -1)
 	require.Len(t, engines, 2, "%s", doc)
-	require.NotContains(t, string(doc), `"URL":"http://`)
+	require.NotContains(t, string(doc), `"url":"http://`)
 
 	// The adapters serve HTTPS (routers fetch tokenizer files there).
 	for i := range 2 {

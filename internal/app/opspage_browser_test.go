@@ -1,0 +1,156 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchyard/switchyard/adapter"
+	"github.com/switchyard/switchyard/internal/testenv"
+)
+
+// browser starts a headless chromium for chromedp, or skips the test when
+// none is installed. Screenshots go to $SWITCHYARD_SCREENSHOTS (kept) or a
+// test temporary directory (logged).
+func browser(t *testing.T) (context.Context, string) {
+	t.Helper()
+	bin := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			bin = p
+			break
+		}
+	}
+	if bin == "" {
+		t.Skip("no chromium on PATH: the operators' page browser test needs Debian's chromium package (.ci/run installs it)")
+	}
+	dir := os.Getenv("SWITCHYARD_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	t.Logf("screenshots in %s", dir)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1920, 1080), chromedp.Flag("hide-scrollbars", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+	})
+	return ctx, dir
+}
+
+// waitOnPage polls the page until expr (a JavaScript boolean expression over
+// the document) holds, failing with what the page shows otherwise.
+func waitOnPage(t *testing.T, ctx context.Context, what, expr string, within time.Duration) {
+	t.Helper()
+	pctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	if err := chromedp.Do(pctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(200*time.Millisecond),
+		chromedp.WithPollingTimeout(within))); err != nil {
+		text, _ := chromedp.Run(ctx, chromedp.Text("main"))
+		t.Fatalf("the page never showed %s (%v); it reads:\n%s", what, err, text)
+	}
+}
+
+func screenshot(t *testing.T, ctx context.Context, dir, name string, width, height int64) {
+	t.Helper()
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(width, height)))
+	before, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.dataset.polls || "0"`))
+	require.NoError(t, err)
+	// One poll rendered at the new size (the page counts its polls).
+	waitOnPage(t, ctx, "a poll after resizing", fmt.Sprintf(`(document.body.dataset.polls || "0") !== %q`, before), 10*time.Second)
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100 is PNG, below it JPEG
+	require.NoError(t, err)
+	path := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(path, png, 0o644))
+	t.Logf("screenshot %s", path)
+}
+
+// rowText is a JavaScript expression: the text of the table row whose
+// data attribute attr is id ("" when there is none).
+func rowText(attr, id string) string {
+	return fmt.Sprintf(`((document.querySelector('tr[data-%s="%s"]')||{}).innerText||"")`, attr, id)
+}
+
+func TestTheOperatorsPageShowsTheTierAReplicaLeavingAndAnEngineDying(t *testing.T) {
+	ctx, dir := browser(t)
+	c := newTestCluster(t, 2)
+	engine := startVLLMEngine(t, c, "v1", nil, func(a *adapter.Config) {
+		a.HealthFailures = 100000 // the adapter stays registered after its engine dies
+	})
+	rs := []*runningReplica{c.startReplica("r1"), c.startReplica("r2"), c.startReplica("r3")}
+	c.waitPlaced(defaultClasses, "r1", "r2", "r3")
+
+	// A few requests through every replica, so decisions and rates show.
+	for i, r := range rs {
+		cl := r.client()
+		for j, class := range defaultClasses {
+			_, err := cl.Completions.New(testenv.Context(t), openai.CompletionNewParams{
+				Model:     openai.CompletionNewParamsModel(testModel),
+				Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(strings.Repeat(fmt.Sprintf("turn %d of the page test ", j), 30))},
+				MaxTokens: openai.Int(2),
+			}, option.WithHeader("x-switchyard-class", class))
+			require.NoError(t, err, "replica %d class %s", i, class)
+		}
+	}
+
+	// The same prompt pinned first to w1, then to w2: the second decision
+	// could have reached w1's cached prefix and the pin forbade it.
+	pinned := strings.Repeat("a conversation pinned to one worker ", 20)
+	for _, w := range []string{"w1", "w2"} {
+		cl := rs[0].client()
+		_, err := cl.Completions.New(testenv.Context(t), openai.CompletionNewParams{
+			Model:     openai.CompletionNewParamsModel(testModel),
+			Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(pinned)},
+			MaxTokens: openai.Int(2),
+		}, option.WithHeader("x-switchyard-worker", w))
+		require.NoError(t, err, "pinned to %s", w)
+	}
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("http://"+rs[0].status.HTTPAddr+"/")))
+	waitOnPage(t, ctx, "three ready replicas",
+		`document.querySelectorAll('#replicas tbody tr').length === 3 && [...document.querySelectorAll('#replicas tbody tr')].every(r => r.innerText.includes('ready'))`, 20*time.Second)
+	for _, id := range []string{"w1", "w2", "v1"} {
+		waitOnPage(t, ctx, id+" healthy", rowText("worker", id)+`.includes('healthy') && !`+rowText("worker", id)+`.includes('unhealthy')`, 20*time.Second)
+	}
+	waitOnPage(t, ctx, "the routing decisions", `document.querySelectorAll('#decisions tbody tr td').length > 1`, 10*time.Second)
+	waitOnPage(t, ctx, "the pinned decision's shortfall", `document.querySelector('#decisions tbody').innerText.includes('pinned') && document.querySelector('#quality .reasons').innerText.includes('pinned')`, 10*time.Second)
+	screenshot(t, ctx, dir, "opspage-1-tier-1080p.png", 1920, 1080)
+	screenshot(t, ctx, dir, "opspage-1-tier-laptop.png", 1366, 768)
+
+	// r3 leaves: its classes show a new owner, and the replica list shrinks.
+	var moved []string
+	for _, class := range defaultClasses {
+		if rs[2].status.Owners()[class].Replica == "r3" {
+			moved = append(moved, class)
+		}
+	}
+	require.NotEmpty(t, moved, "rendezvous placement gives r3 at least one class of %v", defaultClasses)
+	rs[2].stop(t)
+	c.mu.Lock()
+	delete(c.replicas, "r3")
+	c.mu.Unlock()
+	for _, class := range moved {
+		owner := fmt.Sprintf(`((document.querySelector('tr[data-class="%s"] td.owner')||{}).innerText||"")`, class)
+		waitOnPage(t, ctx, "class "+class+" owned by a survivor", `/^r[12] /.test(`+owner+`)`, 20*time.Second)
+	}
+	waitOnPage(t, ctx, "two replicas", `document.querySelectorAll('#replicas tbody tr').length === 2`, 20*time.Second)
+
+	// v1's engine dies; the adapter stays registered but stops reporting load.
+	require.NoError(t, engine.worker.stop())
+	waitOnPage(t, ctx, "v1 unhealthy", rowText("worker", "v1")+`.includes('unhealthy')`, 20*time.Second)
+	waitOnPage(t, ctx, "w1 still healthy", `!`+rowText("worker", "w1")+`.includes('unhealthy')`, time.Second)
+	screenshot(t, ctx, dir, "opspage-2-after-1080p.png", 1920, 1080)
+}
