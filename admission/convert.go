@@ -80,7 +80,7 @@ func grantFromReply(in *wire.AdmitReply, requestID string) (scheduler.Grant, err
 		CachedTokens: in.CachedTokens, OverlapBlocks: in.OverlapBlocks,
 		QueueWait:       time.Duration(in.QueueWaitNano),
 		ReachableTokens: max(in.Reachable, in.CachedTokens), Shortfall: short,
-		PredictedTTFT:   time.Duration(max(in.PredictedTTFTNano, 0)),
+		PredictedTTFT: time.Duration(max(in.PredictedTTFTNano, 0)),
 	}, nil
 }
 

@@ -70,6 +70,19 @@ func (s *Server) HandleAdmin(pattern string, h http.Handler) {
 	s.mux.Handle(pattern, s.admin(h))
 }
 
+// HandleAdminShell registers h for pattern where the admin routes are
+// served, but without the admin key: for static content that holds no
+// data (the operators' page's HTML, script and style, which then ask the
+// user for the key their data routes need). On the admin listener when
+// there is one, else on the API's, open.
+func (s *Server) HandleAdminShell(pattern string, h http.Handler) {
+	if s.lis.admin != nil {
+		s.lis.admin.Handle(pattern, h)
+		return
+	}
+	s.mux.Handle(pattern, h)
+}
+
 // admin is the gate of an admin route on the API listener: h runs only for
 // a request with an admin key when keys are configured; without keys, or
 // on the admin listener, it is h itself.

@@ -53,8 +53,11 @@ type Deps struct {
 	// MetricsHandler serves /metrics; nil answers 404.
 	MetricsHandler http.Handler
 	// AdminPages are further admin routes (ServeMux pattern → handler):
-	// the operators' page at / and its /debug/tier (opspage).
+	// the operators' page's /debug/tier (opspage), behind the admin gate.
 	AdminPages map[string]http.Handler
+	// AdminShell are static routes served where the admin routes are but
+	// without a key (HandleAdminShell): the page's HTML and assets.
+	AdminShell map[string]http.Handler
 	// Metrics are the request-level metrics; nil builds them on the
 	// Registerer passed to New.
 	Metrics *metrics.Router
@@ -103,7 +106,7 @@ type Server struct {
 	auth       *authMetrics // with Deps.Tenants only
 	hung       *hungMetrics
 	suspects   *suspicion
-	quality    qualityLog   // routing decisions (quality.go)
+	quality    qualityLog // routing decisions (quality.go)
 }
 
 // New builds a Server. It starts nothing: Serve or Run do.
@@ -187,6 +190,9 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	}
 	for pattern, h := range deps.AdminPages {
 		s.HandleAdmin(pattern, h)
+	}
+	for pattern, h := range deps.AdminShell {
+		s.HandleAdminShell(pattern, h)
 	}
 	// Everything else gets an OpenAI-shaped 404 or 405, so clients that parse
 	// error bodies never see net/http's plain-text ones.

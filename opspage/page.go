@@ -103,13 +103,22 @@ func New(cfg Config, deps Deps) (*Page, error) {
 	return &Page{cfg: cfg, deps: deps, assets: http.StripPrefix("/ops/", http.FileServerFS(sub))}, nil
 }
 
-// Routes are the page's HTTP routes (method and path patterns of
-// net/http.ServeMux): the page at /, its assets under /ops/ and the merged
-// documents at /debug/tier.
-func (p *Page) Routes() map[string]http.Handler {
+// ShellRoutes are the page's static routes (method and path patterns of
+// net/http.ServeMux): the page at / and its assets under /ops/. They hold
+// no data (the page asks /debug/tier for it), so a browser may load them
+// without a key; the page then asks for the admin key when /debug/tier
+// answers 401 or 403.
+func (p *Page) ShellRoutes() map[string]http.Handler {
 	return map[string]http.Handler{
-		"GET /{$}":        http.HandlerFunc(p.serveIndex),
-		"GET /ops/":       p.assets,
+		"GET /{$}":  http.HandlerFunc(p.serveIndex),
+		"GET /ops/": p.assets,
+	}
+}
+
+// DataRoutes are the routes that answer with the tier's state (engine URLs,
+// tenant ids): the merged documents at /debug/tier. They are admin routes.
+func (p *Page) DataRoutes() map[string]http.Handler {
+	return map[string]http.Handler{
 		"GET /debug/tier": http.HandlerFunc(p.serveTier),
 	}
 }

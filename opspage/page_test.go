@@ -22,8 +22,10 @@ func local(context.Context) (json.RawMessage, error) { return json.RawMessage(`{
 func serve(t *testing.T, p *Page) string {
 	t.Helper()
 	mux := http.NewServeMux()
-	for pattern, h := range p.Routes() {
-		mux.Handle(pattern, h)
+	for _, routes := range []map[string]http.Handler{p.ShellRoutes(), p.DataRoutes()} {
+		for pattern, h := range routes {
+			mux.Handle(pattern, h)
+		}
 	}
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchyard/switchyard/adapter"
 	"github.com/switchyard/switchyard/internal/testenv"
+	"github.com/switchyard/switchyard/tenant"
 )
 
 // browser starts a headless chromium for chromedp, or skips the test when
@@ -153,4 +154,27 @@ func TestTheOperatorsPageShowsTheTierAReplicaLeavingAndAnEngineDying(t *testing.
 	waitOnPage(t, ctx, "v1 unhealthy", rowText("worker", "v1")+`.includes('unhealthy')`, 20*time.Second)
 	waitOnPage(t, ctx, "w1 still healthy", `!`+rowText("worker", "w1")+`.includes('unhealthy')`, time.Second)
 	screenshot(t, ctx, dir, "opspage-2-after-1080p.png", 1920, 1080)
+}
+
+func TestWithAKeysFileThePageAsksForTheAdminKeyBeforeShowingTheTier(t *testing.T) {
+	ctx, dir := browser(t)
+	keys := writeKeys(t, fmt.Sprintf("tenants:\n  - id: acme\n    keys: [%q]\nadmins:\n  - id: ops\n    keys: [%q]\n",
+		tenant.HashKey("sk-acme"), tenant.HashKey("sk-admin")))
+	c := newTestCluster(t, 1)
+	r := c.startReplicaWith("r1", "127.0.0.1:0", func(cfg *ReplicaConfig) { cfg.Tenants.KeysFile = keys })
+	c.waitPlaced(defaultClasses, "r1")
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("http://"+r.status.HTTPAddr+"/")))
+	waitOnPage(t, ctx, "the admin key prompt", `!document.querySelector('#auth').hidden && document.querySelector('#auth-why').innerText.includes('admin key')`, 20*time.Second)
+	rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#replicas tbody tr').length`))
+	require.NoError(t, err)
+	require.Zero(t, rows, "the page showed the tier before any key was given")
+
+	// A tenant's key does not open it: the prompt says so.
+	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys("#auth-key", "sk-acme"), chromedp.Click("#auth button")))
+	waitOnPage(t, ctx, "the prompt refusing a tenant's key", `!document.querySelector('#auth').hidden && document.querySelector('#auth-why').innerText.includes("tenant's")`, 20*time.Second)
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys("#auth-key", "sk-admin"), chromedp.Click("#auth button")))
+	waitOnPage(t, ctx, "the tier after the admin key", `document.querySelector('#auth').hidden && `+rowText("replica", "r1")+`.includes('ready')`, 20*time.Second)
+	screenshot(t, ctx, dir, "opspage-3-after-admin-key.png", 1366, 768)
 }

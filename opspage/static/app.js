@@ -15,9 +15,36 @@ const pct = (a, b) => b > 0 ? fmt(100 * a / b, 1) + "%" : "–";
 const badge = (text, kind) => `<span class="badge b-${kind}">${esc(text)}</span>`;
 const rate = (now, before, dt) => (before === undefined || dt <= 0) ? null : Math.max(0, now - before) / dt;
 
+// The admin key, when the router has a keys file and no admin listener:
+// /debug/tier then answers 401 (or 403 to a tenant's key) and the page asks
+// for it once per browser tab (sessionStorage, never a cookie).
+const KEY = "switchyard-admin-key";
+
+function askForKey(status) {
+  const form = $("#auth");
+  form.hidden = false;
+  $("#auth-why").textContent = status === 403
+    ? "That key is a tenant's: the page needs an admin key."
+    : "This router has API keys: enter an admin key to see the tier.";
+}
+
+$("#auth").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  sessionStorage.setItem(KEY, $("#auth-key").value.trim());
+  $("#auth-key").value = "";
+  $("#auth").hidden = true;
+});
+
 async function poll() {
   try {
-    const resp = await fetch("/debug/tier", {cache: "no-store", credentials: "same-origin"});
+    const headers = {};
+    const key = sessionStorage.getItem(KEY);
+    if (key) headers["Authorization"] = "Bearer " + key;
+    const resp = await fetch("/debug/tier", {cache: "no-store", credentials: "same-origin", headers});
+    if (resp.status === 401 || resp.status === 403) {
+      sessionStorage.removeItem(KEY);
+      askForKey(resp.status);
+    }
     if (!resp.ok) throw new Error(`/debug/tier answered ${resp.status}`);
     render(await resp.json());
     document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);
