@@ -86,7 +86,21 @@ type openAIRequest struct {
 	Stream              bool      `json:"stream"`
 	User                string    `json:"user"`
 	Switchyard          *hintBody `json:"switchyard"`
+	// N and BestOf are how many sequences the engine generates
+	// (max(n, best_of)): booked and charged as that many.
+	N             *int           `json:"n"`
+	BestOf        *int           `json:"best_of"`
+	StreamOptions *streamOptions `json:"stream_options"`
 }
+
+// streamOptions is the stream_options object of a streaming request.
+type streamOptions struct {
+	IncludeUsage         *bool `json:"include_usage"`
+	ContinuousUsageStats *bool `json:"continuous_usage_stats"`
+}
+
+// maxSequences bounds n and best_of (OpenAI's own limit for n).
+const maxSequences = 128
 
 // hintBody is the "switchyard" object in a request body.
 type hintBody struct {
@@ -113,6 +127,9 @@ type parsedRequest struct {
 	model     string
 	stream    bool
 	maxTokens int // 0 = not set
+	// sequences is how many sequences the engine generates for the request
+	// (max(n, best_of), at least 1): each is booked and charged.
+	sequences int
 	user      string
 	input     *prompt.Input
 	// tokens are the ids the request is hashed by (the first prompt of a
@@ -136,10 +153,28 @@ func parseRequest(ep endpoint, body []byte, h http.Header) (*parsedRequest, *API
 			return nil, jsonError(err)
 		}
 	}
+	// The body is valid JSON now; the engine must read it as we did.
+	if e := checkKeys(body); e != nil {
+		return nil, e
+	}
 	if req.Model == nil || *req.Model == "" {
 		return nil, badRequest("model", "missing_required_parameter", "you must provide a model parameter")
 	}
-	p := &parsedRequest{endpoint: ep, model: *req.Model, stream: req.Stream, user: req.User, forward: body}
+	p := &parsedRequest{endpoint: ep, model: *req.Model, stream: req.Stream, user: req.User, forward: body, sequences: 1}
+	if ep == endpointChat || ep == endpointCompletions {
+		for _, f := range []struct {
+			name string
+			v    *int
+		}{{"n", req.N}, {"best_of", req.BestOf}} {
+			if f.v == nil {
+				continue
+			}
+			if *f.v < 1 || *f.v > maxSequences {
+				return nil, badRequest(f.name, "invalid_value", fmt.Sprintf("%s must be between 1 and %d, got %d", f.name, maxSequences, *f.v))
+			}
+			p.sequences = max(p.sequences, *f.v)
+		}
+	}
 	switch {
 	case ep == endpointEmbeddings:
 		p.stream = false // embeddings never stream

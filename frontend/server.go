@@ -91,6 +91,7 @@ type Server struct {
 	stopped    bool
 	idle       *sync.Cond
 	auth       *authMetrics // with Deps.Tenants only
+	bodies     *bodyMetrics // keys.go: bodies refused as ambiguous
 }
 
 // New builds a Server. It starts nothing: Serve or Run do.
@@ -149,6 +150,7 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	if deps.Tenants != nil {
 		s.auth = newAuthMetrics(reg)
 	}
+	s.bodies = newBodyMetrics(reg)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.instrument(metrics.RouteChatCompletions, func(w http.ResponseWriter, r *http.Request) int {
 		return s.handleCompletion(w, r, endpointChat)
@@ -626,6 +628,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	}
 	p, apiErr := parseRequest(ep, body, r.Header)
 	if apiErr != nil {
+		s.bodies.count(apiErr)
 		apiErr.write(w)
 		return apiErr.Status
 	}
@@ -649,6 +652,9 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	}
 	if class == "" {
 		class = pol.Classify(p.model, p.user, r.Header)
+		if tn != nil {
+			class = s.tenantClass(tn, class, pol)
+		}
 	} else if !pol.HasClass(class) {
 		e := badRequest("x-switchyard-class", "unknown_class", fmt.Sprintf("unknown class %q (classes: %v)", class, pol.ClassNames()))
 		e.write(w)
