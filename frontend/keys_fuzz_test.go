@@ -124,7 +124,7 @@ func pyInt(v pyValue, absent int) (int, bool) {
 
 // routerActsLikePython fails when parseRequest accepts body for ep and
 // acts on a model, output bound, stream flag, sequence count or usage
-// request that differs from what Python's json reads in the same bytes.
+// request (stream_options.include_usage) that differs from what Python's json reads in the same bytes.
 func routerActsLikePython(t *testing.T, py *pythonReader, ep endpoint, body []byte) {
 	p, apiErr := parseRequest(ep, body, nil)
 	if apiErr != nil {
@@ -169,6 +169,14 @@ func routerActsLikePython(t *testing.T, py *pythonReader, ep endpoint, body []by
 	}
 	if want := max(n, bestOf, 1); want != p.sequences {
 		t.Fatalf("%q: the router books %d sequences, Python reads %d", body, p.sequences, want)
+	}
+	// A stream's usage chunk is stripped exactly when the engine would not
+	// have sent one to this client.
+	if p.stream {
+		asked := got["include_usage"].kind == "bool" && got["include_usage"].text == "true"
+		if asked == p.injectedUsage {
+			t.Fatalf("%q: the client asked for usage: %v (Python), the router injects it: %v", body, asked, p.injectedUsage)
+		}
 	}
 }
 
