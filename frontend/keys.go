@@ -1,11 +1,11 @@
 package frontend
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -111,17 +111,17 @@ func (l keyLevel) fields() []string {
 }
 
 // child is the level of key's value in an object at l.
-func (l keyLevel) child(key string) keyLevel {
+func (l keyLevel) child(key []byte) keyLevel {
 	switch {
-	case l == levelTop && key == "switchyard":
+	case l == levelTop && string(key) == "switchyard":
 		return levelHints
-	case l == levelTop && key == "stream_options":
+	case l == levelTop && string(key) == "stream_options":
 		return levelStreamOptions
-	case l == levelTop && key == "messages":
+	case l == levelTop && string(key) == "messages":
 		return levelMessages
-	case l == levelTop && key == "input":
+	case l == levelTop && string(key) == "input":
 		return levelInputItems
-	case (l == levelMessage || l == levelInputItem) && key == "content":
+	case (l == levelMessage || l == levelInputItem) && string(key) == "content":
 		return levelParts
 	}
 	return levelOpaque
@@ -190,7 +190,7 @@ func joinPath(p []string) string {
 // before it reports those).
 type keyWalker struct {
 	b    []byte
-	keys []string // the keys of the objects being walked, innermost last
+	keys [][]byte // the keys of the objects being walked, innermost last
 }
 
 func skipSpace(b []byte, i int) int {
@@ -257,7 +257,7 @@ func (w *keyWalker) object(i, depth int, l keyLevel) (int, *keyError) {
 			return end, ke
 		}
 		if ke := w.checkKey(key, base, fields); ke != nil {
-			ke.path = []string{key}
+			ke.path = []string{string(key)}
 			return end, ke
 		}
 		w.keys = append(w.keys, key)
@@ -267,7 +267,7 @@ func (w *keyWalker) object(i, depth int, l keyLevel) (int, *keyError) {
 		}
 		end, ke = w.value(skipSpace(w.b, i+1), depth+1, l.child(key))
 		if ke != nil {
-			ke.path = append([]string{key}, ke.path...)
+			ke.path = append([]string{string(key)}, ke.path...)
 			return end, ke
 		}
 		i = skipSpace(w.b, end)
@@ -284,10 +284,10 @@ func (w *keyWalker) object(i, depth int, l keyLevel) (int, *keyError) {
 
 // checkKey compares key with the keys before it in its object
 // (w.keys[base:]) and with the fields read at its level.
-func (w *keyWalker) checkKey(key string, base int, fields []string) *keyError {
+func (w *keyWalker) checkKey(key []byte, base int, fields []string) *keyError {
 	folds := fields != nil // a level decoded into a struct: case matters
 	for _, prev := range w.keys[base:] {
-		if prev == key {
+		if string(prev) == string(key) {
 			return &keyError{code: codeDuplicateKey, msg: fmt.Sprintf("the key %q appears more than once in one object", key)}
 		}
 		if folds && foldEqual(prev, key) {
@@ -298,7 +298,7 @@ func (w *keyWalker) checkKey(key string, base int, fields []string) *keyError {
 		return nil
 	}
 	for _, f := range fields {
-		if key != f && foldEqual(key, f) {
+		if string(key) != f && foldEqual(key, []byte(f)) {
 			return &keyError{code: codeCaseVariantKey, msg: fmt.Sprintf("the key %q must be spelled %q (engines read keys case-sensitively)", key, f)}
 		}
 	}
@@ -307,8 +307,8 @@ func (w *keyWalker) checkKey(key string, base int, fields []string) *keyError {
 
 // foldEqual is encoding/json's key match: equal under Unicode simple case
 // folding (its foldName is defined to agree with EqualFold).
-func foldEqual(a, b string) bool {
-	return strings.EqualFold(a, b)
+func foldEqual(a, b []byte) bool {
+	return bytes.EqualFold(a, b)
 }
 
 // endsScalar reports whether c ends a number or literal.
@@ -317,32 +317,40 @@ func endsScalar(c byte) bool {
 }
 
 // str walks the string at b[i] == '"'. It returns the index past it and,
-// decoded, its text. A string with a lone surrogate escape is an error:
-// encoding/json reads it as U+FFFD, Python keeps the surrogate.
-func (w *keyWalker) str(i int) (int, string, *keyError) {
-	start := i
-	escaped := false
-	for i++; i < len(w.b); i++ {
-		switch w.b[i] {
-		case '\\':
-			escaped = true
-			i++
-		case '"':
-			raw := w.b[start : i+1]
-			if !escaped {
-				return i + 1, string(raw[1 : len(raw)-1]), nil
-			}
-			if loneSurrogate(raw) {
-				return i + 1, "", &keyError{code: codeInvalidUnicode, msg: "a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff not in a pair)"}
-			}
-			var s string
-			if json.Unmarshal(raw, &s) != nil {
-				return i + 1, "", nil
-			}
-			return i + 1, s, nil
+// decoded, its text (aliasing b when it has no escape). A string with a
+// lone surrogate escape is an error: encoding/json reads it as U+FFFD,
+// Python keeps the surrogate.
+func (w *keyWalker) str(i int) (int, []byte, *keyError) {
+	start, j := i, i+1
+	for {
+		q := bytes.IndexByte(w.b[j:], '"')
+		if q < 0 {
+			return len(w.b), nil, nil
 		}
+		q += j
+		// The quote is escaped when an odd run of backslashes precedes it
+		// (the run starts after the previous quote, at j at the earliest).
+		k := q
+		for k > j && w.b[k-1] == '\\' {
+			k--
+		}
+		if (q-k)%2 == 1 {
+			j = q + 1
+			continue
+		}
+		raw := w.b[start : q+1]
+		if bytes.IndexByte(raw, '\\') < 0 {
+			return q + 1, raw[1 : len(raw)-1], nil
+		}
+		if loneSurrogate(raw) {
+			return q + 1, nil, &keyError{code: codeInvalidUnicode, msg: "a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff not in a pair)"}
+		}
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return q + 1, nil, nil
+		}
+		return q + 1, []byte(s), nil
 	}
-	return i, "", nil
 }
 
 // loneSurrogate reports whether the string literal raw holds a \u escape

@@ -3,6 +3,7 @@ package frontend
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -100,4 +101,22 @@ func TestNestingDeeperThanTheBoundIsRefused(t *testing.T) {
 	_, e := parseRequest(endpointCompletions, []byte(deep+"}"), nil)
 	require.NotNil(t, e)
 	assert.Equal(t, codeNestedTooDeep, e.Code)
+}
+
+// BenchmarkCheckKeys is what the ambiguity check adds to every request:
+// one more pass over the body.
+func BenchmarkCheckKeys(b *testing.B) {
+	for name, body := range map[string][]byte{
+		"completion=1k": []byte(`{"model":"m","stream":true,"max_tokens":64,"prompt":"` + strings.Repeat("the quick brown fox jumps over the lazy dog ", 110) + `"}`),
+		"chat=4k":       []byte(chatBody(b, 4096)),
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if e := checkKeys(body); e != nil {
+					b.Fatal(e)
+				}
+			}
+		})
+	}
 }
