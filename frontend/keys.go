@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -250,13 +251,23 @@ func (w *keyWalker) object(i, depth int, l keyLevel) (int, *keyError) {
 	base := len(w.keys)
 	defer func() { w.keys = w.keys[:base] }()
 	fields := l.fields()
+	// Past manyKeys keys an object's keys are compared through a map of
+	// their folded forms: pairwise, a 4 MiB object of short keys would
+	// take 10^10 comparisons.
+	var seen map[string][]byte
 	i = skipSpace(w.b, i+1)
 	for i < len(w.b) && w.b[i] == '"' {
 		end, key, ke := w.str(i)
 		if ke != nil {
 			return end, ke
 		}
-		if ke := w.checkKey(key, base, fields); ke != nil {
+		if n := len(w.keys) - base; n == manyKeys {
+			seen = make(map[string][]byte, 2*manyKeys)
+			for _, k := range w.keys[base:] {
+				seen[foldKey(k, fields != nil)] = k
+			}
+		}
+		if ke := w.checkKey(key, base, fields, seen); ke != nil {
 			ke.path = []string{string(key)}
 			return end, ke
 		}
@@ -284,14 +295,25 @@ func (w *keyWalker) object(i, depth int, l keyLevel) (int, *keyError) {
 
 // checkKey compares key with the keys before it in its object
 // (w.keys[base:]) and with the fields read at its level.
-func (w *keyWalker) checkKey(key []byte, base int, fields []string) *keyError {
+func (w *keyWalker) checkKey(key []byte, base int, fields []string, seen map[string][]byte) *keyError {
 	folds := fields != nil // a level decoded into a struct: case matters
-	for _, prev := range w.keys[base:] {
+	same := func(prev []byte) *keyError {
 		if string(prev) == string(key) {
 			return &keyError{code: codeDuplicateKey, msg: fmt.Sprintf("the key %q appears more than once in one object", key)}
 		}
-		if folds && foldEqual(prev, key) {
-			return &keyError{code: codeCaseVariantKey, msg: fmt.Sprintf("the keys %q and %q differ only in case", prev, key)}
+		return &keyError{code: codeCaseVariantKey, msg: fmt.Sprintf("the keys %q and %q differ only in case", prev, key)}
+	}
+	if seen != nil {
+		f := foldKey(key, folds)
+		if prev, ok := seen[f]; ok {
+			return same(prev)
+		}
+		seen[f] = key
+	} else {
+		for _, prev := range w.keys[base:] {
+			if string(prev) == string(key) || folds && foldEqual(prev, key) {
+				return same(prev)
+			}
 		}
 	}
 	if !folds {
@@ -309,6 +331,33 @@ func (w *keyWalker) checkKey(key []byte, base int, fields []string) *keyError {
 // folding (its foldName is defined to agree with EqualFold).
 func foldEqual(a, b []byte) bool {
 	return bytes.EqualFold(a, b)
+}
+
+// manyKeys is where an object's keys go into a map (object).
+const manyKeys = 32
+
+// foldKey is key's folded form when folds (keys equal under simple case
+// folding have the same one, as encoding/json's foldName), else key.
+func foldKey(key []byte, folds bool) string {
+	if !folds {
+		return string(key)
+	}
+	out := make([]byte, 0, len(key))
+	for i := 0; i < len(key); {
+		r, n := utf8.DecodeRune(key[i:])
+		i += n
+		for {
+			// The smallest rune of r's fold orbit stands for all of it.
+			r2 := unicode.SimpleFold(r)
+			if r2 <= r {
+				r = r2
+				break
+			}
+			r = r2
+		}
+		out = utf8.AppendRune(out, r)
+	}
+	return string(out)
 }
 
 // endsScalar reports whether c ends a number or literal.

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -119,4 +120,36 @@ func BenchmarkCheckKeys(b *testing.B) {
 			}
 		})
 	}
+}
+
+func TestObjectsWithManyKeysAreCheckedThroughTheirFoldedForms(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"model":"m","prompt":"x"`)
+	for i := range 2 * manyKeys {
+		fmt.Fprintf(&b, `,"k%d":1`, i)
+	}
+	wide := b.String()
+	_, e := parseRequest(endpointCompletions, []byte(wide+`,"k3":2}`), nil)
+	require.NotNil(t, e)
+	assert.Equal(t, codeDuplicateKey, e.Code)
+	assert.Equal(t, "k3", e.Param)
+	_, e = parseRequest(endpointCompletions, []byte(wide+`,"MODEL":"other"}`), nil)
+	require.NotNil(t, e)
+	assert.Equal(t, codeCaseVariantKey, e.Code)
+	_, e = parseRequest(endpointCompletions, []byte(wide+`,"K3":2}`), nil)
+	require.NotNil(t, e, "K3 and k3 at the top level, read without case")
+	assert.Equal(t, codeCaseVariantKey, e.Code)
+	_, e = parseRequest(endpointCompletions, []byte(wide+`,"extra":{"a":1,"A":2}}`), nil)
+	require.Nil(t, e)
+	assert.Equal(t, foldKey([]byte("ſtream"), true), foldKey([]byte("STREAM"), true), "U+017F folds with s, as in encoding/json")
+
+	// 100k distinct keys in one object: one map pass, not 5·10^9 comparisons.
+	b.Reset()
+	b.WriteString(`{"model":"m","prompt":"x","extra":{"a":0`)
+	for i := range 100000 {
+		fmt.Fprintf(&b, `,"%d":0`, i)
+	}
+	b.WriteString(`}}`)
+	_, e = parseRequest(endpointCompletions, []byte(b.String()), nil)
+	require.Nil(t, e)
 }
