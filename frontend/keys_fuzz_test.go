@@ -178,6 +178,20 @@ func routerActsLikePython(t *testing.T, py *pythonReader, ep endpoint, body []by
 			t.Fatalf("%q: the client asked for usage: %v (Python), the router injects it: %v", body, asked, p.injectedUsage)
 		}
 	}
+	// What the router forwards (stream_options re-encoded, the switchyard
+	// object stripped), the engine reads as the router acted on it.
+	fwd, refused := py.read(t, p.forward)
+	if refused != "" {
+		t.Fatalf("the router forwards %q for %q, Python refuses it: %s", p.forward, body, refused)
+	}
+	for _, k := range []string{"model", "max_tokens", "max_completion_tokens", "stream", "n", "best_of"} {
+		if fwd[k] != got[k] {
+			t.Fatalf("%q forwarded as %q: Python reads %s %v, was %v", body, p.forward, k, fwd[k], got[k])
+		}
+	}
+	if p.injectedUsage && (fwd["include_usage"].kind != "bool" || fwd["include_usage"].text != "true") {
+		t.Fatalf("%q forwarded as %q: the engine is not asked for usage (%v)", body, p.forward, fwd["include_usage"])
+	}
 }
 
 // keysSeeds are the tricky cases: case variants, repeats, escapes,
@@ -212,6 +226,10 @@ var keysSeeds = []string{
 	`{"model":"m","messages":[{"role":"user","content":"x","Content":"yyyyyyyy"}]}`,
 	`{"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":null,"max_tokens":9}`,
 	`{"model":"m","prompt":"hi","stream":null,"n":null,"best_of":null,"max_tokens":null}`,
+	`{"model":"m","prompt":"hi","stream":true,"stream_options":{"continuous_usage_stats":true}}`,
+	`{"model":"m","prompt":"hi","stream":true,"stream_\u006fptions":null,"switchyard":{"class":"a"}}`,
+	` {} `,
+	`{"stream":true,"model":"m","prompt":"<&>"}`,
 }
 
 // FuzzRouterActsOnWhatPythonReads feeds the same bytes to the router's
