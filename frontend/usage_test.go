@@ -112,3 +112,15 @@ func TestATenantsStreamsWithoutMaxTokensAreChargedTheContextNotADefault(t *testi
 	assert.Equal(t, 1.0, testutil.ToFloat64(h.s.auth.rejected.WithLabelValues("acme", "quota_exceeded")))
 	require.Equal(t, http.StatusOK, <-done)
 }
+
+// BenchmarkWithStreamUsage is what asking for a stream's usage adds: one
+// scan of the body and one copy.
+func BenchmarkWithStreamUsage(b *testing.B) {
+	body := []byte(`{"model":"m","stream":true,"max_tokens":64,"prompt":"` + strings.Repeat("the quick brown fox jumps over the lazy dog ", 110) + `"}`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := withStreamUsage(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
