@@ -13,7 +13,7 @@ func (c *Client) track(r *scheduler.Request, g scheduler.Grant, owner Owner, ins
 		rec: scheduler.BookingRecord{
 			RequestID: r.ID, Class: r.Class, Worker: g.Worker, BlockHashes: r.BlockHashes,
 			PromptTokens: r.PromptTokens, CachedTokens: g.CachedTokens,
-			ExpectedOutputTokens: r.ExpectedOutputTokens, Tenant: r.Tenant.ID,
+			ExpectedOutputTokens: r.ExpectedOutputTokens, Sequences: r.Sequences, Tenant: r.Tenant.ID,
 		},
 		used: -1,
 	}

@@ -15,6 +15,7 @@ func RequestToWire(r *scheduler.Request, entry string) *wire.AdmitRequest {
 		IngressUnixNano: r.Ingress.UnixNano(),
 		PromptTokens:    r.PromptTokens, BlockHashes: r.BlockHashes,
 		Pinned: r.Pinned, Allowed: r.Allowed, ExpectedOutput: r.ExpectedOutputTokens,
+		OutputBound: r.OutputBound, Sequences: r.Sequences,
 	}
 	if !r.Due.IsZero() {
 		out.DueUnixNano = r.Due.UnixNano()
@@ -42,6 +43,7 @@ func RequestFromWire(in *wire.AdmitRequest) *scheduler.Request {
 		Ingress:      time.Unix(0, in.IngressUnixNano),
 		PromptTokens: in.PromptTokens, BlockHashes: in.BlockHashes,
 		Pinned: in.Pinned, Allowed: in.Allowed, ExpectedOutputTokens: in.ExpectedOutput,
+		OutputBound: in.OutputBound, Sequences: in.Sequences,
 	}
 	if in.DueUnixNano != 0 {
 		r.Due = time.Unix(0, in.DueUnixNano)
@@ -88,7 +90,7 @@ func recordToWire(rec *scheduler.BookingRecord) wire.AdoptedBooking {
 	return wire.AdoptedBooking{
 		RequestID: rec.RequestID, Worker: rec.Worker, BlockHashes: rec.BlockHashes,
 		PromptTokens: rec.PromptTokens, CachedTokens: rec.CachedTokens,
-		ExpectedOutput: rec.ExpectedOutputTokens, FirstTokenSeen: rec.FirstTokenSeen, Tenant: rec.Tenant,
+		ExpectedOutput: rec.ExpectedOutputTokens, Sequences: rec.Sequences, FirstTokenSeen: rec.FirstTokenSeen, Tenant: rec.Tenant,
 	}
 }
 
@@ -96,6 +98,6 @@ func recordFromWire(class string, in *wire.AdoptedBooking) scheduler.BookingReco
 	return scheduler.BookingRecord{
 		RequestID: in.RequestID, Class: class, Worker: in.Worker, BlockHashes: in.BlockHashes,
 		PromptTokens: in.PromptTokens, CachedTokens: in.CachedTokens,
-		ExpectedOutputTokens: in.ExpectedOutput, FirstTokenSeen: in.FirstTokenSeen, Tenant: in.Tenant,
+		ExpectedOutputTokens: in.ExpectedOutput, Sequences: in.Sequences, FirstTokenSeen: in.FirstTokenSeen, Tenant: in.Tenant,
 	}
 }

@@ -29,7 +29,7 @@ func newAuthMetrics(reg prometheus.Registerer) *authMetrics {
 		missing: failures.WithLabelValues("missing_api_key"),
 		unknown: failures.WithLabelValues("invalid_api_key"),
 		rejected: f.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_router_tenant_rejected_total",
-			Help: "Requests of a tenant refused, by reason (model_not_allowed, class_not_allowed: 403; quota_exceeded: 429)."},
+			Help: "Requests of a tenant refused, by reason (model_not_allowed, class_not_allowed: 403; quota_exceeded: 429), or moved: class_replaced (a policy rule's class the tenant may not use; admitted in its home class)."},
 			[]string{"tenant", "reason"}),
 	}
 }
@@ -89,8 +89,9 @@ func (s *Server) authenticate(r *http.Request) (*tenant.Tenant, *APIError) {
 
 // authorize checks the tenant may use the request's model and class, and
 // resolves the class of a request that asks for none to the tenant's
-// default class. class is what the request asked for by header ("" when
-// none); it returns the class to use ("" = let the policy classify).
+// default class. class is what the request asked for by hint ("" when
+// none); it returns the class to use ("" = let the policy classify, then
+// tenantClass).
 func (s *Server) authorize(t *tenant.Tenant, model, class string, pol *Policy) (string, *APIError) {
 	if !t.AllowsModel(model) {
 		s.auth.rejected.WithLabelValues(t.ID, "model_not_allowed").Inc()
@@ -98,7 +99,7 @@ func (s *Server) authorize(t *tenant.Tenant, model, class string, pol *Policy) (
 			Message: fmt.Sprintf("tenant %s may not use model %q", t.ID, model), err: ErrForbidden}
 	}
 	if class != "" {
-		if !t.AllowsClass(class) {
+		if !mayUseClass(t, class, pol) {
 			s.auth.rejected.WithLabelValues(t.ID, "class_not_allowed").Inc()
 			return "", &APIError{Status: http.StatusForbidden, Type: typePermission, Code: "class_not_allowed", Param: "x-switchyard-class",
 				Message: fmt.Sprintf("tenant %s may not ask for class %q", t.ID, class), err: ErrForbidden}
@@ -109,6 +110,35 @@ func (s *Server) authorize(t *tenant.Tenant, model, class string, pol *Policy) (
 		return t.DefaultClass, nil
 	}
 	return "", nil
+}
+
+// homeClass is the class a tenant's requests fall back to: its default
+// class when the policy has it, else the policy's default class.
+func homeClass(t *tenant.Tenant, pol *Policy) string {
+	if t.DefaultClass != "" && pol.HasClass(t.DefaultClass) {
+		return t.DefaultClass
+	}
+	return pol.DefaultClass
+}
+
+// mayUseClass reports whether t's requests may be admitted in class: its
+// home class or one of its classes.
+func mayUseClass(t *tenant.Tenant, class string, pol *Policy) bool {
+	return t.AllowsClass(class) || class == homeClass(t, pol)
+}
+
+// tenantClass is the class a tenant's request is admitted in when the
+// policy classified it (class): the policy's rules match headers and the
+// user field, which the client sets, so a rule's class the tenant may not
+// use would be a way around its classes. Such a request falls back to the
+// tenant's home class instead of being refused: the client did not name
+// the class (docs/tenants.md, *What a tenant may do*).
+func (s *Server) tenantClass(t *tenant.Tenant, class string, pol *Policy) string {
+	if mayUseClass(t, class, pol) {
+		return class
+	}
+	s.auth.rejected.WithLabelValues(t.ID, "class_replaced").Inc()
+	return homeClass(t, pol)
 }
 
 // schedTenant is the tenant as the scheduler carries it to the class owner.

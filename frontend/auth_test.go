@@ -29,7 +29,13 @@ type authHarness struct {
 
 func newAuthHarness(t *testing.T, tenants ...tenant.Tenant) *authHarness {
 	t.Helper()
-	pol, err := ParsePolicy([]byte(authPolicy))
+	return newAuthHarnessPolicy(t, authPolicy, tenants...)
+}
+
+// newAuthHarnessPolicy is newAuthHarness with the policy document given.
+func newAuthHarnessPolicy(t *testing.T, policy string, tenants ...tenant.Tenant) *authHarness {
+	t.Helper()
+	pol, err := ParsePolicy([]byte(policy))
 	require.NoError(t, err)
 	up := newUpstream(t, 3)
 	actor := startActor(t, pol, []scheduler.Worker{{ID: "w1", URL: up.URL(), BlockSize: 16, KVBlocks: 4096, MaxRunning: 4}})
@@ -186,4 +192,39 @@ func classSnap(t *testing.T, a *scheduler.Actor, class string) scheduler.ClassSn
 	snap, err := a.Flush(t.Context())
 	require.NoError(t, err)
 	return snap.Classes[class]
+}
+
+// rulePolicy sends requests with the header x-tier: gold to realtime by a
+// rule: a header any client can set.
+const rulePolicy = "classes: [{name: standard}, {name: batch}, {name: realtime}]\n" +
+	"rules: [{class: realtime, match: {header: {name: x-tier, value: gold}}}]\ndefault_class: standard"
+
+func TestAPolicyRuleCannotPutATenantInAClassItMayNotUse(t *testing.T) {
+	plain := tenant.Tenant{ID: "plain", Keys: []string{tenant.HashKey("sk-plain")}, Classes: []string{"batch"}}
+	h := newAuthHarnessPolicy(t, rulePolicy, plain)
+	// By header the class is refused, as before.
+	status, _, body := post(t, h.base+"/v1/completions", `{"model":"m","prompt":"hi"}`,
+		map[string]string{"Authorization": "Bearer sk-plain", HeaderClass: "realtime"})
+	require.Equal(t, http.StatusForbidden, status, body)
+	// Through the rule, it used to be granted: now the request falls back
+	// to the tenant's home class, the policy's default.
+	status, _, body = post(t, h.base+"/v1/completions", `{"model":"m","prompt":"hi"}`,
+		map[string]string{"Authorization": "Bearer sk-plain", "x-tier": "gold"})
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Zero(t, classSnap(t, h.actor, "realtime").Counters.Received, "a rule cannot promote a tenant")
+	assert.Equal(t, uint64(1), classSnap(t, h.actor, "standard").Counters.Admitted)
+	assert.Equal(t, 1.0, testutil.ToFloat64(h.s.auth.rejected.WithLabelValues("plain", "class_replaced")))
+}
+
+func TestAPolicyRulesClassTheTenantMayUseStands(t *testing.T) {
+	gold := tenant.Tenant{ID: "gold", Keys: []string{tenant.HashKey("sk-gold")}, Classes: []string{"realtime"}}
+	h := newAuthHarnessPolicy(t, rulePolicy, gold)
+	status, _, body := post(t, h.base+"/v1/completions", `{"model":"m","prompt":"hi"}`,
+		map[string]string{"Authorization": "Bearer sk-gold", "x-tier": "gold"})
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, uint64(1), classSnap(t, h.actor, "realtime").Counters.Admitted)
+	// Without the header the policy's default class, its home class.
+	status, _, body = post(t, h.base+"/v1/completions", `{"model":"m","prompt":"hi"}`, bearer("sk-gold"))
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, uint64(1), classSnap(t, h.actor, "standard").Counters.Admitted)
 }

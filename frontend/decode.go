@@ -49,6 +49,7 @@ var requestFields = [...]string{
 	"model", "max_tokens", "max_completion_tokens", "max_output_tokens", "stream", "user", "switchyard",
 	"prompt", "messages", "input", "instructions", "tools", "add_generation_prompt",
 	"continue_final_message", "chat_template_kwargs", "add_special_tokens",
+	"n", "best_of", "stream_options",
 }
 
 // requestFieldIndex is key's index in requestFields, -1 for a key the
@@ -95,6 +96,24 @@ func decodeRequestField(req *openAIRequest, name string, m prompt.Member) bool {
 		return decodeIntPtr(v, null, &req.MaxOutputTokens)
 	case "stream":
 		return decodeBool(v, null, &req.Stream)
+	case "n":
+		return decodeIntPtr(v, null, &req.N)
+	case "best_of":
+		return decodeIntPtr(v, null, &req.BestOf)
+	case "stream_options":
+		if null {
+			req.StreamOptions = nil
+			return true
+		}
+		if v[0] != '{' {
+			return false
+		}
+		var o streamOptions
+		if json.Unmarshal(v, &o) != nil {
+			return false
+		}
+		req.StreamOptions = &o
+		return true
 	case "continue_final_message":
 		return decodeBool(v, null, &req.ContinueFinalMessage)
 	case "add_generation_prompt":

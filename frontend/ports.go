@@ -45,6 +45,9 @@ type WorkerEntry struct {
 	BlockSize int
 	// Models are further names the worker serves (wire.WorkerInfo.Models).
 	Models []string
+	// MaxModelLen is the engine's context length in tokens (0: unknown):
+	// what a request without max_tokens may generate, less its prompt.
+	MaxModelLen int
 }
 
 // Serves reports whether the worker serves the model name.

@@ -270,6 +270,9 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 	}
 	var usageLine []byte
 	var pending []byte // lines before the first data line (event:, id:, comments)
+	// skipBlank drops the blank line ending a usage event the router
+	// stripped (injectedUsage).
+	skipBlank := false
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -282,6 +285,10 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 			line = full
 		}
 		if len(line) > 0 {
+			out := line // what the client gets of this line; nil: nothing
+			if skipBlank && len(bytes.TrimSpace(line)) == 0 {
+				out, skipBlank = nil, false
+			}
 			payload, isData := bytes.CutPrefix(line, dataPrefix)
 			if isData {
 				payload = bytes.TrimSpace(payload)
@@ -328,14 +335,22 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 				sawDone = sawDone || done
 				if usage {
 					usageLine = append(usageLine[:0], payload...)
+					if x.p.injectedUsage {
+						// The client did not ask for usage: the router did.
+						if kept, changed := withoutUsage(payload); kept == nil {
+							out, skipBlank = nil, true
+						} else if changed {
+							out = append(append(append([]byte(nil), dataPrefix...), ' '), append(kept, '\n')...)
+						}
+					}
 				}
 			}
 			if !started {
 				if len(pending) < maxPreamble {
 					pending = append(pending, line...)
 				}
-			} else {
-				if _, werr := x.w.Write(line); werr != nil {
+			} else if out != nil {
+				if _, werr := x.w.Write(out); werr != nil {
 					markFirst()
 					t.Finish(true)
 					return statusClientClosed, false
@@ -385,6 +400,30 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 			return http.StatusOK, false
 		}
 	}
+}
+
+// withoutUsage is a stream chunk as a client that did not ask for usage
+// sees it: nil for the usage chunk (no choices), the chunk without its
+// usage member when it also carries choices, payload itself when its usage
+// is null or absent (changed: it is not payload).
+func withoutUsage(payload []byte) (kept []byte, changed bool) {
+	var chunk map[string]json.RawMessage
+	if json.Unmarshal(payload, &chunk) != nil {
+		return payload, false
+	}
+	u, ok := chunk["usage"]
+	if !ok || string(u) == "null" {
+		return payload, false
+	}
+	if c := bytes.TrimSpace(chunk["choices"]); len(c) == 0 || string(c) == "[]" || string(c) == "null" {
+		return nil, true
+	}
+	delete(chunk, "usage")
+	b, err := json.Marshal(chunk)
+	if err != nil {
+		return payload, false
+	}
+	return b, true
 }
 
 // writeStreamError ends a stream that already started with an error event.

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,7 +87,21 @@ type openAIRequest struct {
 	Stream              bool      `json:"stream"`
 	User                string    `json:"user"`
 	Switchyard          *hintBody `json:"switchyard"`
+	// N and BestOf are how many sequences the engine generates
+	// (max(n, best_of)): booked and charged as that many.
+	N             *int           `json:"n"`
+	BestOf        *int           `json:"best_of"`
+	StreamOptions *streamOptions `json:"stream_options"`
 }
+
+// streamOptions is the stream_options object of a streaming request.
+type streamOptions struct {
+	IncludeUsage         *bool `json:"include_usage"`
+	ContinuousUsageStats *bool `json:"continuous_usage_stats"`
+}
+
+// maxSequences bounds n and best_of (OpenAI's own limit for n).
+const maxSequences = 128
 
 // hintBody is the "switchyard" object in a request body.
 type hintBody struct {
@@ -113,16 +128,25 @@ type parsedRequest struct {
 	model     string
 	stream    bool
 	maxTokens int // 0 = not set
+	// sequences is how many sequences the engine generates for the request
+	// (max(n, best_of), at least 1): each is booked and charged.
+	sequences int
 	user      string
 	input     *prompt.Input
 	// tokens are the ids the request is hashed by (the first prompt of a
 	// batch); promptTokens is the load it books (every prompt).
-	tokens       []uint32
-	promptTokens int
-	hints        hints
+	tokens        []uint32
+	promptTokens  int
+	longestPrompt int // the longest prompt of a batch, in tokens
+	hints         hints
 	// forward is the body sent to the worker: the client's bytes, minus the
-	// switchyard object when there was one.
+	// switchyard object when there was one, with include_usage set when
+	// injectedUsage.
 	forward []byte
+	// injectedUsage is set on a stream whose client did not ask for usage:
+	// the router asked the engine for it (withStreamUsage) and strips the
+	// usage chunk from what the client sees (relayStream).
+	injectedUsage bool
 }
 
 // parseRequest decodes and validates body for ep. It returns an *APIError
@@ -136,10 +160,28 @@ func parseRequest(ep endpoint, body []byte, h http.Header) (*parsedRequest, *API
 			return nil, jsonError(err)
 		}
 	}
+	// The body is valid JSON now; the engine must read it as we did.
+	if e := checkKeys(body); e != nil {
+		return nil, e
+	}
 	if req.Model == nil || *req.Model == "" {
 		return nil, badRequest("model", "missing_required_parameter", "you must provide a model parameter")
 	}
-	p := &parsedRequest{endpoint: ep, model: *req.Model, stream: req.Stream, user: req.User, forward: body}
+	p := &parsedRequest{endpoint: ep, model: *req.Model, stream: req.Stream, user: req.User, forward: body, sequences: 1}
+	if ep == endpointChat || ep == endpointCompletions {
+		for _, f := range []struct {
+			name string
+			v    *int
+		}{{"n", req.N}, {"best_of", req.BestOf}} {
+			if f.v == nil {
+				continue
+			}
+			if *f.v < 1 || *f.v > maxSequences {
+				return nil, badRequest(f.name, "invalid_value", fmt.Sprintf("%s must be between 1 and %d, got %d", f.name, maxSequences, *f.v))
+			}
+			p.sequences = max(p.sequences, *f.v)
+		}
+	}
 	switch {
 	case ep == endpointEmbeddings:
 		p.stream = false // embeddings never stream
@@ -176,7 +218,71 @@ func parseRequest(ep endpoint, body []byte, h http.Header) (*parsedRequest, *API
 		}
 		p.forward = fwd
 	}
+	// The tenant's tokens are charged what the engine reports: a stream
+	// reports it only when asked, so the router always asks.
+	if p.stream && (ep == endpointChat || ep == endpointCompletions) &&
+		(req.StreamOptions == nil || req.StreamOptions.IncludeUsage == nil || !*req.StreamOptions.IncludeUsage) {
+		fwd, err := withStreamUsage(p.forward)
+		if err != nil {
+			return nil, jsonError(err)
+		}
+		p.forward, p.injectedUsage = fwd, true
+	}
 	return p, nil
+}
+
+// includeUsage is the stream_options the router forwards for a client that
+// did not ask for usage: usage in the last chunk only (continuous usage
+// stats, meaningful only with include_usage, are dropped).
+var includeUsage = []byte(`{"include_usage":true}`)
+
+// withStreamUsage returns body (a JSON object checkKeys passed) with
+// stream_options.include_usage set to true, re-encoding only that member:
+// the rest of the body goes out as the client wrote it.
+func withStreamUsage(body []byte) ([]byte, error) {
+	members, ok := prompt.ScanObject(body, nil)
+	if !ok {
+		return nil, errors.New("the body is not a JSON object")
+	}
+	for _, m := range members {
+		key := string(m.Key)
+		if m.Escaped {
+			if json.Unmarshal(append(append([]byte{'"'}, m.Key...), '"'), &key) != nil {
+				continue
+			}
+		}
+		if key != "stream_options" {
+			continue
+		}
+		value := includeUsage
+		if string(m.Value) != "null" {
+			var opts map[string]json.RawMessage
+			if err := json.Unmarshal(m.Value, &opts); err != nil {
+				return nil, err
+			}
+			opts["include_usage"] = json.RawMessage("true")
+			delete(opts, "continuous_usage_stats")
+			var err error
+			if value, err = json.Marshal(opts); err != nil {
+				return nil, err
+			}
+		}
+		// m.Value aliases body: its offset is where their capacities differ.
+		off := cap(body) - cap(m.Value)
+		out := make([]byte, 0, len(body)+len(value))
+		out = append(out, body[:off]...)
+		out = append(out, value...)
+		return append(out, body[off+len(m.Value):]...), nil
+	}
+	open := bytes.IndexByte(body, '{')
+	out := make([]byte, 0, len(body)+len(includeUsage)+20)
+	out = append(out, body[:open+1]...)
+	out = append(out, `"stream_options":`...)
+	out = append(out, includeUsage...)
+	if len(members) > 0 {
+		out = append(out, ',')
+	}
+	return append(out, body[open+1:]...), nil
 }
 
 // promptError maps a prompt package error to the OpenAI error shape: a

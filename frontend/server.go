@@ -106,7 +106,8 @@ type Server struct {
 	auth       *authMetrics // with Deps.Tenants only
 	hung       *hungMetrics
 	suspects   *suspicion
-	quality    qualityLog // routing decisions (quality.go)
+	quality    qualityLog   // routing decisions (quality.go)
+	bodies     *bodyMetrics // keys.go: bodies refused as ambiguous
 }
 
 // New builds a Server. It starts nothing: Serve or Run do.
@@ -167,6 +168,7 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	}
 	s.hung = newHungMetrics(reg)
 	s.suspects = &suspicion{after: cfg.SuspectAfter, port: deps.Suspects}
+	s.bodies = newBodyMetrics(reg)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.instrument(metrics.RouteChatCompletions, func(w http.ResponseWriter, r *http.Request) int {
 		return s.handleCompletion(w, r, endpointChat)
@@ -478,6 +480,9 @@ type routing struct {
 	// engines are the base URLs of the workers serving the model (for a
 	// tokenizer registry that may ask one of them).
 	engines []string
+	// maxModelLen is the longest context of the workers serving the model
+	// (0: none says).
+	maxModelLen int
 }
 
 // route resolves the model against the registry. With no workers at all the
@@ -501,6 +506,7 @@ func (s *Server) route(model string) (routing, *APIError) {
 			}
 			found = true
 			rt.engines = append(rt.engines, w.URL)
+			rt.maxModelLen = max(rt.maxModelLen, w.MaxModelLen)
 		} else {
 			mixed = true
 		}
@@ -526,7 +532,7 @@ func (s *Server) tokenize(ctx context.Context, p *parsedRequest, rt routing) *AP
 	if err != nil {
 		return promptError(err)
 	}
-	p.tokens, p.promptTokens = res.Tokens, res.Total
+	p.tokens, p.promptTokens, p.longestPrompt = res.Tokens, res.Total, res.Longest
 	if res.Longest > s.cfg.MaxPromptTokens {
 		return badRequest(p.endpoint.promptParam(), "context_length_exceeded",
 			fmt.Sprintf("the prompt has %d tokens, more than the maximum of %d", res.Longest, s.cfg.MaxPromptTokens))
@@ -650,6 +656,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	}
 	p, apiErr := parseRequest(ep, body, r.Header)
 	if apiErr != nil {
+		s.bodies.count(apiErr)
 		apiErr.write(w)
 		return apiErr.Status
 	}
@@ -673,6 +680,9 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	}
 	if class == "" {
 		class = pol.Classify(p.model, p.user, r.Header)
+		if tn != nil {
+			class = s.tenantClass(tn, class, pol)
+		}
 	} else if !pol.HasClass(class) {
 		e := badRequest("x-switchyard-class", "unknown_class", fmt.Sprintf("unknown class %q (classes: %v)", class, pol.ClassNames()))
 		e.write(w)
@@ -688,11 +698,9 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		PromptTokens:         p.promptTokens,
 		BlockHashes:          kvindex.SequenceHashes(p.tokens, rt.blockSize, kvindex.ModelSeed(p.model)),
 		Pinned:               p.hints.worker,
-		ExpectedOutputTokens: p.maxTokens,
+		ExpectedOutputTokens: p.maxTokens, // bookOutput completes it
 	}
-	if req.ExpectedOutputTokens == 0 {
-		req.ExpectedOutputTokens = s.cfg.DefaultMaxTokens
-	}
+	s.bookOutput(&req, p, rt)
 	if tn != nil {
 		req.Tenant = schedTenant(tn)
 	}
@@ -766,6 +774,28 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		s.log.Info("worker failed before first byte, re-admitting",
 			zap.String("request_id", rid), zap.String("worker", g.Worker), zap.Int("attempt", attempt+1))
 	}
+}
+
+// bookOutput sets what req books and charges for its output: each of its
+// sequences (n, best_of) is booked its max_tokens, or DefaultMaxTokens
+// when it has none, and charged to its tenant's tokens bucket up to its
+// max_tokens, or up to what the model's context leaves after the prompt:
+// an absent max_tokens lets the engine generate that much, and a stream
+// reports its usage only at its end.
+func (s *Server) bookOutput(req *scheduler.Request, p *parsedRequest, rt routing) {
+	seqs := max(1, p.sequences)
+	per, bound := p.maxTokens, p.maxTokens
+	if per == 0 {
+		per = s.cfg.DefaultMaxTokens
+		ctx := rt.maxModelLen
+		if ctx == 0 {
+			ctx = s.cfg.MaxPromptTokens // no worker says: the router's own prompt bound
+		}
+		bound = max(1, ctx-p.longestPrompt)
+	}
+	req.Sequences = seqs
+	req.ExpectedOutputTokens = per * seqs
+	req.OutputBound = bound * seqs
 }
 
 // statusClientClosed is recorded (never sent) when the client went away.

@@ -11,7 +11,7 @@ func (c *Core) ledgerFor(worker string) *workerLedger {
 	return l
 }
 
-func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, prompt, cached, output int, firstToken bool, now time.Time) *booking {
+func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, prompt, cached, output, seqs int, firstToken bool, now time.Time) *booking {
 	var b *booking
 	if n := len(c.freeBook); n > 0 {
 		b = c.freeBook[n-1]
@@ -23,7 +23,7 @@ func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, p
 	*b = booking{
 		id: c.nextBooking, requestID: reqID, class: cls, worker: worker,
 		ledger: c.ledgerFor(worker), hashes: hashes,
-		prompt: prompt, cached: cached, output: output,
+		prompt: prompt, cached: cached, output: output, seqs: max(1, seqs),
 		private:  privateBlocks(len(hashes), prompt, output, blockSize),
 		deadline: now.Add(c.cfg.AckTimeout).UnixNano(),
 	}
@@ -132,7 +132,7 @@ func (c *Core) Adopt(rec BookingRecord) BookingID {
 		blockSize = c.workers[i].BlockSize
 	}
 	b := c.book(rec.RequestID, rec.Class, rec.Worker, blockSize, rec.BlockHashes,
-		max(0, rec.PromptTokens), max(0, rec.CachedTokens), max(0, rec.ExpectedOutputTokens), rec.FirstTokenSeen, c.clock.Now())
+		max(0, rec.PromptTokens), max(0, rec.CachedTokens), max(0, rec.ExpectedOutputTokens), rec.Sequences, rec.FirstTokenSeen, c.clock.Now())
 	c.tenantAdopted(b, rec.Tenant)
 	c.acknowledge(b)
 	return b.id
@@ -146,7 +146,7 @@ func (c *Core) Booking(id BookingID) (BookingRecord, bool) {
 	}
 	return BookingRecord{
 		RequestID: b.requestID, Class: b.class, Worker: b.worker, BlockHashes: b.hashes,
-		PromptTokens: b.prompt, CachedTokens: b.cached, ExpectedOutputTokens: b.output,
+		PromptTokens: b.prompt, CachedTokens: b.cached, ExpectedOutputTokens: b.output, Sequences: b.seqs,
 		FirstTokenSeen: b.prefill == 0, Tenant: b.tenantID(),
 	}, true
 }

@@ -45,7 +45,7 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 	cached := r.cachedFromOverlap(ovl, w.BlockSize)
 	pred := c.ttftPredict(r, idx)
 	c.herdDecided(now.UnixNano())
-	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.BlockHashes, r.PromptTokens, cached, r.ExpectedOutputTokens, false, now)
+	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.BlockHashes, r.PromptTokens, cached, r.ExpectedOutputTokens, r.Sequences, false, now)
 	b.grantedAt, b.predMs = now.UnixNano(), pred
 	c.tenantBooked(b, r, now)
 	b.attempt = r.Attempt

@@ -90,7 +90,7 @@ func (c *Core) validate(r *Request) (Reason, string) {
 	switch {
 	case r.ID == "":
 		return ReasonInvalidConstraint, "request ID is empty"
-	case r.PromptTokens < 0 || r.ExpectedOutputTokens < 0:
+	case r.PromptTokens < 0 || r.ExpectedOutputTokens < 0 || r.OutputBound < 0 || r.Sequences < 0:
 		return ReasonInvalidConstraint, "negative token count"
 	case math.IsNaN(r.PriorityJump) || math.IsInf(r.PriorityJump, 0):
 		return ReasonInvalidConstraint, "priority jump is not finite"

@@ -53,6 +53,7 @@ type booking struct {
 	prompt    int
 	cached    int
 	output    int
+	seqs      int // sequences (0 counts as 1): what the booking adds to active
 	private   int
 	prefill   int // uncached prompt tokens until the first token
 	attempt   int // the granted attempt (Request.Attempt); adopted bookings: 0
@@ -77,7 +78,7 @@ func (b *booking) tenantID() string {
 }
 
 func (l *workerLedger) add(b *booking) {
-	l.active++
+	l.active += max(1, b.seqs)
 	l.prefill += b.prefill
 	l.private += b.private
 	for _, h := range b.hashes {
@@ -86,7 +87,7 @@ func (l *workerLedger) add(b *booking) {
 }
 
 func (l *workerLedger) remove(b *booking) {
-	l.active--
+	l.active -= max(1, b.seqs)
 	l.prefill -= b.prefill
 	l.private -= b.private
 	if l.active == 0 && len(l.refs.keys) <= 16*len(b.hashes) {

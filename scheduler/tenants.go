@@ -87,9 +87,14 @@ type tenantState struct {
 }
 
 // tenantEstimate is what a request is charged to the tokens bucket when it
-// is booked: prompt plus expected output.
+// is booked: prompt plus the most output it can produce (OutputBound, else
+// the expected output).
 func tenantEstimate(r *Request) int64 {
-	return int64(max(0, r.PromptTokens)) + int64(max(0, r.ExpectedOutputTokens))
+	out := r.OutputBound
+	if out <= 0 {
+		out = r.ExpectedOutputTokens
+	}
+	return int64(max(0, r.PromptTokens)) + int64(max(0, out))
 }
 
 func (c *Core) tenantFor(id string) *tenantState {

@@ -150,7 +150,18 @@ type Request struct {
 	Pinned       string   // "" = not pinned
 	Allowed      []string // empty = any registered worker
 
+	// ExpectedOutputTokens is the output booked for the request: of all its
+	// sequences together.
 	ExpectedOutputTokens int
+	// OutputBound is the most output tokens the request can produce (its
+	// max_tokens, or the model's context, times its sequences): the
+	// estimate its tenant's tokens bucket is charged until the engine
+	// reports usage. 0: ExpectedOutputTokens.
+	OutputBound int
+	// Sequences is how many sequences the engine generates for the request
+	// (OpenAI's n, best_of); the ledger counts each as a running request.
+	// 0 counts as 1.
+	Sequences int
 
 	Attempt int  // 0 = first attempt; > 0 = retry: counted in Retried, not Received
 	Probe   bool // advisory probe: excluded from every counter
@@ -330,6 +341,7 @@ type BookingRecord struct {
 	PromptTokens         int
 	CachedTokens         int // from the original grant
 	ExpectedOutputTokens int
+	Sequences            int  // 0 counts as 1
 	FirstTokenSeen       bool // prefill already done: no prefill load remains
 	// Tenant holds one of the tenant's concurrency slots at the new owner.
 	Tenant string

@@ -38,6 +38,10 @@ type AdmitRequest struct {
 	Pinned          string         `json:"pinned,omitempty"`
 	Allowed         []string       `json:"allowed,omitempty"`
 	ExpectedOutput  int            `json:"osl,omitempty"`
+	// OutputBound and Sequences: scheduler.Request's (0: unset; older
+	// entries send neither).
+	OutputBound int `json:"obound,omitempty"`
+	Sequences   int `json:"seqs,omitempty"`
 	// Tenant is who the request is admitted for ("": nobody; design §15).
 	// The owner enforces TenantQuota and shares the class by TenantWeight.
 	// Older owners ignore these fields; older entries send none.
@@ -152,6 +156,7 @@ type AdoptedBooking struct {
 	PromptTokens   int      `json:"isl,omitempty"`
 	CachedTokens   int      `json:"cached,omitempty"`
 	ExpectedOutput int      `json:"osl,omitempty"`
+	Sequences      int      `json:"seqs,omitempty"`        // 0 counts as 1
 	FirstTokenSeen bool     `json:"first_token,omitempty"` // no prefill load remains
 	// Tenant holds one of the tenant's concurrency slots at the new owner.
 	Tenant string `json:"tenant,omitempty"`
@@ -209,7 +214,7 @@ func DecodeAdmitRequest(p []byte) (*AdmitRequest, error) {
 		return nil, fmt.Errorf("%w: admit request class %q", ErrMalformed, m.Class)
 	case !ValidName(m.Entry):
 		return nil, fmt.Errorf("%w: admit request entry %q", ErrMalformed, m.Entry)
-	case m.PromptTokens < 0 || m.ExpectedOutput < 0 || m.Attempt < 0:
+	case m.PromptTokens < 0 || m.ExpectedOutput < 0 || m.Attempt < 0 || m.OutputBound < 0 || m.Sequences < 0:
 		return nil, fmt.Errorf("%w: admit request %s has negative counts", ErrMalformed, m.ID)
 	case m.IngressUnixNano <= 0:
 		// The FCFS/LCFS score is measured from ingress: a zero or negative
@@ -337,7 +342,7 @@ func DecodeAdoptRequest(p []byte) (*AdoptRequest, error) {
 		return nil, fmt.Errorf("%w: adopt request class %q entry %q", ErrMalformed, m.Class, m.Entry)
 	}
 	for _, b := range m.Bookings {
-		if b.Worker == "" || b.PromptTokens < 0 || b.CachedTokens < 0 || b.ExpectedOutput < 0 {
+		if b.Worker == "" || b.PromptTokens < 0 || b.CachedTokens < 0 || b.ExpectedOutput < 0 || b.Sequences < 0 {
 			return nil, fmt.Errorf("%w: adopt request has a bad booking", ErrMalformed)
 		}
 		if b.Tenant != "" && !ValidName(b.Tenant) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -304,4 +305,62 @@ tenants:
 	ratio := float64(served["heavy"]) / float64(served["light"])
 	t.Logf("grants until the heavy backlog ran out: %v (ratio %.2f)", served, ratio)
 	require.InDelta(t, 3.0, ratio, 0.15, "within 5%% of 3:1")
+}
+
+func TestAStreamingTenantIsChargedTheSimulatedEnginesUsageThroughTheCluster(t *testing.T) {
+	// The simulated engine generates 1500 tokens for a request without
+	// max_tokens and has a context of 2000; the tenant may use 3000 tokens
+	// a minute. Charged the router's default (256) per stream, as when it
+	// never learnt a stream's usage, the tenant could run such streams
+	// back to back. Charged the context while running and the engine's
+	// usage (1500 and the prompt) after, the second does not fit.
+	keys := writeKeys(t, fmt.Sprintf(`
+tenants:
+  - id: acme
+    keys: [%q]
+    models: [%s]
+    default_class: interactive
+    quota: {tokens_per_minute: 3000}
+`, tenant.HashKey("sk-acme"), testModel))
+	c := newTestCluster(t, 0)
+	c.addWorker("w1", func(cfg *WorkerConfig) {
+		cfg.DefaultMaxTokens = 1500
+		cfg.Engine.MaxModelLen = 2000
+	})
+	a := c.startReplicaWith("r1", "127.0.0.1:0", func(cfg *ReplicaConfig) { cfg.Tenants.KeysFile = keys })
+	c.waitOwned(defaultClasses, "r1")
+	stream := func() (int, string) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+a.status.HTTPAddr+"/v1/completions",
+			strings.NewReader(`{"model":"`+testModel+`","prompt":"tell me a long story","stream":true}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer sk-acme")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		status, _ := stream()
+		return status == http.StatusOK
+	}, "the replica serves the worker's model")
+	status, body := stream()
+	require.Equal(t, http.StatusTooManyRequests, status, "the first stream's 1500 tokens were charged: %s", body)
+	require.Contains(t, body, "quota_exceeded")
+}
+
+func TestAStreamThatDidNotAskForUsageSeesNoUsageChunkThroughTheCluster(t *testing.T) {
+	c := newTestCluster(t, 1)
+	a := c.startOwner(1)
+	resp, err := http.Post("http://"+a.status.HTTPAddr+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"`+testModel+`","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"n":2,"stream":true}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	require.NotContains(t, string(b), `"usage"`)
+	require.Contains(t, string(b), `"index":1`, "both sequences stream")
+	require.True(t, strings.HasSuffix(string(b), "data: [DONE]\n\n"))
 }

@@ -62,6 +62,7 @@ func FuzzDecodeGenRequest(f *testing.F) {
 		}
 		require.NotEmpty(t, req.Model)
 		require.NotEmpty(t, req.Prompts)
+		require.True(t, req.N >= 1 && req.N <= maxWorkerN, "n %d", req.N)
 		for _, p := range req.Prompts {
 			require.NotEmpty(t, p)
 			require.LessOrEqual(t, len(p)+req.MaxTokens, 1000)

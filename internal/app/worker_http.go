@@ -208,6 +208,9 @@ type genRequest struct {
 	Stream       bool
 	IncludeUsage bool
 	Priority     int
+	// N is how many sequences each prompt generates (OpenAI's n): choice
+	// i*N+j is prompt i's sequence j, as vLLM numbers them.
+	N int
 	// Base64 asks for embeddings as base64 little-endian float32.
 	Base64 bool
 }
@@ -223,6 +226,7 @@ type rawGenRequest struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	N              *int64 `json:"n"`
+	BestOf         *int64 `json:"best_of"`
 	Priority       *int64 `json:"priority"`
 	EncodingFormat string `json:"encoding_format"`
 }
@@ -269,8 +273,23 @@ func parseGenRequest(body []byte, kind prompt.Kind, tok tokenizeFunc, defaultMax
 		}
 		longest = max(longest, len(p))
 	}
-	if raw.N != nil && *raw.N != 1 {
-		return nil, workerBadRequest("n", "invalid_value", "only n=1 is supported")
+	req.N = 1
+	if raw.N != nil {
+		switch {
+		case kind != prompt.KindChat && kind != prompt.KindCompletion:
+			if *raw.N != 1 {
+				return nil, workerBadRequest("n", "invalid_value", "only n=1 is supported here")
+			}
+		case *raw.N < 1 || *raw.N > maxWorkerN:
+			return nil, workerBadRequest("n", "invalid_value", fmt.Sprintf("n must be between 1 and %d, got %d", maxWorkerN, *raw.N))
+		default:
+			req.N = int(*raw.N)
+		}
+	}
+	// best_of generates that many and returns the n best: the simulated
+	// engine has no "best", so it serves best_of only equal to n.
+	if raw.BestOf != nil && *raw.BestOf != int64(req.N) {
+		return nil, workerBadRequest("best_of", "invalid_value", "the simulated engine serves best_of only equal to n")
 	}
 	if kind == prompt.KindEmbedding {
 		if longest > maxLen {
@@ -317,6 +336,9 @@ func parseGenRequest(body []byte, kind prompt.Kind, tok tokenizeFunc, defaultMax
 	}
 	return req, nil
 }
+
+// maxWorkerN bounds n (the router's bound too, OpenAI's limit).
+const maxWorkerN = 128
 
 // promptAPIError maps a prompt package error to a 400.
 func promptAPIError(err error) *workerAPIError {
@@ -422,7 +444,8 @@ func (w *worker) handleGenerate(kind prompt.Kind) func(http.ResponseWriter, *htt
 		resp := &responder{w: w, rw: rw, kind: kind, req: req, id: id, created: time.Now().Unix()}
 		// A batch runs as one engine request per prompt, side by side.
 		seed := kvindex.ModelSeed(req.Model)
-		for i, p := range req.Prompts {
+		for i := range len(req.Prompts) * req.N {
+			p := req.Prompts[i/req.N] // n sequences of each prompt, in order
 			sid := id
 			if i > 0 {
 				sid = id + "-" + strconv.Itoa(i)
@@ -515,13 +538,18 @@ func (p *responder) respID() string {
 	return "cmpl-" + p.id
 }
 
-// usage sums the choices' usage (a batch reports one usage for all).
+// usage sums the choices' usage (a batch reports one usage for all): the
+// completion tokens of every sequence, the prompt tokens once per prompt
+// however many sequences it has (as vLLM counts n > 1).
 func (p *responder) usage() usageOut {
 	var u usageOut
-	for _, c := range p.choices {
-		u.PromptTokens += c.usage.PromptTokens
+	n := max(1, p.req.N)
+	for i, c := range p.choices {
+		if i%n == 0 {
+			u.PromptTokens += c.usage.PromptTokens
+			u.PromptTokensDetails.CachedTokens += c.usage.PromptTokensDetails.CachedTokens
+		}
 		u.CompletionTokens += c.usage.CompletionTokens
-		u.PromptTokensDetails.CachedTokens += c.usage.PromptTokensDetails.CachedTokens
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u

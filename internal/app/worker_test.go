@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -395,7 +396,9 @@ func TestBadRequestsGetOpenAIShapedErrors(t *testing.T) {
 		{"negative token id", "/v1/completions", `{"model":"sim-model","prompt":[1,-2]}`, 400, "invalid_value", "prompt[1]"},
 		{"zero max_tokens", "/v1/completions", `{"model":"sim-model","prompt":"x","max_tokens":0}`, 400, "invalid_value", "max_tokens"},
 		{"too long", "/v1/completions", `{"model":"sim-model","prompt":"x","max_tokens":5000}`, 400, "context_length_exceeded", "max_tokens"},
-		{"n above one", "/v1/completions", `{"model":"sim-model","prompt":"x","n":2}`, 400, "invalid_value", "n"},
+		{"n above the bound", "/v1/completions", `{"model":"sim-model","prompt":"x","n":129}`, 400, "invalid_value", "n"},
+		{"n of zero", "/v1/completions", `{"model":"sim-model","prompt":"x","n":0}`, 400, "invalid_value", "n"},
+		{"best_of above n", "/v1/completions", `{"model":"sim-model","prompt":"x","n":2,"best_of":3}`, 400, "invalid_value", "best_of"},
 		{"no messages", "/v1/chat/completions", `{"model":"sim-model","messages":[]}`, 400, "invalid_value", "messages"},
 		{"content part without a type", "/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":[{"text":"a"}]}]}`, 400, "invalid_type", "messages[0].content[0]"},
 		{"embeddings without input", "/v1/embeddings", `{"model":"sim-model"}`, 400, "missing_required_parameter", "input"},
@@ -445,4 +448,68 @@ func TestModelsHealthAndMetricsEndpoints(t *testing.T) {
 		assert.Equal(t, http.StatusOK, resp.StatusCode, path)
 		assert.Contains(t, b.String(), want, path)
 	}
+}
+
+func TestTheSimulatedEngineServesNSequencesAndSumsTheirUsageAsVLLMDoes(t *testing.T) {
+	w := startWorker(t, testWorkerConfig())
+	var one, three struct {
+		Choices []struct {
+			Index int    `json:"index"`
+			Text  string `json:"text"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	for _, c := range []struct {
+		body string
+		out  any
+	}{
+		{`{"model":"sim-model","prompt":"the same prompt","max_tokens":5}`, &one},
+		{`{"model":"sim-model","prompt":"the same prompt","max_tokens":5,"n":3}`, &three},
+	} {
+		resp, err := http.Post(w.url+"/v1/completions", "application/json", strings.NewReader(c.body))
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+		require.NoError(t, json.Unmarshal(b, c.out))
+	}
+	require.Len(t, three.Choices, 3)
+	for i, ch := range three.Choices {
+		assert.Equal(t, i, ch.Index)
+	}
+	assert.Equal(t, one.Usage.PromptTokens, three.Usage.PromptTokens, "the prompt counts once")
+	assert.Equal(t, 3*one.Usage.CompletionTokens, three.Usage.CompletionTokens, "every sequence's output counts")
+
+	// Streamed: every choice index appears, and the usage chunk sums them.
+	resp, err := http.Post(w.url+"/v1/chat/completions", "application/json", strings.NewReader(
+		`{"model":"sim-model","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"n":2,"stream":true,"stream_options":{"include_usage":true}}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	seen := map[int]bool{}
+	completion := 0
+	sc := bufio.NewScanner(resp.Body)
+	for d := nextSSEData(sc); d != "" && d != "[DONE]"; d = nextSSEData(sc) {
+		var chunk struct {
+			Choices []struct {
+				Index int `json:"index"`
+			} `json:"choices"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(d), &chunk), d)
+		for _, c := range chunk.Choices {
+			seen[c.Index] = true
+		}
+		if chunk.Usage != nil {
+			completion = chunk.Usage.CompletionTokens
+		}
+	}
+	assert.Equal(t, map[int]bool{0: true, 1: true}, seen)
+	assert.Equal(t, 8, completion)
 }
