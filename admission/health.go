@@ -7,15 +7,17 @@ import (
 )
 
 // Degraded reports whether the replica is in a degraded mode: it admits
-// every class locally because NATS is unreachable, or it admits requests
-// that find no owner locally because its etcd session is unhealthy.
+// every class locally because NATS is unreachable, it admits requests
+// that find no owner locally because its etcd session is unhealthy, or it
+// admits some classes locally because their owner is unreachable.
 func (c *Client) Degraded() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.degraded || c.etcdDown
+	return c.degraded || c.etcdDown || len(c.unreachableOwnersLocked(c.clock.Now())) > 0
 }
 
-// DegradedModes names the degraded modes in force: "nats" and/or "etcd".
+// DegradedModes names the degraded modes in force: "nats", "etcd" and/or
+// "owner_unreachable" (see UnreachableOwners).
 func (c *Client) DegradedModes() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -25,6 +27,9 @@ func (c *Client) DegradedModes() []string {
 	}
 	if c.etcdDown {
 		out = append(out, "etcd")
+	}
+	if len(c.unreachableOwnersLocked(c.clock.Now())) > 0 {
+		out = append(out, "owner_unreachable")
 	}
 	return out
 }
