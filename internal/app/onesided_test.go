@@ -79,3 +79,49 @@ func TestAnOwnerCutFromNATSHandsItsClassesToTheReplicasThatCanServeThem(t *testi
 		"the owner to register as ready again once NATS is back")
 	c.waitPlaced(defaultClasses, "r1", "r2", "r3")
 }
+
+// A replica cut from gossip only keeps everything that rests on its lease
+// and NATS: placement and ownership use etcd alone, so it keeps owning the
+// classes rendezvous gives it and admits them for every entry, and it
+// enters requests for the others' classes as usual. What it loses is soft
+// state (docs/architecture.md, "Failures"): the others' booked loads and
+// predictions, and they its own. Here the replica never joins the others'
+// gossip, the steady state of a cut that lasts.
+func TestAReplicaCutFromGossipOnlyKeepsItsClassesAndServesEveryEntry(t *testing.T) {
+	c := newTestCluster(t, 2)
+	const class = "interactive"
+	ids := []string{"r1", "r2", "r3"}
+	isolatedID := cluster.Place(class, ids)
+	var others []*runningReplica
+	for _, id := range ids {
+		if id != isolatedID {
+			others = append(others, c.startReplica(id))
+		}
+	}
+	isolated := c.startReplicaWith(isolatedID, "127.0.0.1:0", func(cfg *ReplicaConfig) { cfg.Gossip.Join = nil })
+	c.waitPlaced(defaultClasses, ids...)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return gaugeValue(t, others[0], metrics.NameGossipMembers) == 2 && gaugeValue(t, isolated, metrics.NameGossipMembers) == 1
+	}, "the others gossip with each other only, the isolated replica with nobody")
+
+	httpc := &http.Client{Timeout: 15 * time.Second}
+	for i, r := range append(others, isolated) {
+		for j, cl := range defaultClasses {
+			a := completeVia(httpc, r.status.HTTPAddr, cl, 10*i+j, shortCompletion)
+			require.NoError(t, a.err, "entering %s, class %s", r.status.ID, cl)
+			require.Equal(t, http.StatusOK, a.status, "entering %s, class %s: %s", r.status.ID, cl, a.code)
+		}
+	}
+	require.Equal(t, []string{class}, intersect(isolated.status.Owned(), []string{class}), "it still owns its class")
+	require.Zero(t, gaugeValue(t, isolated, metrics.NameRouterNATSWithdrawn), "a gossip cut is no reason to withdraw")
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
