@@ -130,6 +130,10 @@ type Client struct {
 	// unreachable holds the classes whose registered owner answered "no
 	// responders", since when (see ClientConfig.OwnerUnreachableAfter).
 	unreachable map[string]*unreachableOwner
+	// connGen is the NATS connection's reconnect count as checkConnection
+	// last saw it; a new connection marks every remote booking for
+	// re-adoption (Ticket.readopt).
+	connGen uint64
 	// leaving is closed by Leave: the replica is going away, and a request
 	// that would wait for an owner is answered at once instead.
 	leaving   chan struct{}

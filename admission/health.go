@@ -49,6 +49,15 @@ func (c *Client) checkConnection() {
 	gen := c.nc.Stats().Reconnects
 	c.mu.Lock()
 	c.connectionLostLocked(down, gen)
+	readopt := false
+	if !down && gen != c.connGen {
+		// A new connection: the owners may have expired the bookings whose
+		// renewals the old one could not carry (a cut longer than their
+		// booking expiry), and nothing else would ever book them again
+		// when the owner and epoch did not change.
+		c.connGen = gen
+		readopt = c.markReadoptLocked() > 0
+	}
 	was, etcdWas := c.degraded, c.etcdDown
 	c.degraded, c.etcdDown = down, etcdDown
 	var foreign []string
@@ -85,6 +94,9 @@ func (c *Client) checkConnection() {
 	case etcdWas && !etcdDown:
 		c.m.etcdDegraded.Set(0)
 		c.log.Info("etcd session healthy again: normal mode")
+	}
+	if readopt {
+		c.wake()
 	}
 	if len(foreign) > 0 {
 		// Entries a degraded mode queued here for classes owned elsewhere
