@@ -311,10 +311,10 @@ func (s *Session) replaceFenced(ctx context.Context, old clientv3.LeaseID, g gra
 // if etcd renews it at once (a short outage: the claims keep their epochs),
 // else the new lease replaces it, healthy, and the old one is revoked so
 // that what was bound to it is deleted now rather than when it expires.
-// Renewals of a lease can hang or fail after etcd restarts (etcd extends
-// its leases on restart, and e2e scenario 7 saw an owner recover only when
-// its old lease ran out, about 6 s after etcd's return); grants cannot
-// depend on the old lease, so the session recovers as soon as etcd answers.
+// So the session's recovery never depends on the old lease answering: e2e
+// scenario 7 (etcd stopped for three TTLs) saw an owner recover only about
+// 6 s after etcd's return, when its old lease ran out; a grant does not
+// depend on that lease, so the session recovers as soon as etcd answers.
 func (s *Session) keep(ctx context.Context, lease clientv3.LeaseID) (clientv3.LeaseID, error) {
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
