@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,6 +20,11 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 	}
 	backoff := c.cfg.BackoffMin
 	waitSince := time.Time{}
+	// unreachableAt is when the owner this request last got "no responders"
+	// from counts as unreachable (zero: none did): from then on the
+	// request is admitted here instead (ClientConfig.OwnerUnreachableAfter).
+	var unreachableAt time.Time
+	var unreachableOwner Owner
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -38,15 +44,23 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 			degraded = true
 		}
 
+		// The owner this request found unreachable is still the owner, and
+		// has been unreachable long enough: admit here (degraded).
+		fallback := !unreachableAt.IsZero() && ok && owner == unreachableOwner && !c.clock.Now().Before(unreachableAt)
+
 		epoch, ownLocal := c.server.Owns(r.Class)
+		if ownLocal {
+			fallback = false
+		}
 		switch {
-		case ownLocal || degraded:
+		case ownLocal || degraded || fallback:
 			// This replica's own actor admits: it owns the class, or NATS
 			// is down and every class is admitted locally (degraded mode).
 			// As an owner it checks ownership again on the actor's turn
 			// (see Server.onAdmit), and takes the epoch from there.
-			g, gatedEpoch, notOwned, err := c.admitLocal(ctx, r, !degraded)
-			if !degraded {
+			gated := !degraded && !fallback
+			g, gatedEpoch, notOwned, err := c.admitLocal(ctx, r, gated)
+			if gated {
 				epoch = gatedEpoch
 			}
 			if notOwned { // the class moved before the actor saw r: not counted there
@@ -59,6 +73,9 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 					if c.m.DegradedByClass != nil {
 						c.m.DegradedByClass.WithLabelValues(r.Class).Inc()
 					}
+					if fallback && !degraded {
+						c.fellBack(r.Class)
+					}
 				}
 				return c.track(r, g, Owner{Replica: c.replica, Epoch: epoch}, c.server.Instance(), true), nil
 			}
@@ -68,6 +85,7 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 				// ownership change or a backoff before the next attempt.
 				r.Attempt++
 				c.m.retries.WithLabelValues("ownership_moved").Inc()
+				unreachableAt = time.Time{} // a fallback ended: ask the owner again
 				if waitSince.IsZero() {
 					waitSince = c.clock.Now()
 				}
@@ -91,13 +109,20 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 		}
 
 		t, retry, err := c.admitRemote(ctx, r, owner)
+		unreachableAt = time.Time{}
+		if errors.Is(err, errNoResponders) {
+			unreachableAt, unreachableOwner, err = c.unreachableUntil(r.Class, owner), owner, nil
+		}
 		if err != nil || !retry {
 			return t, err
 		}
 		if waitSince.IsZero() {
 			waitSince = c.clock.Now()
 		}
-		if err := c.waitForOwner(ctx, r, waitSince, changed, &backoff); err != nil {
+		if !unreachableAt.IsZero() && !c.clock.Now().Before(unreachableAt) {
+			continue // the owner is unreachable: admit here at once
+		}
+		if err := c.waitForOwnerUntil(ctx, r, waitSince, unreachableAt, changed, &backoff); err != nil {
 			return nil, err
 		}
 	}
@@ -106,6 +131,12 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 // waitForOwner sleeps until the ownership view changes or a backoff passes,
 // bounded by the request's deadline and NoOwnerTimeout.
 func (c *Client) waitForOwner(ctx context.Context, r *scheduler.Request, since time.Time, changed <-chan struct{}, backoff *time.Duration) error {
+	return c.waitForOwnerUntil(ctx, r, since, time.Time{}, changed, backoff)
+}
+
+// waitForOwnerUntil is waitForOwner that also wakes at wakeAt (if not zero):
+// when the owner that answered "no responders" counts as unreachable.
+func (c *Client) waitForOwnerUntil(ctx context.Context, r *scheduler.Request, since, wakeAt time.Time, changed <-chan struct{}, backoff *time.Duration) error {
 	limit := since.Add(c.cfg.NoOwnerTimeout)
 	if !r.Due.IsZero() && r.Due.Before(limit) {
 		limit = r.Due
@@ -133,6 +164,9 @@ func (c *Client) waitForOwner(ctx context.Context, r *scheduler.Request, since t
 		} else {
 			d = 0
 		}
+	}
+	if !wakeAt.IsZero() {
+		d = max(0, min(d, wakeAt.Sub(now)))
 	}
 	*backoff = min(2**backoff, c.cfg.BackoffMax)
 	t := c.clock.NewTimer(d)

@@ -56,6 +56,15 @@ type ClientConfig struct {
 	// EtcdDegradedAfter is how long a request waits for an owner while the
 	// etcd session is unhealthy before it is admitted locally.
 	EtcdDegradedAfter time.Duration
+	// OwnerUnreachableAfter bounds how long a class whose registered owner
+	// answers NATS "no responders" (it is cut from NATS, or has stopped
+	// admitting without letting go of its key) keeps its requests waiting:
+	// past it, a request that got "no responders" itself is admitted by
+	// this replica's own scheduler (degraded, counted per class) until the
+	// owner answers again or the class moves. An owner cut from NATS this
+	// long withdraws from placement (internal/app), so the move normally
+	// comes first.
+	OwnerUnreachableAfter time.Duration
 }
 
 // DefaultClientConfig returns the defaults.
@@ -70,6 +79,8 @@ func DefaultClientConfig() ClientConfig {
 
 		OwnerReplyTimeout: time.Minute,
 		EtcdDegradedAfter: 2 * time.Second,
+
+		OwnerUnreachableAfter: 2 * time.Second,
 	}
 }
 
@@ -90,6 +101,8 @@ func (c ClientConfig) Validate() error {
 		return fmt.Errorf("admission: OwnerReplyTimeout must be > 0")
 	case c.EtcdDegradedAfter <= 0:
 		return fmt.Errorf("admission: EtcdDegradedAfter must be > 0")
+	case c.OwnerUnreachableAfter <= 0:
+		return fmt.Errorf("admission: OwnerUnreachableAfter must be > 0")
 	}
 	return nil
 }
@@ -114,6 +127,13 @@ type Client struct {
 	inflight    map[*Ticket]struct{}
 	degraded    bool // NATS unreachable: every class is admitted locally
 	etcdDown    bool // the etcd session is unhealthy: requests without a reachable owner fall back to local admission
+	// unreachable holds the classes whose registered owner answered "no
+	// responders", since when (see ClientConfig.OwnerUnreachableAfter).
+	unreachable map[string]*unreachableOwner
+	// connGen is the NATS connection's reconnect count as checkConnection
+	// last saw it; a new connection marks every remote booking for
+	// re-adoption (Ticket.readopt).
+	connGen uint64
 	// leaving is closed by Leave: the replica is going away, and a request
 	// that would wait for an owner is answered at once instead.
 	leaving   chan struct{}
@@ -150,7 +170,8 @@ func NewClient(cfg ClientConfig, replica, cluster string, nc *nats.Conn, actor A
 		actor: actor, server: server, log: log.Named("admission_client"), m: m,
 		owners: map[string]Owner{}, epochs: map[string]int64{}, changed: make(chan struct{}),
 		pending: map[*pendingAdmit]struct{}{}, inflight: map[*Ticket]struct{}{},
-		counts: map[string]*metrics.AdmissionCounts{}, instance: rand.Uint64(),
+		unreachable: map[string]*unreachableOwner{},
+		counts:      map[string]*metrics.AdmissionCounts{}, instance: rand.Uint64(),
 		kick: make(chan struct{}, 1), abandon: make(chan struct{}, 1), clock: clockOr(cfg.Clock),
 		leaving: make(chan struct{}),
 	}

@@ -43,6 +43,9 @@ type harness struct {
 	classes  []scheduler.ClassConfig
 	workers  []scheduler.Worker
 	replicas map[string]*replica
+	// sched, when set, adjusts the scheduler config of the replicas
+	// started from then on.
+	sched func(*scheduler.Config)
 }
 
 func newHarness(t *testing.T, classes []scheduler.ClassConfig, workers []scheduler.Worker) *harness {
@@ -65,6 +68,9 @@ func (h *harness) startAt(id, url string, mutate func(*ClientConfig)) *replica {
 	nc, err := nats.Connect(url, nats.Name(id), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	require.NoError(t, err)
 	cfg := scheduler.DefaultConfig()
+	if h.sched != nil {
+		h.sched(&cfg)
+	}
 	core := scheduler.NewCore(cfg, clock.Real{}, nil, rand.New(rand.NewPCG(1, uint64(len(h.replicas)))))
 	core.SetClasses(h.classes)
 	core.SetWorkers(h.workers)

@@ -7,15 +7,17 @@ import (
 )
 
 // Degraded reports whether the replica is in a degraded mode: it admits
-// every class locally because NATS is unreachable, or it admits requests
-// that find no owner locally because its etcd session is unhealthy.
+// every class locally because NATS is unreachable, it admits requests
+// that find no owner locally because its etcd session is unhealthy, or it
+// admits some classes locally because their owner is unreachable.
 func (c *Client) Degraded() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.degraded || c.etcdDown
+	return c.degraded || c.etcdDown || len(c.unreachableOwnersLocked(c.clock.Now())) > 0
 }
 
-// DegradedModes names the degraded modes in force: "nats" and/or "etcd".
+// DegradedModes names the degraded modes in force: "nats", "etcd" and/or
+// "owner_unreachable" (see UnreachableOwners).
 func (c *Client) DegradedModes() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -25,6 +27,9 @@ func (c *Client) DegradedModes() []string {
 	}
 	if c.etcdDown {
 		out = append(out, "etcd")
+	}
+	if len(c.unreachableOwnersLocked(c.clock.Now())) > 0 {
+		out = append(out, "owner_unreachable")
 	}
 	return out
 }
@@ -44,6 +49,15 @@ func (c *Client) checkConnection() {
 	gen := c.nc.Stats().Reconnects
 	c.mu.Lock()
 	c.connectionLostLocked(down, gen)
+	readopt := false
+	if !down && gen != c.connGen {
+		// A new connection: the owners may have expired the bookings whose
+		// renewals the old one could not carry (a cut longer than their
+		// booking expiry), and nothing else would ever book them again
+		// when the owner and epoch did not change.
+		c.connGen = gen
+		readopt = c.markReadoptLocked() > 0
+	}
 	was, etcdWas := c.degraded, c.etcdDown
 	c.degraded, c.etcdDown = down, etcdDown
 	var foreign []string
@@ -80,6 +94,9 @@ func (c *Client) checkConnection() {
 	case etcdWas && !etcdDown:
 		c.m.etcdDegraded.Set(0)
 		c.log.Info("etcd session healthy again: normal mode")
+	}
+	if readopt {
+		c.wake()
 	}
 	if len(foreign) > 0 {
 		// Entries a degraded mode queued here for classes owned elsewhere

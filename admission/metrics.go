@@ -26,6 +26,10 @@ type Metrics struct {
 	entryRejected     *prometheus.CounterVec
 	inflightBookings  prometheus.Gauge
 	renewalsPublished prometheus.Counter
+	// ownerUnreachableAdmits and unreachableOwners: classes admitted
+	// locally because their registered owner answered "no responders".
+	ownerUnreachableAdmits *prometheus.CounterVec
+	unreachableOwners      prometheus.Gauge
 }
 
 // NewMetrics registers the collectors with reg.
@@ -84,6 +88,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		renewalsPublished: f.NewCounter(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionRenewals,
 			Help: "Renewal marks sent for in-flight bookings.",
+		}),
+		ownerUnreachableAdmits: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionOwnerUnreachableAdmissions,
+			Help: "Requests this entry replica admitted locally because their class's registered owner answered NATS \"no responders\" for longer than the bound, by class.",
+		}, []string{metrics.LabelClass}),
+		unreachableOwners: f.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.NameAdmissionUnreachableOwners,
+			Help: "Classes whose registered owner has answered NATS \"no responders\" for longer than the bound (admitted locally meanwhile).",
 		}),
 	}
 	return m

@@ -22,9 +22,11 @@ func (c *Client) OwnersChanged(owners map[string]Owner) {
 			graced = true
 		}
 	}
+	moved := c.forgetMovedLocked()
 	close(c.changed)
 	c.changed = make(chan struct{})
 	c.mu.Unlock()
+	c.returnFallbacks(moved)
 	if graced {
 		select { // Run's timer abandons them when the grace has passed
 		case c.abandon <- struct{}{}:

@@ -10,9 +10,30 @@ import (
 	"github.com/switchyard/switchyard/wire"
 )
 
+// markReadoptLocked marks every live remote booking for re-adoption: the
+// entry's NATS connection is new, and an entry cut for longer than the
+// booking expiry has lost them at their owner (no renewal reached it). It
+// returns how many it marked. c.mu is held.
+func (c *Client) markReadoptLocked() int {
+	n := 0
+	for t := range c.inflight {
+		t.mu.Lock()
+		if !t.finished && !t.local {
+			t.readopt = true
+			n++
+		}
+		t.mu.Unlock()
+	}
+	return n
+}
+
 // rehome moves in-flight bookings whose class has a new owner to that owner
 // (adopt), then frees them at the old one, so the ledger that admits the
-// class keeps carrying their load.
+// class keeps carrying their load. It also books again, at the class's
+// current owner whatever its epoch, the bookings marked for re-adoption
+// (markReadoptLocked), so the owner's ledger counts the entry's live
+// streams again after a long cut; one that the owner still held is swapped
+// for the new id and the old freed, so each stream is counted once.
 func (c *Client) rehome(ctx context.Context) {
 	type move struct {
 		t   *Ticket
@@ -31,7 +52,8 @@ func (c *Client) rehome(ctx context.Context) {
 			continue
 		}
 		t.mu.Lock()
-		if !t.finished && (t.owner.Replica != cur.Replica || (cur.Epoch != 0 && t.owner.Epoch != cur.Epoch && !t.local)) {
+		moved := t.owner.Replica != cur.Replica || (cur.Epoch != 0 && t.owner.Epoch != cur.Epoch && !t.local)
+		if !t.finished && (moved || (t.readopt && !t.local)) {
 			rec := t.rec
 			rec.FirstTokenSeen = t.firstToken
 			byClass[t.class] = append(byClass[t.class], move{t: t, rec: rec, old: t.owner, ins: t.instance, loc: t.local, id: t.booking})
@@ -61,11 +83,13 @@ func (c *Client) rehome(ctx context.Context) {
 			finished := mv.t.finished
 			if !finished {
 				mv.t.owner, mv.t.instance, mv.t.local, mv.t.booking = owner, instance, owner.Replica == c.replica, ids[i]
+				mv.t.readopt = false
 			}
 			mv.t.mu.Unlock()
 			if finished { // it ended while moving: free the new booking too
 				c.release(owner, instance, owner.Replica == c.replica, ids[i], false, -1)
 			}
+			// Freeing the old id is a no-op at an owner that expired it.
 			c.release(mv.old, mv.ins, mv.loc, mv.id, false, -1)
 			c.m.rehomed.Inc()
 		}

@@ -15,7 +15,8 @@ import (
 )
 
 // admitRemote sends one admit request to owner. retry is true when the
-// caller should try again (owner gone, changed or fenced).
+// caller should try again (owner gone, changed or fenced); err is then nil,
+// or errNoResponders when the owner has no subscription for the class.
 func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Owner) (t *Ticket, retry bool, err error) {
 	data, err := wire.EncodeAdmission(RequestToWire(r, c.replica))
 	if err != nil {
@@ -52,7 +53,10 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
 			c.m.remoteSeconds.WithLabelValues("no_responders").Observe(c.clock.Now().Sub(start).Seconds())
-			return nil, true, nil // no owner admits the class right now
+			// The registered owner does not admit the class right now
+			// (cut from NATS, or between its claim and its subscription).
+			c.noteNoResponders(r.Class, owner)
+			return nil, true, errNoResponders
 		case abandoned:
 			c.m.retries.WithLabelValues("owner_changed").Inc()
 			c.cancelAt(r, owner.Replica)
@@ -94,6 +98,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 			return nil, true, nil
 		}
 	}
+	c.ownerAnswered(r.Class)
 	reply, err := wire.DecodeAdmitReply(msg.Data)
 	if err != nil {
 		c.m.decodeErrors.WithLabelValues("admit_reply").Inc()

@@ -38,6 +38,7 @@ func (c *Client) Run(ctx context.Context) error {
 			grace.Reset(max(0, next.Sub(c.clock.Now())))
 		}
 	}
+	var unreachable map[string]string // as last exported
 	for {
 		select {
 		case <-ctx.Done():
@@ -52,6 +53,7 @@ func (c *Client) Run(ctx context.Context) error {
 			c.rehome(ctx)
 		case <-status.C:
 			c.checkConnection()
+			unreachable = c.exportUnreachable(unreachable)
 			// A re-home deferred because the new owner did not answer yet
 			// (it is announced before it subscribes) is retried here rather
 			// than at the next ownership change.

@@ -22,7 +22,12 @@ type Ticket struct {
 	rec        scheduler.BookingRecord
 	firstToken bool
 	finished   bool
-	used       int // reported token usage (SetUsage); -1 unknown
+	// readopt: the entry's NATS connection was replaced since this remote
+	// booking was made or last re-homed, so its owner may have expired it
+	// (no renewals reached it): rehome books it again at the class's owner
+	// whatever the owner and epoch, and frees the old id.
+	readopt bool
+	used    int // reported token usage (SetUsage); -1 unknown
 }
 
 // SetUsage records the tokens (prompt plus output) the engine reported for

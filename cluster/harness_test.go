@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
 	"gopkg.in/yaml.v3"
 
 	"github.com/switchyard/switchyard/internal/testenv"
@@ -175,6 +176,9 @@ type nodeOpts struct {
 	// "acquire:<class>"/"release:<class>" on every ownership callback, in
 	// the order they ran.
 	policyLog *eventLog
+	// dial adds gRPC dial options to the node's etcd client (the
+	// production reconnect settings, say).
+	dial []grpc.DialOption
 }
 
 // eventLog is an ordered record of callbacks.
@@ -204,7 +208,7 @@ func (c *harness) start(id string, o nodeOpts) *node {
 		n.proxy = testenv.StartProxy(t, strings.TrimPrefix(c.etcd.Endpoints[0], "http://"))
 		endpoints = []string{"http://" + n.proxy.Addr()}
 	}
-	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), DialOptions: o.dial})
 	require.NoError(t, err)
 	n.client = client
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(id)

@@ -212,3 +212,14 @@ var (
 	// on loopback to tens of seconds when a link is struggling.
 	BucketsLag = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 )
+
+// One-sided faults (docs/architecture.md, "Failures"): an owner that
+// answers "no responders" (admission/metrics.go) and a router that
+// withdrew from class placement because NATS is unreachable
+// (internal/app/membership.go).
+const (
+	NameAdmissionOwnerUnreachableAdmissions = "switchyard_admission_owner_unreachable_admissions_total"
+	NameAdmissionUnreachableOwners          = "switchyard_admission_unreachable_owners"
+	NameRouterNATSWithdrawn                 = "switchyard_router_nats_withdrawn"
+	NameRouterNATSWithdrawals               = "switchyard_router_nats_withdrawals_total"
+)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,6 +40,13 @@ type membershipState struct {
 	classOwned     *prometheus.GaugeVec
 	ownedSeries    map[string]struct{} // classes with a classOwned series
 	known          map[string]struct{} // workers with metric series
+	// natsWithdrawn is set while this replica is registered as not ready
+	// because NATS has been unreachable for the bound (see watchNATS);
+	// readyDetail reads it.
+	natsWithdrawn   atomic.Bool
+	natsDownSince   time.Time // follow's: when NATS was first seen down (zero: up)
+	withdrawnGauge  prometheus.Gauge
+	withdrawalCount prometheus.Counter
 }
 
 // join waits for the session's lease and the registries, seeds the policy
@@ -51,6 +59,14 @@ func (r *replica) join(ctx context.Context) error {
 		Name: metrics.NameClusterClassOwned,
 		Help: "1 if this replica owns the class, 0 if it knows the class but does not own it; summed over replicas, the owners per class.",
 	}, []string{metrics.LabelClass})
+	r.m.withdrawnGauge = promauto.With(r.reg).NewGauge(prometheus.GaugeOpts{
+		Name: metrics.NameRouterNATSWithdrawn,
+		Help: "1 while this replica is registered as not ready because NATS has been unreachable longer than the bound: it owns and claims no class.",
+	})
+	r.m.withdrawalCount = promauto.With(r.reg).NewCounter(prometheus.CounterOpts{
+		Name: metrics.NameRouterNATSWithdrawals,
+		Help: "Times this replica withdrew from class placement because NATS was unreachable longer than the bound.",
+	})
 	if _, err := r.session.WaitLease(ctx); err != nil {
 		return err
 	}
@@ -87,7 +103,12 @@ func (r *replica) follow(ctx context.Context) error {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
+	// NATS's state is polled (on wall time, like the admission client's
+	// own poll): the connection reports drops without a channel to wait on.
+	natsPoll := time.NewTicker(natsPollInterval)
+	defer natsPoll.Stop()
 	leave := r.leave
+	left := false
 	reg := &r.m.reg
 	register := func() {
 		if !r.register(ctx, reg) {
@@ -101,8 +122,13 @@ func (r *replica) follow(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-natsPoll.C:
+			if r.watchNATS(time.Now()) {
+				reg.info.Ready = !left && !r.m.natsWithdrawn.Load()
+				register()
+			}
 		case <-leave:
-			leave = nil
+			leave, left = nil, true
 			reg.info.Ready = false
 			r.log.Info("registering as not ready: the classes move to the other replicas")
 			register()
@@ -124,6 +150,45 @@ func (r *replica) follow(ctx context.Context) error {
 			r.publishLoads()
 		}
 	}
+}
+
+// natsPollInterval is how often follow looks at the NATS connection.
+const natsPollInterval = 100 * time.Millisecond
+
+// watchNATS applies "ownership follows the ability to serve": a replica
+// whose NATS connection has been down for the bound
+// (Admission.OwnerUnreachableAfter) withdraws from class placement by
+// registering as not ready, so the cluster's rendezvous places its classes
+// on the replicas that can serve them (Ownership hands them off, the others
+// claim), and it claims none until NATS is back; meanwhile it admits its
+// own entries' requests locally (the admission client's NATS degraded
+// mode). Being registered, with a healthy lease, it is still a member:
+// the withdrawal is the same record the lame duck writes, and it is undone
+// as soon as the connection is back (then the settle period applies before
+// classes move back). It reports whether the withdrawal changed.
+func (r *replica) watchNATS(now time.Time) bool {
+	if r.nc.IsConnected() {
+		r.m.natsDownSince = time.Time{}
+		if !r.m.natsWithdrawn.Load() {
+			return false
+		}
+		r.m.natsWithdrawn.Store(false)
+		r.m.withdrawnGauge.Set(0)
+		r.log.Info("NATS reachable again: registering as ready, classes may be placed here again")
+		return true
+	}
+	if r.m.natsDownSince.IsZero() {
+		r.m.natsDownSince = now
+	}
+	if r.m.natsWithdrawn.Load() || now.Sub(r.m.natsDownSince) < r.cfg.Admission.OwnerUnreachableAfter {
+		return false
+	}
+	r.m.natsWithdrawn.Store(true)
+	r.m.withdrawnGauge.Set(1)
+	r.m.withdrawalCount.Inc()
+	r.log.Warn("NATS unreachable: withdrawing from class placement (registering as not ready); serving own entries in degraded mode",
+		zap.Duration("down_for", now.Sub(r.m.natsDownSince)))
+	return true
 }
 
 // registration is the replica record as last written, and the lease it was

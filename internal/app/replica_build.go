@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -95,8 +97,12 @@ func (r *replica) build() error {
 		return err
 	}
 	r.etcd = etcd
+	// A connection cut silently (packets dropped, no reset) is only noticed
+	// by pings: at the bound's pace, not NATS's default two minutes, so a
+	// silent cut too makes this replica withdraw from class placement
+	// (watchNATS) within about three ping intervals plus the bound.
 	natsOpts, err := cfg.Links.natsOptions(cfg.NATSURL, log, tlsMetrics, nats.Name(cfg.ID), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-		nats.RetryOnFailedConnect(true))
+		nats.RetryOnFailedConnect(true), nats.PingInterval(max(cfg.Admission.OwnerUnreachableAfter, time.Second)), nats.MaxPingsOutstanding(2))
 	if err != nil {
 		return err
 	}
@@ -321,7 +327,20 @@ func (r *replica) readyDetail() []string {
 		case "etcd":
 			out = append(out, fmt.Sprintf("degraded: etcd session unhealthy; requests that find no owner for %v are admitted by this replica's own scheduler until it is back",
 				r.cfg.Admission.EtcdDegradedAfter))
+		case "owner_unreachable":
+			un := r.client.UnreachableOwners()
+			classes := make([]string, 0, len(un))
+			for class, owner := range un {
+				classes = append(classes, class+" (owner "+owner+")")
+			}
+			sort.Strings(classes)
+			out = append(out, fmt.Sprintf("degraded: class owners answer no responders over NATS for %v; admitted by this replica's own scheduler until they answer or the classes move: %s",
+				r.cfg.Admission.OwnerUnreachableAfter, strings.Join(classes, ", ")))
 		}
+	}
+	if r.m.natsWithdrawn.Load() {
+		out = append(out, fmt.Sprintf("withdrawn: NATS unreachable for %v; registered as not ready so the classes this replica owned move to replicas that can serve them, and it claims none until NATS is back",
+			r.cfg.Admission.OwnerUnreachableAfter))
 	}
 	return out
 }
