@@ -56,6 +56,11 @@ type ClientConfig struct {
 	// EtcdDegradedAfter is how long a request waits for an owner while the
 	// etcd session is unhealthy before it is admitted locally.
 	EtcdDegradedAfter time.Duration
+	// AdoptHold is the owner side's adoption hold (WithAdoptHold): how long
+	// a new owner of a class holds its tenants' requests that have a
+	// concurrency quota, so that they count the bookings the entries
+	// re-home to it. 0 turns it off.
+	AdoptHold time.Duration
 }
 
 // DefaultClientConfig returns the defaults.
@@ -70,6 +75,7 @@ func DefaultClientConfig() ClientConfig {
 
 		OwnerReplyTimeout: time.Minute,
 		EtcdDegradedAfter: 2 * time.Second,
+		AdoptHold:         DefaultAdoptHold,
 	}
 }
 
@@ -90,6 +96,8 @@ func (c ClientConfig) Validate() error {
 		return fmt.Errorf("admission: OwnerReplyTimeout must be > 0")
 	case c.EtcdDegradedAfter <= 0:
 		return fmt.Errorf("admission: EtcdDegradedAfter must be > 0")
+	case c.AdoptHold < 0:
+		return fmt.Errorf("admission: AdoptHold must be >= 0")
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ type Metrics struct {
 	entryRejected     *prometheus.CounterVec
 	inflightBookings  prometheus.Gauge
 	renewalsPublished prometheus.Counter
+	heldForAdoption   prometheus.Counter
 }
 
 // NewMetrics registers the collectors with reg.
@@ -84,6 +85,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		renewalsPublished: f.NewCounter(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionRenewals,
 			Help: "Renewal marks sent for in-flight bookings.",
+		}),
+		heldForAdoption: f.NewCounter(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionHeldForAdoption,
+			Help: "Tenant requests with a concurrency quota this replica held, as a class's new owner, until the entries' bookings were adopted.",
 		}),
 	}
 	return m

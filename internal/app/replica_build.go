@@ -153,8 +153,8 @@ func (r *replica) build() error {
 	am := admission.NewMetrics(reg)
 	am.DegradedByClass = r.adm.DegradedAdmissions
 	port := admission.LocalActor(r.actor, func() []scheduler.ClassConfig { return *r.classes.Load() })
-	r.server = admission.NewServer(cfg.ID, cfg.Cluster, r.nc, port, log, am, admission.WithServerClock(clk))
 	acfg := cfg.Admission
+	r.server = admission.NewServer(cfg.ID, cfg.Cluster, r.nc, port, log, am, admission.WithServerClock(clk), admission.WithAdoptHold(acfg.AdoptHold))
 	acfg.ClusterHealthy = r.session.Healthy
 	r.client = admission.NewClient(acfg, cfg.ID, cfg.Cluster, r.nc, port, r.server, log, am)
 
