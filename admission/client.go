@@ -61,6 +61,10 @@ type ClientConfig struct {
 	// concurrency quota, so that they count the bookings the entries
 	// re-home to it. 0 turns it off.
 	AdoptHold time.Duration
+	// BucketSyncInterval is how often an owner saves the tenant bucket
+	// levels of its classes to etcd (BucketSync): a crashed owner's
+	// successor misses at most this much of its charges.
+	BucketSyncInterval time.Duration
 }
 
 // DefaultClientConfig returns the defaults.
@@ -76,6 +80,8 @@ func DefaultClientConfig() ClientConfig {
 		OwnerReplyTimeout: time.Minute,
 		EtcdDegradedAfter: 2 * time.Second,
 		AdoptHold:         DefaultAdoptHold,
+
+		BucketSyncInterval: time.Second,
 	}
 }
 
@@ -98,6 +104,8 @@ func (c ClientConfig) Validate() error {
 		return fmt.Errorf("admission: EtcdDegradedAfter must be > 0")
 	case c.AdoptHold < 0:
 		return fmt.Errorf("admission: AdoptHold must be >= 0")
+	case c.BucketSyncInterval <= 0:
+		return fmt.Errorf("admission: BucketSyncInterval must be > 0")
 	}
 	return nil
 }

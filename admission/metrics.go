@@ -27,6 +27,7 @@ type Metrics struct {
 	inflightBookings  prometheus.Gauge
 	renewalsPublished prometheus.Counter
 	heldForAdoption   prometheus.Counter
+	bucketSyncErrors  *prometheus.CounterVec
 }
 
 // NewMetrics registers the collectors with reg.
@@ -90,6 +91,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: metrics.NameAdmissionHeldForAdoption,
 			Help: "Tenant requests with a concurrency quota this replica held, as a class's new owner, until the entries' bookings were adopted.",
 		}),
+		bucketSyncErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionBucketSyncErrors,
+			Help: "Failed saves and loads of the tenant bucket levels that travel with a class, by op (save, load).",
+		}, []string{"op"}),
 	}
 	return m
 }

@@ -236,6 +236,17 @@ func (s *Server) Disown(class string) {
 	s.log.Info("disowned class", zap.String("class", class), zap.Int64("epoch", oc.epoch))
 }
 
+// OwnedClasses returns the classes this replica currently admits.
+func (s *Server) OwnedClasses() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.owned))
+	for class := range s.owned {
+		out = append(out, class)
+	}
+	return out
+}
+
 // Instance names this life of the owner side (see wire.LifeMark.Instance).
 func (s *Server) Instance() uint64 { return s.instance }
 

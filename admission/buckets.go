@@ -1,0 +1,165 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/internal/clock"
+	"github.com/switchyard/switchyard/scheduler"
+)
+
+// BucketStore keeps each class's carried tenant bucket levels
+// (cluster.Buckets). Save must fail when this replica no longer owns the
+// class at epoch.
+type BucketStore interface {
+	Save(ctx context.Context, class string, epoch int64, data []byte) error
+	Load(ctx context.Context, class string) ([]byte, error)
+}
+
+// BucketActor exports and merges a class's tenant bucket levels on the
+// actor's turn (ActorBuckets adapts a *scheduler.Actor).
+type BucketActor interface {
+	TenantBuckets(ctx context.Context, class string) ([]scheduler.TenantBucket, error)
+	MergeTenantBuckets(ctx context.Context, class string, carried []scheduler.TenantBucket) error
+}
+
+// ActorBuckets adapts a scheduler actor to BucketActor.
+func ActorBuckets(a *scheduler.Actor) BucketActor { return actorBuckets{a} }
+
+type actorBuckets struct{ a *scheduler.Actor }
+
+func (b actorBuckets) TenantBuckets(ctx context.Context, class string) ([]scheduler.TenantBucket, error) {
+	var out []scheduler.TenantBucket
+	err := b.a.Do(ctx, func(c *scheduler.Core) { out = c.TenantBuckets(class) })
+	return out, err
+}
+
+func (b actorBuckets) MergeTenantBuckets(ctx context.Context, class string, carried []scheduler.TenantBucket) error {
+	return b.a.Do(ctx, func(c *scheduler.Core) { c.MergeTenantBuckets(class, carried) })
+}
+
+// BucketSync makes a class's token buckets travel with it (design §16):
+// while this replica owns a class it saves the levels of the tenants the
+// class charged every interval (only when they changed), and once more,
+// exactly, when it hands the class off; a new owner merges the saved levels
+// before it admits anything (Acquired). So a graceful move carries the
+// buckets exactly, and a crash loses at most the last interval's charges.
+// Saves of one class are serialized, and the store refuses a save from a
+// replica that no longer owns the class at its epoch.
+type BucketSync struct {
+	store    BucketStore
+	actor    BucketActor
+	server   *Server
+	interval time.Duration
+	timeout  time.Duration
+	clock    clock.Clock
+	log      *zap.Logger
+	m        *Metrics
+
+	mu   sync.Mutex        // serializes saves
+	last map[string][]byte // per class, the levels last saved (without their time)
+}
+
+// NewBucketSync returns the bucket carrier of the classes server owns.
+// interval is the save period; timeout bounds each etcd operation.
+func NewBucketSync(store BucketStore, actor BucketActor, server *Server, interval, timeout time.Duration, clk clock.Clock, log *zap.Logger, m *Metrics) *BucketSync {
+	return &BucketSync{store: store, actor: actor, server: server, interval: interval, timeout: timeout,
+		clock: clockOr(clk), log: log.Named("bucket_sync"), m: m, last: map[string][]byte{}}
+}
+
+// Run saves the owned classes' levels every interval until ctx ends.
+func (b *BucketSync) Run(ctx context.Context) error {
+	t := b.clock.NewTicker(b.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		}
+		for _, class := range b.server.OwnedClasses() {
+			if epoch, ok := b.server.Owns(class); ok {
+				b.save(ctx, class, epoch, false)
+			}
+		}
+	}
+}
+
+// Acquired merges the levels saved for class into the actor. It runs before
+// the class is admitted here (OnAcquire, before Server.Own). On error the
+// buckets start as they are (full for unseen tenants): counted and logged,
+// never a reason to refuse the class.
+func (b *BucketSync) Acquired(class string) {
+	b.mu.Lock()
+	delete(b.last, class)
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	data, err := b.store.Load(ctx, class)
+	if err == nil && data != nil {
+		var carried []scheduler.TenantBucket
+		if err = json.Unmarshal(data, &carried); err != nil {
+			err = fmt.Errorf("decode buckets of class %s: %w", class, err)
+		} else {
+			err = b.actor.MergeTenantBuckets(ctx, class, carried)
+		}
+	}
+	if err != nil {
+		b.m.bucketSyncErrors.WithLabelValues("load").Inc()
+		b.log.Warn("carried buckets not loaded: they start full", zap.String("class", class), zap.Error(err))
+	}
+}
+
+// Released saves class's levels once more after this replica stopped
+// admitting it at epoch (OnRelease of a hand-off or a shutdown, after
+// Server.Disown and before the owner key is deleted): the next owner then
+// starts from exactly these levels.
+func (b *BucketSync) Released(class string, epoch int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	b.save(ctx, class, epoch, true)
+}
+
+func (b *BucketSync) save(ctx context.Context, class string, epoch int64, final bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	levels, err := b.actor.TenantBuckets(ctx, class)
+	if err != nil {
+		return // the actor stopped: the replica is stopping
+	}
+	data, err := json.Marshal(levels)
+	if err != nil {
+		b.m.bucketSyncErrors.WithLabelValues("save").Inc()
+		return
+	}
+	key := levelsKey(levels)
+	if prev, ok := b.last[class]; ok && bytes.Equal(prev, key) && !final {
+		return
+	}
+	if err := b.store.Save(ctx, class, epoch, data); err != nil {
+		b.m.bucketSyncErrors.WithLabelValues("save").Inc()
+		b.log.Warn("buckets not saved", zap.String("class", class), zap.Bool("final", final), zap.Error(err))
+		return
+	}
+	b.last[class] = key
+}
+
+// levelsKey is levels without their read time, to tell whether anything
+// was charged since the last save.
+func levelsKey(levels []scheduler.TenantBucket) []byte {
+	cp := make([]scheduler.TenantBucket, len(levels))
+	for i, l := range levels {
+		l.At = 0
+		cp[i] = l
+	}
+	b, _ := json.Marshal(cp)
+	return b
+}
