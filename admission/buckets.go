@@ -129,6 +129,9 @@ func (b *BucketSync) Released(class string, epoch int64) {
 func (b *BucketSync) save(ctx context.Context, class string, epoch int64, final bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if _, ok := b.server.Owns(class); !ok && !final {
+		return // released meanwhile: its final save has run or is not ours to do
+	}
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	levels, err := b.actor.TenantBuckets(ctx, class)
