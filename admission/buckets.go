@@ -1,10 +1,10 @@
 package admission
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -47,7 +47,8 @@ func (b actorBuckets) MergeTenantBuckets(ctx context.Context, class string, carr
 // BucketSync makes a class's token buckets travel with it (design §16):
 // while this replica owns a class it saves the levels of the tenants the
 // class charged every interval (only when they changed), and once more,
-// exactly, when it hands the class off; a new owner merges the saved levels
+// exactly, when it hands the class off (a bucket that is only refilling
+// since the last save is not saved again); a new owner merges the saved levels
 // before it admits anything (Acquired). So a graceful move carries the
 // buckets exactly, and a crash loses at most the last interval's charges.
 // Saves of one class are serialized, and the store refuses a save from a
@@ -62,15 +63,15 @@ type BucketSync struct {
 	log      *zap.Logger
 	m        *Metrics
 
-	mu   sync.Mutex        // serializes saves
-	last map[string][]byte // per class, the levels last saved (without their time)
+	mu   sync.Mutex                          // serializes saves
+	last map[string][]scheduler.TenantBucket // per class, the levels last saved
 }
 
 // NewBucketSync returns the bucket carrier of the classes server owns.
 // interval is the save period; timeout bounds each etcd operation.
 func NewBucketSync(store BucketStore, actor BucketActor, server *Server, interval, timeout time.Duration, clk clock.Clock, log *zap.Logger, m *Metrics) *BucketSync {
 	return &BucketSync{store: store, actor: actor, server: server, interval: interval, timeout: timeout,
-		clock: clockOr(clk), log: log.Named("bucket_sync"), m: m, last: map[string][]byte{}}
+		clock: clockOr(clk), log: log.Named("bucket_sync"), m: m, last: map[string][]scheduler.TenantBucket{}}
 }
 
 // Run saves the owned classes' levels every interval until ctx ends.
@@ -143,26 +144,42 @@ func (b *BucketSync) save(ctx context.Context, class string, epoch int64, final 
 		b.m.bucketSyncErrors.WithLabelValues("save").Inc()
 		return
 	}
-	key := levelsKey(levels)
-	if prev, ok := b.last[class]; ok && bytes.Equal(prev, key) && !final {
-		return
+	if prev, ok := b.last[class]; ok && !final && sameAsRefilled(prev, levels) {
+		return // nothing charged since: the saved levels refill to these
 	}
 	if err := b.store.Save(ctx, class, epoch, data); err != nil {
 		b.m.bucketSyncErrors.WithLabelValues("save").Inc()
 		b.log.Warn("buckets not saved", zap.String("class", class), zap.Bool("final", final), zap.Error(err))
 		return
 	}
-	b.last[class] = key
+	b.last[class] = levels
 }
 
-// levelsKey is levels without their read time, to tell whether anything
-// was charged since the last save.
-func levelsKey(levels []scheduler.TenantBucket) []byte {
-	cp := make([]scheduler.TenantBucket, len(levels))
-	for i, l := range levels {
-		l.At = 0
-		cp[i] = l
+// sameAsRefilled reports whether cur is what prev becomes by refilling
+// alone (as the next owner refills a saved level from its time), so that
+// saving cur would carry nothing new: a bucket that is only refilling
+// costs no writes.
+func sameAsRefilled(prev, cur []scheduler.TenantBucket) bool {
+	if len(prev) != len(cur) {
+		return false
 	}
-	b, _ := json.Marshal(cp)
-	return b
+	for i, p := range prev {
+		c := cur[i]
+		if p.Tenant != c.Tenant || p.RequestsPerMinute != c.RequestsPerMinute || p.TokensPerMinute != c.TokensPerMinute {
+			return false
+		}
+		// The Core refills in steps, this in one: allow their rounding.
+		if math.Abs(refilled(p.Requests, p.RequestsPerMinute, c.At-p.At)-c.Requests) > 1e-6*float64(max(1, p.RequestsPerMinute)) ||
+			math.Abs(refilled(p.Tokens, p.TokensPerMinute, c.At-p.At)-c.Tokens) > 1e-6*float64(max(1, p.TokensPerMinute)) {
+			return false
+		}
+	}
+	return true
+}
+
+func refilled(level float64, perMinute int, elapsed int64) float64 {
+	if perMinute <= 0 || elapsed <= 0 {
+		return level
+	}
+	return min(float64(perMinute), level+float64(perMinute)*float64(elapsed)/float64(time.Minute))
 }
