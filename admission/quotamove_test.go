@@ -64,7 +64,7 @@ func TestANewOwnerAdmitsATenantOnlyAgainstItsAdoptedConcurrency(t *testing.T) {
 		if r.err == nil {
 			admitted++
 			r.t.Dispatched()
-			defer r.t.Finish(false)
+			t.Cleanup(func() { r.t.Finish(false) })
 			continue
 		}
 		require.Equal(t, scheduler.ReasonQuotaExceeded, scheduler.ReasonOf(r.err), "%v", r.err)
