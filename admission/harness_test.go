@@ -77,7 +77,7 @@ func (h *harness) startAt(id, url string, mutate func(*ClientConfig)) *replica {
 	if mutate != nil {
 		mutate(&ccfg)
 	}
-	srv := NewServer(id, cluster, nc, port, zap.NewNop(), m, WithAdoptHold(ccfg.AdoptHold))
+	srv := NewServer(id, cluster, nc, port, zap.NewNop(), m, WithAdoptHold(ccfg.AdoptHold), WithServerClock(ccfg.Clock))
 	cli := NewClient(ccfg, id, cluster, nc, port, srv, zap.NewNop(), m)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replica{id: id, actor: actor, server: srv, client: cli, nc: nc, reg: reg, cancel: cancel}

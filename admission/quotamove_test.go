@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/scheduler"
 )
@@ -19,9 +20,12 @@ import (
 // its quota.
 func TestANewOwnerAdmitsATenantOnlyAgainstItsAdoptedConcurrency(t *testing.T) {
 	const quota = 3
-	hold := func(c *ClientConfig) { c.AdoptHold = 3 * time.Second }
+	// The new owner's owner side runs on a fake clock: its hold ends when
+	// the test says, after the adoption, however slow the machine.
+	fake := clock.NewFake(time.Now())
 	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
-	a, b, c := h.start("a", hold), h.start("b", hold), h.start("c", hold)
+	a, b := h.start("a", nil), h.start("b", nil)
+	c := h.start("c", func(c *ClientConfig) { c.AdoptHold, c.Clock = time.Second, fake })
 	h.own("gold", "a", 1)
 	ctx := testenv.Context(t)
 	tenantReq := func() *scheduler.Request {
@@ -51,6 +55,7 @@ func TestANewOwnerAdmitsATenantOnlyAgainstItsAdoptedConcurrency(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		return c.counters(t, "gold").Received+uint64(testutil.ToFloat64(c.client.m.heldForAdoption)) >= n
 	}, "every request of the burst has reached the new owner (answered or held)")
+	require.Zero(t, c.counters(t, "gold").Received, "the whole burst is held, none queued")
 
 	// Now b learns of the move and re-homes the tenant's streams to c.
 	for _, r := range []*replica{a, b} {
@@ -58,6 +63,7 @@ func TestANewOwnerAdmitsATenantOnlyAgainstItsAdoptedConcurrency(t *testing.T) {
 	}
 	testenv.Eventually(t, 5*time.Second, func() bool { return c.snapshot(t).Bookings >= quota },
 		"the tenant's streams are adopted by c")
+	fake.Advance(time.Second) // the hold ends
 
 	admitted := 0
 	for r := range merge(burst) {
