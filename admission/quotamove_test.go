@@ -19,6 +19,15 @@ import (
 // new owner admits the burst against a count of 0 and the tenant runs twice
 // its quota.
 func TestANewOwnerAdmitsATenantOnlyAgainstItsAdoptedConcurrency(t *testing.T) {
+	t.Run("a burst entering at the new owner", func(t *testing.T) { adoptionHoldBurst(t, false) })
+	t.Run("a burst entering at another replica", func(t *testing.T) { adoptionHoldBurst(t, true) })
+}
+
+// adoptionHoldBurst moves a class whose tenant has its concurrency quota in
+// flight through entry b, and sends a burst of the tenant's requests to the
+// new owner c before b has re-homed them: through c's own entry side, or
+// (remote) through d's, over NATS.
+func adoptionHoldBurst(t *testing.T, remote bool) {
 	const quota = 3
 	// The new owner's owner side runs on a fake clock: its hold ends when
 	// the test says, after the adoption, however slow the machine.
@@ -26,6 +35,10 @@ func TestANewOwnerAdmitsATenantOnlyAgainstItsAdoptedConcurrency(t *testing.T) {
 	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
 	a, b := h.start("a", nil), h.start("b", nil)
 	c := h.start("c", func(c *ClientConfig) { c.AdoptHold, c.Clock = time.Second, fake })
+	via := c
+	if remote {
+		via = h.start("d", nil)
+	}
 	h.own("gold", "a", 1)
 	ctx := testenv.Context(t)
 	tenantReq := func() *scheduler.Request {
@@ -47,10 +60,11 @@ func TestANewOwnerAdmitsATenantOnlyAgainstItsAdoptedConcurrency(t *testing.T) {
 	a.server.Disown("gold")
 	require.NoError(t, c.server.Own("gold", 2))
 	c.client.OwnersChanged(map[string]Owner{"gold": {Replica: "c", Epoch: 2}})
+	via.client.OwnersChanged(map[string]Owner{"gold": {Replica: "c", Epoch: 2}})
 	const n = quota + 2
 	burst := make([]<-chan admitResult, n)
 	for i := range burst {
-		burst[i] = admitAsync(ctx, c.client, tenantReq())
+		burst[i] = admitAsync(ctx, via.client, tenantReq())
 	}
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		return c.counters(t, "gold").Received+uint64(testutil.ToFloat64(c.client.m.heldForAdoption)) >= n

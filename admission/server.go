@@ -152,7 +152,9 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}()
 	<-ctx.Done()
+	s.mu.Lock()
 	s.stopRun() // requests held for adoption give up (see onAdmit)
+	s.mu.Unlock()
 	s.holds.Wait()
 	<-replierDone
 	s.rmu.Lock()
@@ -286,8 +288,17 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 	if d := s.adoptionHold(req); d > 0 {
 		// Wait off the subscription's goroutine: the class's other
 		// requests are not held behind this one.
+		s.mu.Lock() // ordered with Run's stop: no Add after its Wait began
+		stopping := s.runCtx.Err() != nil
+		if !stopping {
+			s.holds.Add(1)
+		}
+		s.mu.Unlock()
+		if stopping {
+			s.reply(m, movedReply())
+			return
+		}
 		s.m.heldForAdoption.Inc()
-		s.holds.Add(1)
 		go func() {
 			defer s.holds.Done()
 			t := s.clock.NewTimer(d)
