@@ -65,6 +65,10 @@ type BucketSync struct {
 
 	mu   sync.Mutex                          // serializes saves
 	last map[string][]scheduler.TenantBucket // per class, the levels last saved
+	// finalFailed is when a final save last failed: the final saves of
+	// the next timeout are skipped, so that a stop releasing many classes
+	// while etcd does not answer waits one timeout, not one per class.
+	finalFailed time.Time
 }
 
 // NewBucketSync returns the bucket carrier of the classes server owns.
@@ -122,37 +126,50 @@ func (b *BucketSync) Acquired(class string) {
 // Server.Disown and before the owner key is deleted): the next owner then
 // starts from exactly these levels.
 func (b *BucketSync) Released(class string, epoch int64) {
+	b.mu.Lock()
+	skip := !b.finalFailed.IsZero() && b.clock.Now().Sub(b.finalFailed) < b.timeout
+	b.mu.Unlock()
+	if skip {
+		b.m.bucketSyncErrors.WithLabelValues("save").Inc()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
-	b.save(ctx, class, epoch, true)
+	if !b.save(ctx, class, epoch, true) {
+		b.mu.Lock()
+		b.finalFailed = b.clock.Now()
+		b.mu.Unlock()
+	}
 }
 
-func (b *BucketSync) save(ctx context.Context, class string, epoch int64, final bool) {
+// save stores class's levels at epoch; false when they could not be.
+func (b *BucketSync) save(ctx context.Context, class string, epoch int64, final bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.server.Owns(class); !ok && !final {
-		return // released meanwhile: its final save has run or is not ours to do
+		return true // released meanwhile: its final save has run or is not ours to do
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	levels, err := b.actor.TenantBuckets(ctx, class)
 	if err != nil {
-		return // the actor stopped: the replica is stopping
+		return false // the actor stopped: the replica is stopping
 	}
 	data, err := json.Marshal(levels)
 	if err != nil {
 		b.m.bucketSyncErrors.WithLabelValues("save").Inc()
-		return
+		return false
 	}
 	if prev, ok := b.last[class]; ok && !final && sameAsRefilled(prev, levels) {
-		return // nothing charged since: the saved levels refill to these
+		return true // nothing charged since: the saved levels refill to these
 	}
 	if err := b.store.Save(ctx, class, epoch, data); err != nil {
 		b.m.bucketSyncErrors.WithLabelValues("save").Inc()
 		b.log.Warn("buckets not saved", zap.String("class", class), zap.Bool("final", final), zap.Error(err))
-		return
+		return false
 	}
 	b.last[class] = levels
+	return true
 }
 
 // sameAsRefilled reports whether cur is what prev becomes by refilling

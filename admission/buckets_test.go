@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -46,6 +47,10 @@ func (m *memBuckets) Load(_ context.Context, class string) ([]byte, error) {
 
 // bucketOwner is a real actor and owner side (no NATS) with a BucketSync.
 func bucketOwner(t *testing.T, store BucketStore) (*BucketSync, *Server, *scheduler.Actor, *Metrics) {
+	return bucketOwnerAt(t, store, nil)
+}
+
+func bucketOwnerAt(t *testing.T, store BucketStore, clk clock.Clock) (*BucketSync, *Server, *scheduler.Actor, *Metrics) {
 	core := scheduler.NewCore(scheduler.DefaultConfig(), clock.Real{}, nil, rand.New(rand.NewPCG(1, 2)))
 	core.SetClasses([]scheduler.ClassConfig{fcfs("gold")})
 	core.SetWorkers(workers(1, 0))
@@ -56,7 +61,7 @@ func bucketOwner(t *testing.T, store BucketStore) (*BucketSync, *Server, *schedu
 	t.Cleanup(func() { cancel(); <-done })
 	m := NewMetrics(prometheus.NewRegistry())
 	srv := NewServer("a", cluster, nil, LocalActor(actor, nil), zap.NewNop(), m)
-	return NewBucketSync(store, ActorBuckets(actor), srv, 1, 1e9, nil, zap.NewNop(), m), srv, actor, m
+	return NewBucketSync(store, ActorBuckets(actor), srv, 1, time.Second, clk, zap.NewNop(), m), srv, actor, m
 }
 
 func TestAReleasedClassCarriesItsSpentBucketToTheNextOwner(t *testing.T) {
@@ -99,4 +104,20 @@ func TestUnreadableCarriedBucketsAreCountedAndTheClassIsStillTaken(t *testing.T)
 	store.data["gold"] = valid
 	sync.Acquired("gold")
 	require.Equal(t, 1.0, testutil.ToFloat64(m.bucketSyncErrors.WithLabelValues("load")))
+}
+
+// A stop that releases many classes while etcd fails waits for one failed
+// final save, not one per class: the next ones within the timeout are
+// skipped (and counted).
+func TestAfterAFailedFinalSaveTheNextOnesWithinTheTimeoutAreSkipped(t *testing.T) {
+	store := &memBuckets{owner: 7, data: map[string][]byte{}}
+	fake := clock.NewFake(time.Now())
+	sync, _, _, m := bucketOwnerAt(t, store, fake)
+	sync.Released("gold", 6) // refused: not the owner at 6
+	sync.Released("gold", 7)
+	require.Zero(t, store.saves, "skipped within the timeout of the failure")
+	require.Equal(t, 2.0, testutil.ToFloat64(m.bucketSyncErrors.WithLabelValues("save")))
+	fake.Advance(time.Second)
+	sync.Released("gold", 7)
+	require.Equal(t, 1, store.saves, "saved again once the timeout passed")
 }

@@ -177,7 +177,7 @@ func (r *replica) build() error {
 		OnRelease: func(class string, reason cluster.ReleaseReason) {
 			epoch, owned := r.server.Owns(class)
 			r.server.Disown(class)
-			if owned && (reason == cluster.ReleaseHandoff || reason == cluster.ReleaseShutdown) {
+			if owned && (reason == cluster.ReleaseHandoff || reason == cluster.ReleaseShutdown) && r.session.Healthy() {
 				r.buckets.Released(class, epoch) // the key is still ours: carry the exact levels
 			}
 			log.Info("released class", zap.String("class", class), zap.Stringer("reason", reason))
