@@ -65,6 +65,15 @@ type ClientConfig struct {
 	// long withdraws from placement (internal/app), so the move normally
 	// comes first.
 	OwnerUnreachableAfter time.Duration
+	// AdoptHold is the owner side's adoption hold (WithAdoptHold): how long
+	// a new owner of a class holds its tenants' requests that have a
+	// concurrency quota, so that they count the bookings the entries
+	// re-home to it. 0 turns it off.
+	AdoptHold time.Duration
+	// BucketSyncInterval is how often an owner saves the tenant bucket
+	// levels of its classes to etcd (BucketSync): a crashed owner's
+	// successor misses at most this much of its charges.
+	BucketSyncInterval time.Duration
 }
 
 // DefaultClientConfig returns the defaults.
@@ -81,6 +90,9 @@ func DefaultClientConfig() ClientConfig {
 		EtcdDegradedAfter: 2 * time.Second,
 
 		OwnerUnreachableAfter: 2 * time.Second,
+		AdoptHold:             DefaultAdoptHold,
+
+		BucketSyncInterval: time.Second,
 	}
 }
 
@@ -103,6 +115,10 @@ func (c ClientConfig) Validate() error {
 		return fmt.Errorf("admission: EtcdDegradedAfter must be > 0")
 	case c.OwnerUnreachableAfter <= 0:
 		return fmt.Errorf("admission: OwnerUnreachableAfter must be > 0")
+	case c.AdoptHold < 0:
+		return fmt.Errorf("admission: AdoptHold must be >= 0")
+	case c.BucketSyncInterval <= 0:
+		return fmt.Errorf("admission: BucketSyncInterval must be > 0")
 	}
 	return nil
 }

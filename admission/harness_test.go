@@ -79,11 +79,11 @@ func (h *harness) startAt(id, url string, mutate func(*ClientConfig)) *replica {
 	m := NewMetrics(reg)
 	classes := h.classes
 	port := LocalActor(actor, func() []scheduler.ClassConfig { return classes })
-	srv := NewServer(id, cluster, nc, port, zap.NewNop(), m)
 	ccfg := DefaultClientConfig()
 	if mutate != nil {
 		mutate(&ccfg)
 	}
+	srv := NewServer(id, cluster, nc, port, zap.NewNop(), m, WithAdoptHold(ccfg.AdoptHold), WithServerClock(ccfg.Clock))
 	cli := NewClient(ccfg, id, cluster, nc, port, srv, zap.NewNop(), m)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replica{id: id, actor: actor, server: srv, client: cli, nc: nc, reg: reg, cancel: cancel}

@@ -16,7 +16,8 @@ type localResult struct {
 // grant that races with ctx ending is rolled back. With owner set, the
 // actor checks on its turn that this replica still owns the class
 // (Actor.EnqueueIf): notOwned reports that it did not, and epoch is the
-// epoch it was admitted under.
+// epoch it was admitted under. As the owner it first waits out the class's
+// adoption hold when r is held by it (Server.adoptionHold).
 func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request, owner bool) (g scheduler.Grant, epoch int64, notOwned bool, err error) {
 	ch := make(chan localResult, 1)
 	var mu sync.Mutex
@@ -32,6 +33,16 @@ func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request, owner boo
 	}
 	var gatedEpoch int64
 	gatedOut := false
+	if d := c.server.adoptionHold(r); owner && d > 0 {
+		c.m.heldForAdoption.Inc()
+		t := c.clock.NewTimer(d)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return scheduler.Grant{}, 0, false, ctx.Err()
+		}
+	}
 	if owner {
 		c.actor.EnqueueIf(r, func() bool {
 			e, ok := c.server.Owns(r.Class)

@@ -30,6 +30,8 @@ type Metrics struct {
 	// locally because their registered owner answered "no responders".
 	ownerUnreachableAdmits *prometheus.CounterVec
 	unreachableOwners      prometheus.Gauge
+	heldForAdoption        prometheus.Counter
+	bucketSyncErrors       *prometheus.CounterVec
 }
 
 // NewMetrics registers the collectors with reg.
@@ -97,6 +99,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: metrics.NameAdmissionUnreachableOwners,
 			Help: "Classes whose registered owner has answered NATS \"no responders\" for longer than the bound (admitted locally meanwhile).",
 		}),
+		heldForAdoption: f.NewCounter(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionHeldForAdoption,
+			Help: "Tenant requests with a concurrency quota this replica held, as a class's new owner, until the entries' bookings were adopted.",
+		}),
+		bucketSyncErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionBucketSyncErrors,
+			Help: "Failed saves and loads of the tenant bucket levels that travel with a class, by op (save, load).",
+		}, []string{"op"}),
 	}
 	return m
 }

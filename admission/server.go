@@ -44,11 +44,37 @@ type Server struct {
 
 	mu    sync.Mutex
 	owned map[string]*ownedClass
+
+	// adoptHold is how long after acquiring a class its tenants' requests
+	// with a concurrency quota wait before they are admitted (see
+	// adoptionHold); holds tracks the handlers' goroutines that wait it.
+	adoptHold time.Duration
+	holds     sync.WaitGroup
 }
 
 type ownedClass struct {
 	epoch int64
 	subs  []*nats.Subscription
+	// holdUntil ends the class's adoption hold (design §16): until then a
+	// tenant's request with a concurrency quota waits, so that it is
+	// checked against the bookings the entries re-home here (adopt), not
+	// against the empty count a new owner starts with.
+	holdUntil time.Time
+}
+
+// DefaultAdoptHold is the adoption hold of a new owner. Entries re-home
+// their bookings as soon as their etcd watch shows the new owner, one adopt
+// round trip each: milliseconds normally, far under the hold.
+const DefaultAdoptHold = time.Second
+
+// WithAdoptHold sets the adoption hold (default DefaultAdoptHold); 0 turns
+// it off: a new owner admits at once against what it has adopted so far.
+func WithAdoptHold(d time.Duration) ServerOption {
+	return func(s *Server) {
+		if d >= 0 {
+			s.adoptHold = d
+		}
+	}
 }
 
 // ServerOption adjusts a Server at construction.
@@ -79,6 +105,8 @@ func NewServer(replica, cluster string, nc *nats.Conn, actor Actor, log *zap.Log
 		replies:  make(chan outgoingReply, replyQueue),
 		instance: rand.Uint64() | 1,
 		owned:    map[string]*ownedClass{},
+
+		adoptHold: DefaultAdoptHold,
 	}
 	for _, o := range opts {
 		o(s)
@@ -124,6 +152,10 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}()
 	<-ctx.Done()
+	s.mu.Lock()
+	s.stopRun() // requests held for adoption give up (see onAdmit)
+	s.mu.Unlock()
+	s.holds.Wait()
 	<-replierDone
 	s.rmu.Lock()
 	s.replying = false // from now on every turn replies itself
@@ -152,7 +184,7 @@ func (s *Server) Own(class string, epoch int64) error {
 		oc.epoch = epoch
 		return nil
 	}
-	oc := &ownedClass{epoch: epoch}
+	oc := &ownedClass{epoch: epoch, holdUntil: s.clock.Now().Add(s.adoptHold)}
 	handlers := []struct {
 		subject string
 		h       nats.MsgHandler
@@ -206,6 +238,17 @@ func (s *Server) Disown(class string) {
 	s.log.Info("disowned class", zap.String("class", class), zap.Int64("epoch", oc.epoch))
 }
 
+// OwnedClasses returns the classes this replica currently admits.
+func (s *Server) OwnedClasses() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.owned))
+	for class := range s.owned {
+		out = append(out, class)
+	}
+	return out
+}
+
 // Instance names this life of the owner side (see wire.LifeMark.Instance).
 func (s *Server) Instance() uint64 { return s.instance }
 
@@ -241,11 +284,64 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 		s.reply(m, movedReply())
 		return
 	}
-	// The ownership check that counts runs again on the actor's turn, where
-	// Disown's RejectQueued is ordered with it: a handler that passed the
-	// check above while Disown ran cannot enqueue after the queue was
-	// emptied. The epoch the request is admitted under travels with it.
 	req := RequestFromWire(in)
+	if d := s.adoptionHold(req); d > 0 {
+		// Wait off the subscription's goroutine: the class's other
+		// requests are not held behind this one.
+		s.mu.Lock() // ordered with Run's stop: no Add after its Wait began
+		stopping := s.runCtx.Err() != nil
+		if !stopping {
+			s.holds.Add(1)
+		}
+		s.mu.Unlock()
+		if stopping {
+			s.reply(m, movedReply())
+			return
+		}
+		s.m.heldForAdoption.Inc()
+		go func() {
+			defer s.holds.Done()
+			t := s.clock.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C():
+				s.enqueueAdmit(class, m, req)
+			case <-s.runCtx.Done(): // stopping: the entry resubmits
+				s.reply(m, movedReply())
+			}
+		}()
+		return
+	}
+	s.enqueueAdmit(class, m, req)
+}
+
+// adoptionHold returns how long r must still wait before its owner admits
+// it: the rest of its class's adoption hold when r is a tenant's request
+// with a concurrency quota, else 0. Only the concurrency quota depends on
+// the adopted bookings; the buckets travel with the class (BucketSync).
+func (s *Server) adoptionHold(r *scheduler.Request) time.Duration {
+	if r.Tenant.ID == "" || r.Tenant.Quota.Concurrent <= 0 {
+		return 0
+	}
+	s.mu.Lock()
+	oc, ok := s.owned[r.Class]
+	var until time.Time
+	if ok {
+		until = oc.holdUntil
+	}
+	s.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	return max(0, until.Sub(s.clock.Now()))
+}
+
+// enqueueAdmit hands a decoded admit request to the actor and replies.
+func (s *Server) enqueueAdmit(class string, m *nats.Msg, req *scheduler.Request) {
+	// The ownership check that counts runs on the actor's turn, where
+	// Disown's RejectQueued is ordered with it: a handler that passed the
+	// check in onAdmit while Disown ran cannot enqueue after the queue was
+	// emptied. The epoch the request is admitted under travels with it.
 	var epoch int64
 	moved := false
 	gate := func() bool {

@@ -81,6 +81,8 @@ const (
 	NameAdmissionRenewals           = "switchyard_admission_renewals_total"
 	NameAdmissionAdoptedBookings    = "switchyard_admission_adopted_bookings_total"
 	NameAdmissionRehomedBookings    = "switchyard_admission_rehomed_bookings_total"
+	NameAdmissionHeldForAdoption    = "switchyard_admission_held_for_adoption_total"
+	NameAdmissionBucketSyncErrors   = "switchyard_admission_bucket_sync_errors_total"
 	NameAdmissionDecodeErrors       = "switchyard_admission_decode_errors_total"
 	NameAdmissionStaleLifeMarks     = "switchyard_admission_stale_life_marks_total"
 	NameClusterAcquireErrors        = "switchyard_cluster_ownership_acquire_errors_total"

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -20,8 +22,15 @@ import (
 // booked (requests: one; tokens: prompt plus expected output) and corrected
 // with the engine's reported usage when the request ends (FinishUsage). The
 // admission check counts what is already queued for the tenant against the
-// buckets, so a queue cannot run past them. The buckets do not move with a
-// class: a new owner starts them full.
+// buckets, so a queue cannot run past them.
+//
+// At an ownership move (design §16) the new owner holds a tenant's requests
+// that have a concurrency quota until the bookings are adopted (the
+// admission layer's adoption hold), and the buckets travel with the class:
+// TenantBuckets exports the levels of the tenants a class charged, the
+// replica persists them (etcd), and the next owner merges them
+// (MergeTenantBuckets), keeping the lower of its own level and the carried
+// one, so a move never refills a bucket.
 
 // TenantQuota bounds one tenant at the owner of a class. 0 is unlimited.
 type TenantQuota struct {
@@ -84,6 +93,9 @@ type tenantState struct {
 	queued   int         // queued entries (not yet charged to the buckets)
 	pending  int64       // estimated tokens of the queued entries
 	rpm, tpm bucket
+	// classes are the classes whose bookings charged the buckets: their
+	// owner carries the levels with them (TenantBuckets).
+	classes map[string]struct{}
 }
 
 // tenantEstimate is what a request is charged to the tokens bucket when it
@@ -204,6 +216,7 @@ func (c *Core) tenantBooked(b *booking, r *Request, now time.Time) {
 	t := c.tenantFor(r.Tenant.ID)
 	b.tenant = t
 	t.inflight++
+	t.charged(r.Class)
 	ns := now.UnixNano()
 	if q := r.Tenant.Quota; q.RequestsPerMinute > 0 {
 		t.rpm.refill(q.RequestsPerMinute, ns)
@@ -214,6 +227,94 @@ func (c *Core) tenantBooked(b *booking, r *Request, now time.Time) {
 		b.estimate = tenantEstimate(r)
 		t.tpm.level -= float64(b.estimate)
 	}
+}
+
+func (t *tenantState) charged(class string) {
+	if t.classes == nil {
+		t.classes = make(map[string]struct{}, 1)
+	}
+	t.classes[class] = struct{}{}
+}
+
+// TenantBucket is one tenant's bucket levels as a class's owner carries
+// them to the next owner. A capacity of 0 means the bucket is not limited
+// (its level is meaningless).
+type TenantBucket struct {
+	Tenant            string  `json:"tenant"`
+	RequestsPerMinute int     `json:"rpm,omitempty"`
+	Requests          float64 `json:"requests"`
+	TokensPerMinute   int     `json:"tpm,omitempty"`
+	Tokens            float64 `json:"tokens"`
+	// At is when the levels were read (Unix ns, the exporting owner's
+	// clock): the importing owner refills them from then.
+	At int64 `json:"at"`
+}
+
+// TenantBuckets returns, as of now, the bucket levels of the tenants whose
+// bookings of class charged this Core's buckets and are not full (a full
+// bucket is what a new owner starts with anyway). Sorted by tenant.
+func (c *Core) TenantBuckets(class string) []TenantBucket {
+	now := c.clock.Now().UnixNano()
+	var out []TenantBucket
+	for id, t := range c.tenants {
+		if _, ok := t.classes[class]; !ok {
+			continue
+		}
+		tb := TenantBucket{Tenant: id, At: now}
+		full := true
+		if q := t.quota.RequestsPerMinute; q > 0 {
+			t.rpm.refill(q, now)
+			tb.RequestsPerMinute, tb.Requests = q, t.rpm.level
+			full = full && t.rpm.level >= float64(q)
+		}
+		if q := t.quota.TokensPerMinute; q > 0 {
+			t.tpm.refill(q, now)
+			tb.TokensPerMinute, tb.Tokens = q, t.tpm.level
+			full = full && t.tpm.level >= float64(q)
+		}
+		if !full {
+			out = append(out, tb)
+		}
+	}
+	slices.SortFunc(out, func(a, b TenantBucket) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return out
+}
+
+// MergeTenantBuckets takes over the bucket levels a previous owner of class
+// carried (TenantBuckets): each carried level, refilled from its At to now,
+// lowers this Core's level when it is lower, never raises it, so a move
+// never refills a bucket. A carried bucket without a capacity is skipped.
+func (c *Core) MergeTenantBuckets(class string, carried []TenantBucket) {
+	now := c.clock.Now().UnixNano()
+	for _, tb := range carried {
+		if tb.Tenant == "" || (tb.RequestsPerMinute <= 0 && tb.TokensPerMinute <= 0) {
+			continue
+		}
+		t := c.tenantFor(tb.Tenant)
+		t.charged(class)
+		mergeBucket(&t.rpm, &t.quota.RequestsPerMinute, tb.RequestsPerMinute, tb.Requests, tb.At, now)
+		mergeBucket(&t.tpm, &t.quota.TokensPerMinute, tb.TokensPerMinute, tb.Tokens, tb.At, now)
+	}
+}
+
+// mergeBucket lowers b to the carried level (capacity cap, read at at)
+// refilled to now. quota is the tenant's known capacity: a tenant this Core
+// has not seen yet takes the carried one, so its bucket refills (and is
+// swept) like a seen tenant's.
+func mergeBucket(b *bucket, quota *int, capacity int, level float64, at, now int64) {
+	if capacity <= 0 {
+		return
+	}
+	if *quota <= 0 {
+		*quota = capacity
+	}
+	carried := bucket{level: level, at: at}
+	if at <= 0 {
+		carried.at = now
+	}
+	carried.refill(capacity, now)
+	b.refill(*quota, now)
+	b.level = min(b.level, carried.level)
 }
 
 // tenantAdopted gives an adopted booking its tenant's concurrency slot. The

@@ -273,3 +273,61 @@ func TestTenantSharingKeepsEveryRequestCompletedExactlyOnce(t *testing.T) {
 		require.Len(t, h.got[id], 1, id)
 	}
 }
+
+// spendRPM books n requests of tenant acme in class cls and finishes them.
+func spendRPM(h *harness, cls string, n int, q TenantQuota) {
+	for i := range n {
+		id := fmt.Sprintf("%s-%d", cls, i)
+		h.enqueue(tenantReq(id, cls, "acme", 1, 16, q))
+		h.core.Finish(h.granted(id).Booking)
+	}
+}
+
+func TestABucketCarriedToTheNextOwnerIsNotRefilledByTheMove(t *testing.T) {
+	q := TenantQuota{RequestsPerMinute: 6, TokensPerMinute: 6000} // one request every 10 s
+	old := newHarness(t, workers(2, 100), classCfg("c", PolicyFCFS))
+	spendRPM(old, "c", 6, q)
+	old.clock.Advance(4 * time.Second)
+	carried := old.core.TenantBuckets("c")
+	require.Len(t, carried, 1)
+	require.Equal(t, "acme", carried[0].Tenant)
+	require.InDelta(t, 0.4, carried[0].Requests, 1e-9, "four seconds refilled 0.4 of a request")
+
+	// The next owner merges the carried levels one second later (by its
+	// clock): the bucket is as empty as at the old owner, refilled by the
+	// time that passed, not full.
+	next := newHarness(t, workers(2, 100), classCfg("c", PolicyFCFS))
+	next.clock.Advance(5 * time.Second)
+	next.core.MergeTenantBuckets("c", carried)
+	next.enqueue(tenantReq("n-0", "c", "acme", 1, 16, q))
+	rej := next.rejected("n-0", ErrQuotaExceeded)
+	require.Equal(t, LimitTenantRequestsPerMinute, rej.Limit)
+	require.Equal(t, 5*time.Second, rej.RetryAfter, "0.5 of a request refilled: 5 s to go")
+	next.clock.Advance(5 * time.Second)
+	next.enqueue(tenantReq("n-1", "c", "acme", 1, 16, q))
+	next.granted("n-1")
+
+	// What the next owner exports carries on to a third owner.
+	carried = next.core.TenantBuckets("c")
+	require.Len(t, carried, 1)
+	require.InDelta(t, 0, carried[0].Requests, 1e-9)
+}
+
+func TestMergingCarriedBucketsNeverRaisesALevel(t *testing.T) {
+	q := TenantQuota{RequestsPerMinute: 6}
+	h := newHarness(t, workers(2, 100), classCfg("c", PolicyFCFS))
+	spendRPM(h, "c", 6, q)
+	h.core.MergeTenantBuckets("c", []TenantBucket{{Tenant: "acme", RequestsPerMinute: 6, Requests: 6, At: t0.UnixNano()}})
+	h.enqueue(tenantReq("x", "c", "acme", 1, 16, q))
+	h.rejected("x", ErrQuotaExceeded)
+}
+
+func TestOnlyTheBucketsAClassChargedAndThatAreNotFullTravelWithIt(t *testing.T) {
+	q := TenantQuota{RequestsPerMinute: 6}
+	h := newHarness(t, workers(2, 100), classCfg("c", PolicyFCFS), classCfg("d", PolicyFCFS))
+	spendRPM(h, "d", 2, q)
+	require.Empty(t, h.core.TenantBuckets("c"), "acme never booked in c")
+	require.Len(t, h.core.TenantBuckets("d"), 1)
+	h.clock.Advance(time.Minute)
+	require.Empty(t, h.core.TenantBuckets("d"), "a full bucket is what a new owner starts with")
+}

@@ -300,6 +300,8 @@ func (r *replica) services() []service.Service {
 		// admission/: the owner side (NATS admit.<class>) and the entry side.
 		{Name: "admission_server", Deps: []string{"scheduler"}, Run: r.server.Run},
 		{Name: "admission_client", Deps: []string{"admission_server", "session"}, Run: r.client.Run},
+		// The owned classes' tenant buckets, saved to etcd (design §16).
+		{Name: "bucket_sync", Deps: []string{"admission_server"}, Run: r.buckets.Run},
 		// metrics/: the high-water exporter of the admission counters.
 		{Name: "exporter", Deps: []string{"scheduler", "admission_client"}, Run: r.exporter.Run},
 		{Name: "tokenizers", Run: r.prompts.Run},

@@ -54,6 +54,7 @@ type replica struct {
 	server  *admission.Server
 	client  *admission.Client
 	classes atomic.Pointer[[]scheduler.ClassConfig]
+	buckets *admission.BucketSync // the owned classes' tenant buckets, carried in etcd
 
 	// The KV index, fed from NATS, and gossip.
 	ix       *kvindex.Index
@@ -176,10 +177,12 @@ func (r *replica) build() error {
 	am := admission.NewMetrics(reg)
 	am.DegradedByClass = r.adm.DegradedAdmissions
 	port := admission.LocalActor(r.actor, func() []scheduler.ClassConfig { return *r.classes.Load() })
-	r.server = admission.NewServer(cfg.ID, cfg.Cluster, r.nc, port, log, am, admission.WithServerClock(clk))
 	acfg := cfg.Admission
+	r.server = admission.NewServer(cfg.ID, cfg.Cluster, r.nc, port, log, am, admission.WithServerClock(clk), admission.WithAdoptHold(acfg.AdoptHold))
 	acfg.ClusterHealthy = r.session.Healthy
 	r.client = admission.NewClient(acfg, cfg.ID, cfg.Cluster, r.nc, port, r.server, log, am)
+	r.buckets = admission.NewBucketSync(cluster.NewBuckets(etcd, cfg.Cluster), admission.ActorBuckets(r.actor), r.server,
+		acfg.BucketSyncInterval, cfg.Ownership.OpTimeout, clk, log, am)
 
 	// The ownership manager is the one watcher of the policy key: it hands
 	// each version to applyPolicy in order with its claims and releases.
@@ -187,6 +190,7 @@ func (r *replica) build() error {
 	r.own, err = cluster.NewOwnership(etcd, r.session, r.replicas, cfg.Ownership, cluster.Callbacks{
 		OnPolicy: r.applyPolicy,
 		OnAcquire: func(class string, epoch int64) error {
+			r.buckets.Acquired(class) // before anything is admitted
 			if err := r.server.Own(class, epoch); err != nil {
 				log.Error("own class", zap.String("class", class), zap.Error(err))
 				return err
@@ -194,7 +198,11 @@ func (r *replica) build() error {
 			return nil
 		},
 		OnRelease: func(class string, reason cluster.ReleaseReason) {
+			epoch, owned := r.server.Owns(class)
 			r.server.Disown(class)
+			if owned && (reason == cluster.ReleaseHandoff || reason == cluster.ReleaseShutdown) && r.session.Healthy() {
+				r.buckets.Released(class, epoch) // the key is still ours: carry the exact levels
+			}
 			log.Info("released class", zap.String("class", class), zap.Stringer("reason", reason))
 		},
 	}, func(raw []byte) ([]string, error) {

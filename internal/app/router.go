@@ -39,6 +39,8 @@ func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.DurationVar(&cfg.ShutdownLinger, "shutdown-linger", cfg.ShutdownLinger, "after handing classes off and exporting final counters, keep serving /metrics this long before exiting")
 	fs.DurationVar(&cfg.Admission.EtcdDegradedAfter, "etcd-degraded-after", cfg.Admission.EtcdDegradedAfter, "while this router's etcd session is unhealthy, a request that found no owner for this long is admitted by the router's own scheduler (degraded mode)")
 	fs.DurationVar(&cfg.Admission.OwnerUnreachableAfter, "nats-unreachable-after", cfg.Admission.OwnerUnreachableAfter, "a router cut from NATS this long withdraws from class placement (its classes move; it claims none until NATS is back), and a class whose owner answers no responders this long is admitted by the entry router's own scheduler")
+	fs.DurationVar(&cfg.Admission.AdoptHold, "adopt-hold", cfg.Admission.AdoptHold, "after acquiring a class, hold its tenants' requests that have a concurrency quota this long so they count the streams the entries re-home to it (0: off)")
+	fs.DurationVar(&cfg.Admission.BucketSyncInterval, "bucket-sync-interval", cfg.Admission.BucketSyncInterval, "how often a class owner saves its tenants' token-bucket levels to etcd so they move with the class (a crash loses at most this much)")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML seeded into etcd when it has none (docs/policy.md; default: the built-in policy)")
 	cfg.Frontend.RegisterFlags(fs, "http.")
