@@ -32,10 +32,18 @@ type unreachableOwner struct {
 }
 
 // noteNoResponders records that owner of class answered "no responders".
-// The bound runs from the first such answer of this owner.
+// The bound runs from the first such answer of this owner. An answer from
+// an owner that is no longer the class's owner is not recorded: the class
+// moved while the request was in flight (an owner that has released a
+// class unsubscribes from it), and nothing would ever forget the record,
+// since forgetMovedLocked runs only when the owners change again (e2e: a
+// replica stayed degraded for a class it had come to own itself).
 func (c *Client) noteNoResponders(class string, owner Owner) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if cur, ok := c.owners[class]; !ok || cur != owner {
+		return
+	}
 	if u, ok := c.unreachable[class]; !ok || u.owner != owner {
 		c.unreachable[class] = &unreachableOwner{owner: owner, since: c.clock.Now()}
 	}

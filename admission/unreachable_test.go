@@ -70,3 +70,25 @@ func TestARequestWhoseRegisteredOwnerAnswersNoRespondersIsAdmittedLocallyAfterTh
 		tk.Finish(false)
 	}
 }
+
+// A request sent to the old owner just before a class moved gets "no
+// responders" after the move (the old owner unsubscribed when it let go).
+// That answer must not mark the class's owner unreachable: nothing would
+// forget it until the owners changed again, and the replica stayed
+// degraded for a class it had come to own itself (seen in make e2e).
+func TestANoRespondersAnswerFromAFormerOwnerMarksNothingUnreachable(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(1, 4))
+	h.start("a", nil)
+	b := h.start("b", func(c *ClientConfig) { c.OwnerUnreachableAfter = time.Nanosecond })
+	h.own("gold", "a", 1)
+	h.own("gold", "b", 2) // the class moved to b while a request to a was in flight
+
+	b.client.noteNoResponders("gold", Owner{Replica: "a", Epoch: 1}) // that request's late answer
+	require.Empty(t, b.client.UnreachableOwners())
+	require.NotContains(t, b.client.DegradedModes(), "owner_unreachable")
+
+	// The registered owner answering "no responders" is still recorded.
+	h.own("gold", "a", 3)
+	b.client.noteNoResponders("gold", Owner{Replica: "a", Epoch: 3})
+	require.Equal(t, map[string]string{"gold": "a"}, b.client.UnreachableOwners())
+}
