@@ -82,9 +82,41 @@ func upReplicaConfig() ReplicaConfig {
 // Up is the `switchyard up` subcommand: embedded etcd and NATS, router
 // replicas and simulated workers on localhost, until Ctrl-C.
 func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, resolve := upFlags()
+	fs.SetOutput(stderr)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	cfg, level, err := resolve()
+	if err != nil {
+		return err
+	}
+	if cfg.Replicas < 1 || cfg.Workers < 1 {
+		_, _ = fmt.Fprintln(stderr, "up: need at least one replica and one worker")
+		return ErrUsage
+	}
+	if cfg.Protocol != ProtocolNative && cfg.Protocol != ProtocolVLLM {
+		_, _ = fmt.Fprintf(stderr, "up: -protocol %q must be %s or %s\n", cfg.Protocol, ProtocolNative, ProtocolVLLM)
+		return ErrUsage
+	}
+	if cfg.Protocol == ProtocolVLLM && cfg.ZMQPort == 0 {
+		// The adapters must know where their engines publish.
+		_, _ = fmt.Fprintln(stderr, "up: -protocol vllm needs a -zmq-port")
+		return ErrUsage
+	}
+	log := newLogger(stderr, level)
+	defer func() { _ = log.Sync() }()
+	return RunUp(ctx, cfg, log, stdout)
+}
+
+// upFlags is up's flag set, bound to a default config; resolve turns the
+// parsed flags into the cluster's config (policy file read).
+func upFlags() (*flag.FlagSet, func() (UpConfig, zapcore.Level, error)) {
 	cfg := DefaultUpConfig()
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "router replicas")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated workers")
 	fs.IntVar(&cfg.HTTPBase, "port", cfg.HTTPBase, "OpenAI API port of the first replica; the others use the next ports")
@@ -105,35 +137,18 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML (default: deploy/policy.yaml, built in)")
 	level := zapcore.WarnLevel
 	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
-	if err := parseFlags(fs, args, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	resolve := func() (UpConfig, zapcore.Level, error) {
+		c := cfg
+		if policyFile != "" {
+			raw, err := os.ReadFile(policyFile)
+			if err != nil {
+				return c, level, fmt.Errorf("policy: %w", err)
+			}
+			c.Replica.PolicyYAML = raw
 		}
-		return err
+		return c, level, nil
 	}
-	if cfg.Replicas < 1 || cfg.Workers < 1 {
-		_, _ = fmt.Fprintln(stderr, "up: need at least one replica and one worker")
-		return ErrUsage
-	}
-	if cfg.Protocol != ProtocolNative && cfg.Protocol != ProtocolVLLM {
-		_, _ = fmt.Fprintf(stderr, "up: -protocol %q must be %s or %s\n", cfg.Protocol, ProtocolNative, ProtocolVLLM)
-		return ErrUsage
-	}
-	if cfg.Protocol == ProtocolVLLM && cfg.ZMQPort == 0 {
-		// The adapters must know where their engines publish.
-		_, _ = fmt.Fprintln(stderr, "up: -protocol vllm needs a -zmq-port")
-		return ErrUsage
-	}
-	if policyFile != "" {
-		raw, err := os.ReadFile(policyFile)
-		if err != nil {
-			return fmt.Errorf("policy: %w", err)
-		}
-		cfg.Replica.PolicyYAML = raw
-	}
-	log := newLogger(stderr, level)
-	defer func() { _ = log.Sync() }()
-	return RunUp(ctx, cfg, log, stdout)
+	return fs, resolve
 }
 
 // RunUp runs the local cluster until ctx ends.
