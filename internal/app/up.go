@@ -26,6 +26,7 @@ import (
 	"github.com/switchyard/switchyard/adapter"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/tenant"
 )
 
 // UpConfig is a whole local cluster in one process.
@@ -107,6 +108,11 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, _ = fmt.Fprintln(stderr, "up: -protocol vllm needs a -zmq-port")
 		return ErrUsage
 	}
+	if err := checkUpKeysFile(cfg.Replica.Tenants); err != nil {
+		// Every replica would fail on it and be restarted again and again.
+		_, _ = fmt.Fprintf(stderr, "up: %v\n", err)
+		return ErrUsage
+	}
 	log := newLogger(stderr, level)
 	defer func() { _ = log.Sync() }()
 	return RunUp(ctx, cfg, log, stdout)
@@ -135,6 +141,7 @@ func upFlags() (*flag.FlagSet, func() (UpConfig, zapcore.Level, error)) {
 	fs.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run every link over TLS with credentials, from a CA made for this run (docs/security.md)")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML (default: deploy/policy.yaml, built in)")
+	cfg.Replica.Tenants.RegisterFlags(fs, "auth.")
 	level := zapcore.WarnLevel
 	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
 	resolve := func() (UpConfig, zapcore.Level, error) {
@@ -149,6 +156,24 @@ func upFlags() (*flag.FlagSet, func() (UpConfig, zapcore.Level, error)) {
 		return c, level, nil
 	}
 	return fs, resolve
+}
+
+// checkUpKeysFile loads the keys file (if any) the way each replica will.
+func checkUpKeysFile(c tenant.Config) error {
+	if c.KeysFile == "" {
+		return nil
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	raw, err := os.ReadFile(c.KeysFile)
+	if err != nil {
+		return fmt.Errorf("-auth.keys-file: %w", err)
+	}
+	if _, err := tenant.Parse(raw); err != nil {
+		return fmt.Errorf("-auth.keys-file %s: %w", c.KeysFile, err)
+	}
+	return nil
 }
 
 // RunUp runs the local cluster until ctx ends.
@@ -310,6 +335,10 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		_, _ = fmt.Fprintf(stdout, "  OpenAI API  %s://%s/v1   (readiness /readyz, metrics /metrics, cluster /debug/cluster)\n", scheme, s.HTTPAddr)
 	}
 	_, _ = fmt.Fprintf(stdout, "  model %s tokenized with %s on routers and workers alike\n", cfg.Worker.Model, cfg.Worker.Tokenizer)
+	if f := cfg.Replica.Tenants.KeysFile; f != "" {
+		_, _ = fmt.Fprintf(stdout, "  API keys from %s: every request needs -H 'authorization: Bearer KEY' (reloaded every %v)\n", f, cfg.Replica.Tenants.ReloadInterval)
+		curl += " -H 'authorization: Bearer KEY'"
+	}
 	_, _ = fmt.Fprintf(stdout, "Try: %s %s://%s/v1/completions -H 'content-type: application/json' -d '{\"model\":\"%s\",\"prompt\":\"hello\",\"max_tokens\":8}'\n", curl, scheme, statuses[0].HTTPAddr, cfg.Worker.Model)
 	_, _ = fmt.Fprintln(stdout, "Ctrl-C stops the cluster.")
 	if cfg.Status > 0 {

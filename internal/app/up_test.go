@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/switchyard/switchyard/tenant"
 )
 
 func TestUpStartsALocalClusterThatServesAndStopsCleanly(t *testing.T) {
@@ -98,4 +102,80 @@ func (u *upRun) stop(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("up did not stop within 60s of Ctrl-C")
 	}
+}
+
+func TestUpWithAKeysFileAnswers401And403And429AsTheReadmeSays(t *testing.T) {
+	const key = "sk-up-test-0123456789abcdef0123456789abcdef"
+	keys := filepath.Join(t.TempDir(), "keys.yaml")
+	require.NoError(t, os.WriteFile(keys, []byte(`tenants:
+  - id: demo
+    keys: [`+tenant.HashKey(key)+`]
+    models: [switchyard-sim]
+    quota: {requests_per_minute: 2}
+`), 0o600))
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Up(ctx, []string{"-auth.keys-file", keys, "-replicas", "1", "-workers", "1", "-port", "0",
+			"-worker-port", "0", "-etcd-port", "0", "-nats-port", "0", "-speedup", "50", "-status-interval", "0",
+			"-data-dir", t.TempDir()}, pw, io.Discard)
+		_ = pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	endpoint := regexp.MustCompile(`OpenAI API  http://(\S+)/v1`)
+	var addr string
+	sawKeys := false
+	for addr == "" || !sawKeys {
+		require.True(t, lines.Scan(), "up ended before printing its endpoint and keys file")
+		if m := endpoint.FindStringSubmatch(lines.Text()); m != nil {
+			addr = m[1]
+		}
+		sawKeys = sawKeys || strings.Contains(lines.Text(), "API keys from "+keys)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+
+	call := func(bearer, model string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/completions",
+			strings.NewReader(`{"model":"`+model+`","prompt":"hello","max_tokens":2}`))
+		require.NoError(t, err)
+		req.Header.Set("content-type", "application/json")
+		if bearer != "" {
+			req.Header.Set("authorization", "Bearer "+bearer)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	code, body := call("", "switchyard-sim")
+	require.Equal(t, http.StatusUnauthorized, code, body)
+	code, body = call(key, "another-model")
+	require.Equal(t, http.StatusForbidden, code, body)
+	require.Contains(t, body, "model_not_allowed")
+	for i := 0; i < 2; i++ {
+		code, body = call(key, "switchyard-sim")
+		require.Equal(t, http.StatusOK, code, body)
+	}
+	code, body = call(key, "switchyard-sim")
+	require.Equal(t, http.StatusTooManyRequests, code, body)
+	require.Contains(t, body, "quota_exceeded")
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("up did not stop within 60s of Ctrl-C")
+	}
+}
+
+func TestUpRefusesAnInvalidKeysFileBeforeStarting(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys.yaml")
+	require.NoError(t, os.WriteFile(keys, []byte("tenants:\n  - id: demo\n    keys: [not-a-hash]\n"), 0o600))
+	var stderr strings.Builder
+	err := Up(context.Background(), []string{"-auth.keys-file", keys}, io.Discard, &stderr)
+	require.ErrorIs(t, err, ErrUsage)
+	require.Contains(t, stderr.String(), "up: -auth.keys-file "+keys)
 }
