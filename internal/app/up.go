@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/term"
 
 	"github.com/switchyard/switchyard/adapter"
 	"github.com/switchyard/switchyard/internal/tlsconf"
@@ -342,23 +343,25 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 	_, _ = fmt.Fprintf(stdout, "Try: %s %s://%s/v1/completions -H 'content-type: application/json' -d '{\"model\":\"%s\",\"prompt\":\"hello\",\"max_tokens\":8}'\n", curl, scheme, statuses[0].HTTPAddr, cfg.Worker.Model)
 	_, _ = fmt.Fprintln(stdout, "Ctrl-C stops the cluster.")
 	if cfg.Status > 0 {
-		// On a terminal the status line is rewritten in place; elsewhere
-		// (logs, CI) a full line is printed ten times less often.
-		every, eol := cfg.Status, "\n"
-		if f, ok := stdout.(*os.File); ok {
-			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-				eol = "\r"
+		// On a terminal the status line is rewritten in place, fitted to
+		// the terminal's width; elsewhere (logs, CI) one full line is
+		// printed per interval.
+		width := func() int { return 0 }
+		if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			width = func() int {
+				w, _, err := term.GetSize(int(f.Fd()))
+				if err != nil || w <= 0 {
+					return 80
+				}
+				return w
 			}
-		}
-		if eol == "\n" {
-			every *= 10
 		}
 		current := func() []*ReplicaStatus {
 			mu.Lock()
 			defer mu.Unlock()
 			return slices.Clone(statuses)
 		}
-		grp.Go(named(gctx, "status", func(ctx context.Context) error { return printStatus(ctx, stdout, current, every, eol) }))
+		grp.Go(named(gctx, "status", func(ctx context.Context) error { return printStatus(ctx, stdout, current, cfg.Status, width) }))
 	}
 	err = grp.Wait()
 	_, _ = fmt.Fprintln(stdout, "\nSwitchyard stopped.")
@@ -373,8 +376,10 @@ func portAt(base, i int) int {
 	return base + i
 }
 
-// printStatus rewrites one status line: admissions, queue and owners.
-func printStatus(ctx context.Context, w io.Writer, replicas func() []*ReplicaStatus, every time.Duration, eol string) error {
+// printStatus prints the status line every interval: rewritten in place
+// when width reports a terminal's width, one line each time when it
+// reports 0 (not a terminal).
+func printStatus(ctx context.Context, w io.Writer, replicas func() []*ReplicaStatus, every time.Duration, width func() int) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -383,35 +388,52 @@ func printStatus(ctx context.Context, w io.Writer, replicas func() []*ReplicaSta
 			return nil
 		case <-t.C:
 		}
-		rs := replicas()
-		var recv, adm, rej, queued, bookings int
-		degraded := 0
-		for _, r := range rs {
-			s := r.Snapshot()
-			for _, c := range s.Classes {
-				recv += int(c.Counters.Received)
-				adm += int(c.Counters.Admitted)
-				queued += c.QueueDepth
-				for _, n := range c.Counters.Rejected {
-					rej += int(n)
-				}
-			}
-			bookings += s.Bookings
-			if r.Degraded() {
-				degraded++
+		_, _ = io.WriteString(w, formatStatusLine(statusLine(replicas()), width()))
+	}
+}
+
+// statusLine sums the replicas' counters: admissions, queue and owners.
+func statusLine(rs []*ReplicaStatus) string {
+	var recv, adm, rej, queued, bookings int
+	degraded := 0
+	for _, r := range rs {
+		s := r.Snapshot()
+		for _, c := range s.Classes {
+			recv += int(c.Counters.Received)
+			adm += int(c.Counters.Admitted)
+			queued += c.QueueDepth
+			for _, n := range c.Counters.Rejected {
+				rej += int(n)
 			}
 		}
-		line := fmt.Sprintf("requests %d  admitted %d  rejected %d  queued %d  in flight %d  indexed blocks %d",
-			recv, adm, rej, queued, bookings, rs[0].IndexedBlocks())
-		if degraded > 0 {
-			line += fmt.Sprintf("  DEGRADED %d", degraded)
-		}
-		if eol == "\r" {
-			_, _ = fmt.Fprintf(w, "\r%-110s", line)
-		} else {
-			_, _ = fmt.Fprintln(w, line)
+		bookings += s.Bookings
+		if r.Degraded() {
+			degraded++
 		}
 	}
+	line := fmt.Sprintf("requests %d  admitted %d  rejected %d  queued %d  in flight %d  indexed blocks %d",
+		recv, adm, rej, queued, bookings, rs[0].IndexedBlocks())
+	if degraded > 0 {
+		line += fmt.Sprintf("  DEGRADED %d", degraded)
+	}
+	return line
+}
+
+// formatStatusLine is what printStatus writes for line. On a terminal of
+// width columns (width > 0) it returns a carriage return and the line cut
+// or padded to width-1 columns: it never reaches the last column, so the
+// terminal never wraps it onto a new line, and the padding erases a
+// longer previous line. Not on a terminal (width 0) it is the line and a
+// newline.
+func formatStatusLine(line string, width int) string {
+	if width <= 0 {
+		return line + "\n"
+	}
+	n := width - 1
+	if r := []rune(line); len(r) > n {
+		line = string(r[:n])
+	}
+	return fmt.Sprintf("\r%-*s", n, line)
 }
 
 func startEmbeddedEtcd(dir, host string, port int, pki *upPKI) (string, func(), error) {

@@ -179,3 +179,21 @@ func TestUpRefusesAnInvalidKeysFileBeforeStarting(t *testing.T) {
 	require.ErrorIs(t, err, ErrUsage)
 	require.Contains(t, stderr.String(), "up: -auth.keys-file "+keys)
 }
+
+func TestTheStatusLineFitsAnEightyColumnTerminalAndIsOneLinePerIntervalElsewhere(t *testing.T) {
+	line := "requests 1234567  admitted 1234000  rejected 567  queued 12  in flight 345  indexed blocks 987654  DEGRADED 1"
+	require.Greater(t, len(line), 80)
+
+	narrow := formatStatusLine(line, 80)
+	require.True(t, strings.HasPrefix(narrow, "\r"), "a terminal's line is rewritten in place")
+	require.NotContains(t, narrow, "\n")
+	require.Len(t, narrow, 1+79, "79 columns: the cursor never reaches the last one, so nothing wraps")
+	require.Equal(t, line[:79], narrow[1:])
+
+	wide := formatStatusLine(line, 200)
+	require.True(t, strings.HasPrefix(wide, "\r"+line), "a wide terminal shows the whole line")
+	require.Len(t, wide, 1+199, "padded to erase a longer previous line")
+	require.Empty(t, strings.TrimSpace(wide[1+len(line):]))
+
+	require.Equal(t, line+"\n", formatStatusLine(line, 0), "not a terminal: one line per interval")
+}
