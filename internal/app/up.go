@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -114,6 +115,9 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, _ = fmt.Fprintf(stderr, "up: %v\n", err)
 		return ErrUsage
 	}
+	if err := waitUpPorts(ctx, cfg, 5*time.Second, stderr); err != nil {
+		return err
+	}
 	log := newLogger(stderr, level)
 	defer func() { _ = log.Sync() }()
 	return RunUp(ctx, cfg, log, stdout)
@@ -157,6 +161,69 @@ func upFlags() (*flag.FlagSet, func() (UpConfig, zapcore.Level, error)) {
 		return c, level, nil
 	}
 	return fs, resolve
+}
+
+// upPorts names the fixed ports up is about to listen on (port 0: any).
+func upPorts(cfg UpConfig) map[int]string {
+	ports := map[int]string{}
+	add := func(base, n int, what string) {
+		for i := 0; i < n && base != 0; i++ {
+			ports[base+i] = fmt.Sprintf(what, i+1)
+		}
+	}
+	add(cfg.HTTPBase, cfg.Replicas, "router-%d's API")
+	add(cfg.WorkerPort, cfg.Workers, "worker-%d's API")
+	add(cfg.EtcdPort, 1, "embedded etcd's client port")
+	if cfg.EtcdPort != 0 {
+		ports[cfg.EtcdPort+1] = "embedded etcd's peer port"
+	}
+	add(cfg.NATSPort, 1, "embedded NATS")
+	if cfg.Protocol == ProtocolVLLM {
+		add(cfg.AdapterPort, cfg.Workers, "worker-%d's adapter")
+		add(cfg.ZMQPort, 2*cfg.Workers, "a vLLM worker's ZeroMQ port (%d of the pairs)")
+	}
+	return ports
+}
+
+// waitUpPorts checks that every fixed port is free, waiting up to patience
+// for a previous up that is still stopping to let go of them, and
+// otherwise names the first busy port and what up wanted it for.
+func waitUpPorts(ctx context.Context, cfg UpConfig, patience time.Duration, stderr io.Writer) error {
+	ports := upPorts(cfg)
+	sorted := slices.Sorted(maps.Keys(ports))
+	deadline := time.Now().Add(patience)
+	for said := false; ; {
+		busy, err := firstBusyPort(cfg.Host, sorted)
+		if busy == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("port %d (%s) on %s is in use: %v; is another `switchyard up` still running? "+
+				"(`ss -ltnp 'sport = :%d'` names the process; -port, -worker-port, -etcd-port and -nats-port move the cluster)",
+				busy, ports[busy], cfg.Host, err, busy)
+		}
+		if !said {
+			_, _ = fmt.Fprintf(stderr, "up: port %d (%s) is in use; waiting up to %v for it to be released...\n", busy, ports[busy], patience)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// firstBusyPort returns the first of ports that host cannot listen on.
+func firstBusyPort(host string, ports []int) (int, error) {
+	for _, p := range ports {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+		if err != nil {
+			return p, err
+		}
+		_ = l.Close()
+	}
+	return 0, nil
 }
 
 // checkUpKeysFile loads the keys file (if any) the way each replica will.
@@ -245,6 +312,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 	statuses := make([]*ReplicaStatus, cfg.Replicas)
 	readyCh := make(chan struct{}, cfg.Replicas)
 	var gossipSeed string
+	var others sync.WaitGroup // the replicas but the first, until they stop
 	for i := 0; i < cfg.Replicas; i++ {
 		rc := cfg.Replica
 		rc.ID = fmt.Sprintf("router-%d", i+1)
@@ -262,7 +330,26 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		}
 		i := i
 		started := make(chan string, 1)
-		grp.Go(named(gctx, rc.ID, func(ctx context.Context) error {
+		// The replicas leave gossip in two steps: the others together, then
+		// the first one, alone. All leaving at once, each sees the others
+		// gone and nobody is left to carry its leave broadcast: every stop
+		// timed out and warned "gossip did not leave cleanly".
+		rctx := gctx
+		if i == 0 {
+			var stopFirst context.CancelFunc
+			rctx, stopFirst = context.WithCancel(context.WithoutCancel(gctx))
+			go func() {
+				<-gctx.Done()
+				others.Wait()
+				stopFirst()
+			}()
+		} else {
+			others.Add(1)
+		}
+		grp.Go(named(rctx, rc.ID, func(ctx context.Context) error {
+			if i > 0 {
+				defer others.Done()
+			}
 			// A replica survives a lost etcd session (it takes a new lease);
 			// one that fails for another reason is restarted after a
 			// second, as an orchestrator would.

@@ -3,7 +3,9 @@ package app
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/switchyard/switchyard/tenant"
 )
@@ -196,4 +199,55 @@ func TestTheStatusLineFitsAnEightyColumnTerminalAndIsOneLinePerIntervalElsewhere
 	require.Empty(t, strings.TrimSpace(wide[1+len(line):]))
 
 	require.Equal(t, line+"\n", formatStatusLine(line, 0), "not a terminal: one line per interval")
+}
+
+func TestAStoppedUpLeavesGossipCleanlyWithNothingAlarmingLogged(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	cfg := upTestConfig(t, 3, 1)
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- RunUp(ctx, cfg, zap.New(core), pw); _ = pw.Close() }()
+	lines := bufio.NewScanner(pr)
+	for lines.Scan() && !strings.HasPrefix(lines.Text(), "Ctrl-C") {
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("up did not stop within 60s of Ctrl-C")
+	}
+	for _, e := range logs.All() {
+		require.NotContains(t, e.Message, "did not leave cleanly", "a normal stop: %v", e.ContextMap())
+	}
+}
+
+func TestUpNamesABusyPortAndWhatItWantedItFor(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	cfg := upTestConfig(t, 2, 1)
+	cfg.HTTPBase = l.Addr().(*net.TCPAddr).Port - 1
+	err = waitUpPorts(context.Background(), cfg, 0, io.Discard)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), fmt.Sprintf("port %d (router-2's API) on 127.0.0.1 is in use", cfg.HTTPBase+1))
+	require.Contains(t, err.Error(), "another `switchyard up` still running")
+}
+
+func TestUpWaitsForAPortThatAStoppingUpReleases(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cfg := upTestConfig(t, 1, 1)
+	cfg.HTTPBase = l.Addr().(*net.TCPAddr).Port
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- waitUpPorts(context.Background(), cfg, time.Hour, pw); _ = pw.Close() }()
+	said := bufio.NewScanner(pr)
+	require.True(t, said.Scan())
+	require.Contains(t, said.Text(), "router-1's API) is in use; waiting")
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	require.NoError(t, l.Close())
+	require.NoError(t, <-done)
 }
