@@ -105,6 +105,10 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, _ = fmt.Fprintf(stderr, "up: -protocol %q must be %s or %s\n", cfg.Protocol, ProtocolNative, ProtocolVLLM)
 		return ErrUsage
 	}
+	if ports := upPorts(cfg); cfg.Protocol == ProtocolVLLM && len(ports) < upPortCount(cfg) {
+		_, _ = fmt.Fprintf(stderr, "up: with %d workers the workers', adapters' and ZeroMQ ports overlap: set -adapter-port and -zmq-port\n", cfg.Workers)
+		return ErrUsage
+	}
 	if cfg.Protocol == ProtocolVLLM && cfg.ZMQPort == 0 {
 		// The adapters must know where their engines publish.
 		_, _ = fmt.Fprintln(stderr, "up: -protocol vllm needs a -zmq-port")
@@ -139,8 +143,8 @@ func upFlags() (*flag.FlagSet, func() (UpConfig, zapcore.Level, error)) {
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "embedded etcd data directory (default: a temporary one)")
 	fs.DurationVar(&cfg.Status, "status-interval", cfg.Status, "live status refresh (0: off)")
 	fs.StringVar(&cfg.Protocol, "protocol", cfg.Protocol, "workers' protocol: native, or vllm (each worker speaks vLLM's KV event protocol and metrics, and a switchyard adapter beside it joins it to the cluster)")
-	fs.IntVar(&cfg.ZMQPort, "zmq-port", cfg.ZMQPort, "with -protocol vllm: the first worker's KV event port; its replay port is the next, the other workers follow in pairs")
-	fs.IntVar(&cfg.AdapterPort, "adapter-port", cfg.AdapterPort, "with -protocol vllm: the first adapter's HTTP port; the others use the next ports")
+	fs.IntVar(&cfg.ZMQPort, "zmq-port", cfg.ZMQPort, "with -protocol vllm: the first worker's KV event port; its replay port is the next, the other workers follow in pairs (default: -worker-port + 200)")
+	fs.IntVar(&cfg.AdapterPort, "adapter-port", cfg.AdapterPort, "with -protocol vllm: the first adapter's HTTP port; the others use the next ports (default: -worker-port + 100)")
 	fs.DurationVar(&cfg.Replica.DrainDelay, "shutdown-drain-delay", cfg.Replica.DrainDelay, "on Ctrl-C each router fails /readyz, hands its classes off and keeps serving this long (lame duck) before draining its streams")
 	fs.DurationVar(&cfg.Replica.Frontend.ShutdownGrace, "shutdown-grace", cfg.Replica.Frontend.ShutdownGrace, "how long each router then waits for its in-flight requests and streams")
 	fs.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run every link over TLS with credentials, from a CA made for this run (docs/security.md)")
@@ -151,6 +155,9 @@ func upFlags() (*flag.FlagSet, func() (UpConfig, zapcore.Level, error)) {
 	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
 	resolve := func() (UpConfig, zapcore.Level, error) {
 		c := cfg
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		deriveVLLMPorts(&c, given["adapter-port"], given["zmq-port"])
 		if policyFile != "" {
 			raw, err := os.ReadFile(policyFile)
 			if err != nil {
@@ -163,6 +170,45 @@ func upFlags() (*flag.FlagSet, func() (UpConfig, zapcore.Level, error)) {
 	return fs, resolve
 }
 
+// deriveVLLMPorts puts the adapters and the engines' ZeroMQ ports beside
+// the workers' unless given: adapters from -worker-port + 100, ZeroMQ pairs
+// from -worker-port + 200 (9101 and 9201 by default), so moving the
+// workers moves them too. With -worker-port 0 (any) the adapters take any
+// port and the ZeroMQ ports keep their fixed default.
+func deriveVLLMPorts(c *UpConfig, adapterGiven, zmqGiven bool) {
+	if c.WorkerPort == 0 {
+		if !adapterGiven {
+			c.AdapterPort = 0
+		}
+		return
+	}
+	if !adapterGiven {
+		c.AdapterPort = c.WorkerPort + vllmAdapterOffset
+	}
+	if !zmqGiven {
+		c.ZMQPort = c.WorkerPort + vllmZMQOffset
+	}
+}
+
+const vllmAdapterOffset, vllmZMQOffset = 100, 200
+
+// vllmBanner says where -protocol vllm put the engines, their ZeroMQ
+// event and replay ports and their adapters.
+func vllmBanner(cfg UpConfig) string {
+	span := func(base, n int) string {
+		switch {
+		case base == 0:
+			return "free ports"
+		case n == 1:
+			return fmt.Sprintf("%s:%d", cfg.Host, base)
+		}
+		return fmt.Sprintf("%s:%d-%d", cfg.Host, base, base+n-1)
+	}
+	return fmt.Sprintf("  workers speak vLLM's protocol: engines on %s, their ZeroMQ KV events and replay on %s (in pairs),\n"+
+		"  each joined by a switchyard adapter (/metrics, /readyz) on %s\n",
+		span(cfg.WorkerPort, cfg.Workers), span(cfg.ZMQPort, 2*cfg.Workers), span(cfg.AdapterPort, cfg.Workers))
+}
+
 // upPorts names the fixed ports up is about to listen on (port 0: any).
 func upPorts(cfg UpConfig) map[int]string {
 	ports := map[int]string{}
@@ -173,16 +219,38 @@ func upPorts(cfg UpConfig) map[int]string {
 	}
 	add(cfg.HTTPBase, cfg.Replicas, "router-%d's API")
 	add(cfg.WorkerPort, cfg.Workers, "worker-%d's API")
-	add(cfg.EtcdPort, 1, "embedded etcd's client port")
 	if cfg.EtcdPort != 0 {
-		ports[cfg.EtcdPort+1] = "embedded etcd's peer port"
+		ports[cfg.EtcdPort], ports[cfg.EtcdPort+1] = "embedded etcd's client port", "embedded etcd's peer port"
 	}
-	add(cfg.NATSPort, 1, "embedded NATS")
+	if cfg.NATSPort != 0 {
+		ports[cfg.NATSPort] = "embedded NATS"
+	}
 	if cfg.Protocol == ProtocolVLLM {
 		add(cfg.AdapterPort, cfg.Workers, "worker-%d's adapter")
-		add(cfg.ZMQPort, 2*cfg.Workers, "a vLLM worker's ZeroMQ port (%d of the pairs)")
+		add(cfg.ZMQPort, 2*cfg.Workers, "ZeroMQ port %d of the vLLM workers' event and replay pairs")
 	}
 	return ports
+}
+
+// upPortCount is how many fixed ports up listens on (upPorts has fewer
+// when two uses overlap).
+func upPortCount(cfg UpConfig) int {
+	n := 0
+	for _, base := range []struct{ port, count int }{{cfg.HTTPBase, cfg.Replicas}, {cfg.WorkerPort, cfg.Workers},
+		{cfg.EtcdPort, 2}, {cfg.NATSPort, 1}} {
+		if base.port != 0 {
+			n += base.count
+		}
+	}
+	if cfg.Protocol == ProtocolVLLM {
+		if cfg.AdapterPort != 0 {
+			n += cfg.Workers
+		}
+		if cfg.ZMQPort != 0 {
+			n += 2 * cfg.Workers
+		}
+	}
+	return n
 }
 
 // waitUpPorts checks that every fixed port is free, waiting up to patience
@@ -198,7 +266,7 @@ func waitUpPorts(ctx context.Context, cfg UpConfig, patience time.Duration, stde
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("port %d (%s) on %s is in use: %v; is another `switchyard up` still running? "+
+			return fmt.Errorf("port %d (%s) on %s is in use: %v; is another `switchyard up`, or anything else, still running there? "+
 				"(`ss -ltnp 'sport = :%d'` names the process; -port, -worker-port, -etcd-port and -nats-port move the cluster)",
 				busy, ports[busy], cfg.Host, err, busy)
 		}
@@ -423,6 +491,9 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		_, _ = fmt.Fprintf(stdout, "  OpenAI API  %s://%s/v1   (readiness /readyz, metrics /metrics, cluster /debug/cluster)\n", scheme, s.HTTPAddr)
 	}
 	_, _ = fmt.Fprintf(stdout, "  model %s tokenized with %s on routers and workers alike\n", cfg.Worker.Model, cfg.Worker.Tokenizer)
+	if cfg.Protocol == ProtocolVLLM {
+		_, _ = fmt.Fprint(stdout, vllmBanner(cfg))
+	}
 	if f := cfg.Replica.Tenants.KeysFile; f != "" {
 		_, _ = fmt.Fprintf(stdout, "  API keys from %s: every request needs -H 'authorization: Bearer KEY' (reloaded every %v)\n", f, cfg.Replica.Tenants.ReloadInterval)
 		curl += " -H 'authorization: Bearer KEY'"

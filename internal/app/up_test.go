@@ -233,7 +233,7 @@ func TestUpNamesABusyPortAndWhatItWantedItFor(t *testing.T) {
 	err = waitUpPorts(context.Background(), cfg, 0, io.Discard)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), fmt.Sprintf("port %d (router-2's API) on 127.0.0.1 is in use", cfg.HTTPBase+1))
-	require.Contains(t, err.Error(), "another `switchyard up` still running")
+	require.Contains(t, err.Error(), "another `switchyard up`, or anything else, still running there?")
 }
 
 func TestUpWaitsForAPortThatAStoppingUpReleases(t *testing.T) {
@@ -250,4 +250,45 @@ func TestUpWaitsForAPortThatAStoppingUpReleases(t *testing.T) {
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
 	require.NoError(t, l.Close())
 	require.NoError(t, <-done)
+}
+
+func TestVLLMModesAdapterAndZeroMQPortsFollowTheWorkerPortAndAreInTheBanner(t *testing.T) {
+	fs, resolve := upFlags()
+	require.NoError(t, fs.Parse([]string{"-protocol", "vllm", "-worker-port", "19001", "-workers", "4"}))
+	cfg, _, err := resolve()
+	require.NoError(t, err)
+	require.Equal(t, 19101, cfg.AdapterPort)
+	require.Equal(t, 19201, cfg.ZMQPort)
+	require.Equal(t, "  workers speak vLLM's protocol: engines on 127.0.0.1:19001-19004, their ZeroMQ KV events and replay on 127.0.0.1:19201-19208 (in pairs),\n"+
+		"  each joined by a switchyard adapter (/metrics, /readyz) on 127.0.0.1:19101-19104\n", vllmBanner(cfg))
+
+	fs, resolve = upFlags()
+	require.NoError(t, fs.Parse([]string{"-protocol", "vllm", "-worker-port", "19001", "-adapter-port", "7000", "-zmq-port", "7100"}))
+	cfg, _, err = resolve()
+	require.NoError(t, err)
+	require.Equal(t, []int{7000, 7100}, []int{cfg.AdapterPort, cfg.ZMQPort}, "given ports are kept")
+
+	fs, resolve = upFlags()
+	require.NoError(t, fs.Parse(nil))
+	cfg, _, err = resolve()
+	require.NoError(t, err)
+	require.Equal(t, []int{9101, 9201}, []int{cfg.AdapterPort, cfg.ZMQPort}, "the defaults sit beside the default workers")
+}
+
+func TestUpRefusesVLLMPortsThatOverlap(t *testing.T) {
+	var stderr strings.Builder
+	err := Up(context.Background(), []string{"-protocol", "vllm", "-workers", "150"}, io.Discard, &stderr)
+	require.ErrorIs(t, err, ErrUsage)
+	require.Contains(t, stderr.String(), "ports overlap: set -adapter-port and -zmq-port")
+}
+
+func TestUpNamesEachFixedPortsUse(t *testing.T) {
+	cfg := DefaultUpConfig()
+	ports := upPorts(cfg)
+	require.Len(t, ports, upPortCount(cfg))
+	require.Equal(t, "embedded etcd's client port", ports[12379])
+	require.Equal(t, "embedded etcd's peer port", ports[12380])
+	require.Equal(t, "embedded NATS", ports[14222])
+	require.Equal(t, "router-3's API", ports[8082])
+	require.Equal(t, "worker-8's API", ports[9008])
 }
