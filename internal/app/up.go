@@ -266,9 +266,12 @@ func waitUpPorts(ctx context.Context, cfg UpConfig, patience time.Duration, stde
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("port %d (%s) on %s is in use: %v; is another `switchyard up`, or anything else, still running there? "+
-				"(`ss -ltnp 'sport = :%d'` names the process; -port, -worker-port, -etcd-port and -nats-port move the cluster)",
-				busy, ports[busy], cfg.Host, err, busy)
+			by := "is another `switchyard up`, or anything else, still running there? (`ss -ltnp 'sport = :" + strconv.Itoa(busy) + "'` names it)"
+			if owner := portOwner(busy); owner != "" {
+				by = "held by " + owner
+			}
+			return fmt.Errorf("port %d (%s) on %s is in use: %v; %s; -port, -worker-port, -etcd-port and -nats-port move the cluster",
+				busy, ports[busy], cfg.Host, err, by)
 		}
 		if !said {
 			_, _ = fmt.Fprintf(stderr, "up: port %d (%s) is in use; waiting up to %v for it to be released...\n", busy, ports[busy], patience)
