@@ -25,7 +25,11 @@ build: ## Build the switchyard binary into bin/.
 
 .PHONY: up
 up: ## Start a local cluster (embedded etcd + NATS, 3 routers, 8 simulated workers) on 127.0.0.1:8080; UP_FLAGS="-protocol vllm" puts each worker behind an adapter.
-	$(GO) run ./cmd/switchyard up $(UP_FLAGS)
+	@echo "Building $(BIN)/switchyard (the first build takes minutes; later ones are cached)..."
+	@CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/switchyard ./cmd/switchyard
+	@# exec: Ctrl-C reaches the binary itself, whose normal stop exits 0
+	@# (`go run` exits 1 when interrupted, whatever the program returns).
+	@exec $(BIN)/switchyard up $(UP_FLAGS)
 
 .PHONY: test
 test: ## Run every test with the race detector (fuzz targets run their seed corpora).

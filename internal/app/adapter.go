@@ -17,26 +17,33 @@ import (
 	"github.com/switchyard/switchyard/metrics"
 )
 
-// Adapter is the `switchyard adapter` subcommand: one process beside one
-// real engine (vLLM, SGLang or any OpenAI-compatible server) that registers
-// it, mirrors its KV cache to routers and reports its load (design §14).
-// Flags have SWITCHYARD_* environment fallbacks (applyEnv).
-func Adapter(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// adapterFlags is the adapter's flag set, bound to a default config.
+func adapterFlags() (*flag.FlagSet, *adapter.Config, *Links, *zapcore.Level) {
 	cfg := adapter.DefaultConfig()
 	fs := flag.NewFlagSet("adapter", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfg.RegisterFlags(fs, "")
 	var lk Links
 	lk.Etcd.RegisterFlags(fs, "etcd.")
 	lk.NATS.RegisterFlags(fs, "nats.")
 	level := zapcore.InfoLevel
 	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
+	return fs, &cfg, &lk, &level
+}
+
+// Adapter is the `switchyard adapter` subcommand: one process beside one
+// real engine (vLLM, SGLang or any OpenAI-compatible server) that registers
+// it, mirrors its KV cache to routers and reports its load (design §14).
+// Flags have SWITCHYARD_* environment fallbacks (applyEnv).
+func Adapter(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cfgp, lkp, levelp := adapterFlags()
+	fs.SetOutput(stderr)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
+	cfg, lk, level := *cfgp, *lkp, *levelp
 	if err := cfg.Validate(); err != nil {
 		_, _ = fmt.Fprintf(stderr, "adapter: %v\n", err)
 		return ErrUsage

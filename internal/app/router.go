@@ -19,9 +19,40 @@ import (
 // external etcd and NATS, configured by flags with SWITCHYARD_* environment
 // fallbacks (see applyEnv).
 func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, resolve := routerFlags()
+	fs.SetOutput(stderr)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	cfg, level, err := resolve()
+	if err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		_, _ = fmt.Fprintf(stderr, "router: %v\n", err)
+		return ErrUsage
+	}
+	log := newLogger(stderr, level)
+	defer func() { _ = log.Sync() }()
+	return RunReplica(ctx, cfg, log.Named(cfg.ID), metrics.NewRegistry(), func(s *ReplicaStatus) {
+		scheme := "http"
+		if cfg.Frontend.TLS.Enabled() {
+			scheme = "https"
+		}
+		_, _ = fmt.Fprintf(stdout, "router %s ready: OpenAI API %s://%s/v1\n", s.ID, scheme, s.HTTPAddr)
+	})
+}
+
+// routerFlags is the router's flag set, bound to a default config; resolve
+// turns the parsed flags into the replica's config (policy file read,
+// shared fields copied). Each setting has one name: the parts' flags that
+// the replica sets itself are not registered (see registerWithout).
+func routerFlags() (*flag.FlagSet, func() (ReplicaConfig, zapcore.Level, error)) {
 	cfg := DefaultReplicaConfig()
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.ID, "id", cfg.ID, "replica id (etcd key, gossip node name)")
 	fs.StringVar(&cfg.Cluster, "cluster", cfg.Cluster, "cluster name (etcd prefix and NATS subjects)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address of the OpenAI API")
@@ -43,53 +74,47 @@ func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.DurationVar(&cfg.Admission.BucketSyncInterval, "bucket-sync-interval", cfg.Admission.BucketSyncInterval, "how often a class owner saves its tenants' token-bucket levels to etcd so they move with the class (a crash loses at most this much)")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML seeded into etcd when it has none (docs/policy.md; default: the built-in policy)")
-	cfg.Frontend.RegisterFlags(fs, "http.")
+	// -http-addr is the API listener: the frontend's own address is unused.
+	registerWithout(fs, func(fs *flag.FlagSet) { cfg.Frontend.RegisterFlags(fs, "http.") }, "http.addr")
 	cfg.Scheduler.RegisterFlags(fs, "sched.")
 	cfg.Index.RegisterFlags(fs, "index.")
-	cfg.Gossip.RegisterFlags(fs, "gossip.")
-	cfg.Exporter.RegisterFlags(fs, "metrics.")
+	// The gossip node name is -id.
+	registerWithout(fs, func(fs *flag.FlagSet) { cfg.Gossip.RegisterFlags(fs, "gossip.") }, "gossip.node-name")
+	// A replica pushes its snapshots every -gossip.interval: nothing polls.
+	registerWithout(fs, func(fs *flag.FlagSet) { cfg.Exporter.RegisterFlags(fs, "metrics.") }, "metrics.refresh-interval")
 	fs.DurationVar(&cfg.Session.TTL, "session-ttl", cfg.Session.TTL, "etcd session lease TTL")
 	cfg.Ownership.RegisterFlags(fs, "")
-	cfg.Ingest.RegisterFlags(fs, "ingest.")
+	// The ingest's cluster is -cluster.
+	registerWithout(fs, func(fs *flag.FlagSet) { cfg.Ingest.RegisterFlags(fs, "ingest.") }, "ingest.cluster")
 	cfg.Prompt.RegisterFlags(fs, "tokenizer.")
 	cfg.Links.Etcd.RegisterFlags(fs, "etcd.")
 	cfg.Links.NATS.RegisterFlags(fs, "nats.")
 	cfg.Tenants.RegisterFlags(fs, "auth.")
 	level := zapcore.InfoLevel
 	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
-	if err := parseFlags(fs, args, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	resolve := func() (ReplicaConfig, zapcore.Level, error) {
+		c := cfg
+		if policyFile != "" {
+			raw, err := os.ReadFile(policyFile)
+			if err != nil {
+				return c, level, fmt.Errorf("policy: %w", err)
+			}
+			c.PolicyYAML = raw
 		}
-		return err
+		c.Frontend.Addr = c.HTTPAddr
+		c.normalize()
+		return c, level, nil
 	}
-	if policyFile != "" {
-		raw, err := os.ReadFile(policyFile)
-		if err != nil {
-			return fmt.Errorf("policy: %w", err)
-		}
-		cfg.PolicyYAML = raw
-	}
-	cfg.normalize()
-	if err := cfg.Validate(); err != nil {
-		_, _ = fmt.Fprintf(stderr, "router: %v\n", err)
-		return ErrUsage
-	}
-	log := newLogger(stderr, level)
-	defer func() { _ = log.Sync() }()
-	return RunReplica(ctx, cfg, log.Named(cfg.ID), metrics.NewRegistry(), func(s *ReplicaStatus) {
-		scheme := "http"
-		if cfg.Frontend.TLS.Enabled() {
-			scheme = "https"
-		}
-		_, _ = fmt.Fprintf(stdout, "router %s ready: OpenAI API %s://%s/v1\n", s.ID, scheme, s.HTTPAddr)
-	})
+	return fs, resolve
 }
 
 // parseFlags parses args, then fills every flag not given on the command
 // line from its SWITCHYARD_* environment variable. It returns flag.ErrHelp
 // for -h and ErrUsage (after printing why) for bad input.
 func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	if err := checkRemovedFlags(fs, args, stderr); err != nil {
+		return err
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"github.com/switchyard/switchyard/adapter"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/tenant"
 )
 
 // UpConfig is a whole local cluster in one process.
@@ -83,9 +85,53 @@ func upReplicaConfig() ReplicaConfig {
 // Up is the `switchyard up` subcommand: embedded etcd and NATS, router
 // replicas and simulated workers on localhost, until Ctrl-C.
 func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, resolve := upFlags()
+	fs.SetOutput(stderr)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	cfg, level, err := resolve()
+	if err != nil {
+		return err
+	}
+	if cfg.Replicas < 1 || cfg.Workers < 1 {
+		_, _ = fmt.Fprintln(stderr, "up: need at least one replica and one worker")
+		return ErrUsage
+	}
+	if cfg.Protocol != ProtocolNative && cfg.Protocol != ProtocolVLLM {
+		_, _ = fmt.Fprintf(stderr, "up: -protocol %q must be %s or %s\n", cfg.Protocol, ProtocolNative, ProtocolVLLM)
+		return ErrUsage
+	}
+	if ports := upPorts(cfg); cfg.Protocol == ProtocolVLLM && len(ports) < upPortCount(cfg) {
+		_, _ = fmt.Fprintf(stderr, "up: with %d workers the workers', adapters' and ZeroMQ ports overlap: set -adapter-port and -zmq-port\n", cfg.Workers)
+		return ErrUsage
+	}
+	if cfg.Protocol == ProtocolVLLM && cfg.ZMQPort == 0 {
+		// The adapters must know where their engines publish.
+		_, _ = fmt.Fprintln(stderr, "up: -protocol vllm needs a -zmq-port")
+		return ErrUsage
+	}
+	if err := checkUpKeysFile(cfg.Replica.Tenants); err != nil {
+		// Every replica would fail on it and be restarted again and again.
+		_, _ = fmt.Fprintf(stderr, "up: %v\n", err)
+		return ErrUsage
+	}
+	if err := waitUpPorts(ctx, cfg, 5*time.Second, stderr); err != nil {
+		return err
+	}
+	log := newLogger(stderr, level)
+	defer func() { _ = log.Sync() }()
+	return RunUp(ctx, cfg, log, stdout)
+}
+
+// upFlags is up's flag set, bound to a default config; resolve turns the
+// parsed flags into the cluster's config (policy file read).
+func upFlags() (*flag.FlagSet, func() (UpConfig, zapcore.Level, error)) {
 	cfg := DefaultUpConfig()
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "router replicas")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated workers")
 	fs.IntVar(&cfg.HTTPBase, "port", cfg.HTTPBase, "OpenAI API port of the first replica; the others use the next ports")
@@ -97,45 +143,176 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "embedded etcd data directory (default: a temporary one)")
 	fs.DurationVar(&cfg.Status, "status-interval", cfg.Status, "live status refresh (0: off)")
 	fs.StringVar(&cfg.Protocol, "protocol", cfg.Protocol, "workers' protocol: native, or vllm (each worker speaks vLLM's KV event protocol and metrics, and a switchyard adapter beside it joins it to the cluster)")
-	fs.IntVar(&cfg.ZMQPort, "zmq-port", cfg.ZMQPort, "with -protocol vllm: the first worker's KV event port; its replay port is the next, the other workers follow in pairs")
-	fs.IntVar(&cfg.AdapterPort, "adapter-port", cfg.AdapterPort, "with -protocol vllm: the first adapter's HTTP port; the others use the next ports")
+	fs.IntVar(&cfg.ZMQPort, "zmq-port", cfg.ZMQPort, "with -protocol vllm: the first worker's KV event port; its replay port is the next, the other workers follow in pairs (default: -worker-port + 200)")
+	fs.IntVar(&cfg.AdapterPort, "adapter-port", cfg.AdapterPort, "with -protocol vllm: the first adapter's HTTP port; the others use the next ports (default: -worker-port + 100)")
 	fs.DurationVar(&cfg.Replica.DrainDelay, "shutdown-drain-delay", cfg.Replica.DrainDelay, "on Ctrl-C each router fails /readyz, hands its classes off and keeps serving this long (lame duck) before draining its streams")
 	fs.DurationVar(&cfg.Replica.Frontend.ShutdownGrace, "shutdown-grace", cfg.Replica.Frontend.ShutdownGrace, "how long each router then waits for its in-flight requests and streams")
 	fs.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run every link over TLS with credentials, from a CA made for this run (docs/security.md)")
-	fs.StringVar(&cfg.Replica.Tenants.KeysFile, "auth.keys-file", cfg.Replica.Tenants.KeysFile, "API keys file (docs/tenants.md): every router authenticates requests and enforces the tenants' quotas (empty: the API is open)")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML (default: deploy/policy.yaml, built in)")
+	cfg.Replica.Tenants.RegisterFlags(fs, "auth.")
 	level := zapcore.WarnLevel
 	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
-	if err := parseFlags(fs, args, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	resolve := func() (UpConfig, zapcore.Level, error) {
+		c := cfg
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		deriveVLLMPorts(&c, given["adapter-port"], given["zmq-port"])
+		if policyFile != "" {
+			raw, err := os.ReadFile(policyFile)
+			if err != nil {
+				return c, level, fmt.Errorf("policy: %w", err)
+			}
+			c.Replica.PolicyYAML = raw
+		}
+		return c, level, nil
+	}
+	return fs, resolve
+}
+
+// deriveVLLMPorts puts the adapters and the engines' ZeroMQ ports beside
+// the workers' unless given: adapters from -worker-port + 100, ZeroMQ pairs
+// from -worker-port + 200 (9101 and 9201 by default), so moving the
+// workers moves them too. With -worker-port 0 (any) the adapters take any
+// port and the ZeroMQ ports keep their fixed default.
+func deriveVLLMPorts(c *UpConfig, adapterGiven, zmqGiven bool) {
+	if c.WorkerPort == 0 {
+		if !adapterGiven {
+			c.AdapterPort = 0
+		}
+		return
+	}
+	if !adapterGiven {
+		c.AdapterPort = c.WorkerPort + vllmAdapterOffset
+	}
+	if !zmqGiven {
+		c.ZMQPort = c.WorkerPort + vllmZMQOffset
+	}
+}
+
+const vllmAdapterOffset, vllmZMQOffset = 100, 200
+
+// vllmBanner says where -protocol vllm put the engines, their ZeroMQ
+// event and replay ports and their adapters.
+func vllmBanner(cfg UpConfig) string {
+	span := func(base, n int) string {
+		switch {
+		case base == 0:
+			return "free ports"
+		case n == 1:
+			return fmt.Sprintf("%s:%d", cfg.Host, base)
+		}
+		return fmt.Sprintf("%s:%d-%d", cfg.Host, base, base+n-1)
+	}
+	return fmt.Sprintf("  workers speak vLLM's protocol: engines on %s, their ZeroMQ KV events and replay on %s (in pairs),\n"+
+		"  each joined by a switchyard adapter (/metrics, /readyz) on %s\n",
+		span(cfg.WorkerPort, cfg.Workers), span(cfg.ZMQPort, 2*cfg.Workers), span(cfg.AdapterPort, cfg.Workers))
+}
+
+// upPorts names the fixed ports up is about to listen on (port 0: any).
+func upPorts(cfg UpConfig) map[int]string {
+	ports := map[int]string{}
+	add := func(base, n int, what string) {
+		for i := 0; i < n && base != 0; i++ {
+			ports[base+i] = fmt.Sprintf(what, i+1)
+		}
+	}
+	add(cfg.HTTPBase, cfg.Replicas, "router-%d's API")
+	add(cfg.WorkerPort, cfg.Workers, "worker-%d's API")
+	if cfg.EtcdPort != 0 {
+		ports[cfg.EtcdPort], ports[cfg.EtcdPort+1] = "embedded etcd's client port", "embedded etcd's peer port"
+	}
+	if cfg.NATSPort != 0 {
+		ports[cfg.NATSPort] = "embedded NATS"
+	}
+	if cfg.Protocol == ProtocolVLLM {
+		add(cfg.AdapterPort, cfg.Workers, "worker-%d's adapter")
+		add(cfg.ZMQPort, 2*cfg.Workers, "ZeroMQ port %d of the vLLM workers' event and replay pairs")
+	}
+	return ports
+}
+
+// upPortCount is how many fixed ports up listens on (upPorts has fewer
+// when two uses overlap).
+func upPortCount(cfg UpConfig) int {
+	n := 0
+	for _, base := range []struct{ port, count int }{{cfg.HTTPBase, cfg.Replicas}, {cfg.WorkerPort, cfg.Workers},
+		{cfg.EtcdPort, 2}, {cfg.NATSPort, 1}} {
+		if base.port != 0 {
+			n += base.count
+		}
+	}
+	if cfg.Protocol == ProtocolVLLM {
+		if cfg.AdapterPort != 0 {
+			n += cfg.Workers
+		}
+		if cfg.ZMQPort != 0 {
+			n += 2 * cfg.Workers
+		}
+	}
+	return n
+}
+
+// waitUpPorts checks that every fixed port is free, waiting up to patience
+// for a previous up that is still stopping to let go of them, and
+// otherwise names the first busy port and what up wanted it for.
+func waitUpPorts(ctx context.Context, cfg UpConfig, patience time.Duration, stderr io.Writer) error {
+	ports := upPorts(cfg)
+	sorted := slices.Sorted(maps.Keys(ports))
+	deadline := time.Now().Add(patience)
+	for said := false; ; {
+		busy, err := firstBusyPort(cfg.Host, sorted)
+		if busy == 0 {
 			return nil
 		}
+		if time.Now().After(deadline) {
+			by := "is another `switchyard up`, or anything else, still running there? (`ss -ltnp 'sport = :" + strconv.Itoa(busy) + "'` names it)"
+			if owner := portOwner(busy); owner != "" {
+				by = "held by " + owner
+			}
+			return fmt.Errorf("port %d (%s) on %s is in use: %v; %s; -port, -worker-port, -etcd-port and -nats-port move the cluster",
+				busy, ports[busy], cfg.Host, err, by)
+		}
+		if !said {
+			_, _ = fmt.Fprintf(stderr, "up: port %d (%s) is in use; waiting up to %v for it to be released...\n", busy, ports[busy], patience)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// firstBusyPort returns the first of ports that host cannot listen on.
+func firstBusyPort(host string, ports []int) (int, error) {
+	for _, p := range ports {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+		if err != nil {
+			return p, err
+		}
+		_ = l.Close()
+	}
+	return 0, nil
+}
+
+// checkUpKeysFile loads the keys file (if any) the way each replica will.
+func checkUpKeysFile(c tenant.Config) error {
+	if c.KeysFile == "" {
+		return nil
+	}
+	if err := c.Validate(); err != nil {
 		return err
 	}
-	if cfg.Replicas < 1 || cfg.Workers < 1 {
-		_, _ = fmt.Fprintln(stderr, "up: need at least one replica and one worker")
-		return ErrUsage
+	raw, err := os.ReadFile(c.KeysFile)
+	if err != nil {
+		return fmt.Errorf("-auth.keys-file: %w", err)
 	}
-	if cfg.Protocol != ProtocolNative && cfg.Protocol != ProtocolVLLM {
-		_, _ = fmt.Fprintf(stderr, "up: -protocol %q must be %s or %s\n", cfg.Protocol, ProtocolNative, ProtocolVLLM)
-		return ErrUsage
+	if _, err := tenant.Parse(raw); err != nil {
+		return fmt.Errorf("-auth.keys-file %s: %w", c.KeysFile, err)
 	}
-	if cfg.Protocol == ProtocolVLLM && cfg.ZMQPort == 0 {
-		// The adapters must know where their engines publish.
-		_, _ = fmt.Fprintln(stderr, "up: -protocol vllm needs a -zmq-port")
-		return ErrUsage
-	}
-	if policyFile != "" {
-		raw, err := os.ReadFile(policyFile)
-		if err != nil {
-			return fmt.Errorf("policy: %w", err)
-		}
-		cfg.Replica.PolicyYAML = raw
-	}
-	log := newLogger(stderr, level)
-	defer func() { _ = log.Sync() }()
-	return RunUp(ctx, cfg, log, stdout)
+	return nil
 }
 
 // RunUp runs the local cluster until ctx ends.
@@ -206,6 +383,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 	statuses := make([]*ReplicaStatus, cfg.Replicas)
 	readyCh := make(chan struct{}, cfg.Replicas)
 	var gossipSeed string
+	var others sync.WaitGroup // the replicas but the first, until they stop
 	for i := 0; i < cfg.Replicas; i++ {
 		rc := cfg.Replica
 		rc.ID = fmt.Sprintf("router-%d", i+1)
@@ -223,7 +401,26 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		}
 		i := i
 		started := make(chan string, 1)
-		grp.Go(named(gctx, rc.ID, func(ctx context.Context) error {
+		// The replicas leave gossip in two steps: the others together, then
+		// the first one, alone. All leaving at once, each sees the others
+		// gone and nobody is left to carry its leave broadcast: every stop
+		// timed out and warned "gossip did not leave cleanly".
+		rctx := gctx
+		if i == 0 {
+			var stopFirst context.CancelFunc
+			rctx, stopFirst = context.WithCancel(context.WithoutCancel(gctx))
+			go func() {
+				<-gctx.Done()
+				others.Wait()
+				stopFirst()
+			}()
+		} else {
+			others.Add(1)
+		}
+		grp.Go(named(rctx, rc.ID, func(ctx context.Context) error {
+			if i > 0 {
+				defer others.Done()
+			}
 			// A replica survives a lost etcd session (it takes a new lease);
 			// one that fails for another reason is restarted after a
 			// second, as an orchestrator would.
@@ -298,32 +495,35 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 	}
 	_, _ = fmt.Fprintf(stdout, "  Operators' page  %s://%s/   (the whole tier, live, from any replica's /)\n", scheme, statuses[0].HTTPAddr)
 	_, _ = fmt.Fprintf(stdout, "  model %s tokenized with %s on routers and workers alike\n", cfg.Worker.Model, cfg.Worker.Tokenizer)
-	if keys := cfg.Replica.Tenants.KeysFile; keys != "" {
-		_, _ = fmt.Fprintf(stdout, "  API keys from %s: send -H 'authorization: Bearer <key>' (none: 401, a key without the model or class: 403, over its quota: 429)\n", keys)
-		curl += " -H 'authorization: Bearer <key>'"
+	if cfg.Protocol == ProtocolVLLM {
+		_, _ = fmt.Fprint(stdout, vllmBanner(cfg))
+	}
+	if f := cfg.Replica.Tenants.KeysFile; f != "" {
+		_, _ = fmt.Fprintf(stdout, "  API keys from %s: every request needs -H 'authorization: Bearer KEY' (reloaded every %v)\n", f, cfg.Replica.Tenants.ReloadInterval)
+		curl += " -H 'authorization: Bearer KEY'"
 	}
 	_, _ = fmt.Fprintf(stdout, "Try: %s %s://%s/v1/completions -H 'content-type: application/json' -d '{\"model\":\"%s\",\"prompt\":\"hello\",\"max_tokens\":8}'\n", curl, scheme, statuses[0].HTTPAddr, cfg.Worker.Model)
 	_, _ = fmt.Fprintln(stdout, "Ctrl-C stops the cluster.")
 	if cfg.Status > 0 {
-		// On a terminal the status line is rewritten in place; elsewhere
-		// (logs, CI) a full line is printed ten times less often.
-		every, width := cfg.Status, func() int { return 0 }
+		// On a terminal the status line is rewritten in place, fitted to
+		// the terminal's width; elsewhere (logs, CI) one full line is
+		// printed per interval.
+		width := func() int { return 0 }
 		if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-			width = func() int { // read at each refresh: the terminal may be resized
-				if w, _, err := term.GetSize(int(f.Fd())); err == nil && w > 0 {
-					return w
+			width = func() int {
+				w, _, err := term.GetSize(int(f.Fd()))
+				if err != nil || w <= 0 {
+					return 80
 				}
-				return 80
+				return w
 			}
-		} else {
-			every *= 10
 		}
 		current := func() []*ReplicaStatus {
 			mu.Lock()
 			defer mu.Unlock()
 			return slices.Clone(statuses)
 		}
-		grp.Go(named(gctx, "status", func(ctx context.Context) error { return printStatus(ctx, stdout, current, every, width) }))
+		grp.Go(named(gctx, "status", func(ctx context.Context) error { return printStatus(ctx, stdout, current, cfg.Status, width) }))
 	}
 	err = grp.Wait()
 	_, _ = fmt.Fprintln(stdout, "\nSwitchyard stopped.")
@@ -338,9 +538,9 @@ func portAt(base, i int) int {
 	return base + i
 }
 
-// printStatus rewrites one status line: admissions, queue and owners. On a
-// terminal (width > 0: its columns) the line is rewritten in place, cut to
-// fit; elsewhere (width 0) each refresh is a line of its own.
+// printStatus prints the status line every interval: rewritten in place
+// when width reports a terminal's width, one line each time when it
+// reports 0 (not a terminal).
 func printStatus(ctx context.Context, w io.Writer, replicas func() []*ReplicaStatus, every time.Duration, width func() int) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -350,46 +550,52 @@ func printStatus(ctx context.Context, w io.Writer, replicas func() []*ReplicaSta
 			return nil
 		case <-t.C:
 		}
-		rs := replicas()
-		var recv, adm, rej, queued, bookings int
-		degraded := 0
-		for _, r := range rs {
-			s := r.Snapshot()
-			for _, c := range s.Classes {
-				recv += int(c.Counters.Received)
-				adm += int(c.Counters.Admitted)
-				queued += c.QueueDepth
-				for _, n := range c.Counters.Rejected {
-					rej += int(n)
-				}
-			}
-			bookings += s.Bookings
-			if r.Degraded() {
-				degraded++
-			}
-		}
-		line := fmt.Sprintf("requests %d  admitted %d  rejected %d  queued %d  in flight %d  indexed blocks %d",
-			recv, adm, rej, queued, bookings, rs[0].IndexedBlocks())
-		if degraded > 0 {
-			line += fmt.Sprintf("  DEGRADED %d", degraded)
-		}
-		_, _ = io.WriteString(w, statusLine(line, width()))
+		_, _ = io.WriteString(w, formatStatusLine(statusLine(replicas()), width()))
 	}
 }
 
-// statusLine is line as printStatus writes it: on a terminal of cols
-// columns, a carriage return, the line cut to cols-1 (a full row would wrap
-// the cursor to the next line and every refresh would scroll), and an
-// erase to the end of the row (ESC [ K) for a shorter line than the last;
-// with cols 0 (not a terminal), the line and a newline.
-func statusLine(line string, cols int) string {
-	if cols <= 0 {
+// statusLine sums the replicas' counters: admissions, queue and owners.
+func statusLine(rs []*ReplicaStatus) string {
+	var recv, adm, rej, queued, bookings int
+	degraded := 0
+	for _, r := range rs {
+		s := r.Snapshot()
+		for _, c := range s.Classes {
+			recv += int(c.Counters.Received)
+			adm += int(c.Counters.Admitted)
+			queued += c.QueueDepth
+			for _, n := range c.Counters.Rejected {
+				rej += int(n)
+			}
+		}
+		bookings += s.Bookings
+		if r.Degraded() {
+			degraded++
+		}
+	}
+	line := fmt.Sprintf("requests %d  admitted %d  rejected %d  queued %d  in flight %d  indexed blocks %d",
+		recv, adm, rej, queued, bookings, rs[0].IndexedBlocks())
+	if degraded > 0 {
+		line += fmt.Sprintf("  DEGRADED %d", degraded)
+	}
+	return line
+}
+
+// formatStatusLine is what printStatus writes for line. On a terminal of
+// width columns (width > 0) it returns a carriage return and the line cut
+// or padded to width-1 columns: it never reaches the last column, so the
+// terminal never wraps it onto a new line, and the padding erases a
+// longer previous line. Not on a terminal (width 0) it is the line and a
+// newline.
+func formatStatusLine(line string, width int) string {
+	if width <= 0 {
 		return line + "\n"
 	}
-	if r := []rune(line); len(r) > cols-1 {
-		line = string(r[:max(cols-1, 0)])
+	n := width - 1
+	if r := []rune(line); len(r) > n {
+		line = string(r[:n])
 	}
-	return "\r" + line + "\x1b[K"
+	return fmt.Sprintf("\r%-*s", n, line)
 }
 
 func startEmbeddedEtcd(dir, host string, port int, pki *upPKI) (string, func(), error) {

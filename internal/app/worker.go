@@ -222,12 +222,8 @@ func applyEnv(fs *flag.FlagSet, set map[string]bool) error {
 
 // Worker is the `switchyard worker` subcommand.
 func Worker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := DefaultWorkerConfig()
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs, cfgp, levelp := workerFlags()
 	fs.SetOutput(stderr)
-	cfg.RegisterFlags(fs, "")
-	level := zapcore.InfoLevel
-	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -240,6 +236,7 @@ func Worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		_, _ = fmt.Fprintf(stderr, "worker: %v\n", err)
 		return ErrUsage
 	}
+	cfg, level := *cfgp, *levelp
 	if err := cfg.Validate(); err != nil {
 		_, _ = fmt.Fprintf(stderr, "worker: %v\n", err)
 		return ErrUsage
@@ -252,6 +249,16 @@ func Worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Ready = func(url string) { _, _ = fmt.Fprintf(stdout, "worker %s serving %s at %s\n", cfg.ID, cfg.Model, url) }
 	return RunWorker(ctx, cfg, log, reg)
+}
+
+// workerFlags is the worker's flag set, bound to a default config.
+func workerFlags() (*flag.FlagSet, *WorkerConfig, *zapcore.Level) {
+	cfg := DefaultWorkerConfig()
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	cfg.RegisterFlags(fs, "")
+	level := zapcore.InfoLevel
+	fs.Var(flagLevel{&level}, "log-level", "log level (debug, info, warn, error)")
+	return fs, &cfg, &level
 }
 
 // flagLevel lets zap's level parse through the FlagSet we own (zap.LevelFlag
