@@ -3,7 +3,6 @@ package app
 import (
 	"bytes"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -140,5 +139,5 @@ func TestTheRouterListensWhereHTTPAddrSays(t *testing.T) {
 	cfg, _, err := resolve()
 	require.NoError(t, err)
 	assert.Equal(t, "0.0.0.0:9999", cfg.HTTPAddr)
-	assert.Equal(t, "0.0.0.0:9999", cfg.Frontend.Addr, fmt.Sprint("the frontend's config names the same address"))
+	assert.Equal(t, "0.0.0.0:9999", cfg.Frontend.Addr, "the frontend's config names the same address")
 }
