@@ -19,16 +19,8 @@ import (
 // external etcd and NATS, configured by flags with SWITCHYARD_* environment
 // fallbacks (see applyEnv).
 func Router(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, resolve := routerFlags()
-	fs.SetOutput(stderr)
-	if err := parseFlags(fs, args, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	cfg, level, err := resolve()
-	if err != nil {
+	cfg, level, help, err := parseSubcommand(routerFlags, args, stderr)
+	if help || err != nil {
 		return err
 	}
 	if err := cfg.Validate(); err != nil {
@@ -111,6 +103,22 @@ func routerFlags() (*flag.FlagSet, func() (ReplicaConfig, zapcore.Level, error))
 // parseFlags parses args, then fills every flag not given on the command
 // line from its SWITCHYARD_* environment variable. It returns flag.ErrHelp
 // for -h and ErrUsage (after printing why) for bad input.
+// parseSubcommand builds a subcommand's flags (flags: routerFlags,
+// upFlags), parses args into them and resolves the configuration. help is
+// true, with a nil error, when -h printed the usage and nothing should run.
+func parseSubcommand[C any](flags func() (*flag.FlagSet, func() (C, zapcore.Level, error)), args []string, stderr io.Writer) (cfg C, level zapcore.Level, help bool, err error) {
+	fs, resolve := flags()
+	fs.SetOutput(stderr)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, level, true, nil
+		}
+		return cfg, level, false, err
+	}
+	cfg, level, err = resolve()
+	return cfg, level, false, err
+}
+
 func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	if err := checkRemovedFlags(fs, args, stderr); err != nil {
 		return err

@@ -85,16 +85,8 @@ func upReplicaConfig() ReplicaConfig {
 // Up is the `switchyard up` subcommand: embedded etcd and NATS, router
 // replicas and simulated workers on localhost, until Ctrl-C.
 func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, resolve := upFlags()
-	fs.SetOutput(stderr)
-	if err := parseFlags(fs, args, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	cfg, level, err := resolve()
-	if err != nil {
+	cfg, level, help, err := parseSubcommand(upFlags, args, stderr)
+	if help || err != nil {
 		return err
 	}
 	if cfg.Replicas < 1 || cfg.Workers < 1 {
