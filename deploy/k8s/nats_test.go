@@ -1,7 +1,6 @@
 package k8s
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchyard/switchyard/internal/links"
+	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -74,23 +74,6 @@ func connectK8s(t *testing.T, url string, n links.NATS) (*nats.Conn, chan error,
 	return nc, errs, err
 }
 
-// awaitViolation waits for the server's permission violation naming subject.
-func awaitViolation(t *testing.T, errs chan error, subject string) {
-	t.Helper()
-	timeout := time.After(5 * time.Second)
-	for {
-		select {
-		case err := <-errs:
-			require.True(t, errors.Is(err, nats.ErrPermissionViolation), "%v", err)
-			if strings.Contains(err.Error(), `"`+subject+`"`) {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("no permission violation for %s", subject)
-		}
-	}
-}
-
 func TestTheK8sNATSRefusesClientsWithoutACertificateAndWorkersCannotTouchAdmission(t *testing.T) {
 	url, cli := startK8sNATS(t)
 	withCert := tlsconf.ClientConfig{CAFile: cli.CA, CertFile: cli.Cert, KeyFile: cli.Key}
@@ -118,11 +101,11 @@ func TestTheK8sNATSRefusesClientsWithoutACertificateAndWorkersCannotTouchAdmissi
 	require.Equal(t, subj.KV("worker-a"), m.Subject)
 	for _, s := range []string{subj.Admit("realtime"), subj.Cancel("realtime"), subj.Life("router-1"), subj.Adopt("realtime")} {
 		require.NoError(t, w.Publish(s, []byte("forged")))
-		awaitViolation(t, errs, s)
+		testenv.AwaitPermissionViolation(t, errs, s)
 	}
 	_, err = w.SubscribeSync(subj.Admit("realtime"))
 	require.NoError(t, err)
-	awaitViolation(t, errs, subj.Admit("realtime"))
+	testenv.AwaitPermissionViolation(t, errs, subj.Admit("realtime"))
 	require.NoError(t, router.Flush())
 	_, err = admits.NextMsg(100 * time.Millisecond)
 	require.ErrorIs(t, err, nats.ErrTimeout, "a forged admission request reached the router")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/internal/links"
+	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -73,24 +73,6 @@ func connect(t *testing.T, url, user, password string) (*nats.Conn, chan error) 
 	return nc, errs
 }
 
-// requireViolation waits for the server's permission violation naming
-// subject (others, such as a refused request's inbox, are skipped).
-func requireViolation(t *testing.T, errs chan error, subject string) {
-	t.Helper()
-	timeout := time.After(5 * time.Second)
-	for {
-		select {
-		case err := <-errs:
-			require.True(t, errors.Is(err, nats.ErrPermissionViolation), "%v", err)
-			if strings.Contains(err.Error(), `"`+subject+`"`) {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("no permission violation for %s", subject)
-		}
-	}
-}
-
 func TestAWorkersCredentialsPublishItsOwnEventsButNotAnotherWorkersNorAdmissionRequests(t *testing.T) {
 	url := startShipped(t)
 	subj := wire.NewSubjects("default")
@@ -116,21 +98,21 @@ func TestAWorkersCredentialsPublishItsOwnEventsButNotAnotherWorkersNorAdmissionR
 	// Another worker's events, load, and admission traffic are refused by
 	// the server and never reach the router.
 	require.NoError(t, w1.Publish(subj.KV("worker-2"), []byte("forged")))
-	requireViolation(t, errs, subj.KV("worker-2"))
+	testenv.AwaitPermissionViolation(t, errs, subj.KV("worker-2"))
 	require.NoError(t, w1.Publish(subj.Load("worker-2"), []byte("forged")))
-	requireViolation(t, errs, subj.Load("worker-2"))
+	testenv.AwaitPermissionViolation(t, errs, subj.Load("worker-2"))
 	require.NoError(t, w1.Publish(subj.Admit("realtime"), []byte("forged")))
-	requireViolation(t, errs, subj.Admit("realtime"))
+	testenv.AwaitPermissionViolation(t, errs, subj.Admit("realtime"))
 	_, err = w1.Request(subj.Admit("realtime"), []byte("forged"), 200*time.Millisecond)
 	require.Error(t, err, "a worker cannot make admission requests")
 	for _, s := range []string{subj.Cancel("realtime"), subj.Life("router-1"), subj.Adopt("realtime")} {
 		require.NoError(t, w1.Publish(s, []byte("forged")))
-		requireViolation(t, errs, s)
+		testenv.AwaitPermissionViolation(t, errs, s)
 	}
 	// Nor can it listen to the others' traffic.
 	_, err = w1.SubscribeSync(subj.KVAll())
 	require.NoError(t, err)
-	requireViolation(t, errs, subj.KVAll())
+	testenv.AwaitPermissionViolation(t, errs, subj.KVAll())
 
 	require.NoError(t, router.Flush())
 	_, err = events.NextMsg(300 * time.Millisecond)
@@ -165,10 +147,10 @@ func TestAWorkerAnswersItsOwnDumpInManyChunksButCannotAnswerAnotherWorkersReques
 	w1b, errs := connect(t, url, "worker-1", "worker-1-secret")
 	_, err = w1b.SubscribeSync(subj.KVDump("worker-2"))
 	require.NoError(t, err)
-	requireViolation(t, errs, subj.KVDump("worker-2"))
+	testenv.AwaitPermissionViolation(t, errs, subj.KVDump("worker-2"))
 	// Nor may it write into an inbox it was not asked on.
 	require.NoError(t, w1b.Publish(inbox, []byte("forged")))
-	requireViolation(t, errs, inbox)
+	testenv.AwaitPermissionViolation(t, errs, inbox)
 }
 
 func TestTheRouterUsesTheAdmissionSubjectsAndAWrongPasswordIsRefused(t *testing.T) {
@@ -223,7 +205,7 @@ func TestTheShippedTLSConfigRequiresClientCertificatesAndKeepsThePermissions(t *
 	defer nc.Close()
 	subj := wire.NewSubjects("default")
 	require.NoError(t, nc.Publish(subj.KV("worker-2"), []byte("forged")))
-	requireViolation(t, errs, subj.KV("worker-2"))
+	testenv.AwaitPermissionViolation(t, errs, subj.KV("worker-2"))
 }
 
 // deploy/gencerts writes "sy" and hex digits because nats-server reads a
