@@ -175,13 +175,19 @@ func (g *Gossip) Addr() string {
 // up on its next tick, so calls between ticks coalesce. Workers missing from
 // the map count as idle.
 func (g *Gossip) SetLocalLoads(loads map[string]WorkerLoad) {
-	cp := make(map[string]WorkerLoad, len(loads))
-	for w, l := range loads {
+	g.loads.Store(validCopy(g, loads))
+}
+
+// validCopy copies a per-worker map, dropping (and counting) the entries
+// whose worker name could not be gossiped.
+func validCopy[V any](g *Gossip, m map[string]V) *map[string]V {
+	cp := make(map[string]V, len(m))
+	for w, v := range m {
 		if g.validWorker(w) {
-			cp[w] = l
+			cp[w] = v
 		}
 	}
-	g.loads.Store(&cp)
+	return &cp
 }
 
 func (g *Gossip) validWorker(w string) bool {
@@ -195,13 +201,7 @@ func (g *Gossip) validWorker(w string) bool {
 // SetDigests replaces this replica's KV index digests (per worker). Sampled
 // every DigestInterval.
 func (g *Gossip) SetDigests(d map[string]Digest) {
-	cp := make(map[string]Digest, len(d))
-	for w, v := range d {
-		if g.validWorker(w) {
-			cp[w] = v
-		}
-	}
-	g.digests.Store(&cp)
+	g.digests.Store(validCopy(g, d))
 }
 
 // SetLocalHealth replaces this replica's own health records (per worker;
@@ -210,13 +210,7 @@ func (g *Gossip) SetDigests(d map[string]Digest) {
 // record: drop a record once it no longer matters (older than the
 // suspicion TTL), or it is gossiped for ever.
 func (g *Gossip) SetLocalHealth(h map[string]Health) {
-	cp := make(map[string]Health, len(h))
-	for w, v := range h {
-		if g.validWorker(w) {
-			cp[w] = v
-		}
-	}
-	g.health.Store(&cp)
+	g.health.Store(validCopy(g, h))
 }
 
 // Health returns worker's health joined over every origin this replica
