@@ -145,6 +145,11 @@ type Core struct {
 	// tenantCandidate's scratch
 	tenants     map[string]*tenantState
 	tenantHeads []tenantHead
+	// tenantHook learns of tenant bookings that end or are adopted
+	// (SetTenantHook); usedAtFree is FinishUsage's reported usage plus one
+	// while it frees (0: unknown)
+	tenantHook TenantHook
+	usedAtFree int
 
 	// scratch for the selector, sized to the worker count
 	ovl      []int32  // effective overlap per worker index

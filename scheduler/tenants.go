@@ -326,14 +326,36 @@ func (c *Core) tenantAdopted(b *booking, tenant string) {
 	t := c.tenantFor(tenant)
 	b.tenant = t
 	t.inflight++
+	if c.tenantHook != nil {
+		c.tenantHook.BookingAdopted(b.id, tenant)
+	}
 }
 
 // tenantFreed releases a booking's concurrency slot (free).
 func (c *Core) tenantFreed(b *booking) {
 	if b.tenant != nil {
 		b.tenant.inflight--
+		if c.tenantHook != nil {
+			c.tenantHook.BookingFreed(b.id, b.tenant.id, c.usedAtFree-1)
+		}
 	}
 }
+
+// TenantHook learns, on the actor's turn, of the tenant bookings that end
+// and of those adopted from another owner: the admission layer leases a
+// tenant's quota across the class owners (capacity leasing, design §16) and
+// releases a lease when its booking ends. Its methods must not block.
+type TenantHook interface {
+	// BookingFreed: booking id of tenant ended; used is the tokens the
+	// engine reported (prompt plus output), < 0 when unknown.
+	BookingFreed(id BookingID, tenant string, used int)
+	// BookingAdopted: booking id of tenant was adopted here.
+	BookingAdopted(id BookingID, tenant string)
+}
+
+// SetTenantHook installs h (nil: none). Call it before the Core is shared
+// (before its actor runs).
+func (c *Core) SetTenantHook(h TenantHook) { c.tenantHook = h }
 
 // FinishUsage frees a booking (as Finish) and corrects its tenant's tokens
 // bucket with the tokens the engine reported (prompt plus output): the
@@ -347,6 +369,10 @@ func (c *Core) FinishUsage(id BookingID, used int) {
 	if t := b.tenant; t != nil && used >= 0 && b.estimate > 0 && t.quota.TokensPerMinute > 0 {
 		t.tpm.refill(t.quota.TokensPerMinute, c.clock.Now().UnixNano())
 		t.tpm.level = min(float64(t.quota.TokensPerMinute), t.tpm.level+float64(b.estimate-int64(used)))
+	}
+	if used >= 0 {
+		c.usedAtFree = used + 1
+		defer func() { c.usedAtFree = 0 }()
 	}
 	c.Finish(id)
 }
