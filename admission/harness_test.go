@@ -31,6 +31,7 @@ type replica struct {
 	actor  *scheduler.Actor
 	server *Server
 	client *Client
+	quota  *Quota // nil unless the harness leases quotas
 	nc     *nats.Conn
 	reg    *prometheus.Registry
 	cancel context.CancelFunc
@@ -46,6 +47,11 @@ type harness struct {
 	// sched, when set, adjusts the scheduler config of the replicas
 	// started from then on.
 	sched func(*scheduler.Config)
+	// quota, when set, makes the replicas started from then on lease
+	// tenants' quotas across owners (Quota).
+	quota *QuotaConfig
+	// clock, when set, is every replica's clock (scheduler and admission).
+	clock clock.Clock
 }
 
 func newHarness(t *testing.T, classes []scheduler.ClassConfig, workers []scheduler.Worker) *harness {
@@ -71,15 +77,22 @@ func (h *harness) startAt(id, url string, mutate func(*ClientConfig)) *replica {
 	if h.sched != nil {
 		h.sched(&cfg)
 	}
-	core := scheduler.NewCore(cfg, clock.Real{}, nil, rand.New(rand.NewPCG(1, uint64(len(h.replicas)))))
+	var clk clock.Clock = clock.Real{}
+	if h.clock != nil {
+		clk = h.clock
+	}
+	core := scheduler.NewCore(cfg, clk, nil, rand.New(rand.NewPCG(1, uint64(len(h.replicas)))))
 	core.SetClasses(h.classes)
 	core.SetWorkers(h.workers)
-	actor := scheduler.NewActor(core, clock.Real{}, zap.NewNop())
+	actor := scheduler.NewActor(core, clk, zap.NewNop())
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	classes := h.classes
 	port := LocalActor(actor, func() []scheduler.ClassConfig { return classes })
 	ccfg := DefaultClientConfig()
+	if h.clock != nil {
+		ccfg.Clock = h.clock
+	}
 	if mutate != nil {
 		mutate(&ccfg)
 	}
@@ -87,7 +100,13 @@ func (h *harness) startAt(id, url string, mutate func(*ClientConfig)) *replica {
 	cli := NewClient(ccfg, id, cluster, nc, port, srv, zap.NewNop(), m)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replica{id: id, actor: actor, server: srv, client: cli, nc: nc, reg: reg, cancel: cancel}
-	for _, run := range []func(context.Context) error{actor.Run, srv.Run, cli.Run} {
+	runs := []func(context.Context) error{actor.Run, srv.Run, cli.Run}
+	if h.quota != nil {
+		r.quota = NewQuota(*h.quota, srv, cli, zap.NewNop())
+		core.SetTenantHook(r.quota)
+		runs = append(runs, r.quota.Run)
+	}
+	for _, run := range runs {
 		r.wg.Add(1)
 		go func() { defer r.wg.Done(); _ = run(ctx) }()
 	}

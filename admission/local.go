@@ -43,7 +43,17 @@ func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request, owner boo
 			return scheduler.Grant{}, 0, false, ctx.Err()
 		}
 	}
+	var qt *quotaTicket
 	if owner {
+		// The tenant's cluster-wide quota (quota.go), before the actor.
+		var err error
+		if qt, err = c.server.quota.acquire(ctx, r); err != nil {
+			if ctx.Err() != nil {
+				return scheduler.Grant{}, 0, false, ctx.Err()
+			}
+			return scheduler.Grant{}, 0, false, err
+		}
+		respond = leasedResponder(qt, respond)
 		c.actor.EnqueueIf(r, func() bool {
 			e, ok := c.server.Owns(r.Class)
 			mu.Lock()
@@ -73,5 +83,16 @@ func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request, owner boo
 		default:
 		}
 		return scheduler.Grant{}, 0, false, ctx.Err()
+	}
+}
+
+// leasedResponder settles qt with the actor's answer before respond.
+func leasedResponder(qt *quotaTicket, respond scheduler.Responder) scheduler.Responder {
+	if qt == nil {
+		return respond
+	}
+	return func(g scheduler.Grant, err error) bool {
+		qt.settle(g, err)
+		return respond(g, err)
 	}
 }

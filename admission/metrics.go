@@ -32,6 +32,12 @@ type Metrics struct {
 	unreachableOwners      prometheus.Gauge
 	heldForAdoption        prometheus.Counter
 	bucketSyncErrors       *prometheus.CounterVec
+	// capacity leasing of tenant quotas (quota.go, quotaowner.go)
+	quotaAcquires      *prometheus.CounterVec
+	quotaLeaseRequests *prometheus.CounterVec
+	quotaGrants        *prometheus.CounterVec
+	quotaRecalls       *prometheus.CounterVec
+	quotaFallbacks     *prometheus.CounterVec
 }
 
 // NewMetrics registers the collectors with reg.
@@ -107,6 +113,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: metrics.NameAdmissionBucketSyncErrors,
 			Help: "Failed saves and loads of the tenant bucket levels that travel with a class, by op (save, load).",
 		}, []string{"op"}),
+		quotaAcquires: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionQuotaAcquires,
+			Help: "Tenant quota checks of requests this replica admits as a class owner, by path (fast: the local lease had room; slow: a lease round trip to the tenant's quota owner).",
+		}, []string{"path"}),
+		quotaLeaseRequests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionQuotaLeaseRequests,
+			Help: "Lease round trips this replica made to tenants' quota owners as a holder, by result (granted, denied, held, not_owner, error, report).",
+		}, []string{metrics.LabelResult}),
+		quotaGrants: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionQuotaGrants,
+			Help: "Lease requests this replica answered as a tenant's quota owner, by result (granted, denied, held, not_owner, report).",
+		}, []string{metrics.LabelResult}),
+		quotaRecalls: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionQuotaRecalls,
+			Help: "Idle leases this replica recalled from holders as a tenant's quota owner before refusing, by result (returned, busy, error).",
+		}, []string{metrics.LabelResult}),
+		quotaFallbacks: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionQuotaFallbacks,
+			Help: "Requests admitted against this class owner's own per-owner quota because the tenant's quota owner could not be asked, by cause (unreachable, no_owner).",
+		}, []string{"cause"}),
 	}
 	return m
 }

@@ -50,6 +50,10 @@ type Server struct {
 	// adoptionHold); holds tracks the handlers' goroutines that wait it.
 	adoptHold time.Duration
 	holds     sync.WaitGroup
+
+	// quota leases tenants' quotas across the class owners (NewQuota
+	// installs it before Run; nil: each owner enforces them alone).
+	quota *Quota
 }
 
 type ownedClass struct {
@@ -336,8 +340,48 @@ func (s *Server) adoptionHold(r *scheduler.Request) time.Duration {
 	return max(0, until.Sub(s.clock.Now()))
 }
 
-// enqueueAdmit hands a decoded admit request to the actor and replies.
+// enqueueAdmit checks req's tenant quota lease (quota.go), then hands req
+// to the actor and replies. A lease that needs a round trip to the quota
+// owner is taken off the subscription's goroutine, like the adoption hold.
 func (s *Server) enqueueAdmit(class string, m *nats.Msg, req *scheduler.Request) {
+	qt, ok := s.quota.tryFast(req)
+	if ok {
+		s.enqueueLeased(class, m, req, qt)
+		return
+	}
+	s.mu.Lock() // ordered with Run's stop: no Add after its Wait began
+	stopping := s.runCtx.Err() != nil
+	if !stopping {
+		s.holds.Add(1)
+	}
+	s.mu.Unlock()
+	if stopping {
+		s.reply(m, movedReply())
+		return
+	}
+	go func() {
+		defer s.holds.Done()
+		qt, err := s.quota.acquire(s.runCtx, req)
+		switch {
+		case s.runCtx.Err() != nil: // stopping: the entry resubmits
+			qt.cancel()
+			s.reply(m, movedReply())
+		case err != nil:
+			out := &wire.AdmitReply{Owner: s.replica}
+			if e, ok := s.Owns(class); ok {
+				out.Epoch = e
+			}
+			fillRejection(out, err)
+			s.reply(m, out)
+		default:
+			s.enqueueLeased(class, m, req, qt)
+		}
+	}()
+}
+
+// enqueueLeased hands req, its quota lease taken (qt; nil: none), to the
+// actor and replies.
+func (s *Server) enqueueLeased(class string, m *nats.Msg, req *scheduler.Request, qt *quotaTicket) {
 	// The ownership check that counts runs on the actor's turn, where
 	// Disown's RejectQueued is ordered with it: a handler that passed the
 	// check in onAdmit while Disown ran cannot enqueue after the queue was
@@ -350,6 +394,7 @@ func (s *Server) enqueueAdmit(class string, m *nats.Msg, req *scheduler.Request)
 		return ok
 	}
 	s.actor.EnqueueIf(req, gate, func(g scheduler.Grant, err error) bool {
+		qt.settle(g, err)
 		if moved {
 			return s.handOff(outgoingReply{m: m, out: movedReply()})
 		}

@@ -83,6 +83,13 @@ const (
 	NameAdmissionRehomedBookings    = "switchyard_admission_rehomed_bookings_total"
 	NameAdmissionHeldForAdoption    = "switchyard_admission_held_for_adoption_total"
 	NameAdmissionBucketSyncErrors   = "switchyard_admission_bucket_sync_errors_total"
+
+	// Capacity leasing of tenant quotas (admission/quota*.go).
+	NameAdmissionQuotaAcquires      = "switchyard_admission_quota_acquires_total"
+	NameAdmissionQuotaLeaseRequests = "switchyard_admission_quota_lease_requests_total"
+	NameAdmissionQuotaGrants        = "switchyard_admission_quota_grants_total"
+	NameAdmissionQuotaRecalls       = "switchyard_admission_quota_recalls_total"
+	NameAdmissionQuotaFallbacks     = "switchyard_admission_quota_fallbacks_total"
 	NameAdmissionDecodeErrors       = "switchyard_admission_decode_errors_total"
 	NameAdmissionStaleLifeMarks     = "switchyard_admission_stale_life_marks_total"
 	NameClusterAcquireErrors        = "switchyard_cluster_ownership_acquire_errors_total"
