@@ -18,13 +18,18 @@ import (
 // the classes gold, silver and bronze; the tenant acme's home class is gold
 // (quota owner a).
 func threeOwners(t *testing.T, clk clock.Clock) (*harness, []*replica, []string) {
+	return threeOwnersHold(t, clk, 0)
+}
+
+// threeOwnersHold is threeOwners with the owners' adoption hold.
+func threeOwnersHold(t *testing.T, clk clock.Clock, hold time.Duration) (*harness, []*replica, []string) {
 	classes := []string{"gold", "silver", "bronze"}
 	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold"), fcfs("silver"), fcfs("bronze")}, workers(4, 0))
 	qc := DefaultQuotaConfig()
 	qc.HomeOf = func(string) string { return "gold" }
 	h.quota, h.clock = &qc, clk
-	noHold := func(c *ClientConfig) { c.AdoptHold = 0 }
-	reps := []*replica{h.start("a", noHold), h.start("b", noHold), h.start("c", noHold)}
+	withHold := func(c *ClientConfig) { c.AdoptHold = hold }
+	reps := []*replica{h.start("a", withHold), h.start("b", withHold), h.start("c", withHold)}
 	all := map[string]Owner{}
 	for i, class := range classes {
 		require.NoError(t, reps[i].server.Own(class, int64(i+1)))
@@ -109,6 +114,49 @@ func TestATenantsConcurrencyQuotaHoldsAcrossItsClassesAndOwners(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, func() bool { return reps[1].snapshot(t).Bookings == 0 },
 		"the streams of silver are re-homed away from b")
 	eleventh("after silver moved to c")
+	total := 0
+	for _, r := range reps {
+		total += r.snapshot(t).Bookings
+	}
+	require.Equal(t, quota, total, "the owners' ledgers carry exactly the quota")
+}
+
+// When the tenant's home class moves, so does its quota owner: the new one
+// starts an empty ledger, holds grants for the adoption hold while the
+// holders re-report what they hold, and then refuses the 11th request like
+// the old one did. Without the hold the new owner grants against an empty
+// ledger: the 11th request in gold is admitted.
+func TestATenantsConcurrencyQuotaHoldsWhenItsQuotaOwnerMoves(t *testing.T) {
+	const quota = 10
+	_, reps, classes := threeOwnersHold(t, nil, 500*time.Millisecond)
+	ctx := testenv.Context(t)
+	q := scheduler.TenantQuota{Concurrent: quota}
+	var inflight []*Ticket
+	defer func() {
+		for _, tk := range inflight {
+			tk.Finish(false)
+		}
+	}()
+	for i := range quota {
+		tk, err := reps[i%3].client.Admit(ctx, tenantRequest(classes[(i/3+i)%3], q))
+		require.NoError(t, err, "request %d is within the quota", i)
+		tk.Dispatched()
+		inflight = append(inflight, tk)
+	}
+	// gold, the home class, moves from a to b: b is the quota owner now.
+	reps[0].server.Disown("gold")
+	require.NoError(t, reps[1].server.Own("gold", 4))
+	for _, r := range reps {
+		r.client.OwnersChanged(map[string]Owner{"gold": {Replica: "b", Epoch: 4}, "silver": {Replica: "b", Epoch: 2}, "bronze": {Replica: "c", Epoch: 3}})
+	}
+	for _, r := range reps {
+		for _, class := range classes {
+			_, err := r.client.Admit(ctx, tenantRequest(class, q))
+			require.Equal(t, scheduler.ReasonQuotaExceeded, scheduler.ReasonOf(err),
+				"after the quota owner moved, the 11th request via %s in %s must be 429: %v", r.id, class, err)
+		}
+	}
+	require.Positive(t, testutil.ToFloat64(reps[1].client.m.quotaGrants.WithLabelValues("held")), "the new quota owner held grants")
 	total := 0
 	for _, r := range reps {
 		total += r.snapshot(t).Bookings
