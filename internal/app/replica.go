@@ -302,6 +302,8 @@ func (r *replica) services() []service.Service {
 		{Name: "admission_client", Deps: []string{"admission_server", "session"}, Run: r.client.Run},
 		// The owned classes' tenant buckets, saved to etcd (design §16).
 		{Name: "bucket_sync", Deps: []string{"admission_server"}, Run: r.buckets.Run},
+		// Tenants' quotas leased across the class owners (design §16).
+		{Name: "quota", Deps: []string{"admission_server", "admission_client"}, Run: r.quota.Run},
 		// metrics/: the high-water exporter of the admission counters.
 		{Name: "exporter", Deps: []string{"scheduler", "admission_client"}, Run: r.exporter.Run},
 		{Name: "tokenizers", Run: r.prompts.Run},

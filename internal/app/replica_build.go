@@ -55,6 +55,7 @@ type replica struct {
 	client  *admission.Client
 	classes atomic.Pointer[[]scheduler.ClassConfig]
 	buckets *admission.BucketSync // the owned classes' tenant buckets, carried in etcd
+	quota   *admission.Quota      // tenants' quotas leased across the class owners
 
 	// The KV index, fed from NATS, and gossip.
 	ix       *kvindex.Index
@@ -181,6 +182,10 @@ func (r *replica) build() error {
 	r.server = admission.NewServer(cfg.ID, cfg.Cluster, r.nc, port, log, am, admission.WithServerClock(clk), admission.WithAdoptHold(acfg.AdoptHold))
 	acfg.ClusterHealthy = r.session.Healthy
 	r.client = admission.NewClient(acfg, cfg.ID, cfg.Cluster, r.nc, port, r.server, log, am)
+	qcfg := admission.DefaultQuotaConfig()
+	qcfg.HomeOf = r.tenantHome
+	r.quota = admission.NewQuota(qcfg, r.server, r.client, log)
+	core.SetTenantHook(r.quota) // before the actor runs
 	r.buckets = admission.NewBucketSync(cluster.NewBuckets(etcd, cfg.Cluster), admission.ActorBuckets(r.actor), r.server,
 		acfg.BucketSyncInterval, cfg.Ownership.OpTimeout, clk, log, am)
 
@@ -351,4 +356,25 @@ func (r *replica) readyDetail() []string {
 			r.cfg.Admission.OwnerUnreachableAfter))
 	}
 	return out
+}
+
+// tenantHome is a tenant's home class (frontend's homeClass): its default
+// class when the policy has it, else the policy's default. Its owner is the
+// tenant's quota owner (admission.Quota).
+func (r *replica) tenantHome(id string) string {
+	if r.fe == nil {
+		return ""
+	}
+	pol := r.fe.Policy()
+	if pol == nil {
+		return ""
+	}
+	if r.keys != nil {
+		for _, t := range r.keys.Set().Tenants() {
+			if t.ID == id && t.DefaultClass != "" && pol.HasClass(t.DefaultClass) {
+				return t.DefaultClass
+			}
+		}
+	}
+	return pol.DefaultClass
 }
