@@ -52,6 +52,8 @@ type harness struct {
 	quota *QuotaConfig
 	// clock, when set, is every replica's clock (scheduler and admission).
 	clock clock.Clock
+	// quotaStore, when set, keeps the quota owners' central buckets.
+	quotaStore BucketStore
 }
 
 func newHarness(t *testing.T, classes []scheduler.ClassConfig, workers []scheduler.Worker) *harness {
@@ -104,6 +106,9 @@ func (h *harness) startAt(id, url string, mutate func(*ClientConfig)) *replica {
 	if h.quota != nil {
 		r.quota = NewQuota(*h.quota, srv, cli, zap.NewNop())
 		core.SetTenantHook(r.quota)
+		if h.quotaStore != nil {
+			r.quota.UseStore(h.quotaStore, time.Hour, time.Second)
+		}
 		runs = append(runs, r.quota.Run)
 	}
 	for _, run := range runs {

@@ -103,8 +103,13 @@ type Quota struct {
 	leases map[string]*lease // holder side, by tenant
 	booked map[scheduler.BookingID]bookedLease
 
-	lmu    sync.Mutex
-	ledger map[string]*ledgerTenant // quota owner side, by tenant
+	lmu     sync.Mutex
+	ledger  map[string]*ledgerTenant          // quota owner side, by home class and tenant
+	carried map[string]scheduler.TenantBucket // central levels loaded at Acquired, until a ledger starts
+
+	store        BucketStore // nil: the central buckets start full at a new quota owner
+	storeEvery   time.Duration
+	storeTimeout time.Duration
 
 	kick chan struct{} // size one: a lease needs reporting
 }
@@ -117,7 +122,7 @@ func NewQuota(cfg QuotaConfig, server *Server, client *Client, log *zap.Logger) 
 		cfg: cfg, replica: server.replica, nc: server.nc, subj: server.subj, server: server, client: client,
 		clock: server.clock, log: log.Named("quota"), m: server.m,
 		leases: map[string]*lease{}, booked: map[scheduler.BookingID]bookedLease{},
-		ledger: map[string]*ledgerTenant{}, kick: make(chan struct{}, 1),
+		ledger: map[string]*ledgerTenant{}, carried: map[string]scheduler.TenantBucket{}, kick: make(chan struct{}, 1),
 	}
 	server.quota = q
 	return q
@@ -537,12 +542,21 @@ func (q *Quota) Run(ctx context.Context) error {
 	}()
 	tick := q.clock.NewTicker(q.cfg.Linger / 2)
 	defer tick.Stop()
+	var save <-chan time.Time
+	if q.store != nil {
+		st := q.clock.NewTicker(q.storeEvery)
+		defer st.Stop()
+		save = st.C()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C():
 		case <-q.kick:
+		case <-save:
+			q.saveBuckets(ctx)
+			continue
 		}
 		q.tidy(ctx)
 		q.tidyLedger()

@@ -165,6 +165,69 @@ func TestATenantsConcurrencyQuotaHoldsWhenItsQuotaOwnerMoves(t *testing.T) {
 	require.Equal(t, quota, total, "the owners' ledgers carry exactly the quota")
 }
 
+// The quota owner's central tokens bucket travels with the home class: a
+// tenant that spent it through one class is still refused in another class
+// after its home class moved (the new quota owner starts from the saved
+// level). Without the carry the new quota owner starts a full bucket and
+// the request is admitted.
+func TestASpentCentralTokensBucketStaysSpentWhenTheHomeClassMoves(t *testing.T) {
+	const tpm = 3000
+	fake := clock.NewFake(time.Now())
+	store := &memBuckets{owner: 1, data: map[string][]byte{}}
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold"), fcfs("silver"), fcfs("bronze")}, workers(4, 0))
+	qc := DefaultQuotaConfig()
+	qc.HomeOf = func(string) string { return "gold" }
+	h.quota, h.clock, h.quotaStore = &qc, fake, store
+	noHold := func(c *ClientConfig) { c.AdoptHold = 0 }
+	reps := []*replica{h.start("a", noHold), h.start("b", noHold), h.start("c", noHold)}
+	owners := map[string]Owner{}
+	for i, class := range []string{"gold", "silver", "bronze"} {
+		require.NoError(t, reps[i].server.Own(class, int64(i+1)))
+		owners[class] = Owner{Replica: reps[i].id, Epoch: int64(i + 1)}
+	}
+	for _, r := range reps {
+		r.client.OwnersChanged(owners)
+	}
+	ctx := testenv.Context(t)
+	q := scheduler.TenantQuota{TokensPerMinute: tpm}
+	req := func(class string) *scheduler.Request {
+		r := tenantRequest(class, q)
+		r.PromptTokens, r.ExpectedOutputTokens = 150, 100
+		return r
+	}
+	spent := false
+	for range tpm/250 + 1 { // spend the bucket through silver (owner b)
+		tk, err := reps[1].client.Admit(ctx, req("silver"))
+		if err != nil {
+			require.Equal(t, scheduler.ReasonQuotaExceeded, scheduler.ReasonOf(err), "%v", err)
+			spent = true
+			break
+		}
+		tk.Dispatched()
+		tk.Finish(false)
+	}
+	require.True(t, spent, "precondition: the bucket is spent")
+
+	// gold moves from a to b: a saves its central levels, b loads them.
+	reps[0].server.Disown("gold")
+	reps[0].quota.Released("gold", 1)
+	store.mu.Lock()
+	store.owner = 4
+	store.mu.Unlock()
+	reps[1].quota.Acquired("gold")
+	require.NoError(t, reps[1].server.Own("gold", 4))
+	owners["gold"] = Owner{Replica: "b", Epoch: 4}
+	for _, r := range reps {
+		r.client.OwnersChanged(owners)
+	}
+	_, err := reps[2].client.Admit(ctx, req("bronze"))
+	require.Equal(t, scheduler.ReasonQuotaExceeded, scheduler.ReasonOf(err),
+		"bronze's owner never charged its own bucket: only the carried central bucket refuses: %v", err)
+	var rej *scheduler.RejectError
+	require.ErrorAs(t, err, &rej)
+	require.Equal(t, scheduler.LimitTenantTokensPerMinute, rej.Limit)
+}
+
 // tokens_per_minute holds within 5% over three classes owned by three
 // replicas, entered at all three, over two minutes of load that never
 // reports usage (the estimates stand). The replicas run on one fake clock

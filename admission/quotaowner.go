@@ -29,12 +29,15 @@ import (
 
 // ledgerTenant is one tenant's quota at its quota owner.
 type ledgerTenant struct {
+	tenant   string
 	home     string
 	epoch    int64
 	quota    scheduler.TenantQuota
 	holders  map[string]*ledgerHolder
 	slots    int // sum of the holders' slots
 	rpm, tpm tokenBucket
+	charged  bool      // the buckets changed since the last save (quotabuckets.go)
+	lostAt   time.Time // when this replica was first seen not owning home at epoch
 }
 
 type ledgerHolder struct {
@@ -155,7 +158,8 @@ func (q *Quota) ledgerForLocked(home, tenant string, epoch int64) *ledgerTenant 
 	k := ledgerKey(home, tenant)
 	t := q.ledger[k]
 	if t == nil || t.epoch != epoch {
-		t = &ledgerTenant{home: home, epoch: epoch, holders: map[string]*ledgerHolder{}}
+		t = &ledgerTenant{tenant: tenant, home: home, epoch: epoch, holders: map[string]*ledgerHolder{}}
+		q.startCarried(t, q.clock.Now().UnixNano())
 		q.ledger[k] = t
 	}
 	return t
@@ -188,6 +192,9 @@ func (t *ledgerTenant) holder(id string) *ledgerHolder {
 // credit puts returned requests and tokens (a negative tokens return is a
 // debt) back into the central buckets.
 func (t *ledgerTenant) credit(reqs, toks int64, now int64) {
+	if reqs != 0 || toks != 0 {
+		t.charged = true
+	}
 	if c := t.quota.RequestsPerMinute; c > 0 && reqs != 0 {
 		t.rpm.refill(c, now)
 		t.rpm.level = min(float64(c), t.rpm.level+float64(reqs))
@@ -237,6 +244,7 @@ func (t *ledgerTenant) fitsLocked(in *wire.QuotaLease, now int64) (string, time.
 func (t *ledgerTenant) takeLocked(in *wire.QuotaLease, out *wire.QuotaGrant, now int64) {
 	q := t.quota
 	h := t.holder(in.Holder)
+	t.charged = t.charged || in.WantRequests > 0 || in.WantTokens > 0
 	if c := q.Concurrent; c > 0 && in.Want > 0 {
 		g := in.Want + max(0, min(in.SlackSlots, c/2-(t.slots+in.Want)))
 		h.slots += g
@@ -332,7 +340,13 @@ func (q *Quota) tidyLedger() {
 	defer q.lmu.Unlock()
 	for k, t := range q.ledger {
 		if epoch, ok := q.server.Owns(t.home); !ok || epoch != t.epoch {
-			delete(q.ledger, k)
+			// Kept a while for the final save of a release (Released
+			// runs after Disown); a new ownership starts a new ledger.
+			if t.lostAt.IsZero() {
+				t.lostAt = now
+			} else if now.Sub(t.lostAt) >= q.cfg.Refresh {
+				delete(q.ledger, k)
+			}
 			continue
 		}
 		for id, h := range t.holders {

@@ -24,14 +24,22 @@ var ErrNotOwner = errors.New("cluster: not the owner of the class at that epoch"
 type Buckets struct {
 	cli  *clientv3.Client
 	keys wire.Keys
+	dir  string // "buckets/" or "quota/"
 }
 
 // NewBuckets returns the bucket store of cluster on cli.
 func NewBuckets(cli *clientv3.Client, cluster string) *Buckets {
-	return &Buckets{cli: cli, keys: wire.NewKeys(cluster)}
+	return &Buckets{cli: cli, keys: wire.NewKeys(cluster), dir: "buckets/"}
 }
 
-func (b *Buckets) key(class string) string { return b.keys.Prefix() + "buckets/" + class }
+// NewQuotaBuckets returns the store of the central buckets of the tenants
+// whose home class is the key's class (capacity leasing, design §16), at
+// quota/<class>, with the same fencing as NewBuckets'.
+func NewQuotaBuckets(cli *clientv3.Client, cluster string) *Buckets {
+	return &Buckets{cli: cli, keys: wire.NewKeys(cluster), dir: "quota/"}
+}
+
+func (b *Buckets) key(class string) string { return b.keys.Prefix() + b.dir + class }
 
 // Save stores data for class if this replica still owns it at epoch (its
 // owner key's create revision): one transaction, so a fenced or deposed

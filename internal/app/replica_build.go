@@ -186,6 +186,7 @@ func (r *replica) build() error {
 	qcfg.HomeOf = r.tenantHome
 	r.quota = admission.NewQuota(qcfg, r.server, r.client, log)
 	core.SetTenantHook(r.quota) // before the actor runs
+	r.quota.UseStore(cluster.NewQuotaBuckets(etcd, cfg.Cluster), acfg.BucketSyncInterval, cfg.Ownership.OpTimeout)
 	r.buckets = admission.NewBucketSync(cluster.NewBuckets(etcd, cfg.Cluster), admission.ActorBuckets(r.actor), r.server,
 		acfg.BucketSyncInterval, cfg.Ownership.OpTimeout, clk, log, am)
 
@@ -196,6 +197,7 @@ func (r *replica) build() error {
 		OnPolicy: r.applyPolicy,
 		OnAcquire: func(class string, epoch int64) error {
 			r.buckets.Acquired(class) // before anything is admitted
+			r.quota.Acquired(class)
 			if err := r.server.Own(class, epoch); err != nil {
 				log.Error("own class", zap.String("class", class), zap.Error(err))
 				return err
@@ -207,6 +209,7 @@ func (r *replica) build() error {
 			r.server.Disown(class)
 			if owned && (reason == cluster.ReleaseHandoff || reason == cluster.ReleaseShutdown) && r.session.Healthy() {
 				r.buckets.Released(class, epoch) // the key is still ours: carry the exact levels
+				r.quota.Released(class, epoch)
 			}
 			log.Info("released class", zap.String("class", class), zap.Stringer("reason", reason))
 		},
