@@ -43,6 +43,12 @@
 // and release of in-flight bookings), rehome.go (moving them to a new owner),
 // counts.go and ticket.go.
 //
+// Quota leases a tenant's quota across the class owners its requests go to
+// (capacity leasing, docs/tenants.md): quota.go is the holder side (the
+// check before a request reaches the actor, and its release when the
+// booking ends), quotaowner.go the quota owner's ledger, quotabuckets.go
+// the carry of its central buckets with the home class.
+//
 // Concurrency: Server and Client are safe for concurrent use. Each has
 // Run(ctx), which owns the goroutines they need (Server: the replier, beside
 // NATS's own delivery goroutines; Client: the renew, re-home and abandon
