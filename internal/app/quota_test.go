@@ -60,7 +60,8 @@ tenants:
 		class := defaultClasses[i%3]
 		r := reps[(i/3+i)%3]
 		ctx, cancel := context.WithCancel(context.Background())
-		stream := keyedClient(r, "sk-acme").Completions.NewStreaming(ctx, openai.CompletionNewParams{
+		cl := keyedClient(r, "sk-acme")
+		stream := cl.Completions.NewStreaming(ctx, openai.CompletionNewParams{
 			Model:     openai.CompletionNewParamsModel(testModel),
 			Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(fmt.Sprintf("held stream %d", i))},
 			MaxTokens: openai.Int(20000),
@@ -73,7 +74,8 @@ tenants:
 	}
 	for _, r := range reps {
 		for _, class := range defaultClasses {
-			_, err := keyedClient(r, "sk-acme").Completions.New(testenv.Context(t), openai.CompletionNewParams{
+			cl := keyedClient(r, "sk-acme")
+			_, err := cl.Completions.New(testenv.Context(t), openai.CompletionNewParams{
 				Model:     openai.CompletionNewParamsModel(testModel),
 				Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String("one too many via " + r.status.ID)},
 				MaxTokens: openai.Int(2),
