@@ -292,10 +292,11 @@ func TestAClassOwnerFallsBackToItsOwnQuotaWhenTheQuotaOwnerIsUnreachable(t *test
 // BenchmarkQuotaCheck measures what leasing adds to an admission at its
 // class's owner: the owner's local admit through its actor (today's
 // single-owner check, in the Core) against the same with the lease taken
-// from the local lease (fast path) or from a remote quota owner over NATS
-// (slow path), reporting each iteration's p50 and p99.
+// from the local lease (fast path) or from the quota owner (slow path: in
+// process when the holder is the quota owner, else over NATS), reporting
+// each iteration's p50 and p99.
 func BenchmarkQuotaCheck(b *testing.B) {
-	run := func(b *testing.B, leaseQuota bool, slow bool) {
+	run := func(b *testing.B, leaseQuota bool, slow bool, class string) {
 		h := newHarnessTB(b, []scheduler.ClassConfig{fcfs("gold"), fcfs("silver")}, workers(4, 0))
 		if leaseQuota {
 			qc := DefaultQuotaConfig()
@@ -303,8 +304,11 @@ func BenchmarkQuotaCheck(b *testing.B) {
 			h.quota = &qc
 		}
 		noHold := func(c *ClientConfig) { c.AdoptHold = 0 }
-		h.start("a", noHold)
-		bb := h.start("b", noHold)
+		a, bb := h.start("a", noHold), h.start("b", noHold)
+		at := bb
+		if class == "gold" {
+			at = a // the holder is the quota owner
+		}
 		require.NoError(b, h.replicas["a"].server.Own("gold", 1))
 		require.NoError(b, h.replicas["b"].server.Own("silver", 2))
 		for _, r := range h.replicas {
@@ -315,24 +319,25 @@ func BenchmarkQuotaCheck(b *testing.B) {
 		lat := make([]time.Duration, 0, b.N)
 		b.ResetTimer()
 		for range b.N {
-			r := tenantRequest("silver", quota) // admitted at b; quota owner a
+			r := tenantRequest(class, quota) // silver: admitted at b, quota owner a
 			start := time.Now()
-			g, _, _, err := bb.client.admitLocal(ctx, r, true)
+			g, _, _, err := at.client.admitLocal(ctx, r, true)
 			lat = append(lat, time.Since(start))
 			if err != nil {
 				b.Fatal(err)
 			}
-			bb.actor.Finish(g.Booking)
+			at.actor.Finish(g.Booking)
 			if slow {
-				bb.quota.recallLocal("acme") // the next check finds the lease empty
+				at.quota.recallLocal("acme") // the next check finds the lease empty
 			}
 		}
 		b.StopTimer()
 		reportPercentiles(b, lat)
 	}
-	b.Run("single_owner", func(b *testing.B) { run(b, false, false) })
-	b.Run("lease_fast_path", func(b *testing.B) { run(b, true, false) })
-	b.Run("lease_slow_path", func(b *testing.B) { run(b, true, true) })
+	b.Run("single_owner", func(b *testing.B) { run(b, false, false, "silver") })
+	b.Run("lease_fast_path", func(b *testing.B) { run(b, true, false, "silver") })
+	b.Run("lease_slow_path_local_quota_owner", func(b *testing.B) { run(b, true, true, "gold") })
+	b.Run("lease_slow_path_remote_quota_owner", func(b *testing.B) { run(b, true, true, "silver") })
 }
 
 // BenchmarkQuotaAcquireFastPath is the fast path alone: a slot and tokens
