@@ -49,7 +49,9 @@ type QuotaConfig struct {
 	// a quota owner forgets a holder not heard from for three of them.
 	Refresh time.Duration
 	// LeaseTimeout bounds one lease round trip; past it (or on "no
-	// responders") the request falls back to per-owner enforcement.
+	// responders") the request falls back to per-owner enforcement, and so
+	// do the tenant's requests that find its lease short during the next
+	// LeaseTimeout, without asking.
 	LeaseTimeout time.Duration
 	// RecallTimeout bounds a quota owner's recall of idle slack.
 	RecallTimeout time.Duration
@@ -143,6 +145,9 @@ type lease struct {
 	owner      string // the quota owner last reported to
 	dirty      bool   // slots changed without the quota owner knowing (adoption)
 	dead       bool   // dropped from Quota.leases: look it up again
+	// unreachableUntil: the quota owner did not answer; until then the
+	// slow path falls back at once instead of waiting LeaseTimeout again.
+	unreachableUntil time.Time
 }
 
 // bookedLease is what a booking holds of its tenant's lease.
@@ -286,11 +291,15 @@ func (q *Quota) acquireSlow(ctx context.Context, l *lease, tenant string, quota 
 			return t, false, nil
 		}
 		l.mu.Lock()
-		dead := l.dead
+		dead, cut := l.dead, now.Before(l.unreachableUntil)
 		in := l.requestLocked(q.replica, quota, est)
 		l.mu.Unlock()
 		if dead {
 			return nil, true, nil
+		}
+		if cut {
+			q.m.quotaFallbacks.WithLabelValues("unreachable").Inc()
+			return nil, false, nil
 		}
 		if in.Home == "" {
 			q.m.quotaFallbacks.WithLabelValues("no_owner").Inc()
@@ -316,6 +325,9 @@ func (q *Quota) acquireSlow(ctx context.Context, l *lease, tenant string, quota 
 			}
 			q.m.quotaLeaseRequests.WithLabelValues("error").Inc()
 			q.m.quotaFallbacks.WithLabelValues("unreachable").Inc()
+			l.mu.Lock()
+			l.unreachableUntil = q.clock.Now().Add(q.cfg.LeaseTimeout)
+			l.mu.Unlock()
 			q.log.Debug("quota owner not reached: per-owner quota applies", zap.String("tenant", tenant),
 				zap.String("owner", owner), zap.Error(err))
 			return nil, false, nil
