@@ -41,3 +41,26 @@ func TestBucketsAreSavedOnlyByTheClassOwnerAtItsEpoch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, `[{"tenant":"acme"}]`, string(got))
 }
+
+// The quota owners' central buckets live beside the classes' buckets, at
+// their own key, fenced by the same owner key.
+func TestQuotaBucketsAreKeptApartFromTheClassBuckets(t *testing.T) {
+	cli := testenv.StartEtcd(t).Client(t)
+	ctx := testenv.Context(t)
+	classes, quotas := NewBuckets(cli, "test"), NewQuotaBuckets(cli, "test")
+	put, err := cli.Put(ctx, wire.NewKeys("test").ClassOwner("gold"), "r1")
+	require.NoError(t, err)
+	epoch := put.Header.Revision
+	require.NoError(t, classes.Save(ctx, "gold", epoch, []byte("class")))
+	require.NoError(t, quotas.Save(ctx, "gold", epoch, []byte("quota")))
+	require.ErrorIs(t, quotas.Save(ctx, "gold", epoch+1, []byte("stale")), ErrNotOwner)
+	got, err := classes.Load(ctx, "gold")
+	require.NoError(t, err)
+	require.Equal(t, "class", string(got))
+	got, err = quotas.Load(ctx, "gold")
+	require.NoError(t, err)
+	require.Equal(t, "quota", string(got))
+	resp, err := cli.Get(ctx, wire.NewKeys("test").Prefix()+"quota/gold")
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1, "at quota/<class>")
+}
