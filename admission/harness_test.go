@@ -46,6 +46,9 @@ type harness struct {
 	// sched, when set, adjusts the scheduler config of the replicas
 	// started from then on.
 	sched func(*scheduler.Config)
+	// serverOpts, when set, adds owner side options to the replicas
+	// started from then on.
+	serverOpts []ServerOption
 }
 
 func newHarness(t *testing.T, classes []scheduler.ClassConfig, workers []scheduler.Worker) *harness {
@@ -83,7 +86,8 @@ func (h *harness) startAt(id, url string, mutate func(*ClientConfig)) *replica {
 	if mutate != nil {
 		mutate(&ccfg)
 	}
-	srv := NewServer(id, cluster, nc, port, zap.NewNop(), m, WithAdoptHold(ccfg.AdoptHold), WithServerClock(ccfg.Clock))
+	srv := NewServer(id, cluster, nc, port, zap.NewNop(), m,
+		append([]ServerOption{WithAdoptHold(ccfg.AdoptHold), WithServerClock(ccfg.Clock)}, h.serverOpts...)...)
 	cli := NewClient(ccfg, id, cluster, nc, port, srv, zap.NewNop(), m)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replica{id: id, actor: actor, server: srv, client: cli, nc: nc, reg: reg, cancel: cancel}
