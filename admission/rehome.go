@@ -49,6 +49,11 @@ func (c *Client) rehome(ctx context.Context) {
 	// The classes whose current owner has not had this entry's done
 	// report yet: the round below ends with one for each.
 	report := map[string]Owner{}
+	for class := range c.rehomeDone {
+		if _, ok := c.owners[class]; !ok {
+			delete(c.rehomeDone, class) // the class left the policy, or has no owner now
+		}
+	}
 	if !degraded {
 		for class, o := range c.owners {
 			if o.Replica != "" && o.Epoch > 0 && c.rehomeDone[class] != (rehomeReport{owner: o}) {
