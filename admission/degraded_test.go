@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,4 +157,48 @@ func TestAnUnknownDegradedQuotaPolicyIsATypedError(t *testing.T) {
 	_, err = ParseQuotaPolicy("halves")
 	require.ErrorIs(t, err, ErrBadQuotaPolicy)
 	require.Contains(t, err.Error(), "split, whole, closed")
+}
+
+// The etcd degraded mode (the session unhealthy: a request that finds no
+// owner it can trust is admitted locally after EtcdDegradedAfter) splits
+// the same way, with the divisor sampled before the session failed.
+func TestAnEtcdDegradedReplicaAdmitsItsShareOfATenantsConcurrency(t *testing.T) {
+	const quota = 7
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(2, 0))
+	var etcdDown atomic.Bool
+	alive := atomic.Int32{}
+	alive.Store(3)
+	b := h.start("b", func(c *ClientConfig) {
+		c.ReplicasAlive = func() int { return int(alive.Load()) }
+		c.ClusterHealthy = func() bool { return !etcdDown.Load() }
+		c.EtcdDegradedAfter = 20 * time.Millisecond
+	})
+	b.client.SetDegradedPolicy(QuotasSplit, h.classes)
+	testenv.Eventually(t, 5*time.Second, func() bool { return b.client.DegradedQuotas().Divisor == 3 }, "the sample")
+	etcdDown.Store(true)
+	testenv.Eventually(t, 5*time.Second, func() bool { return b.client.DegradedQuotas().Frozen }, "etcd degraded mode")
+	alive.Store(1)         // what a partitioned view would shrink to: the frozen divisor ignores it
+	b.client.sampleAlive() // as Run's status poll does every 100 ms
+	require.Equal(t, 3, b.client.DegradedQuotas().Divisor, "frozen while degraded")
+
+	ctx := testenv.Context(t)
+	admitted := 0
+	var err error
+	for range quota {
+		r := request("gold", 0) // gold has no owner: b's view of etcd is gone
+		r.Tenant = scheduler.Tenant{ID: "acme", Quota: scheduler.TenantQuota{Concurrent: quota}}
+		var tk *Ticket
+		if tk, err = b.client.Admit(ctx, r); err != nil {
+			break
+		}
+		tk.Dispatched()
+		t.Cleanup(func() { tk.Finish(false) })
+		admitted++
+	}
+	require.Equal(t, scheduler.ReasonQuotaExceeded, scheduler.ReasonOf(err), "%v", err)
+	require.Equal(t, quota/3, admitted)
+
+	etcdDown.Store(false)
+	testenv.Eventually(t, 5*time.Second, func() bool { return b.client.DegradedQuotas().Divisor == 1 },
+		"the divisor follows the replicas alive again once healthy")
 }
