@@ -1,6 +1,10 @@
 package admission
 
-import "go.uber.org/zap"
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
 
 // The adoption hold ends when adoption completes. A new owner holds a
 // tenant's requests that have a concurrency quota for the hold's bound
@@ -26,6 +30,8 @@ type holdState struct {
 	done     chan struct{} // closed when the hold ends
 	how      string        // "" while holding; holdComplete, holdBound, or "released" (disowned)
 	reported map[string]struct{}
+	// lasted is how long the hold lasted, set when it ended (logged).
+	lasted time.Duration
 }
 
 func newHoldState() holdState {
@@ -105,11 +111,13 @@ func (s *Server) noteRehomed(class string, epoch int64, entry string) {
 			return
 		}
 	}
-	oc.holdUntil = s.clock.Now()
+	now := s.clock.Now()
+	oc.hold.lasted = s.adoptHold - oc.holdUntil.Sub(now)
+	oc.holdUntil = now
 	oc.hold.end(holdComplete)
 	s.m.adoptHolds.WithLabelValues(holdComplete).Inc()
 	s.log.Debug("adoption complete: hold ended", zap.String("class", class), zap.Int64("epoch", epoch),
-		zap.Int("entries", len(live)))
+		zap.Int("entries", len(live)), zap.Duration("after", oc.hold.lasted))
 }
 
 // AdoptHold reports how class's adoption hold stands: "" while it holds,

@@ -42,6 +42,9 @@ func TestAnAdoptionHoldEndsWhenEveryLiveEntryHasReportedItsRehomeRound(t *testin
 	testenv.Eventually(t, 10*time.Second, func() bool { st, _ := c.server.AdoptHold("gold"); return st == holdComplete },
 		"c's hold to end when a, b and c have reported")
 	require.Equal(t, 1, c.snapshot(t).Bookings, "b's stream was adopted before its report")
+	c.server.mu.Lock()
+	t.Logf("c's adoption hold (bound 1h) ended after %v", c.server.owned["gold"].hold.lasted) // measured, not asserted
+	c.server.mu.Unlock()
 	require.EqualValues(t, 1, testutil.ToFloat64(c.server.m.adoptHolds.WithLabelValues(holdComplete)))
 	require.Zero(t, testutil.ToFloat64(c.server.m.adoptHolds.WithLabelValues(holdBound)))
 
