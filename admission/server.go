@@ -492,7 +492,6 @@ func (s *Server) onAdopt(class string, m *nats.Msg) {
 	} else {
 		out.Epoch = epoch
 		out.Bookings = make([]uint64, len(in.Bookings))
-
 		for i, b := range in.Bookings {
 			id, err := s.actor.Adopt(s.runCtx, recordFromWire(class, &b))
 			if err != nil {

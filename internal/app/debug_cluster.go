@@ -31,21 +31,19 @@ const loadReportStale = 3 * time.Second
 // replica and merges them; docs/operations.md describes each field's panel.
 type (
 	clusterDoc struct {
-		Self     string   `json:"self"`
-		Version  string   `json:"version"`
-		At       string   `json:"at"`             // RFC 3339, this replica's clock
-		State    string   `json:"state"`          // starting, ready, lame_duck, stopping
-		Degraded bool     `json:"degraded"`       // NATS unreachable: remote classes admitted here
-		Modes    []string `json:"degraded_modes"` // nats, etcd: each mode admitting locally
-		// DegradedQuotas is what a degraded admission here enforces of
-		// quotas and limits (docs/policy.md, "degraded").
-		DegradedQuotas degradedQuotasDoc   `json:"degraded_quotas"`
-		NATS           string              `json:"nats"` // the NATS connection's status
-		Etcd           bool                `json:"etcd_session_healthy"`
-		HTTPAddr       string              `json:"http_addr"`
-		AdminAddr      string              `json:"admin_addr,omitempty"`
-		Replicas       []replicaDoc        `json:"replicas"`
-		Owners         map[string]ownerDoc `json:"owners"`
+		Self      string              `json:"self"`
+		Version   string              `json:"version"`
+		At        string              `json:"at"`             // RFC 3339, this replica's clock
+		State     string              `json:"state"`          // starting, ready, lame_duck, stopping
+		Degraded  bool                `json:"degraded"`       // NATS unreachable: remote classes admitted here
+		Modes     []string            `json:"degraded_modes"` // nats, etcd: each mode admitting locally
+		NATS      string              `json:"nats"`           // the NATS connection's status
+		Quotas    degradedQuotasDoc   `json:"degraded_quotas"`
+		Etcd      bool                `json:"etcd_session_healthy"`
+		HTTPAddr  string              `json:"http_addr"`
+		AdminAddr string              `json:"admin_addr,omitempty"`
+		Replicas  []replicaDoc        `json:"replicas"`
+		Owners    map[string]ownerDoc `json:"owners"`
 		// Owned are the classes this replica owns; Classes has the
 		// actor's counters of every class it knows, and only an owner's
 		// (or a degraded replica's) move.
@@ -65,6 +63,9 @@ type (
 		Version    string `json:"version"`
 		Ready      bool   `json:"ready"`
 	}
+	// degradedQuotasDoc is what a degraded admission here enforces of
+	// tenant quotas and class limits (docs/policy.md, "Degraded
+	// admission: quotas"), next to degraded and degraded_modes.
 	degradedQuotasDoc struct {
 		Policy string `json:"policy"` // split, whole, closed
 		// Divisor is the replicas last seen alive before a degraded mode
@@ -195,7 +196,7 @@ func (r *replica) clusterInfo(context.Context) (json.RawMessage, error) {
 	if doc.Modes == nil {
 		doc.Modes = []string{}
 	}
-	doc.DegradedQuotas = r.degradedQuotasDoc()
+	doc.Quotas = r.degradedQuotasDoc()
 	for _, it := range r.replicas.Snapshot().Items {
 		i := it.Info
 		doc.Replicas = append(doc.Replicas, replicaDoc{ID: i.ID, HTTPAddr: i.HTTPAddr, AdminAddr: i.AdminAddr, GossipAddr: i.GossipAddr, Version: i.Build, Ready: i.Ready})

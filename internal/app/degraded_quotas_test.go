@@ -31,10 +31,10 @@ func TestDebugClusterShowsTheDegradedQuotaPolicyItsDivisorAndTheEffectiveLimits(
 		body, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
 		doc = clusterDoc{}
-		return json.Unmarshal(body, &doc) == nil && doc.DegradedQuotas.Divisor == 2
+		return json.Unmarshal(body, &doc) == nil && doc.Quotas.Divisor == 2
 	}, "the divisor to count both replicas in %s", &body)
 
-	dq := doc.DegradedQuotas
+	dq := doc.Quotas
 	require.Equal(t, "split", dq.Policy, "the default")
 	require.False(t, dq.Frozen, "not degraded: the divisor follows the replicas alive")
 	// deploy/policy.yaml: interactive queues 64 requests and 262144 prompt
