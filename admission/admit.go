@@ -59,7 +59,21 @@ func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 			// As an owner it checks ownership again on the actor's turn
 			// (see Server.onAdmit), and takes the epoch from there.
 			gated := !degraded && !fallback
-			g, gatedEpoch, notOwned, err := c.admitLocal(ctx, r, gated)
+			// A degraded admission enforces the degraded quota policy:
+			// split quotas and limits, whole, or closed (degraded.go).
+			lr, policy := r, QuotasWhole
+			if !ownLocal {
+				var err error
+				if lr, policy, err = c.degradedRequest(r); err != nil {
+					c.countDegraded(policy, err)
+					c.entryReject(r.Class, scheduler.ReasonOf(err))
+					return nil, err
+				}
+			}
+			g, gatedEpoch, notOwned, err := c.admitLocal(ctx, lr, gated)
+			if !ownLocal && !notOwned {
+				c.countDegraded(policy, err)
+			}
 			if gated {
 				epoch = gatedEpoch
 			}

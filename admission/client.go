@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -70,6 +71,12 @@ type ClientConfig struct {
 	// concurrency quota, so that they count the bookings the entries
 	// re-home to it. 0 turns it off.
 	AdoptHold time.Duration
+	// ReplicasAlive returns how many router replicas are alive (this one
+	// included), as the replica sees them (nil: one). Sampled while no
+	// degraded mode is in force, it is the divisor of the split degraded
+	// quota policy (SetDegradedPolicy): the count last seen before a
+	// degraded mode began.
+	ReplicasAlive func() int
 	// BucketSyncInterval is how often an owner saves the tenant bucket
 	// levels of its classes to etcd (BucketSync): a crashed owner's
 	// successor misses at most this much of its charges.
@@ -143,6 +150,15 @@ type Client struct {
 	inflight    map[*Ticket]struct{}
 	degraded    bool // NATS unreachable: every class is admitted locally
 	etcdDown    bool // the etcd session is unhealthy: requests without a reachable owner fall back to local admission
+	// quotaPolicy and classLimits are the degraded quota policy and the
+	// classes' queue limits (SetDegradedPolicy); alive is the replicas
+	// last seen alive (sampleAlive), the split divisor.
+	quotaPolicy QuotaPolicy
+	classLimits map[string]scheduler.Limits
+	alive       int
+	// rehomeDone is, per class, the owner this entry last told that its
+	// re-home round for the class is complete (see reportRehomed).
+	rehomeDone map[string]rehomeReport
 	// unreachable holds the classes whose registered owner answered "no
 	// responders", since when (see ClientConfig.OwnerUnreachableAfter).
 	unreachable map[string]*unreachableOwner
@@ -186,8 +202,8 @@ func NewClient(cfg ClientConfig, replica, cluster string, nc *nats.Conn, actor A
 		actor: actor, server: server, log: log.Named("admission_client"), m: m,
 		owners: map[string]Owner{}, epochs: map[string]int64{}, changed: make(chan struct{}),
 		pending: map[*pendingAdmit]struct{}{}, inflight: map[*Ticket]struct{}{},
-		unreachable: map[string]*unreachableOwner{},
-		counts:      map[string]*metrics.AdmissionCounts{}, instance: rand.Uint64(),
+		unreachable: map[string]*unreachableOwner{}, rehomeDone: map[string]rehomeReport{},
+		counts: map[string]*metrics.AdmissionCounts{}, instance: rand.Uint64(),
 		kick: make(chan struct{}, 1), abandon: make(chan struct{}, 1), clock: clockOr(cfg.Clock),
 		leaving: make(chan struct{}),
 	}

@@ -31,7 +31,13 @@
 // itself once NATS is back. While the replica's etcd session is unhealthy
 // (ClientConfig.ClusterHealthy) no owner can be trusted to admit, so a
 // request that has waited EtcdDegradedAfter for one is admitted on the local
-// actor the same way; that mode too ends by itself. Leave, called when the
+// actor the same way; that mode too ends by itself. Every such degraded
+// admission enforces tenant quotas and class limits under the policy
+// file's degraded quota policy (SetDegradedPolicy): split among the
+// replicas last seen alive (ClientConfig.ReplicasAlive), whole, or closed.
+// A new owner's adoption hold ends when every live entry (WithEntries) has
+// reported its re-home round for the class and epoch, or at its bound.
+// Leave, called when the
 // replica stops for good, answers every request that would wait for an
 // owner at once (ownership_lost) instead.
 //
@@ -39,9 +45,10 @@
 // type, constructor), admit.go (Admit and the wait for an owner), remote.go
 // and local.go (one attempt at a remote owner or on this replica's actor),
 // owners.go (ownership changes, abandoning and lost connections), health.go
-// (degraded modes), run.go (Run and Leave), bookings.go (tracking, renewal
-// and release of in-flight bookings), rehome.go (moving them to a new owner),
-// counts.go and ticket.go.
+// (degraded modes), degraded.go (the degraded quota policy), run.go (Run
+// and Leave), bookings.go (tracking, renewal and release of in-flight
+// bookings), rehome.go (moving them to a new owner), counts.go and
+// ticket.go. On the owner side, adopthold.go ends adoption holds.
 //
 // Quota leases a tenant's quota across the class owners its requests go to
 // (capacity leasing, docs/tenants.md): quota.go is the holder side (the

@@ -47,6 +47,9 @@ type harness struct {
 	// sched, when set, adjusts the scheduler config of the replicas
 	// started from then on.
 	sched func(*scheduler.Config)
+	// serverOpts, when set, adds owner side options to the replicas
+	// started from then on.
+	serverOpts []ServerOption
 	// quota, when set, makes the replicas started from then on lease
 	// tenants' quotas across owners (Quota).
 	quota *QuotaConfig
@@ -98,7 +101,8 @@ func (h *harness) startAt(id, url string, mutate func(*ClientConfig)) *replica {
 	if mutate != nil {
 		mutate(&ccfg)
 	}
-	srv := NewServer(id, cluster, nc, port, zap.NewNop(), m, WithAdoptHold(ccfg.AdoptHold), WithServerClock(ccfg.Clock))
+	srv := NewServer(id, cluster, nc, port, zap.NewNop(), m,
+		append([]ServerOption{WithAdoptHold(ccfg.AdoptHold), WithServerClock(ccfg.Clock)}, h.serverOpts...)...)
 	cli := NewClient(ccfg, id, cluster, nc, port, srv, zap.NewNop(), m)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replica{id: id, actor: actor, server: srv, client: cli, nc: nc, reg: reg, cancel: cancel}

@@ -44,6 +44,7 @@ func (c *Client) clusterHealthy() bool {
 // elsewhere (ownership_lost), so their entry replicas resubmit them to the
 // owners.
 func (c *Client) checkConnection() {
+	c.sampleAlive() // the split divisor, before a degraded mode freezes it
 	down := !c.nc.IsConnected()
 	etcdDown := !c.clusterHealthy()
 	gen := c.nc.Stats().Reconnects

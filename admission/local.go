@@ -33,11 +33,13 @@ func (c *Client) admitLocal(ctx context.Context, r *scheduler.Request, owner boo
 	}
 	var gatedEpoch int64
 	gatedOut := false
-	if d := c.server.adoptionHold(r); owner && d > 0 {
+	if d, done := c.server.adoptionHold(r); owner && d > 0 {
 		c.m.heldForAdoption.Inc()
 		t := c.clock.NewTimer(d)
 		select {
 		case <-t.C():
+		case <-done: // adoption complete
+			t.Stop()
 		case <-ctx.Done():
 			t.Stop()
 			return scheduler.Grant{}, 0, false, ctx.Err()

@@ -31,7 +31,14 @@ type Metrics struct {
 	ownerUnreachableAdmits *prometheus.CounterVec
 	unreachableOwners      prometheus.Gauge
 	heldForAdoption        prometheus.Counter
-	bucketSyncErrors       *prometheus.CounterVec
+	// adoptHolds counts the new owners' adoption holds by how they ended
+	// (complete: every live entry reported its re-home round; bound).
+	adoptHolds *prometheus.CounterVec
+	// degradedQuotaAdmits and degradedQuotaRejects: degraded admissions
+	// by quota policy, and their rejections by policy and reason.
+	degradedQuotaAdmits  *prometheus.CounterVec
+	degradedQuotaRejects *prometheus.CounterVec
+	bucketSyncErrors     *prometheus.CounterVec
 	// capacity leasing of tenant quotas (quota.go, quotaowner.go)
 	quotaAcquires      *prometheus.CounterVec
 	quotaLeaseRequests *prometheus.CounterVec
@@ -109,6 +116,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: metrics.NameAdmissionHeldForAdoption,
 			Help: "Tenant requests with a concurrency quota this replica held, as a class's new owner, until the entries' bookings were adopted.",
 		}),
+		adoptHolds: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionAdoptHolds,
+			Help: "Adoption holds of classes this replica acquired, by how they ended: complete (every live entry replica reported its re-home round for the class and epoch) or bound (the hold's bound passed first).",
+		}, []string{"end"}),
+		degradedQuotaAdmits: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionDegradedQuotaAdmissions,
+			Help: "Requests this replica admitted locally in a degraded mode, by the degraded quota policy in force (split, whole, closed).",
+		}, []string{"policy"}),
+		degradedQuotaRejects: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionDegradedQuotaRejections,
+			Help: "Degraded local admissions rejected by a tenant quota, a class queue limit or the closed policy, by the degraded quota policy in force and reason.",
+		}, []string{"policy", metrics.LabelReason}),
 		bucketSyncErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionBucketSyncErrors,
 			Help: "Failed saves and loads of the tenant bucket levels that travel with a class, by op (save, load).",

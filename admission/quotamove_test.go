@@ -57,7 +57,21 @@ func adoptionHoldBurst(t *testing.T, remote bool) {
 
 	// The class moves to c. c knows at once (it acquired the class); b's
 	// etcd watch shows the move only later.
+	// a's subscriptions drain asynchronously; until they are gone a request
+	// on admit.gold reaches both a and c, and a's "moved" answer, when it
+	// wins, has the entry resubmit what c already holds (a flake: c held 6
+	// of a burst of 5). In a cluster the old owner has let go before the
+	// new one claims.
+	oldSubs := a.server.subscriptions("gold")
 	a.server.Disown("gold")
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		for _, sub := range oldSubs {
+			if sub.IsValid() {
+				return false
+			}
+		}
+		return true
+	}, "a's subscriptions to drain")
 	require.NoError(t, c.server.Own("gold", 2))
 	c.client.OwnersChanged(map[string]Owner{"gold": {Replica: "c", Epoch: 2}})
 	via.client.OwnersChanged(map[string]Owner{"gold": {Replica: "c", Epoch: 2}})

@@ -46,6 +46,21 @@ func (c *Client) rehome(ctx context.Context) {
 	byClass := map[string][]move{}
 	c.mu.Lock()
 	degraded := c.degraded
+	// The classes whose current owner has not had this entry's done
+	// report yet: the round below ends with one for each.
+	report := map[string]Owner{}
+	for class := range c.rehomeDone {
+		if _, ok := c.owners[class]; !ok {
+			delete(c.rehomeDone, class) // the class left the policy, or has no owner now
+		}
+	}
+	if !degraded {
+		for class, o := range c.owners {
+			if o.Replica != "" && o.Epoch > 0 && c.rehomeDone[class] != (rehomeReport{owner: o}) {
+				report[class] = o
+			}
+		}
+	}
 	for t := range c.inflight {
 		cur, ok := c.owners[t.class]
 		if !ok || cur.Replica == "" || degraded {
@@ -61,19 +76,30 @@ func (c *Client) rehome(ctx context.Context) {
 		t.mu.Unlock()
 	}
 	c.mu.Unlock()
+	for class := range report {
+		if _, ok := byClass[class]; !ok {
+			byClass[class] = nil // a done report without bookings
+		}
+	}
 
 	for class, moves := range byClass {
 		recs := make([]scheduler.BookingRecord, len(moves))
 		for i, mv := range moves {
 			recs[i] = mv.rec
 		}
-		ids, owner, instance, err := c.adopt(ctx, class, recs)
+		doneFor, reporting := report[class]
+		ids, owner, instance, err := c.adopt(ctx, class, recs, doneFor.Epoch)
 		if err != nil {
 			c.log.Debug("re-home deferred", zap.String("class", class), zap.Error(err))
 			c.mu.Lock()
 			c.rehomeRetry = true
 			c.mu.Unlock()
 			continue
+		}
+		if reporting {
+			c.mu.Lock()
+			c.rehomeDone[class] = rehomeReport{owner: doneFor}
+			c.mu.Unlock()
 		}
 		for i, mv := range moves {
 			if ids[i] == 0 {
@@ -96,9 +122,17 @@ func (c *Client) rehome(ctx context.Context) {
 	}
 }
 
+// rehomeReport is the owner an entry last sent its done report for a
+// class to (Client.rehomeDone).
+type rehomeReport struct {
+	owner Owner
+}
+
 // adopt books recs at the current owner of class (in-process when that is
-// this replica).
-func (c *Client) adopt(ctx context.Context, class string, recs []scheduler.BookingRecord) ([]scheduler.BookingID, Owner, uint64, error) {
+// this replica). With doneEpoch > 0 it also reports this entry's re-home
+// round for the class complete at that epoch (wire.AdoptRequest.Done), so
+// that the owner can end its adoption hold.
+func (c *Client) adopt(ctx context.Context, class string, recs []scheduler.BookingRecord, doneEpoch int64) ([]scheduler.BookingID, Owner, uint64, error) {
 	if epoch, ok := c.server.Owns(class); ok {
 		ids := make([]scheduler.BookingID, len(recs))
 		for i := range recs {
@@ -108,9 +142,13 @@ func (c *Client) adopt(ctx context.Context, class string, recs []scheduler.Booki
 			}
 			ids[i] = id
 		}
+		if doneEpoch > 0 {
+			c.server.noteRehomed(class, doneEpoch, c.replica)
+		}
 		return ids, Owner{Replica: c.replica, Epoch: epoch}, c.server.Instance(), nil
 	}
-	req := &wire.AdoptRequest{Entry: c.replica, Class: class, Bookings: make([]wire.AdoptedBooking, len(recs))}
+	req := &wire.AdoptRequest{Entry: c.replica, Class: class, Bookings: make([]wire.AdoptedBooking, len(recs)),
+		Epoch: doneEpoch, Done: doneEpoch > 0}
 	for i := range recs {
 		req.Bookings[i] = recordToWire(&recs[i])
 	}

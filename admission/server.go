@@ -50,6 +50,9 @@ type Server struct {
 	// adoptionHold); holds tracks the handlers' goroutines that wait it.
 	adoptHold time.Duration
 	holds     sync.WaitGroup
+	// entries lists the live entry replicas (WithEntries; nil: the hold
+	// always runs to its bound). See adopthold.go.
+	entries func() []string
 
 	// quota leases tenants' quotas across the class owners (NewQuota
 	// installs it before Run; nil: each owner enforces them alone).
@@ -64,6 +67,8 @@ type ownedClass struct {
 	// checked against the bookings the entries re-home here (adopt), not
 	// against the empty count a new owner starts with.
 	holdUntil time.Time
+	// hold is the adoption hold's end (adopthold.go).
+	hold holdState
 }
 
 // DefaultAdoptHold is the adoption hold of a new owner. Entries re-home
@@ -188,7 +193,7 @@ func (s *Server) Own(class string, epoch int64) error {
 		oc.epoch = epoch
 		return nil
 	}
-	oc := &ownedClass{epoch: epoch, holdUntil: s.clock.Now().Add(s.adoptHold)}
+	oc := &ownedClass{epoch: epoch, holdUntil: s.clock.Now().Add(s.adoptHold), hold: newHoldState()}
 	handlers := []struct {
 		subject string
 		h       nats.MsgHandler
@@ -213,6 +218,7 @@ func (s *Server) Own(class string, epoch int64) error {
 		s.log.Warn("flush after own", zap.String("class", class), zap.Error(err))
 	}
 	s.owned[class] = oc
+	s.startHoldLocked(class, oc)
 	s.log.Info("owning class", zap.String("class", class), zap.Int64("epoch", epoch))
 	return nil
 }
@@ -229,6 +235,9 @@ func (s *Server) Disown(class string) {
 	s.mu.Lock()
 	oc, ok := s.owned[class]
 	delete(s.owned, class)
+	if ok {
+		oc.hold.end("") // held requests go on to the gate, which answers "moved"
+	}
 	s.mu.Unlock()
 	if !ok {
 		return
@@ -289,7 +298,7 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 		return
 	}
 	req := RequestFromWire(in)
-	if d := s.adoptionHold(req); d > 0 {
+	if d, done := s.adoptionHold(req); d > 0 {
 		// Wait off the subscription's goroutine: the class's other
 		// requests are not held behind this one.
 		s.mu.Lock() // ordered with Run's stop: no Add after its Wait began
@@ -310,6 +319,8 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 			select {
 			case <-t.C():
 				s.enqueueAdmit(class, m, req)
+			case <-done: // adoption complete: every live entry re-homed
+				s.enqueueAdmit(class, m, req)
 			case <-s.runCtx.Done(): // stopping: the entry resubmits
 				s.reply(m, movedReply())
 			}
@@ -321,23 +332,29 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 
 // adoptionHold returns how long r must still wait before its owner admits
 // it: the rest of its class's adoption hold when r is a tenant's request
-// with a concurrency quota, else 0. Only the concurrency quota depends on
-// the adopted bookings; the buckets travel with the class (BucketSync).
-func (s *Server) adoptionHold(r *scheduler.Request) time.Duration {
+// with a concurrency quota, else 0; and a channel closed when the hold
+// ends early (every live entry reported its re-home round, adopthold.go).
+// Only the concurrency quota depends on the adopted bookings; the buckets
+// travel with the class (BucketSync).
+func (s *Server) adoptionHold(r *scheduler.Request) (time.Duration, <-chan struct{}) {
 	if r.Tenant.ID == "" || r.Tenant.Quota.Concurrent <= 0 {
-		return 0
+		return 0, nil
 	}
 	s.mu.Lock()
 	oc, ok := s.owned[r.Class]
 	var until time.Time
+	var done <-chan struct{}
 	if ok {
-		until = oc.holdUntil
+		until, done = oc.holdUntil, oc.hold.done
+		if oc.hold.ended() {
+			until = time.Time{}
+		}
 	}
 	s.mu.Unlock()
 	if !ok {
-		return 0
+		return 0, nil
 	}
-	return max(0, until.Sub(s.clock.Now()))
+	return max(0, until.Sub(s.clock.Now())), done
 }
 
 // enqueueAdmit checks req's tenant quota lease (quota.go), then hands req
@@ -530,6 +547,9 @@ func (s *Server) onAdopt(class string, m *nats.Msg) {
 		}
 		if out.Error == "" {
 			s.m.adopted.Add(float64(len(in.Bookings)))
+			if in.Done { // the entry's re-home round is complete
+				s.noteRehomed(class, in.Epoch, in.Entry)
+			}
 		}
 	}
 	b, _ := wire.EncodeAdmission(out)

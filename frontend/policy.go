@@ -32,9 +32,20 @@ type Policy struct {
 	// prompt: a model directory, a tokenizer.json, tiktoken:ENCODING), for
 	// every replica of the cluster; a router's -tokenizer flags win.
 	Tokenizers map[string]string
+	// DegradedQuotas is what a replica admitting locally in a degraded
+	// mode enforces of tenant quotas and class queue limits: "split" (the
+	// default), "whole" or "closed" (docs/policy.md, "degraded").
+	DegradedQuotas string
 
 	defaults map[string]ClassDefaults
 }
+
+// The degraded quota policies a policy file may name (degraded.quotas).
+const (
+	DegradedQuotasSplit  = "split"
+	DegradedQuotasWhole  = "whole"
+	DegradedQuotasClosed = "closed"
+)
 
 // ClassDefaults are a class's request defaults, applied when the request does
 // not say otherwise.
@@ -61,6 +72,11 @@ type policyFile struct {
 	Classes      []classFile       `yaml:"classes"`
 	Rules        []ruleFile        `yaml:"rules"`
 	Tokenizers   map[string]string `yaml:"tokenizers"`
+	Degraded     degradedFile      `yaml:"degraded"`
+}
+
+type degradedFile struct {
+	Quotas string `yaml:"quotas"`
 }
 
 type classFile struct {
@@ -206,6 +222,13 @@ func ParsePolicy(doc []byte) (*Policy, error) {
 	if len(f.Tokenizers) > 0 {
 		p.Tokenizers = f.Tokenizers
 	}
+	switch p.DegradedQuotas = f.Degraded.Quotas; p.DegradedQuotas {
+	case "":
+		p.DegradedQuotas = DegradedQuotasSplit
+	case DegradedQuotasSplit, DegradedQuotasWhole, DegradedQuotasClosed:
+	default:
+		bad("degraded.quotas: %q is not split, whole or closed", f.Degraded.Quotas)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -232,8 +255,9 @@ func DefaultPolicy() *Policy {
 			Policy:  scheduler.PolicyFCFS,
 			Limits:  scheduler.Limits{Requests: scheduler.Unlimited, ISLTokens: scheduler.Unlimited, CachedTokens: scheduler.Unlimited},
 		}},
-		DefaultClass: "default",
-		defaults:     map[string]ClassDefaults{"default": {}},
+		DefaultClass:   "default",
+		DegradedQuotas: DegradedQuotasSplit,
+		defaults:       map[string]ClassDefaults{"default": {}},
 	}
 }
 

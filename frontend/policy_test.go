@@ -106,6 +106,8 @@ func TestPolicyValidationNamesTheBadField(t *testing.T) {
 		"rule bad glob":      {"classes: [{name: a}]\nrules: [{class: a, match: {model: '['}}]", "rules[0].match.model"},
 		"header no name":     {"classes: [{name: a}]\nrules: [{class: a, match: {header: {value: x}}}]", "rules[0].match.header.name"},
 		"not yaml":           {"classes: [", "yaml"},
+		"degraded quotas":    {"classes: [{name: a}]\ndegraded: {quotas: halves}", "degraded.quotas"},
+		"degraded key":       {"classes: [{name: a}]\ndegraded: {quota: split}", "quota"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -114,6 +116,18 @@ func TestPolicyValidationNamesTheBadField(t *testing.T) {
 			assert.True(t, errors.Is(err, ErrBadPolicy), "wraps ErrBadPolicy: %v", err)
 			assert.Contains(t, err.Error(), tc.field)
 		})
+	}
+}
+
+func TestThePolicyFileChoosesTheDegradedQuotaPolicySplitByDefault(t *testing.T) {
+	p, err := ParsePolicy([]byte("classes: [{name: a}]"))
+	require.NoError(t, err)
+	assert.Equal(t, DegradedQuotasSplit, p.DegradedQuotas, "absent: split")
+	assert.Equal(t, DegradedQuotasSplit, DefaultPolicy().DegradedQuotas)
+	for _, v := range []string{DegradedQuotasSplit, DegradedQuotasWhole, DegradedQuotasClosed} {
+		p, err := ParsePolicy([]byte("classes: [{name: a}]\ndegraded: {quotas: " + v + "}"))
+		require.NoError(t, err, v)
+		assert.Equal(t, v, p.DegradedQuotas)
 	}
 }
 

@@ -82,7 +82,11 @@ const (
 	NameAdmissionAdoptedBookings    = "switchyard_admission_adopted_bookings_total"
 	NameAdmissionRehomedBookings    = "switchyard_admission_rehomed_bookings_total"
 	NameAdmissionHeldForAdoption    = "switchyard_admission_held_for_adoption_total"
-	NameAdmissionBucketSyncErrors   = "switchyard_admission_bucket_sync_errors_total"
+	NameAdmissionAdoptHolds         = "switchyard_admission_adopt_holds_total"
+	// Degraded admissions by quota policy (docs/policy.md, "degraded").
+	NameAdmissionDegradedQuotaAdmissions = "switchyard_admission_degraded_quota_admissions_total"
+	NameAdmissionDegradedQuotaRejections = "switchyard_admission_degraded_quota_rejections_total"
+	NameAdmissionBucketSyncErrors        = "switchyard_admission_bucket_sync_errors_total"
 
 	// Capacity leasing of tenant quotas (admission/quota*.go).
 	NameAdmissionQuotaAcquires      = "switchyard_admission_quota_acquires_total"
@@ -90,9 +94,10 @@ const (
 	NameAdmissionQuotaGrants        = "switchyard_admission_quota_grants_total"
 	NameAdmissionQuotaRecalls       = "switchyard_admission_quota_recalls_total"
 	NameAdmissionQuotaFallbacks     = "switchyard_admission_quota_fallbacks_total"
-	NameAdmissionDecodeErrors       = "switchyard_admission_decode_errors_total"
-	NameAdmissionStaleLifeMarks     = "switchyard_admission_stale_life_marks_total"
-	NameClusterAcquireErrors        = "switchyard_cluster_ownership_acquire_errors_total"
+
+	NameAdmissionDecodeErrors   = "switchyard_admission_decode_errors_total"
+	NameAdmissionStaleLifeMarks = "switchyard_admission_stale_life_marks_total"
+	NameClusterAcquireErrors    = "switchyard_cluster_ownership_acquire_errors_total"
 
 	// KV index (kvindex/metrics.go).
 	NameIndexBlocks           = "switchyard_index_blocks"

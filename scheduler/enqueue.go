@@ -205,7 +205,7 @@ func (c *Core) blockSizeOf(worker string) (int, bool) {
 // if e were added. It returns the name of the first limit e would exceed.
 func (c *Core) overLimit(cls *class, e *entry) string {
 	n := int64(c.usableWorkers(e.req))
-	l := cls.cfg.Limits
+	l := cls.cfg.Limits.Split(e.req.LimitDivisor)
 	if l.Requests != Unlimited && int64(cls.q.len()+1) > int64(l.Requests)*n {
 		return LimitRequests
 	}

@@ -75,6 +75,24 @@ func (l Limits) zero() string {
 	return ""
 }
 
+// Split returns the limits one of n replicas admitting side by side may
+// use: each limit divided by n, rounded down but never below 1, so that n
+// replicas never queue more than the whole (when the limit is at least n)
+// and a limited class is never closed by rounding. 0 (a zero-limit class)
+// and Unlimited are kept; n <= 1 returns l.
+func (l Limits) Split(n int) Limits {
+	if n <= 1 {
+		return l
+	}
+	part := func(v int) int {
+		if v <= 0 {
+			return v
+		}
+		return max(1, v/n)
+	}
+	return Limits{Requests: part(l.Requests), ISLTokens: part(l.ISLTokens), CachedTokens: part(l.CachedTokens)}
+}
+
 // Names of the queue limits, as carried in RejectError.Limit.
 const (
 	LimitRequests     = "requests"
@@ -170,6 +188,12 @@ type Request struct {
 	// enforces its quota and shares the class between tenants by weight
 	// (tenants.go).
 	Tenant Tenant
+
+	// LimitDivisor, when > 1, says this replica admits the request in a
+	// degraded mode beside LimitDivisor-1 others that do the same (the
+	// admission layer's split quota policy): the class's queue limits
+	// count Limits.Split(LimitDivisor) for it.
+	LimitDivisor int
 }
 
 // The Request methods below are the single source of the request-side

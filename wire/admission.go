@@ -163,11 +163,21 @@ type AdoptedBooking struct {
 }
 
 // AdoptRequest re-homes bookings to the owner of Class.
+//
+// Done (with Epoch, the ownership epoch the entry saw) says that the
+// request completes the entry's re-home round for the class under that
+// owner: every booking of the entry's that belongs there is in it or was
+// adopted before. An entry sends one even with no bookings, so that a new
+// owner can end its adoption hold as soon as every live entry has. Both
+// fields are optional and ignored by owners that predate them (JSON drops
+// unknown fields): such an owner holds for its whole bound, as before.
 type AdoptRequest struct {
 	Version  int              `json:"v"`
 	Entry    string           `json:"entry"`
 	Class    string           `json:"class"`
 	Bookings []AdoptedBooking `json:"bookings"`
+	Epoch    int64            `json:"epoch,omitempty"`
+	Done     bool             `json:"done,omitempty"`
 }
 
 // AdoptReply returns the new booking ids, in request order.
@@ -340,6 +350,9 @@ func DecodeAdoptRequest(p []byte) (*AdoptRequest, error) {
 	}
 	if !ValidName(m.Class) || !ValidName(m.Entry) {
 		return nil, fmt.Errorf("%w: adopt request class %q entry %q", ErrMalformed, m.Class, m.Entry)
+	}
+	if m.Epoch < 0 || (m.Done && m.Epoch == 0) {
+		return nil, fmt.Errorf("%w: adopt request epoch %d (done %v): a done report names the owner's epoch", ErrMalformed, m.Epoch, m.Done)
 	}
 	for _, b := range m.Bookings {
 		if b.Worker == "" || b.PromptTokens < 0 || b.CachedTokens < 0 || b.ExpectedOutput < 0 || b.Sequences < 0 {

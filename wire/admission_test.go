@@ -1,10 +1,13 @@
 package wire
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestAdmitRequestRoundTrips(t *testing.T) {
@@ -118,7 +121,61 @@ func FuzzDecodeCancelRequest(f *testing.F) {
 func FuzzDecodeAdoptRequest(f *testing.F) {
 	good, _ := EncodeAdmission(&AdoptRequest{Entry: "e", Class: "c", Bookings: []AdoptedBooking{{RequestID: "r", Worker: "w", PromptTokens: 3, Tenant: "acme"}}})
 	f.Add(good)
-	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeAdoptRequest(b) })
+	done, _ := EncodeAdmission(&AdoptRequest{Entry: "e", Class: "c", Bookings: []AdoptedBooking{}, Epoch: 7, Done: true})
+	f.Add(done)
+	f.Add([]byte(`{"v":1,"entry":"e","class":"c","bookings":null,"done":true}`))
+	f.Add([]byte(`{"v":1,"entry":"e","class":"c","epoch":-3}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeAdoptRequest(b)
+		if err != nil {
+			return
+		}
+		if m.Epoch < 0 || (m.Done && m.Epoch == 0) {
+			t.Fatalf("decoded a done report without a valid epoch: %+v", m)
+		}
+		again, err := EncodeAdmission(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeAdoptRequest(again); err != nil {
+			t.Fatalf("a decoded adopt request does not decode again: %v", err)
+		}
+	})
+}
+
+// A done report (a re-home round's end, possibly with no bookings) is an
+// adopt request with two optional fields: an owner that predates them
+// reads it as an adopt of its bookings, and one without them is still
+// valid. A done report must name the epoch it completes.
+func TestAnAdoptRequestCarriesAnOptionalDoneReport(t *testing.T) {
+	b, err := EncodeAdmission(&AdoptRequest{Entry: "e", Class: "c", Epoch: 7, Done: true})
+	require.NoError(t, err)
+	m, err := DecodeAdoptRequest(b)
+	require.NoError(t, err)
+	require.True(t, m.Done)
+	require.EqualValues(t, 7, m.Epoch)
+	require.Empty(t, m.Bookings)
+
+	var old struct { // the fields an older owner knows
+		Version  int              `json:"v"`
+		Entry    string           `json:"entry"`
+		Class    string           `json:"class"`
+		Bookings []AdoptedBooking `json:"bookings"`
+	}
+	require.NoError(t, json.Unmarshal(b, &old), "an older owner decodes it")
+	require.Equal(t, admissionVersion, old.Version, "same protocol version")
+
+	m, err = DecodeAdoptRequest([]byte(`{"v":1,"entry":"e","class":"c","bookings":[]}`))
+	require.NoError(t, err, "an older entry's adopt request")
+	require.False(t, m.Done)
+
+	for _, bad := range []string{
+		`{"v":1,"entry":"e","class":"c","done":true}`,
+		`{"v":1,"entry":"e","class":"c","epoch":-1}`,
+	} {
+		_, err := DecodeAdoptRequest([]byte(bad))
+		require.ErrorIs(t, err, ErrMalformed, bad)
+	}
 }
 
 func FuzzDecodeAdoptReply(f *testing.F) {

@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/opspage"
 	"github.com/switchyard/switchyard/prompt"
+	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -37,6 +38,7 @@ type (
 		Degraded  bool                `json:"degraded"`       // NATS unreachable: remote classes admitted here
 		Modes     []string            `json:"degraded_modes"` // nats, etcd: each mode admitting locally
 		NATS      string              `json:"nats"`           // the NATS connection's status
+		Quotas    degradedQuotasDoc   `json:"degraded_quotas"`
 		Etcd      bool                `json:"etcd_session_healthy"`
 		HTTPAddr  string              `json:"http_addr"`
 		AdminAddr string              `json:"admin_addr,omitempty"`
@@ -60,6 +62,34 @@ type (
 		GossipAddr string `json:"gossip_addr"`
 		Version    string `json:"version"`
 		Ready      bool   `json:"ready"`
+	}
+	// degradedQuotasDoc is what a degraded admission here enforces of
+	// tenant quotas and class limits (docs/policy.md, "Degraded
+	// admission: quotas"), next to degraded and degraded_modes.
+	degradedQuotasDoc struct {
+		Policy string `json:"policy"` // split, whole, closed
+		// Divisor is the replicas last seen alive before a degraded mode
+		// began (split divides by it); Frozen while one is in force.
+		Divisor int                          `json:"divisor"`
+		Frozen  bool                         `json:"divisor_frozen"`
+		Classes map[string]degradedLimitsDoc `json:"classes"`
+		Tenants map[string]degradedTenantDoc `json:"tenants"`
+	}
+	// degradedLimitsDoc is a class's effective queue limits while degraded
+	// (-1: unlimited); Closed: the closed policy refuses the class.
+	degradedLimitsDoc struct {
+		Requests     int  `json:"requests"`
+		ISLTokens    int  `json:"isl_tokens"`
+		CachedTokens int  `json:"cached_tokens"`
+		Closed       bool `json:"closed"`
+	}
+	// degradedTenantDoc is a tenant's effective quota while degraded (0:
+	// unlimited); Closed: the closed policy refuses the tenant.
+	degradedTenantDoc struct {
+		Concurrent        int  `json:"concurrent"`
+		RequestsPerMinute int  `json:"requests_per_minute"`
+		TokensPerMinute   int  `json:"tokens_per_minute"`
+		Closed            bool `json:"closed"`
 	}
 	ownerDoc struct {
 		Replica string `json:"replica"`
@@ -166,6 +196,7 @@ func (r *replica) clusterInfo(context.Context) (json.RawMessage, error) {
 	if doc.Modes == nil {
 		doc.Modes = []string{}
 	}
+	doc.Quotas = r.degradedQuotasDoc()
 	for _, it := range r.replicas.Snapshot().Items {
 		i := it.Info
 		doc.Replicas = append(doc.Replicas, replicaDoc{ID: i.ID, HTTPAddr: i.HTTPAddr, AdminAddr: i.AdminAddr, GossipAddr: i.GossipAddr, Version: i.Build, Ready: i.Ready})
@@ -286,4 +317,25 @@ func (r *replica) opsPage(tlsMetrics *tlsconf.Metrics) (*opspage.Page, error) {
 			MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second}}
 	}
 	return opspage.New(opspage.DefaultConfig(), deps)
+}
+
+// degradedQuotasDoc shows the degraded quota policy, its divisor and the
+// effective class limits and tenant quotas a degraded admission enforces.
+func (r *replica) degradedQuotasDoc() degradedQuotasDoc {
+	dq := r.client.DegradedQuotas()
+	out := degradedQuotasDoc{Policy: dq.Policy.String(), Divisor: dq.Divisor, Frozen: dq.Frozen,
+		Classes: map[string]degradedLimitsDoc{}, Tenants: map[string]degradedTenantDoc{}}
+	for class, l := range dq.Limits {
+		e, closed := dq.EffectiveLimits(l)
+		out.Classes[class] = degradedLimitsDoc{Requests: e.Requests, ISLTokens: e.ISLTokens, CachedTokens: e.CachedTokens, Closed: closed}
+	}
+	if r.keys != nil {
+		for _, t := range r.keys.Set().Tenants() {
+			q, closed := dq.EffectiveQuota(scheduler.TenantQuota{Concurrent: t.Quota.Concurrent,
+				RequestsPerMinute: t.Quota.RequestsPerMinute, TokensPerMinute: t.Quota.TokensPerMinute})
+			out.Tenants[t.ID] = degradedTenantDoc{Concurrent: q.Concurrent, RequestsPerMinute: q.RequestsPerMinute,
+				TokensPerMinute: q.TokensPerMinute, Closed: closed}
+		}
+	}
+	return out
 }

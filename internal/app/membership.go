@@ -260,14 +260,42 @@ func (r *replica) applyPolicy(v cluster.ConfigVersion) {
 		r.log.Error("policy in etcd is invalid; keeping the previous one", zap.Int64("revision", v.Revision), zap.Error(err))
 		return
 	}
+	qp, err := admission.ParseQuotaPolicy(p.DegradedQuotas)
+	if err != nil { // ParsePolicy accepts only the names admission knows
+		r.log.Error("policy in etcd names an unknown degraded quota policy; keeping the previous one", zap.Error(err))
+		return
+	}
 	r.classes.Store(&p.Classes)
 	r.actor.SetClasses(p.Classes)
+	r.client.SetDegradedPolicy(qp, p.Classes)
 	r.fe.SetPolicy(p)
 	r.prompts.SetPolicy(p.Tokenizers)
 	for _, c := range p.Classes {
 		r.adm.InitClass(r.cfg.Model, r.cfg.WorkerType, c.Name)
 	}
 	r.log.Info("policy applied", zap.Int64("revision", v.Revision), zap.Strings("classes", p.ClassNames()))
+}
+
+// replicasAlive is how many router replicas this one sees alive: the
+// larger of its live gossip members and its registered replicas (itself
+// included, at least 1). The admission client samples it while it is not
+// degraded: the split degraded quota policy divides by the count last seen
+// (docs/policy.md, "degraded"). The larger count errs on the side of a
+// smaller share, never of a multiplied quota.
+func (r *replica) replicasAlive() int {
+	return max(1, len(r.gossip.Members()), len(r.replicas.Snapshot().Items))
+}
+
+// entryReplicas lists the registered router replicas: every one is an
+// entry that re-homes its bookings when a class moves, and a new owner's
+// adoption hold ends once each has reported its round (admission.WithEntries).
+func (r *replica) entryReplicas() []string {
+	items := r.replicas.Snapshot().Items
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		out = append(out, it.Info.ID)
+	}
+	return out
 }
 
 // gossipDigests is the index's per-worker digests in their gossiped form.

@@ -179,8 +179,10 @@ func (r *replica) build() error {
 	am.DegradedByClass = r.adm.DegradedAdmissions
 	port := admission.LocalActor(r.actor, func() []scheduler.ClassConfig { return *r.classes.Load() })
 	acfg := cfg.Admission
-	r.server = admission.NewServer(cfg.ID, cfg.Cluster, r.nc, port, log, am, admission.WithServerClock(clk), admission.WithAdoptHold(acfg.AdoptHold))
+	r.server = admission.NewServer(cfg.ID, cfg.Cluster, r.nc, port, log, am, admission.WithServerClock(clk), admission.WithAdoptHold(acfg.AdoptHold),
+		admission.WithEntries(r.entryReplicas))
 	acfg.ClusterHealthy = r.session.Healthy
+	acfg.ReplicasAlive = r.replicasAlive
 	r.client = admission.NewClient(acfg, cfg.ID, cfg.Cluster, r.nc, port, r.server, log, am)
 	qcfg := admission.DefaultQuotaConfig()
 	qcfg.HomeOf = r.tenantHome
