@@ -1,6 +1,10 @@
 package scheduler
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // Shortfall is why a routing decision's achieved cache hit (the chosen
 // worker's cached prompt tokens) fell below the reachable one (the most any
@@ -86,4 +90,43 @@ func (c *Core) routingQuality(r *Request, achieved int) (int, Shortfall) {
 		return reachable, ShortfallCap
 	}
 	return reachable, ShortfallLoad
+}
+
+// grantCandidates lists the decision's winner (slot idx, granted g) and the
+// deepest other registered holders of r's prefix (ties by worker ID), at
+// most MaxGrantCandidates in all, each with its predicted TTFT as it stands
+// now (the winner's is the grant's). O(r's overlap reports) plus a
+// prediction per candidate.
+func (c *Core) grantCandidates(r *Request, idx int, g Grant) []GrantCandidate {
+	type holder struct {
+		slot   int
+		tokens int
+	}
+	var held []holder
+	r.eachOverlap(func(w string, blocks int) {
+		i, ok := c.workerIdx[w]
+		if !ok || i == idx || blocks <= 0 {
+			return
+		}
+		tokens := r.cachedFromOverlap(blocks, c.workers[i].BlockSize)
+		for k := range held {
+			if held[k].slot == i { // a worker reported twice: its deepest counts
+				held[k].tokens = max(held[k].tokens, tokens)
+				return
+			}
+		}
+		held = append(held, holder{i, tokens})
+	})
+	slices.SortFunc(held, func(a, b holder) int {
+		if a.tokens != b.tokens {
+			return b.tokens - a.tokens
+		}
+		return strings.Compare(c.workers[a.slot].ID, c.workers[b.slot].ID)
+	})
+	out := make([]GrantCandidate, 1, 1+min(len(held), MaxGrantCandidates-1))
+	out[0] = GrantCandidate{Worker: g.Worker, CachedTokens: g.CachedTokens, PredictedTTFT: g.PredictedTTFT}
+	for _, h := range held[:min(len(held), MaxGrantCandidates-1)] {
+		out = append(out, GrantCandidate{Worker: c.workers[h.slot].ID, CachedTokens: h.tokens, PredictedTTFT: c.ttftPeek(r, h.slot)})
+	}
+	return out
 }
