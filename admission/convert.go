@@ -76,6 +76,10 @@ func grantFromReply(in *wire.AdmitReply, requestID string) (scheduler.Grant, err
 	// An unknown shortfall label (a newer owner) reads as none: the
 	// figures are diagnostics, never a reason to fail a grant.
 	short, _ := scheduler.ParseShortfall(in.Shortfall)
+	var cands []scheduler.GrantCandidate
+	for _, c := range in.Candidates {
+		cands = append(cands, scheduler.GrantCandidate{Worker: c.Worker, CachedTokens: c.CachedTokens, PredictedTTFT: time.Duration(c.PredictedTTFTNano)})
+	}
 	return scheduler.Grant{
 		RequestID: requestID, Worker: in.Worker, WorkerURL: in.WorkerURL,
 		Booking:      scheduler.BookingID(in.Booking),
@@ -83,6 +87,7 @@ func grantFromReply(in *wire.AdmitReply, requestID string) (scheduler.Grant, err
 		QueueWait:       time.Duration(in.QueueWaitNano),
 		ReachableTokens: max(in.Reachable, in.CachedTokens), Shortfall: short,
 		PredictedTTFT: time.Duration(max(in.PredictedTTFTNano, 0)),
+		Candidates:    cands,
 	}, nil
 }
 
