@@ -85,6 +85,12 @@ func rowText(attr, id string) string {
 	return fmt.Sprintf(`((document.querySelector('tr[data-%s="%s"]')||{}).innerText||"")`, attr, id)
 }
 
+// chooseDecisions picks an option of the decisions' filter ("" for all) as
+// a person would: the select's value, then its change event.
+func chooseDecisions(value string) chromedp.Action[chromedp.Void] {
+	return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => { const s = document.querySelector('#decision-filter'); s.value = %q; s.dispatchEvent(new Event('change')); })()`, value))
+}
+
 func TestTheOperatorsPageShowsTheTierAReplicaLeavingAndAnEngineDying(t *testing.T) {
 	ctx, dir := browser(t)
 	c := newTestCluster(t, 2)
@@ -128,8 +134,29 @@ func TestTheOperatorsPageShowsTheTierAReplicaLeavingAndAnEngineDying(t *testing.
 	}
 	waitOnPage(t, ctx, "the routing decisions", `document.querySelectorAll('#decisions tbody tr td').length > 1`, 10*time.Second)
 	waitOnPage(t, ctx, "the pinned decision's shortfall", `document.querySelector('#decisions tbody').innerText.includes('pinned') && document.querySelector('#quality .reasons').innerText.includes('pinned')`, 10*time.Second)
+	// The pinned decision weighed w2 (the winner) and w1 (the holder of the
+	// prefix), each with its cached tokens and predicted TTFT, and shows
+	// the TTFT it got.
+	pinnedRow := `[...document.querySelectorAll('#decisions tbody tr')].find(r => r.innerText.includes('pinned'))`
+	waitOnPage(t, ctx, "the pinned decision's two candidates with predicted TTFTs",
+		`(() => { const r = `+pinnedRow+`; if (!r) return false; const c = [...r.querySelectorAll('td.cands .chip')];
+		  return c.length >= 2 && c[0].innerText.startsWith('w2') && c[0].classList.contains('win') && c[1].innerText.startsWith('w1')
+		    && c.every(x => / · [0-9.,]+ ms$/.test(x.innerText)) && /· [0-9.,]+ ms · [0-9.,]+ ms$/.test(r.lastElementChild.innerText); })()`, 10*time.Second)
+	// The workers served requests: the owners calibrated them and the
+	// engines reported cached tokens to compare with the predictions.
+	waitOnPage(t, ctx, "w1's calibration and cached tokens",
+		`/×[0-9.]+ \+[0-9.]+ ms/.test(document.querySelector('tr[data-worker="w1"] td.calibration').innerText) && /\(\d/.test(document.querySelector('tr[data-worker="w1"] td.cached').innerText)`, 10*time.Second)
+	waitOnPage(t, ctx, "each class's queue by tier (empty when idle)", `document.querySelectorAll('#classes td.tiers').length === `+fmt.Sprint(len(defaultClasses)), 10*time.Second)
+	waitOnPage(t, ctx, "an open API's tenants panel", `document.querySelector('#tenants tbody').innerText.includes('no tenants')`, 10*time.Second)
 	screenshot(t, ctx, dir, "opspage-1-tier-1080p.png", 1920, 1080)
 	screenshot(t, ctx, dir, "opspage-1-tier-laptop.png", 1366, 768)
+
+	// The decisions of one class only.
+	class := defaultClasses[0]
+	require.NoError(t, chromedp.Do(ctx, chooseDecisions("class:"+class)))
+	waitOnPage(t, ctx, "only "+class+"'s decisions",
+		`(() => { const rs = [...document.querySelectorAll('#decisions tbody tr[data-decision]')]; return rs.length > 0 && rs.every(r => r.children[2].innerText.startsWith('`+class+` ')); })()`, 10*time.Second)
+	require.NoError(t, chromedp.Do(ctx, chooseDecisions("")))
 
 	// r3 leaves: its classes show a new owner, and the replica list shrinks.
 	var moved []string
@@ -158,8 +185,9 @@ func TestTheOperatorsPageShowsTheTierAReplicaLeavingAndAnEngineDying(t *testing.
 
 func TestWithAKeysFileThePageAsksForTheAdminKeyBeforeShowingTheTier(t *testing.T) {
 	ctx, dir := browser(t)
-	keys := writeKeys(t, fmt.Sprintf("tenants:\n  - id: acme\n    keys: [%q]\nadmins:\n  - id: ops\n    keys: [%q]\n",
-		tenant.HashKey("sk-acme"), tenant.HashKey("sk-admin")))
+	keys := writeKeys(t, fmt.Sprintf("tenants:\n  - id: acme\n    keys: [%q]\n    quota: {concurrent: 4, requests_per_minute: 6, tokens_per_minute: 60000}\n"+
+		"  - id: idle\n    keys: [%q]\n    quota: {concurrent: 2}\nadmins:\n  - id: ops\n    keys: [%q]\n",
+		tenant.HashKey("sk-acme"), tenant.HashKey("sk-idle"), tenant.HashKey("sk-admin")))
 	c := newTestCluster(t, 1)
 	r := c.startReplicaWith("r1", "127.0.0.1:0", func(cfg *ReplicaConfig) { cfg.Tenants.KeysFile = keys })
 	c.waitPlaced(defaultClasses, "r1")
@@ -176,5 +204,22 @@ func TestWithAKeysFileThePageAsksForTheAdminKeyBeforeShowingTheTier(t *testing.T
 
 	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys("#auth-key", "sk-admin"), chromedp.Click("#auth button")))
 	waitOnPage(t, ctx, "the tier after the admin key", `document.querySelector('#auth').hidden && `+rowText("replica", "r1")+`.includes('ready')`, 20*time.Second)
+
+	// Two requests of acme's: r1 owns every class, so its scheduler holds
+	// acme's buckets (6 requests a minute refill one in ten seconds).
+	acme := keyedClient(r, "sk-acme")
+	for i := range 2 {
+		_, err := acme.Completions.New(testenv.Context(t), openai.CompletionNewParams{
+			Model:     openai.CompletionNewParamsModel(testModel),
+			Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(fmt.Sprintf("acme asks question %d", i))},
+			MaxTokens: openai.Int(2),
+		})
+		require.NoError(t, err)
+	}
+	waitOnPage(t, ctx, "acme against its quota",
+		`(() => { const r = document.querySelector('tr[data-tenant="acme"]'); if (!r) return false; const t = r.innerText;
+		  return t.includes('4 concurrent') && t.includes('6 rpm') && t.includes('60,000 tpm') && /r1 0 \/ 4/.test(r.querySelector('td.inflight').innerText)
+		    && /r1 [0-9.]+ of 6/.test(r.children[3].innerText); })()`, 20*time.Second)
+	waitOnPage(t, ctx, "the idle tenant", rowText("tenant", "idle")+`.includes('2 concurrent') && `+rowText("tenant", "idle")+`.includes('idle')`, time.Second)
 	screenshot(t, ctx, dir, "opspage-3-after-admin-key.png", 1366, 768)
 }
