@@ -144,8 +144,9 @@ func TestTheOperatorsPageShowsTheTierAReplicaLeavingAndAnEngineDying(t *testing.
 		    && c.every(x => / · [0-9.,]+ ms$/.test(x.innerText)) && /· [0-9.,]+ ms · [0-9.,]+ ms$/.test(r.lastElementChild.innerText); })()`, 10*time.Second)
 	// The workers served requests: the owners calibrated them and the
 	// engines reported cached tokens to compare with the predictions.
-	waitOnPage(t, ctx, "w1's calibration and cached tokens",
-		`/×[0-9.]+ \+[0-9.]+ ms/.test(document.querySelector('tr[data-worker="w1"] td.calibration').innerText) && /\(\d/.test(document.querySelector('tr[data-worker="w1"] td.cached').innerText)`, 10*time.Second)
+	waitOnPage(t, ctx, "every worker's calibration, and predicted against reported cached tokens",
+		`[...document.querySelectorAll('#workers tbody tr')].every(r => /r[123] ×[0-9.]+ \+[0-9.]+ ms/.test(r.querySelector('td.calibration').innerText)
+		   && /^[0-9,]+ \/ [0-9,]+/.test(r.querySelector('td.cached').innerText))`, 10*time.Second)
 	waitOnPage(t, ctx, "each class's queue by tier (empty when idle)", `document.querySelectorAll('#classes td.tiers').length === `+fmt.Sprint(len(defaultClasses)), 10*time.Second)
 	waitOnPage(t, ctx, "an open API's tenants panel", `document.querySelector('#tenants tbody').innerText.includes('no tenants')`, 10*time.Second)
 	screenshot(t, ctx, dir, "opspage-1-tier-1080p.png", 1920, 1080)

@@ -188,7 +188,8 @@ function renderWorkers(docs, self) {
       predicted += c.predicted_tokens || 0; reported += c.reported_tokens || 0; reports += c.reports || 0;
       if (x.calibration && x.calibration.marks > 0) cal.push([id, x.calibration]);
     }
-    const cached = reports ? `${fmt(predicted)} / ${fmt(reported)} <span class="dim">(${pct(reported, predicted)})</span>` : '<span class="dim">no reports</span>';
+    const cached = !reports ? '<span class="dim">no reports</span>'
+      : `${fmt(predicted)} / ${fmt(reported)}` + (predicted > 0 ? ` <span class="dim">(${pct(reported, predicted)})</span>` : "");
     const calCell = cal.map(([id, c]) => `<span class="chip" title="${fmt(c.marks, 1)} first-token marks">${esc(id)} ×${fmt(c.scale, 2)} +${fmt(c.overhead_ms, 1)} ms</span>`).join("") || '<span class="dim">uncalibrated</span>';
     const health = w.health === "healthy" ? badge("healthy", "ok") : w.health === "unhealthy"
       ? badge("unhealthy", "bad") + `<div class="err">no load report for ${fmt((w.reported || {}).age_ms / 1000, 1)} s</div>` : badge("unknown", "dim");
