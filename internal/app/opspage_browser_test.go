@@ -222,5 +222,6 @@ func TestWithAKeysFileThePageAsksForTheAdminKeyBeforeShowingTheTier(t *testing.T
 		  return t.includes('4 concurrent') && t.includes('6 rpm') && t.includes('60,000 tpm') && /r1 0 \/ 4/.test(r.querySelector('td.inflight').innerText)
 		    && /r1 [0-9.]+ of 6/.test(r.children[3].innerText); })()`, 20*time.Second)
 	waitOnPage(t, ctx, "the idle tenant", rowText("tenant", "idle")+`.includes('2 concurrent') && `+rowText("tenant", "idle")+`.includes('idle')`, time.Second)
+	screenshot(t, ctx, dir, "opspage-4-tenants.png", 1366, 768)
 	screenshot(t, ctx, dir, "opspage-3-after-admin-key.png", 1366, 768)
 }
