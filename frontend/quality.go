@@ -63,8 +63,8 @@ type Decision struct {
 	AchievedTokens  int     `json:"achieved_tokens"`
 	Shortfall       string  `json:"shortfall,omitempty"`
 	// RealisedTokens is nil when the engine reported no cached tokens.
-	RealisedTokens *int    `json:"realised_tokens"`
-	Loss           string  `json:"loss,omitempty"`
+	RealisedTokens *int   `json:"realised_tokens"`
+	Loss           string `json:"loss,omitempty"`
 	// TTFTMs is ingress to the first token (the response's first event,
 	// or the whole answer without streaming); 0 when none came.
 	TTFTMs    float64 `json:"ttft_ms"`
