@@ -120,7 +120,7 @@ function renderClasses(docs, self, dt, next) {
     const od = owner ? docs[owner.replica] : null;
     const c = od ? (od.classes || {})[name] : null;
     const key = owner ? `${name}@${owner.replica}#${owner.epoch}` : name;
-    let admitted = "–", rejected = "–", misses = "–", queue = "–", pending = "–", tiers = "–";
+    let admitted = "–", rejected = "–", misses = "–", queue = "–", pending = "–", tiers = "";
     if (c) {
       next.classes[key] = c;
       const before = prev && prev.classes[key];
@@ -132,14 +132,14 @@ function renderClasses(docs, self, dt, next) {
       misses = fmt((c.rejected || {}).due_time_passed || 0);
       queue = fmt(c.queue_depth);
       tiers = Object.entries(c.queue_by_priority || {}).sort(([a], [b]) => Number(b) - Number(a))
-        .map(([p, n]) => `<span class="chip">p${esc(p)} <b>${fmt(n)}</b></span>`).join("") || '<span class="dim">empty</span>';
+        .map(([p, n]) => `<span class="chip">p${esc(p)} <b>${fmt(n)}</b></span>`).join("");
       pending = fmt(c.pending_tokens);
     }
     const ownerCell = owner ? `${esc(owner.replica)} <span class="dim">#${owner.epoch}</span>` + (od ? "" : " " + badge("unreachable", "bad")) : badge("no owner", "bad");
-    rows.push(`<tr data-class="${esc(name)}"><td><b>${esc(name)}</b></td><td class="owner">${ownerCell}</td><td class="n">${queue}</td><td class="tiers">${tiers}</td><td class="n">${pending}</td>` +
+    rows.push(`<tr data-class="${esc(name)}"><td><b>${esc(name)}</b></td><td class="owner">${ownerCell}</td><td class="n tiers">${queue}${tiers ? `<div class="tier-chips">${tiers}</div>` : ""}</td><td class="n">${pending}</td>` +
       `<td class="n">${admitted}</td><td>${rejected}</td><td class="n">${misses}</td></tr>`);
   }
-  $("#classes tbody").innerHTML = rows.join("") || '<tr><td colspan="8" class="empty">no classes</td></tr>';
+  $("#classes tbody").innerHTML = rows.join("") || '<tr><td colspan="7" class="empty">no classes</td></tr>';
 }
 
 // renderTenants lists every tenant any replica knows, with its quota and,
