@@ -364,7 +364,7 @@ func (s *Server) enqueueAdmit(class string, m *nats.Msg, req *scheduler.Request)
 			out.QueueWaitNano = int64(g.QueueWait)
 			out.Reachable, out.Shortfall = g.ReachableTokens, g.Shortfall.String()
 			out.PredictedTTFTNano = int64(g.PredictedTTFT)
-			for _, c := range g.Candidates {
+			for _, c := range g.CandidateList() {
 				out.Candidates = append(out.Candidates, wire.Candidate{Worker: c.Worker, CachedTokens: c.CachedTokens, PredictedTTFTNano: int64(c.PredictedTTFT)})
 			}
 		}

@@ -266,9 +266,9 @@ func (s *Server) WorkerCached(worker string) WorkerCached {
 // them (the winner first, with predicted TTFTs); from an owner that sent
 // none, the request's deepest overlaps and the winner.
 func grantCandidates(req *scheduler.Request, g scheduler.Grant, blockSize int) []Candidate {
-	if len(g.Candidates) > 0 {
-		out := make([]Candidate, 0, len(g.Candidates))
-		for _, c := range g.Candidates {
+	if cands := g.CandidateList(); len(cands) > 0 {
+		out := make([]Candidate, 0, len(cands))
+		for _, c := range cands {
 			out = append(out, Candidate{Worker: c.Worker, CachedTokens: c.CachedTokens, PredictedTTFTMs: ms(c.PredictedTTFT)})
 		}
 		return out

@@ -1,10 +1,6 @@
 package scheduler
 
-import (
-	"fmt"
-	"slices"
-	"strings"
-)
+import "fmt"
 
 // Shortfall is why a routing decision's achieved cache hit (the chosen
 // worker's cached prompt tokens) fell below the reachable one (the most any
@@ -92,41 +88,57 @@ func (c *Core) routingQuality(r *Request, achieved int) (int, Shortfall) {
 	return reachable, ShortfallLoad
 }
 
-// grantCandidates lists the decision's winner (slot idx, granted g) and the
-// deepest other registered holders of r's prefix (ties by worker ID), at
-// most MaxGrantCandidates in all, each with its predicted TTFT as it stands
-// now (the winner's is the grant's). O(r's overlap reports) plus a
-// prediction per candidate.
-func (c *Core) grantCandidates(r *Request, idx int, g Grant) []GrantCandidate {
+// grantCandidates sets g's candidates: the decision's winner (slot idx)
+// and the deepest other registered holders of r's prefix (ties by worker
+// ID), at most MaxGrantCandidates in all, each with its predicted TTFT as
+// it stands now (the winner's is the grant's). O(r's overlap reports) plus
+// a prediction per candidate; it allocates nothing.
+func (c *Core) grantCandidates(r *Request, idx int, g *Grant) {
 	type holder struct {
-		slot   int
-		tokens int
+		slot, tokens int
 	}
-	var held []holder
+	const others = MaxGrantCandidates - 1
+	var top [others]holder
+	n := 0
+	better := func(a, b holder) bool {
+		if a.tokens != b.tokens {
+			return a.tokens > b.tokens
+		}
+		return c.workers[a.slot].ID < c.workers[b.slot].ID
+	}
 	r.eachOverlap(func(w string, blocks int) {
 		i, ok := c.workerIdx[w]
 		if !ok || i == idx || blocks <= 0 {
 			return
 		}
-		tokens := r.cachedFromOverlap(blocks, c.workers[i].BlockSize)
-		for k := range held {
-			if held[k].slot == i { // a worker reported twice: its deepest counts
-				held[k].tokens = max(held[k].tokens, tokens)
+		h := holder{i, r.cachedFromOverlap(blocks, c.workers[i].BlockSize)}
+		at := -1
+		for k := range n {
+			if top[k].slot == i { // a worker reported twice: its deepest counts
+				if h.tokens <= top[k].tokens {
+					return
+				}
+				at = k
+				break
+			}
+		}
+		if at < 0 {
+			if n < others {
+				at, n = n, n+1
+			} else if better(h, top[n-1]) {
+				at = n - 1
+			} else {
 				return
 			}
 		}
-		held = append(held, holder{i, tokens})
-	})
-	slices.SortFunc(held, func(a, b holder) int {
-		if a.tokens != b.tokens {
-			return b.tokens - a.tokens
+		top[at] = h
+		for ; at > 0 && better(top[at], top[at-1]); at-- {
+			top[at], top[at-1] = top[at-1], top[at]
 		}
-		return strings.Compare(c.workers[a.slot].ID, c.workers[b.slot].ID)
 	})
-	out := make([]GrantCandidate, 1, 1+min(len(held), MaxGrantCandidates-1))
-	out[0] = GrantCandidate{Worker: g.Worker, CachedTokens: g.CachedTokens, PredictedTTFT: g.PredictedTTFT}
-	for _, h := range held[:min(len(held), MaxGrantCandidates-1)] {
-		out = append(out, GrantCandidate{Worker: c.workers[h.slot].ID, CachedTokens: h.tokens, PredictedTTFT: c.ttftPeek(r, h.slot)})
+	g.Candidates[0] = GrantCandidate{Worker: g.Worker, CachedTokens: g.CachedTokens, PredictedTTFT: g.PredictedTTFT}
+	for k := range n {
+		g.Candidates[k+1] = GrantCandidate{Worker: c.workers[top[k].slot].ID, CachedTokens: top[k].tokens, PredictedTTFT: c.ttftPeek(r, top[k].slot)}
 	}
-	return out
+	g.NumCandidates = n + 1
 }

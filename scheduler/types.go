@@ -331,9 +331,16 @@ type Grant struct {
 	PredictedTTFT time.Duration
 	// Candidates are the workers the decision weighed that the operators'
 	// page shows: Worker first, then the deepest other holders of the
-	// prompt's prefix (at most MaxGrantCandidates in all), each with its
-	// cached tokens and calibrated predicted TTFT (0 without a TTFT model).
-	Candidates []GrantCandidate
+	// prompt's prefix, each with its cached tokens and calibrated
+	// predicted TTFT (0 without a TTFT model). The first NumCandidates
+	// are set (CandidateList); an array, so a grant allocates nothing.
+	Candidates    [MaxGrantCandidates]GrantCandidate
+	NumCandidates int
+}
+
+// CandidateList returns the set part of g.Candidates.
+func (g *Grant) CandidateList() []GrantCandidate {
+	return g.Candidates[:min(max(g.NumCandidates, 0), MaxGrantCandidates)]
 }
 
 // GrantCandidate is one worker a decision weighed (Grant.Candidates).
