@@ -1,12 +1,16 @@
 package app
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,4 +229,58 @@ func TestWithAKeysFileThePageAsksForTheAdminKeyBeforeShowingTheTier(t *testing.T
 	waitOnPage(t, ctx, "the idle tenant", rowText("tenant", "idle")+`.includes('2 concurrent') && `+rowText("tenant", "idle")+`.includes('idle')`, time.Second)
 	screenshot(t, ctx, dir, "opspage-4-tenants.png", 1366, 768)
 	screenshot(t, ctx, dir, "opspage-3-after-admin-key.png", 1366, 768)
+}
+
+// One worker with one slot, held by a long stream: the requests that come
+// next queue at the class owner, and the page shows them by priority tier.
+func TestThePageShowsAClassQueueByPriorityTier(t *testing.T) {
+	ctx, dir := browser(t)
+	c := newTestCluster(t, 0)
+	cfg := testWorkerConfig()
+	cfg.EtcdEndpoints, cfg.NATSURL = c.etcd.Endpoints, c.nats.URL
+	cfg.Engine.MaxNumSeqs = 1 // one request at a time
+	cfg.Engine.Speedup = 1    // slow enough to hold a long stream
+	c.workers = append(c.workers, startWorker(t, cfg))
+	r := c.startReplica("r1")
+	c.waitOwned(defaultClasses, "r1")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		n, err := r.status.SchedulableWorkers(testenv.Context(t))
+		return err == nil && n == 1
+	}, "the worker schedulable")
+
+	hold, release := context.WithCancel(testenv.Context(t))
+	var wg sync.WaitGroup
+	defer wg.Wait() // after release: every request ends with its context
+	defer release()
+	send := func(priority, maxTokens int, stream bool) (*http.Response, error) {
+		body := fmt.Sprintf(`{"model":%q,"prompt":"queued at priority %d","max_tokens":%d,"stream":%t}`, testModel, priority, maxTokens, stream)
+		req, err := http.NewRequestWithContext(hold, http.MethodPost, "http://"+r.status.HTTPAddr+"/v1/completions", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Switchyard-Class", "batch")
+		req.Header.Set("X-Switchyard-Priority", fmt.Sprint(priority))
+		return http.DefaultClient.Do(req)
+	}
+	long, err := send(0, 4000, true)
+	require.NoError(t, err)
+	defer long.Body.Close()
+	_, err = bufio.NewReader(long.Body).ReadString('\n') // the worker's one slot is taken
+	require.NoError(t, err)
+	for _, p := range []int{2, 2, 0} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, err := send(p, 1, false); err == nil { // cancelled at the end: an error is the normal outcome
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("http://"+r.status.HTTPAddr+"/")))
+	waitOnPage(t, ctx, "batch's queue of 3: two at priority 2, one at 0",
+		`(() => { const td = document.querySelector('tr[data-class="batch"] td.tiers'); if (!td) return false;
+		  const chips = [...td.querySelectorAll('.chip')].map(c => c.innerText);
+		  return td.innerText.trim().startsWith('3') && chips.length === 2 && chips[0] === 'p2 2' && chips[1] === 'p0 1'; })()`, 20*time.Second)
+	screenshot(t, ctx, dir, "opspage-5-queue-by-tier.png", 1366, 768)
 }
