@@ -76,14 +76,19 @@ func grantFromReply(in *wire.AdmitReply, requestID string) (scheduler.Grant, err
 	// An unknown shortfall label (a newer owner) reads as none: the
 	// figures are diagnostics, never a reason to fail a grant.
 	short, _ := scheduler.ParseShortfall(in.Shortfall)
-	return scheduler.Grant{
+	g := scheduler.Grant{
 		RequestID: requestID, Worker: in.Worker, WorkerURL: in.WorkerURL,
 		Booking:      scheduler.BookingID(in.Booking),
 		CachedTokens: in.CachedTokens, OverlapBlocks: in.OverlapBlocks,
 		QueueWait:       time.Duration(in.QueueWaitNano),
 		ReachableTokens: max(in.Reachable, in.CachedTokens), Shortfall: short,
 		PredictedTTFT: time.Duration(max(in.PredictedTTFTNano, 0)),
-	}, nil
+	}
+	for _, c := range in.Candidates[:min(len(in.Candidates), scheduler.MaxGrantCandidates)] {
+		g.Candidates[g.NumCandidates] = scheduler.GrantCandidate{Worker: c.Worker, CachedTokens: c.CachedTokens, PredictedTTFT: time.Duration(c.PredictedTTFTNano)}
+		g.NumCandidates++
+	}
+	return g, nil
 }
 
 func recordToWire(rec *scheduler.BookingRecord) wire.AdoptedBooking {

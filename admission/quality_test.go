@@ -28,6 +28,11 @@ func TestARemoteGrantCarriesTheOwnersRoutingQualityFigures(t *testing.T) {
 	require.Zero(t, g.CachedTokens)
 	require.Equal(t, scheduler.ShortfallPinned, g.Shortfall)
 	require.Positive(t, g.PredictedTTFT, "the default TTFT selector predicts")
+	require.Len(t, g.CandidateList(), 2, "the winner and the holder, for the operators' page")
+	require.Equal(t, scheduler.GrantCandidate{Worker: other, PredictedTTFT: g.PredictedTTFT}, g.Candidates[0])
+	require.Equal(t, holder, g.Candidates[1].Worker)
+	require.Equal(t, g.ReachableTokens, g.Candidates[1].CachedTokens)
+	require.Positive(t, g.Candidates[1].PredictedTTFT)
 	tk.Dispatched()
 	tk.Finish(false)
 }

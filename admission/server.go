@@ -426,6 +426,9 @@ func (s *Server) enqueueLeased(class string, m *nats.Msg, req *scheduler.Request
 			out.QueueWaitNano = int64(g.QueueWait)
 			out.Reachable, out.Shortfall = g.ReachableTokens, g.Shortfall.String()
 			out.PredictedTTFTNano = int64(g.PredictedTTFT)
+			for _, c := range g.CandidateList() {
+				out.Candidates = append(out.Candidates, wire.Candidate{Worker: c.Worker, CachedTokens: c.CachedTokens, PredictedTTFTNano: int64(c.PredictedTTFT)})
+			}
 		}
 		return s.handOff(outgoingReply{m: m, out: out, booking: g.Booking})
 	})

@@ -374,6 +374,31 @@ func writeSimMarkdown(b *strings.Builder, runs []simRun) {
 			s.DeadlineMisses, s.DeadlineRequests,
 			r.report.GoodputRPS, s.Failed, r.report.PeakQueued)
 	}
+	writeSimQualityMarkdown(b, runs)
+}
+
+// writeSimQualityMarkdown writes the routing-quality table: the three
+// figures of switchyard_router_decision_* per run, and why each fell short.
+func writeSimQualityMarkdown(b *strings.Builder, runs []simRun) {
+	b.WriteString("\nRouting quality (cached prompt tokens; the figures of a live router's switchyard_router_decision_* counters):\n\n")
+	b.WriteString("| run | decisions | on the deepest prefix | reachable | achieved | achieved / reachable | realised | realised / achieved | missed, by reason | lost, by reason |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
+	reasons := func(m map[string]uint64) string {
+		var parts []string
+		for _, k := range sortedKeys(m) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+		if len(parts) == 0 {
+			return "–"
+		}
+		return strings.Join(parts, ", ")
+	}
+	for _, r := range runs {
+		q := r.report.Quality
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %.1f%% | %d | %.1f%% | %s | %s |\n",
+			mdEscape(r.report.Label), q.Decisions, q.KVOptimal, q.ReachableTokens, q.AchievedTokens, 100*q.AchievedRate,
+			q.RealisedTokens, 100*q.RealisedRate, reasons(q.MissedTokens), reasons(q.LostTokens))
+	}
 }
 
 // hitRatePoints is the hit rate per replica count, one series per

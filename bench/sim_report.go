@@ -31,6 +31,10 @@ type SimReport struct {
 	// Bound is what an ideal cache of the run's pool sizes would hit on the
 	// same prompts (ComputeCacheBound); the run's hit rate is read against it.
 	Bound CacheBound `json:"cache_bound"`
+	// Quality is the run's routing quality: reachable, achieved and
+	// realised cached tokens with the reasons for each shortfall, as a
+	// live router counts them (SimQuality).
+	Quality SimQuality `json:"routing_quality"`
 	// Results holds every request's measurement (written to results.jsonl
 	// on request, never into the report JSON).
 	Results []Result `json:"-"`
@@ -134,6 +138,7 @@ func (s *simulation) report() *SimReport {
 		Summary:    sum,
 		Events:     s.nEvents,
 		PeakQueued: s.peakQ,
+		Quality:    s.quality.withRates(),
 		Results:    results,
 	}
 	if len(s.reqs) > 0 {

@@ -141,6 +141,7 @@ type simRequest struct {
 	itl     []time.Duration
 	res     Result
 	done    bool
+	dec     simDecision // the grant's routing figures until the engine reports (sim_quality.go)
 }
 
 type simReplica struct {
@@ -210,6 +211,7 @@ type simulation struct {
 	tokens  []uint32
 	matches []kvindex.Match
 	peakQ   int
+	quality SimQuality
 }
 
 // simLoadView is one replica's view of the other replicas' gossiped loads.
@@ -280,7 +282,7 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 	s := &simulation{
 		cfg: cfg, log: log, clock: &simClock{},
 		widx: make(map[string]int, cfg.Workers), owner: map[string]int{},
-		reqs: make([]simRequest, len(reqs)),
+		reqs: make([]simRequest, len(reqs)), quality: newSimQuality(),
 	}
 	schedWorkers := make([]scheduler.Worker, cfg.Workers)
 	s.workers = make([]simWorker, cfg.Workers)
@@ -602,6 +604,7 @@ func (s *simulation) settle(out simOutcome) {
 	rep := &s.replicas[q.admit]
 	rep.core.Ack(g.Booking)
 	rep.admits++
+	s.decided(q, g)
 	q.worker, q.booking = w, g.Booking
 	q.res.Worker = g.Worker
 	s.markDirty(q.admit, w)
@@ -722,6 +725,7 @@ func (s *simulation) delta(i int, d engine.Delta) {
 		return
 	}
 	q.res.PromptTokens, q.res.CachedTokens = d.PromptTokens, d.CachedTokens
+	s.realised(q, d.CachedTokens)
 	q.res.E2E = time.Duration(at - q.arrival)
 	q.res.ITL = q.itl
 	if d.Finish == engine.FinishLength {

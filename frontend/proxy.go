@@ -198,6 +198,7 @@ func (x *exchange) relayBody(t Ticket, g scheduler.Grant, resp *http.Response) (
 	// exactly when many requests arrive at once: send it after the client
 	// has its answer, not before.
 	t.FirstToken()
+	x.firstToken(now)
 	u := parseUsage(body)
 	x.reportUsage(t, u)
 	t.Finish(werr != nil)
@@ -265,6 +266,7 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 		if !marked {
 			marked = true
 			t.FirstToken()
+			x.firstToken(first)
 			x.s.m.TTFT.WithLabelValues(labels...).Observe(first.Sub(x.ingress).Seconds())
 		}
 	}

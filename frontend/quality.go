@@ -26,10 +26,23 @@ type ExactIndex interface {
 // operators' page.
 const DecisionLogSize = 64
 
-// Candidate is one worker's cached prefix of a decision's prompt.
+// Candidate is one worker's cached prefix of a decision's prompt and the
+// class owner's predicted TTFT there (grant to first token, calibrated; 0
+// when the owner sent none: a selector without a TTFT model, or an older
+// owner).
 type Candidate struct {
-	Worker       string `json:"worker"`
-	CachedTokens int    `json:"cached_tokens"`
+	Worker          string  `json:"worker"`
+	CachedTokens    int     `json:"cached_tokens"`
+	PredictedTTFTMs float64 `json:"predicted_ttft_ms"`
+}
+
+// WorkerCached compares, for one worker, the cached prompt tokens the
+// router predicted when it chose the worker with those the engine then
+// reported, over the decisions whose response reported cached tokens.
+type WorkerCached struct {
+	Reports         uint64 `json:"reports"`
+	PredictedTokens uint64 `json:"predicted_tokens"`
+	ReportedTokens  uint64 `json:"reported_tokens"`
 }
 
 // Decision is one routing decision and its outcome, as the page shows it.
@@ -50,9 +63,12 @@ type Decision struct {
 	AchievedTokens  int     `json:"achieved_tokens"`
 	Shortfall       string  `json:"shortfall,omitempty"`
 	// RealisedTokens is nil when the engine reported no cached tokens.
-	RealisedTokens *int    `json:"realised_tokens"`
-	Loss           string  `json:"loss,omitempty"`
-	LatencyMs      float64 `json:"latency_ms"` // ingress to the usage (end of the response)
+	RealisedTokens *int   `json:"realised_tokens"`
+	Loss           string `json:"loss,omitempty"`
+	// TTFTMs is ingress to the first token (the response's first event,
+	// or the whole answer without streaming); 0 when none came.
+	TTFTMs    float64 `json:"ttft_ms"`
+	LatencyMs float64 `json:"latency_ms"` // ingress to the usage (end of the response)
 }
 
 // QualityTotals are a replica's cumulative routing-quality figures (the
@@ -72,10 +88,11 @@ type QualityTotals struct {
 // qualityLog is the recent decisions ring and the totals; its mutex is
 // held only to copy a few words.
 type qualityLog struct {
-	mu     sync.Mutex
-	ring   []Decision
-	next   int
-	totals QualityTotals
+	mu       sync.Mutex
+	ring     []Decision
+	next     int
+	totals   QualityTotals
+	byWorker map[string]WorkerCached
 }
 
 // pending is the decision of the attempt in flight, completed by its usage.
@@ -93,8 +110,8 @@ func (x *exchange) decided(req *scheduler.Request, g scheduler.Grant, blockSize 
 	d := Decision{
 		At: x.s.now(), RequestID: x.rid, Model: model, Class: class, Attempt: req.Attempt,
 		PromptTokens: req.PromptTokens, Worker: g.Worker, QueueWaitMs: float64(g.QueueWait) / float64(time.Millisecond),
-		ReachableTokens: reach, AchievedTokens: g.CachedTokens, Candidates: candidates(req, blockSize),
-		PredictedTTFTMs: float64(g.PredictedTTFT) / float64(time.Millisecond),
+		ReachableTokens: reach, AchievedTokens: g.CachedTokens, Candidates: grantCandidates(req, g, blockSize),
+		PredictedTTFTMs: ms(g.PredictedTTFT),
 	}
 	missed := reach - g.CachedTokens
 	if missed > 0 {
@@ -167,6 +184,14 @@ func (x *exchange) recordRealised(u *usage) {
 	if reported {
 		q.totals.RealisedTokens += uint64(realised)
 		q.totals.RealisedReports++
+		if q.byWorker == nil {
+			q.byWorker = map[string]WorkerCached{}
+		}
+		wc := q.byWorker[d.Worker]
+		wc.Reports++
+		wc.PredictedTokens += uint64(d.AchievedTokens)
+		wc.ReportedTokens += uint64(realised)
+		q.byWorker[d.Worker] = wc
 		if d.Loss != "" {
 			q.totals.LostTokens = addTo(q.totals.LostTokens, d.Loss, uint64(lost))
 			q.totals.Shortfalls = addTo(q.totals.Shortfalls, d.Loss, 1)
@@ -218,6 +243,46 @@ func (s *Server) QualityTotals() QualityTotals {
 	t.MissedTokens, t.LostTokens, t.Shortfalls = copyCounts(t.MissedTokens), copyCounts(t.LostTokens), copyCounts(t.Shortfalls)
 	return t
 }
+
+// firstToken notes when the attempt's first token reached the router, for
+// its decision's outcome.
+func (x *exchange) firstToken(at time.Time) {
+	if p := x.dec; p != nil && p.d.TTFTMs == 0 {
+		p.d.TTFTMs = ms(at.Sub(x.ingress))
+	}
+}
+
+// WorkerCached returns worker's predicted and reported cached tokens over
+// the decisions this replica made for it (zero for a worker it never
+// routed to).
+func (s *Server) WorkerCached(worker string) WorkerCached {
+	q := &s.quality
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.byWorker[worker]
+}
+
+// grantCandidates is the decision's candidates as the class owner weighed
+// them (the winner first, with predicted TTFTs); from an owner that sent
+// none, the request's deepest overlaps and the winner.
+func grantCandidates(req *scheduler.Request, g scheduler.Grant, blockSize int) []Candidate {
+	if cands := g.CandidateList(); len(cands) > 0 {
+		out := make([]Candidate, 0, len(cands))
+		for _, c := range cands {
+			out = append(out, Candidate{Worker: c.Worker, CachedTokens: c.CachedTokens, PredictedTTFTMs: ms(c.PredictedTTFT)})
+		}
+		return out
+	}
+	out := candidates(req, blockSize)
+	for _, c := range out {
+		if c.Worker == g.Worker {
+			return out
+		}
+	}
+	return append(out, Candidate{Worker: g.Worker, CachedTokens: g.CachedTokens, PredictedTTFTMs: ms(g.PredictedTTFT)})
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // candidates is the request's deepest overlaps, in tokens, deepest first.
 func candidates(req *scheduler.Request, blockSize int) []Candidate {

@@ -138,3 +138,18 @@ func TestTheMetricsKnowEveryShortfallReasonTheSchedulerGives(t *testing.T) {
 	}
 	require.ElementsMatch(t, labels, metrics.MissedReasons)
 }
+
+func TestADecisionShowsTheOwnersCandidatesOrElseTheOverlapsAndTheWinner(t *testing.T) {
+	req := &scheduler.Request{PromptTokens: 100, BlockHashes: make([]uint64, 6),
+		Overlaps: []scheduler.Overlap{{Worker: "w1", Blocks: 2}, {Worker: "w2", Blocks: 5}}}
+	g := scheduler.Grant{Worker: "w0", PredictedTTFT: 30e6}
+	g.Candidates[0] = scheduler.GrantCandidate{Worker: "w0", PredictedTTFT: 30e6}
+	g.Candidates[1] = scheduler.GrantCandidate{Worker: "w2", CachedTokens: 80, PredictedTTFT: 12e6}
+	g.NumCandidates = 2
+	require.Equal(t, []Candidate{{Worker: "w0", PredictedTTFTMs: 30}, {Worker: "w2", CachedTokens: 80, PredictedTTFTMs: 12}},
+		grantCandidates(req, g, 16), "the owner's candidates, as it weighed them")
+
+	g.NumCandidates = 0 // an owner that sends none
+	require.Equal(t, []Candidate{{Worker: "w2", CachedTokens: 80}, {Worker: "w1", CachedTokens: 32}, {Worker: "w0", PredictedTTFTMs: 30}},
+		grantCandidates(req, g, 16), "the entry's overlaps, deepest first, and the winner")
+}

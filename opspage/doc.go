@@ -9,7 +9,10 @@
 // error, never waited for. The browser merges the documents: the registry
 // and ownership from the serving replica, each class's counters from its
 // owner, bookings summed over replicas, decisions and routing-quality
-// totals from all (docs/operations.md, "The operators' page").
+// totals from all, each tenant's use from every replica whose scheduler
+// accounts it (quotas are enforced per class owner), and each worker's
+// calibration per replica (each owner's selector calibrates its own)
+// (docs/operations.md, "The operators' page"; docs/api.md, /debug/cluster).
 //
 // Concurrency: a Page is immutable after New. Each /debug/tier request
 // starts one goroutine per peer and waits for all of them before it

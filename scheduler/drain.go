@@ -56,6 +56,7 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 		PredictedTTFT: b.ledger.calibrated(pred),
 	}
 	g.ReachableTokens, g.Shortfall = c.routingQuality(r, cached)
+	c.grantCandidates(r, idx, &g)
 	c.release(e)
 	if !respond(g, nil) {
 		c.free(b)

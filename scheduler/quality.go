@@ -87,3 +87,58 @@ func (c *Core) routingQuality(r *Request, achieved int) (int, Shortfall) {
 	}
 	return reachable, ShortfallLoad
 }
+
+// grantCandidates sets g's candidates: the decision's winner (slot idx)
+// and the deepest other registered holders of r's prefix (ties by worker
+// ID), at most MaxGrantCandidates in all, each with its predicted TTFT as
+// it stands now (the winner's is the grant's). O(r's overlap reports) plus
+// a prediction per candidate; it allocates nothing.
+func (c *Core) grantCandidates(r *Request, idx int, g *Grant) {
+	type holder struct {
+		slot, tokens int
+	}
+	const others = MaxGrantCandidates - 1
+	var top [others]holder
+	n := 0
+	better := func(a, b holder) bool {
+		if a.tokens != b.tokens {
+			return a.tokens > b.tokens
+		}
+		return c.workers[a.slot].ID < c.workers[b.slot].ID
+	}
+	r.eachOverlap(func(w string, blocks int) {
+		i, ok := c.workerIdx[w]
+		if !ok || i == idx || blocks <= 0 {
+			return
+		}
+		h := holder{i, r.cachedFromOverlap(blocks, c.workers[i].BlockSize)}
+		at := -1
+		for k := range n {
+			if top[k].slot == i { // a worker reported twice: its deepest counts
+				if h.tokens <= top[k].tokens {
+					return
+				}
+				at = k
+				break
+			}
+		}
+		if at < 0 {
+			if n < others {
+				at, n = n, n+1
+			} else if better(h, top[n-1]) {
+				at = n - 1
+			} else {
+				return
+			}
+		}
+		top[at] = h
+		for ; at > 0 && better(top[at], top[at-1]); at-- {
+			top[at], top[at-1] = top[at-1], top[at]
+		}
+	})
+	g.Candidates[0] = GrantCandidate{Worker: g.Worker, CachedTokens: g.CachedTokens, PredictedTTFT: g.PredictedTTFT}
+	for k := range n {
+		g.Candidates[k+1] = GrantCandidate{Worker: c.workers[top[k].slot].ID, CachedTokens: top[k].tokens, PredictedTTFT: c.ttftPeek(r, top[k].slot)}
+	}
+	g.NumCandidates = n + 1
+}

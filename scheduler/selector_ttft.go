@@ -472,15 +472,30 @@ func (c *Core) ttftPredict(r *Request, idx int) float64 {
 	if c.cfg.Selector != SelectorTTFT {
 		return 0
 	}
-	s := &c.workers[idx]
-	load := s.projectLoad()
-	ovl := r.OverlapBlocks(s.ID)
-	decode := load.DecodeBlocks + len(r.BlockHashes) + r.privateBlocks(int(s.blockSize))
-	in := ttftInputsFor(r, s, load, r.cachedFromOverlap(ovl, int(s.blockSize)), decode)
+	in := c.ttftPredictInputs(r, idx)
 	m := &c.cfg.TTFT
 	c.ensureIndex()
 	c.ttft.booked(m.prefillTime(in.own, 0, 0), c.ix.queueSum, len(c.workers))
 	return m.ttftPrediction(in)
+}
+
+// ttftPredictInputs are ttftPredict's inputs for r on worker slot idx.
+func (c *Core) ttftPredictInputs(r *Request, idx int) ttftInputs {
+	s := &c.workers[idx]
+	load := s.projectLoad()
+	ovl := r.OverlapBlocks(s.ID)
+	decode := load.DecodeBlocks + len(r.BlockHashes) + r.privateBlocks(int(s.blockSize))
+	return ttftInputsFor(r, s, load, r.cachedFromOverlap(ovl, int(s.blockSize)), decode)
+}
+
+// ttftPeek is ttftPredict without booking anything: what the prediction
+// for r on slot idx would be, calibrated, for the operators' page (0
+// without a TTFT model).
+func (c *Core) ttftPeek(r *Request, idx int) time.Duration {
+	if c.cfg.Selector != SelectorTTFT {
+		return 0
+	}
+	return c.workers[idx].ledger.calibrated(c.cfg.TTFT.ttftPrediction(c.ttftPredictInputs(r, idx)))
 }
 
 // calibrate folds one first-token mark into its worker's fit of

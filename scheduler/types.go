@@ -353,7 +353,29 @@ type Grant struct {
 	// (SelectorCost). The entry replica derives its first-byte timeout
 	// from it and the operators' page shows it.
 	PredictedTTFT time.Duration
+	// Candidates are the workers the decision weighed that the operators'
+	// page shows: Worker first, then the deepest other holders of the
+	// prompt's prefix, each with its cached tokens and calibrated
+	// predicted TTFT (0 without a TTFT model). The first NumCandidates
+	// are set (CandidateList); an array, so a grant allocates nothing.
+	Candidates    [MaxGrantCandidates]GrantCandidate
+	NumCandidates int
 }
+
+// CandidateList returns the set part of g.Candidates.
+func (g *Grant) CandidateList() []GrantCandidate {
+	return g.Candidates[:min(max(g.NumCandidates, 0), MaxGrantCandidates)]
+}
+
+// GrantCandidate is one worker a decision weighed (Grant.Candidates).
+type GrantCandidate struct {
+	Worker        string
+	CachedTokens  int
+	PredictedTTFT time.Duration
+}
+
+// MaxGrantCandidates bounds Grant.Candidates.
+const MaxGrantCandidates = 4
 
 // BookingRecord describes an in-flight request to re-home on a new owner
 // (Adopt), as the entry replica knows it.
@@ -542,6 +564,34 @@ type ClassSnapshot struct {
 	QueueDepth    int
 	PendingTokens int64 // sum of queued requests' raw prompt tokens
 	Counters      Counters
+	// QueueByPriority is QueueDepth by strict priority tier
+	// (Request.StrictPriority); empty when nothing is queued.
+	QueueByPriority map[int32]int
+}
+
+// TenantSnapshot is one tenant's use of its quota in this Core, for the
+// operators' page: what the owner of the tenant's classes enforces.
+type TenantSnapshot struct {
+	ID    string
+	Quota TenantQuota // as carried by the tenant's latest request
+	// InFlight is queued plus booked requests (against Quota.Concurrent);
+	// Queued the part still waiting.
+	InFlight, Queued int
+	// Requests and Tokens are the bucket levels now (against
+	// Quota.RequestsPerMinute and TokensPerMinute; meaningless when that
+	// quota is 0). A level may be negative after an underestimate.
+	Requests, Tokens float64
+	Classes          []string // classes whose bookings charged the buckets, sorted
+}
+
+// Calibration is a worker's TTFT calibration in this Core's selector:
+// observed grant-to-first-token time = Overhead + Scale × predicted.
+type Calibration struct {
+	Scale    float64
+	Overhead time.Duration
+	// Marks is the decayed number of first-token marks the fit holds
+	// (0: never calibrated; at most about TTFTModel.CalibrationWindow).
+	Marks float64
 }
 
 // Snapshot is an immutable view of a Core. Readers must not mutate it.
@@ -552,6 +602,11 @@ type Snapshot struct {
 	Classes  map[string]ClassSnapshot
 	Workers  map[string]WorkerLoad // local ledger only (what this replica booked)
 	Bookings int
+	// Tenants are the tenants this Core accounts (queued, booked, or with
+	// buckets not yet refilled), sorted by ID.
+	Tenants []TenantSnapshot
+	// Calibration is the TTFT calibration of every worker with a ledger.
+	Calibration map[string]Calibration
 	// UnknownClass counts requests naming a class this Core does not
 	// have (they have no class to be counted in).
 	UnknownClass uint64

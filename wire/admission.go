@@ -83,6 +83,9 @@ type AdmitReply struct {
 	// PredictedTTFTNano is the owner's predicted grant-to-first-token time
 	// (0: none); the entry derives its first-byte timeout from it.
 	PredictedTTFTNano int64 `json:"ttft,omitempty"`
+	// Candidates are the workers the decision weighed, the winner first
+	// (at most MaxCandidates), for the operators' page.
+	Candidates []Candidate `json:"cands,omitempty"`
 	// Reason is the scheduler's rejection reason label (e.g. "queue_full").
 	Reason string `json:"reason,omitempty"`
 	Limit  string `json:"limit,omitempty"`
@@ -96,6 +99,17 @@ type AdmitReply struct {
 	// once cluster-wide.
 	Uncounted bool `json:"uncounted,omitempty"`
 }
+
+// Candidate is one worker a routing decision weighed: its cached prompt
+// tokens and the owner's predicted grant-to-first-token time there.
+type Candidate struct {
+	Worker            string `json:"w"`
+	CachedTokens      int    `json:"cached,omitempty"`
+	PredictedTTFTNano int64  `json:"ttft,omitempty"`
+}
+
+// MaxCandidates bounds AdmitReply.Candidates.
+const MaxCandidates = 8
 
 // CancelRequest withdraws a queued request from the owner the entry sent
 // it to. Owner names that replica: a cancel that reaches another replica
@@ -295,6 +309,14 @@ func DecodeAdmitReply(p []byte) (*AdmitReply, error) {
 	}
 	if m.RetryAfterMs < 0 {
 		return nil, fmt.Errorf("%w: admit reply has a negative retry-after", ErrMalformed)
+	}
+	if len(m.Candidates) > MaxCandidates {
+		return nil, fmt.Errorf("%w: admit reply has %d candidates, more than %d", ErrMalformed, len(m.Candidates), MaxCandidates)
+	}
+	for _, c := range m.Candidates {
+		if c.Worker == "" || c.CachedTokens < 0 || c.PredictedTTFTNano < 0 {
+			return nil, fmt.Errorf("%w: admit reply has a bad candidate", ErrMalformed)
+		}
 	}
 	return &m, nil
 }

@@ -52,6 +52,9 @@ func TestAdmissionDecodersRejectBadInputWithTypedErrors(t *testing.T) {
 		"life: usage on renew":     {func(b []byte) error { _, err := DecodeLifeMark(b); return err }, `{"v":1,"kind":"renew","bookings":[1],"used":[{"b":1,"t":5}]}`, ErrMalformed},
 		"life: negative usage":     {func(b []byte) error { _, err := DecodeLifeMark(b); return err }, `{"v":1,"kind":"done","bookings":[1],"used":[{"b":1,"t":-5}]}`, ErrMalformed},
 		"life: usage of more":      {func(b []byte) error { _, err := DecodeLifeMark(b); return err }, `{"v":1,"kind":"done","bookings":[],"used":[{"b":1,"t":5}]}`, ErrMalformed},
+		"reply: nameless cand":     {func(b []byte) error { _, err := DecodeAdmitReply(b); return err }, `{"v":1,"ok":true,"worker":"w","booking":1,"cands":[{"cached":16}]}`, ErrMalformed},
+		"reply: negative cand":     {func(b []byte) error { _, err := DecodeAdmitReply(b); return err }, `{"v":1,"ok":true,"worker":"w","booking":1,"cands":[{"w":"w","ttft":-1}]}`, ErrMalformed},
+		"reply: many cands":        {func(b []byte) error { _, err := DecodeAdmitReply(b); return err }, `{"v":1,"ok":true,"worker":"w","booking":1,"cands":[{"w":"a"},{"w":"a"},{"w":"a"},{"w":"a"},{"w":"a"},{"w":"a"},{"w":"a"},{"w":"a"},{"w":"a"}]}`, ErrMalformed},
 		"adopt: bad tenant":        {func(b []byte) error { _, err := DecodeAdoptRequest(b); return err }, `{"v":1,"class":"c","entry":"e","bookings":[{"worker":"w","tenant":"x.y"}]}`, ErrMalformed},
 	}
 	for name, c := range cases {
@@ -91,7 +94,22 @@ func FuzzDecodeAdmitReply(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte(`{"v":1,"ok":false,"reason":"queue_full"}`))
 	f.Add([]byte(`{"v":1,"ok":false,"reason":"quota_exceeded","limit":"concurrent","retry_ms":1500}`))
-	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeAdmitReply(b) })
+	cands, _ := EncodeAdmission(&AdmitReply{OK: true, Worker: "w", Booking: 1, Owner: "o", Epoch: 3,
+		Candidates: []Candidate{{Worker: "w", PredictedTTFTNano: 5e6}, {Worker: "v", CachedTokens: 64, PredictedTTFTNano: 2e6}}})
+	f.Add(cands)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeAdmitReply(b)
+		if err != nil {
+			return
+		}
+		again, err := EncodeAdmission(m)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		if _, err := DecodeAdmitReply(again); err != nil {
+			t.Fatalf("a decoded reply does not decode again: %v", err)
+		}
+	})
 }
 
 func FuzzDecodeLifeMark(f *testing.F) {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +55,36 @@ type (
 		Quality    frontend.QualityTotals `json:"quality"`
 		Decisions  []frontend.Decision    `json:"decisions"`
 		Tokenizers []prompt.ModelInfo     `json:"tokenizers"`
+		// Tenants are the keys file's tenants with their quotas and, for
+		// each, its use in this replica's scheduler: what this replica
+		// enforces as the owner of the classes it owns.
+		Tenants []tenantDoc `json:"tenants"`
+	}
+	tenantDoc struct {
+		ID         string     `json:"id"`
+		Configured bool       `json:"configured"` // in the keys file (else only seen in requests)
+		Quota      quotaDoc   `json:"quota"`
+		Use        *tenantUse `json:"use"` // nil: nothing queued, booked or spent here
+	}
+	quotaDoc struct {
+		Concurrent        int `json:"concurrent"`
+		RequestsPerMinute int `json:"requests_per_minute"`
+		TokensPerMinute   int `json:"tokens_per_minute"`
+	}
+	tenantUse struct {
+		InFlight int `json:"in_flight"`
+		Queued   int `json:"queued"`
+		// RequestsLeft and TokensLeft are the bucket levels (of
+		// requests_per_minute and tokens_per_minute; absent when that
+		// quota is unlimited).
+		RequestsLeft *float64 `json:"requests_left,omitempty"`
+		TokensLeft   *float64 `json:"tokens_left,omitempty"`
+		Classes      []string `json:"classes"`
+	}
+	calibrationDoc struct {
+		Scale      float64 `json:"scale"`
+		OverheadMs float64 `json:"overhead_ms"`
+		Marks      float64 `json:"marks"` // decayed first-token marks in the fit (0: never calibrated)
 	}
 	replicaDoc struct {
 		ID         string `json:"id"`
@@ -103,6 +134,9 @@ type (
 		Admitted      uint64            `json:"admitted"`
 		Cancelled     uint64            `json:"cancelled"`
 		Rejected      map[string]uint64 `json:"rejected"` // by reason; due_time_passed is the deadline misses
+		// QueueByPriority is queue_depth by strict priority tier (the
+		// x-switchyard-priority value, as a string key).
+		QueueByPriority map[string]int `json:"queue_by_priority"`
 	}
 	loadDoc struct {
 		ActiveRequests int `json:"active_requests"`
@@ -134,6 +168,12 @@ type (
 		// loadReportStale) or unknown (never reported: an adapter that
 		// cannot scrape its engine's metrics).
 		Health string `json:"health"`
+		// Calibration is this replica's selector's TTFT calibration of
+		// the worker (only an owner's selector calibrates it).
+		Calibration calibrationDoc `json:"calibration"`
+		// Cached is the cached prompt tokens this replica predicted for
+		// the requests it routed here against those the engine reported.
+		Cached frontend.WorkerCached `json:"cached_tokens"`
 	}
 	memberDoc struct {
 		Name     string `json:"name"`
@@ -216,6 +256,10 @@ func (r *replica) clusterInfo(context.Context) (json.RawMessage, error) {
 		for reason, n := range cs.Counters.Rejected {
 			cd.Rejected[reason.String()] = n
 		}
+		cd.QueueByPriority = make(map[string]int, len(cs.QueueByPriority))
+		for prio, n := range cs.QueueByPriority {
+			cd.QueueByPriority[strconv.Itoa(int(prio))] = n
+		}
 		doc.Classes[name] = cd
 	}
 	registered := map[string]bool{}
@@ -229,6 +273,13 @@ func (r *replica) clusterInfo(context.Context) (json.RawMessage, error) {
 			Booked:          loadDoc{local.ActiveRequests, local.PrefillTokens, local.DecodeBlocks},
 			BookedElsewhere: loadDoc{remote.ActiveRequests, remote.PrefillTokens, remote.DecodeBlocks},
 			Health:          "unknown",
+			Calibration:     calibrationDoc{Scale: 1},
+		}
+		if cal, ok := snap.Calibration[i.ID]; ok {
+			wd.Calibration = calibrationDoc{Scale: cal.Scale, OverheadMs: float64(cal.Overhead) / float64(time.Millisecond), Marks: cal.Marks}
+		}
+		if r.fe != nil {
+			wd.Cached = r.fe.WorkerCached(i.ID)
 		}
 		if rep, ok := r.reports.get(i.ID); ok {
 			age := now.Sub(rep.at)
@@ -250,7 +301,51 @@ func (r *replica) clusterInfo(context.Context) (json.RawMessage, error) {
 	if r.fe != nil {
 		doc.Quality, doc.Decisions = r.fe.QualityTotals(), r.fe.Decisions()
 	}
+	doc.Tenants = r.tenantDocs(snap.Tenants)
 	return json.Marshal(doc)
+}
+
+// tenantDocs lists the keys file's tenants, in file order, then the
+// tenants only the scheduler knows (requests admitted under a keys file
+// since replaced), each with its use here.
+func (r *replica) tenantDocs(live []scheduler.TenantSnapshot) []tenantDoc {
+	use := make(map[string]scheduler.TenantSnapshot, len(live))
+	for _, ts := range live {
+		use[ts.ID] = ts
+	}
+	out := []tenantDoc{}
+	seen := map[string]bool{}
+	if r.keys != nil {
+		for _, t := range r.keys.Set().Tenants() {
+			seen[t.ID] = true
+			d := tenantDoc{ID: t.ID, Configured: true, Quota: quotaDoc{t.Quota.Concurrent, t.Quota.RequestsPerMinute, t.Quota.TokensPerMinute}}
+			if ts, ok := use[t.ID]; ok {
+				d.Use = tenantUseOf(ts)
+			}
+			out = append(out, d)
+		}
+	}
+	for _, ts := range live {
+		if !seen[ts.ID] {
+			q := ts.Quota
+			out = append(out, tenantDoc{ID: ts.ID, Quota: quotaDoc{q.Concurrent, q.RequestsPerMinute, q.TokensPerMinute}, Use: tenantUseOf(ts)})
+		}
+	}
+	return out
+}
+
+func tenantUseOf(ts scheduler.TenantSnapshot) *tenantUse {
+	u := &tenantUse{InFlight: ts.InFlight, Queued: ts.Queued, Classes: ts.Classes}
+	if u.Classes == nil {
+		u.Classes = []string{}
+	}
+	if ts.Quota.RequestsPerMinute > 0 {
+		u.RequestsLeft = &ts.Requests
+	}
+	if ts.Quota.TokensPerMinute > 0 {
+		u.TokensLeft = &ts.Tokens
+	}
+	return u
 }
 
 // state is the replica's life stage as the page shows it.

@@ -1,12 +1,16 @@
 package app
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,6 +89,12 @@ func rowText(attr, id string) string {
 	return fmt.Sprintf(`((document.querySelector('tr[data-%s="%s"]')||{}).innerText||"")`, attr, id)
 }
 
+// chooseDecisions picks an option of the decisions' filter ("" for all) as
+// a person would: the select's value, then its change event.
+func chooseDecisions(value string) chromedp.Action[chromedp.Void] {
+	return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => { const s = document.querySelector('#decision-filter'); s.value = %q; s.dispatchEvent(new Event('change')); })()`, value))
+}
+
 func TestTheOperatorsPageShowsTheTierAReplicaLeavingAndAnEngineDying(t *testing.T) {
 	ctx, dir := browser(t)
 	c := newTestCluster(t, 2)
@@ -128,8 +138,31 @@ func TestTheOperatorsPageShowsTheTierAReplicaLeavingAndAnEngineDying(t *testing.
 	}
 	waitOnPage(t, ctx, "the routing decisions", `document.querySelectorAll('#decisions tbody tr td').length > 1`, 10*time.Second)
 	waitOnPage(t, ctx, "the pinned decision's shortfall", `document.querySelector('#decisions tbody').innerText.includes('pinned') && document.querySelector('#quality .reasons').innerText.includes('pinned')`, 10*time.Second)
+	// The pinned decision weighed w2 (the winner) and w1 (the holder of the
+	// prefix), each with its cached tokens and predicted TTFT, and shows
+	// the TTFT it got.
+	pinnedRow := `[...document.querySelectorAll('#decisions tbody tr')].find(r => r.innerText.includes('pinned'))`
+	waitOnPage(t, ctx, "the pinned decision's two candidates with predicted TTFTs",
+		`(() => { const r = `+pinnedRow+`; if (!r) return false; const c = [...r.querySelectorAll('td.cands .chip')];
+		  return c.length >= 2 && c[0].innerText.startsWith('w2') && c[0].classList.contains('win') && c[1].innerText.startsWith('w1')
+		    && c.every(x => / · [0-9.,]+ ms$/.test(x.innerText)) && /· [0-9.,]+ ms · [0-9.,]+ ms$/.test(r.lastElementChild.innerText); })()`, 10*time.Second)
+	// The workers served requests: the owners calibrated them and the
+	// engines reported cached tokens to compare with the predictions.
+	// w1 and w2 each served a pinned request (v1 may have served none).
+	waitOnPage(t, ctx, "w1's and w2's calibration, and predicted against reported cached tokens",
+		`['w1', 'w2'].map(id => document.querySelector('tr[data-worker="' + id + '"]')).every(r => r && /r[123] ×[0-9.]+ \+[0-9.]+ ms/.test(r.querySelector('td.calibration').innerText)
+		   && /^[0-9,]+ \/ [0-9,]+/.test(r.querySelector('td.cached').innerText))`, 10*time.Second)
+	waitOnPage(t, ctx, "each class's queue, by tier (no tiers when idle)", `[...document.querySelectorAll('#classes td.tiers')].filter(td => td.innerText.trim() === '0').length === `+fmt.Sprint(len(defaultClasses)), 10*time.Second)
+	waitOnPage(t, ctx, "an open API's tenants panel", `document.querySelector('#tenants tbody').innerText.includes('no tenants')`, 10*time.Second)
 	screenshot(t, ctx, dir, "opspage-1-tier-1080p.png", 1920, 1080)
 	screenshot(t, ctx, dir, "opspage-1-tier-laptop.png", 1366, 768)
+
+	// The decisions of one class only.
+	class := defaultClasses[0]
+	require.NoError(t, chromedp.Do(ctx, chooseDecisions("class:"+class)))
+	waitOnPage(t, ctx, "only "+class+"'s decisions",
+		`(() => { const rs = [...document.querySelectorAll('#decisions tbody tr[data-decision]')]; return rs.length > 0 && rs.every(r => r.children[2].innerText.startsWith('`+class+` ')); })()`, 10*time.Second)
+	require.NoError(t, chromedp.Do(ctx, chooseDecisions("")))
 
 	// r3 leaves: its classes show a new owner, and the replica list shrinks.
 	var moved []string
@@ -158,8 +191,9 @@ func TestTheOperatorsPageShowsTheTierAReplicaLeavingAndAnEngineDying(t *testing.
 
 func TestWithAKeysFileThePageAsksForTheAdminKeyBeforeShowingTheTier(t *testing.T) {
 	ctx, dir := browser(t)
-	keys := writeKeys(t, fmt.Sprintf("tenants:\n  - id: acme\n    keys: [%q]\nadmins:\n  - id: ops\n    keys: [%q]\n",
-		tenant.HashKey("sk-acme"), tenant.HashKey("sk-admin")))
+	keys := writeKeys(t, fmt.Sprintf("tenants:\n  - id: acme\n    keys: [%q]\n    quota: {concurrent: 4, requests_per_minute: 6, tokens_per_minute: 60000}\n"+
+		"  - id: idle\n    keys: [%q]\n    quota: {concurrent: 2}\nadmins:\n  - id: ops\n    keys: [%q]\n",
+		tenant.HashKey("sk-acme"), tenant.HashKey("sk-idle"), tenant.HashKey("sk-admin")))
 	c := newTestCluster(t, 1)
 	r := c.startReplicaWith("r1", "127.0.0.1:0", func(cfg *ReplicaConfig) { cfg.Tenants.KeysFile = keys })
 	c.waitPlaced(defaultClasses, "r1")
@@ -176,5 +210,77 @@ func TestWithAKeysFileThePageAsksForTheAdminKeyBeforeShowingTheTier(t *testing.T
 
 	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys("#auth-key", "sk-admin"), chromedp.Click("#auth button")))
 	waitOnPage(t, ctx, "the tier after the admin key", `document.querySelector('#auth').hidden && `+rowText("replica", "r1")+`.includes('ready')`, 20*time.Second)
+
+	// Two requests of acme's: r1 owns every class, so its scheduler holds
+	// acme's buckets (6 requests a minute refill one in ten seconds).
+	acme := keyedClient(r, "sk-acme")
+	for i := range 2 {
+		_, err := acme.Completions.New(testenv.Context(t), openai.CompletionNewParams{
+			Model:     openai.CompletionNewParamsModel(testModel),
+			Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(fmt.Sprintf("acme asks question %d", i))},
+			MaxTokens: openai.Int(2),
+		})
+		require.NoError(t, err)
+	}
+	waitOnPage(t, ctx, "acme against its quota",
+		`(() => { const r = document.querySelector('tr[data-tenant="acme"]'); if (!r) return false; const t = r.innerText;
+		  return t.includes('4 concurrent') && t.includes('6 rpm') && t.includes('60,000 tpm') && /r1 0 \/ 4/.test(r.querySelector('td.inflight').innerText)
+		    && /r1 [0-9.]+ of 6/.test(r.children[3].innerText); })()`, 20*time.Second)
+	waitOnPage(t, ctx, "the idle tenant", rowText("tenant", "idle")+`.includes('2 concurrent') && `+rowText("tenant", "idle")+`.includes('idle')`, time.Second)
+	screenshot(t, ctx, dir, "opspage-4-tenants.png", 1366, 768)
 	screenshot(t, ctx, dir, "opspage-3-after-admin-key.png", 1366, 768)
+}
+
+// One worker with one slot, held by a long stream: the requests that come
+// next queue at the class owner, and the page shows them by priority tier.
+func TestThePageShowsAClassQueueByPriorityTier(t *testing.T) {
+	ctx, dir := browser(t)
+	c := newTestCluster(t, 0)
+	cfg := testWorkerConfig()
+	cfg.EtcdEndpoints, cfg.NATSURL = c.etcd.Endpoints, c.nats.URL
+	cfg.Engine.MaxNumSeqs = 1 // one request at a time
+	cfg.Engine.Speedup = 1    // slow enough to hold a long stream
+	c.workers = append(c.workers, startWorker(t, cfg))
+	r := c.startReplica("r1")
+	c.waitOwned(defaultClasses, "r1")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		n, err := r.status.SchedulableWorkers(testenv.Context(t))
+		return err == nil && n == 1
+	}, "the worker schedulable")
+
+	hold, release := context.WithCancel(testenv.Context(t))
+	var wg sync.WaitGroup
+	defer wg.Wait() // after release: every request ends with its context
+	defer release()
+	send := func(priority, maxTokens int, stream bool) (*http.Response, error) {
+		body := fmt.Sprintf(`{"model":%q,"prompt":"queued at priority %d","max_tokens":%d,"stream":%t}`, testModel, priority, maxTokens, stream)
+		req, err := http.NewRequestWithContext(hold, http.MethodPost, "http://"+r.status.HTTPAddr+"/v1/completions", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Switchyard-Class", "batch")
+		req.Header.Set("X-Switchyard-Priority", fmt.Sprint(priority))
+		return http.DefaultClient.Do(req)
+	}
+	long, err := send(0, 4000, true)
+	require.NoError(t, err)
+	defer long.Body.Close()
+	_, err = bufio.NewReader(long.Body).ReadString('\n') // the worker's one slot is taken
+	require.NoError(t, err)
+	for _, p := range []int{2, 2, 0} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, err := send(p, 1, false); err == nil { // cancelled at the end: an error is the normal outcome
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("http://"+r.status.HTTPAddr+"/")))
+	waitOnPage(t, ctx, "batch's queue of 3: two at priority 2, one at 0",
+		`(() => { const td = document.querySelector('tr[data-class="batch"] td.tiers'); if (!td) return false;
+		  const chips = [...td.querySelectorAll('.chip')].map(c => c.innerText);
+		  return td.innerText.trim().startsWith('3') && chips.length === 2 && chips[0] === 'p2 2' && chips[1] === 'p0 1'; })()`, 20*time.Second)
+	screenshot(t, ctx, dir, "opspage-5-queue-by-tier.png", 1366, 768)
 }

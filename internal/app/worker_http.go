@@ -217,6 +217,7 @@ type genRequest struct {
 
 type rawGenRequest struct {
 	prompt.Fields
+	rawSampling
 	Model               string `json:"model"`
 	MaxTokens           *int64 `json:"max_tokens"`
 	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
@@ -253,6 +254,11 @@ func parseGenRequest(body []byte, kind prompt.Kind, tok tokenizeFunc, defaultMax
 	}
 	if raw.Model == "" {
 		return nil, workerBadRequest("model", "missing_required_parameter", "you must provide a model")
+	}
+	if kind == prompt.KindChat || kind == prompt.KindCompletion {
+		if e := checkSampling(kind, &raw.rawSampling); e != nil {
+			return nil, e
+		}
 	}
 	req := &genRequest{Kind: kind, Model: raw.Model, Base64: raw.EncodingFormat == "base64"}
 	in, err := prompt.Parse(kind, &raw.Fields)

@@ -402,6 +402,10 @@ func TestBadRequestsGetOpenAIShapedErrors(t *testing.T) {
 		{"no messages", "/v1/chat/completions", `{"model":"sim-model","messages":[]}`, 400, "invalid_value", "messages"},
 		{"content part without a type", "/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":[{"text":"a"}]}]}`, 400, "invalid_type", "messages[0].content[0]"},
 		{"embeddings without input", "/v1/embeddings", `{"model":"sim-model"}`, 400, "missing_required_parameter", "input"},
+		{"temperature above 2", "/v1/completions", `{"model":"sim-model","prompt":"x","temperature":2.5}`, 400, "invalid_value", "temperature"},
+		{"completion logprobs", "/v1/completions", `{"model":"sim-model","prompt":"x","logprobs":5}`, 400, "invalid_value", "logprobs"},
+		{"chat logprobs", "/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":"a"}],"logprobs":true}`, 400, "invalid_value", "logprobs"},
+		{"json response format", "/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_object"}}`, 400, "invalid_value", "response_format"},
 		{"body too large", "/v1/completions", `{"model":"sim-model","prompt":"` + strings.Repeat("x", 5000) + `"}`, 413, "body_too_large", ""},
 		{"unknown route", "/v1/audio/speech", `{}`, 404, "not_found", ""},
 	}
@@ -512,4 +516,52 @@ func TestTheSimulatedEngineServesNSequencesAndSumsTheirUsageAsVLLMDoes(t *testin
 	}
 	assert.Equal(t, map[int]bool{0: true, 1: true}, seen)
 	assert.Equal(t, 8, completion)
+}
+
+func TestTheSimulatedWorkerRejectsSamplingItCannotHonourWithVLLMsMessages(t *testing.T) {
+	w := startWorker(t, testWorkerConfig())
+	chat := func(extra string) string {
+		return `{"model":"sim-model","messages":[{"role":"user","content":"a"}],"max_tokens":2` + extra + `}`
+	}
+	completion := func(extra string) string { return `{"model":"sim-model","prompt":"a","max_tokens":2` + extra + `}` }
+	rejected := []struct{ path, body, param, message string }{
+		{"/v1/completions", completion(`,"temperature":3`), "temperature", "temperature must be in [0, 2], got 3.0. (parameter=temperature, value=3.0)"},
+		{"/v1/chat/completions", chat(`,"temperature":-0.5`), "temperature", "temperature must be non-negative, got -0.5. (parameter=temperature, value=-0.5)"},
+		{"/v1/completions", completion(`,"logprobs":3`), "logprobs", "Requested sample logprobs of 3, which is greater than max allowed: 0 (parameter=logprobs, value=3)"},
+		{"/v1/completions", completion(`,"logprobs":-2`), "logprobs", "logprobs must be non-negative or -1, got -2. (parameter=logprobs, value=-2)"},
+		{"/v1/chat/completions", chat(`,"logprobs":true,"top_logprobs":4`), "logprobs", "Requested sample logprobs of 4, which is greater than max allowed: 0 (parameter=logprobs, value=4)"},
+		{"/v1/chat/completions", chat(`,"logprobs":true`), "logprobs", "the simulated engine computes no log probabilities: logprobs is not supported"},
+		{"/v1/chat/completions", chat(`,"top_logprobs":2`), "top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true."},
+		{"/v1/chat/completions", chat(`,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}`), "response_format",
+			`response_format type "json_schema" is not supported by the simulated engine: it generates synthetic tokens and cannot constrain them (only "text")`},
+	}
+	for _, c := range rejected {
+		resp, err := http.Post(w.url+c.path, "application/json", strings.NewReader(c.body))
+		require.NoError(t, err)
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+				Param   string `json:"param"`
+			} `json:"error"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+		resp.Body.Close()
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, c.body)
+		require.Equal(t, c.param, e.Error.Param, c.body)
+		require.Equal(t, c.message, e.Error.Message, c.body)
+	}
+	// What it can honour: any temperature vLLM accepts (the tokens are
+	// synthetic either way), plain text, and no logprobs.
+	for _, c := range []struct{ path, body string }{
+		{"/v1/completions", completion(`,"temperature":0`)},
+		{"/v1/completions", completion(`,"temperature":2,"logprobs":0`)},
+		{"/v1/completions", completion(`,"logprobs":null`)},
+		{"/v1/chat/completions", chat(`,"temperature":0.7,"logprobs":false,"response_format":{"type":"text"}`)},
+	} {
+		resp, err := http.Post(w.url+c.path, "application/json", strings.NewReader(c.body))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, c.body)
+	}
 }

@@ -71,6 +71,7 @@ function render(tier) {
   const next = {t, classes: {}, quality: null};
   renderReplicas(tier, docs, self);
   renderClasses(docs, self, dt, next);
+  renderTenants(tier, docs);
   renderWorkers(docs, self);
   renderQuality(docs, dt, next);
   renderDecisions(docs);
@@ -119,7 +120,7 @@ function renderClasses(docs, self, dt, next) {
     const od = owner ? docs[owner.replica] : null;
     const c = od ? (od.classes || {})[name] : null;
     const key = owner ? `${name}@${owner.replica}#${owner.epoch}` : name;
-    let admitted = "–", rejected = "–", misses = "–", queue = "–", pending = "–";
+    let admitted = "–", rejected = "–", misses = "–", queue = "–", pending = "–", tiers = "";
     if (c) {
       next.classes[key] = c;
       const before = prev && prev.classes[key];
@@ -130,31 +131,75 @@ function renderClasses(docs, self, dt, next) {
       rejected = rej.join("") || '<span class="dim">none</span>';
       misses = fmt((c.rejected || {}).due_time_passed || 0);
       queue = fmt(c.queue_depth);
+      tiers = Object.entries(c.queue_by_priority || {}).sort(([a], [b]) => Number(b) - Number(a))
+        .map(([p, n]) => `<span class="chip">p${esc(p)} <b>${fmt(n)}</b></span>`).join("");
       pending = fmt(c.pending_tokens);
     }
     const ownerCell = owner ? `${esc(owner.replica)} <span class="dim">#${owner.epoch}</span>` + (od ? "" : " " + badge("unreachable", "bad")) : badge("no owner", "bad");
-    rows.push(`<tr data-class="${esc(name)}"><td><b>${esc(name)}</b></td><td class="owner">${ownerCell}</td><td class="n">${queue}</td><td class="n">${pending}</td>` +
+    rows.push(`<tr data-class="${esc(name)}"><td><b>${esc(name)}</b></td><td class="owner">${ownerCell}</td><td class="n tiers">${queue}${tiers ? `<div class="tier-chips">${tiers}</div>` : ""}</td><td class="n">${pending}</td>` +
       `<td class="n">${admitted}</td><td>${rejected}</td><td class="n">${misses}</td></tr>`);
   }
   $("#classes tbody").innerHTML = rows.join("") || '<tr><td colspan="7" class="empty">no classes</td></tr>';
 }
 
+// renderTenants lists every tenant any replica knows, with its quota and,
+// for each replica whose scheduler accounts it (the owner of the classes
+// it used), its use there: quotas are enforced per owner.
+function renderTenants(tier, docs) {
+  const tenants = new Map();
+  for (const id of Object.keys(docs).sort()) {
+    for (const t of docs[id].tenants || []) {
+      const x = tenants.get(t.id) || {id: t.id, quota: t.quota, configured: false, use: []};
+      if (t.configured) { x.configured = true; x.quota = t.quota; }
+      if (t.use) x.use.push([id, t.use]);
+      tenants.set(t.id, x);
+    }
+  }
+  const limit = (n) => n > 0 ? fmt(n) : "∞";
+  const rows = [...tenants.values()].sort((a, b) => a.id.localeCompare(b.id)).map((t) => {
+    const q = t.quota || {};
+    const quota = `<span class="chip" title="concurrent">${limit(q.concurrent)} concurrent</span><span class="chip" title="requests per minute">${limit(q.requests_per_minute)} rpm</span><span class="chip" title="tokens per minute">${limit(q.tokens_per_minute)} tpm</span>`;
+    const per = (f) => t.use.map(([id, u]) => f(id, u)).filter(Boolean).join("") || '<span class="dim">idle</span>';
+    const level = (left, cap) => {
+      const used = cap > 0 ? 1 - left / cap : 0;
+      return `${fmt(left, left < 10 ? 1 : 0)} <span class="dim">of ${fmt(cap)}</span>` + (used > 0.9 ? " " + badge("near limit", "warn") : "");
+    };
+    const inflight = per((id, u) => {
+      const full = q.concurrent > 0 && u.in_flight >= q.concurrent;
+      return `<span class="chip${full ? " full" : ""}">${esc(id)} <b>${fmt(u.in_flight)}</b>${q.concurrent > 0 ? ` / ${fmt(q.concurrent)}` : ""}${u.queued ? ` <span class="dim">(${fmt(u.queued)} queued)</span>` : ""}</span>`;
+    });
+    const rpm = q.requests_per_minute > 0 ? per((id, u) => u.requests_left === undefined ? "" : `<span class="chip">${esc(id)} ${level(u.requests_left, q.requests_per_minute)}</span>`) : '<span class="dim">unlimited</span>';
+    const tpm = q.tokens_per_minute > 0 ? per((id, u) => u.tokens_left === undefined ? "" : `<span class="chip">${esc(id)} ${level(u.tokens_left, q.tokens_per_minute)}</span>`) : '<span class="dim">unlimited</span>';
+    return `<tr data-tenant="${esc(t.id)}"><td><b>${esc(t.id)}</b>${t.configured ? "" : ' <span class="dim">not in the keys file</span>'}</td><td class="quota">${quota}</td><td class="inflight">${inflight}</td><td>${rpm}</td><td>${tpm}</td></tr>`;
+  });
+  $("#tenants tbody").innerHTML = rows.join("") || '<tr><td colspan="5" class="empty">no tenants: the API is open (no keys file)</td></tr>';
+}
+
 function renderWorkers(docs, self) {
   const rows = [];
   for (const w of self.workers || []) {
-    let req = 0, prefill = 0;
-    for (const d of Object.values(docs)) {
+    let req = 0, prefill = 0, predicted = 0, reported = 0, reports = 0;
+    const cal = [];
+    for (const [id, d] of Object.entries(docs).sort(([a], [b]) => a.localeCompare(b))) {
       const x = (d.workers || []).find((y) => y.id === w.id);
-      if (x) { req += x.booked.active_requests; prefill += x.booked.prefill_tokens; }
+      if (!x) continue;
+      req += x.booked.active_requests; prefill += x.booked.prefill_tokens;
+      const c = x.cached_tokens || {};
+      predicted += c.predicted_tokens || 0; reported += c.reported_tokens || 0; reports += c.reports || 0;
+      if (x.calibration && x.calibration.marks > 0) cal.push([id, x.calibration]);
     }
+    const cached = !reports ? '<span class="dim">no reports</span>'
+      : `${fmt(predicted)} / ${fmt(reported)}` + (predicted > 0 ? ` <span class="dim">(${pct(reported, predicted)})</span>` : "");
+    const calCell = cal.map(([id, c]) => `<span class="chip" title="${fmt(c.marks, 1)} first-token marks">${esc(id)} ×${fmt(c.scale, 2)} +${fmt(c.overhead_ms, 1)} ms</span>`).join("") || '<span class="dim">uncalibrated</span>';
     const health = w.health === "healthy" ? badge("healthy", "ok") : w.health === "unhealthy"
       ? badge("unhealthy", "bad") + `<div class="err">no load report for ${fmt((w.reported || {}).age_ms / 1000, 1)} s</div>` : badge("unknown", "dim");
     const rep = w.reported ? `${fmt(w.reported.running)} / ${fmt(w.reported.waiting)}` : "–";
     const kv = w.reported ? pct(w.reported.kv_usage, 1) : "–";
     rows.push(`<tr data-worker="${esc(w.id)}"><td><b>${esc(w.id)}</b> <span class="dim mono">${esc(w.url.replace(/^https?:\/\//, ""))}</span></td><td class="health">${health}</td>` +
-      `<td>${esc(w.model)}</td><td class="n">${fmt(req)} / ${fmt(prefill)}</td><td class="n">${rep}</td><td class="n">${kv}</td><td class="n">${fmt(w.kv_blocks_indexed)} <span class="dim">of ${fmt(w.kv_blocks)}</span></td></tr>`);
+      `<td>${esc(w.model)}</td><td class="n">${fmt(req)} / ${fmt(prefill)}</td><td class="n">${rep}</td><td class="n">${kv}</td><td class="n">${fmt(w.kv_blocks_indexed)} <span class="dim">of ${fmt(w.kv_blocks)}</span></td>` +
+      `<td class="n cached">${cached}</td><td class="calibration">${calCell}</td></tr>`);
   }
-  $("#workers tbody").innerHTML = rows.join("") || '<tr><td colspan="7" class="empty">no workers registered</td></tr>';
+  $("#workers tbody").innerHTML = rows.join("") || '<tr><td colspan="9" class="empty">no workers registered</td></tr>';
 }
 
 function sumQuality(docs) {
@@ -224,19 +269,37 @@ function drawChart() {
   line("realised", "#bc8cff");
 }
 
+// The decisions' filter: "" (all), "class:NAME" or "model:NAME". Kept
+// across polls; the options are rebuilt from what the decisions name.
+let decisionFilter = "";
+$("#decision-filter").addEventListener("change", (ev) => { decisionFilter = ev.target.value; });
+
+function renderDecisionFilter(all) {
+  const classes = [...new Set(all.map((x) => x.class))].sort(), models = [...new Set(all.map((x) => x.model))].sort();
+  const opts = [["", "every class and model"], ...classes.map((c) => ["class:" + c, "class " + c]), ...models.map((m) => ["model:" + m, "model " + m])];
+  if (decisionFilter && !opts.some(([v]) => v === decisionFilter)) opts.push([decisionFilter, decisionFilter.replace(":", " ")]);
+  const sel = $("#decision-filter");
+  const html = opts.map(([v, l]) => `<option value="${esc(v)}"${v === decisionFilter ? " selected" : ""}>${esc(l)}</option>`).join("");
+  if (sel.dataset.html !== html) { sel.innerHTML = html; sel.dataset.html = html; }
+}
+
 function renderDecisions(docs) {
   const all = [];
   for (const [id, d] of Object.entries(docs)) for (const x of d.decisions || []) all.push({...x, entry: id});
   all.sort((a, b) => Date.parse(b.at) - Date.parse(a.at)); // RFC 3339 strings with varying fractions do not sort as text
-  const rows = all.slice(0, 20).map((x) => {
-    const cands = (x.candidates || []).map((c) => `<span class="chip${c.worker === x.worker ? " win" : ""}">${esc(c.worker)} ${fmt(c.cached_tokens)}</span>`).join("") || '<span class="dim">no cached prefix anywhere</span>';
+  renderDecisionFilter(all);
+  const [kind, name] = decisionFilter ? [decisionFilter.slice(0, decisionFilter.indexOf(":")), decisionFilter.slice(decisionFilter.indexOf(":") + 1)] : ["", ""];
+  const shown = all.filter((x) => !kind || (kind === "class" ? x.class === name : x.model === name));
+  const ttft = (v) => v > 0 ? fmt(v, v < 10 ? 1 : 0) + " ms" : "–";
+  const rows = shown.slice(0, 20).map((x) => {
+    const cands = (x.candidates || []).map((c) => `<span class="chip${c.worker === x.worker ? " win" : ""}" title="cached prompt tokens · predicted time to first token">${esc(c.worker)} <b>${fmt(c.cached_tokens)}</b> · ${ttft(c.predicted_ttft_ms)}</span>`).join("") || '<span class="dim">no cached prefix anywhere</span>';
     const realised = x.realised_tokens === null || x.realised_tokens === undefined ? '<span class="dim">n/r</span>' : fmt(x.realised_tokens);
     const why = [x.shortfall && badge(x.shortfall, "warn"), x.loss && badge(x.loss, "bad")].filter(Boolean).join(" ") || '<span class="dim">–</span>';
-    return `<tr><td class="mono">${esc(new Date(x.at).toLocaleTimeString())}</td><td>${esc(x.entry)}</td><td>${esc(x.class)} <span class="dim">· ${esc(x.model)}</span></td>` +
-      `<td>${cands}</td><td><b>${esc(x.worker)}</b></td><td class="n">${fmt(x.reachable_tokens)} / ${fmt(x.achieved_tokens)} / ${realised} <span class="dim">of ${fmt(x.prompt_tokens)}</span></td>` +
-      `<td>${why}</td><td class="n">${fmt(x.queue_wait_ms, 1)} · ${x.predicted_ttft_ms > 0 ? fmt(x.predicted_ttft_ms, 0) : "–"} · ${fmt(x.latency_ms, 0)} ms</td></tr>`;
+    return `<tr data-decision="${esc(x.request_id)}" data-candidates="${(x.candidates || []).length}"><td class="mono">${esc(new Date(x.at).toLocaleTimeString())}</td><td>${esc(x.entry)}</td><td>${esc(x.class)} <span class="dim">· ${esc(x.model)}</span></td>` +
+      `<td class="cands">${cands}</td><td><b>${esc(x.worker)}</b></td><td class="n">${fmt(x.reachable_tokens)} / ${fmt(x.achieved_tokens)} / ${realised} <span class="dim">of ${fmt(x.prompt_tokens)}</span></td>` +
+      `<td>${why}</td><td class="n">${fmt(x.queue_wait_ms, 1)} · ${ttft(x.predicted_ttft_ms)} · <b>${ttft(x.ttft_ms)}</b> · ${fmt(x.latency_ms, 0)} ms</td></tr>`;
   });
-  $("#decisions tbody").innerHTML = rows.join("") || '<tr><td colspan="8" class="empty">no decisions yet</td></tr>';
+  $("#decisions tbody").innerHTML = rows.join("") || `<tr><td colspan="8" class="empty">${all.length ? "no decisions of " + esc(decisionFilter.replace(":", " ")) + " among the last ones" : "no decisions yet"}</td></tr>`;
 }
 
 window.addEventListener("resize", drawChart);
