@@ -67,7 +67,7 @@ import (
 
 const (
 	dashModelA = "switchyard-sim"   // the simulated workers' model (DefaultWorkerConfig)
-	dashModelB = "switchyard-sim-b" // a second name the same workers serve (-models)
+	dashModelB = "switchyard-sim-b" // a second name the same workers serve (-served-model-names)
 )
 
 var dashClasses = []string{"interactive", "batch", "realtime"} // default_policy.yaml
