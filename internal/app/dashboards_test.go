@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -289,7 +290,7 @@ func (p promAPI) get(ctx context.Context, path string, q url.Values, into any) e
 		return fmt.Errorf("HTTP %d: %w", resp.StatusCode, err)
 	}
 	if body.Status != "success" {
-		return fmt.Errorf("%s", body.Error)
+		return errors.New(body.Error)
 	}
 	return json.Unmarshal(body.Data, into)
 }
