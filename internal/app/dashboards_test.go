@@ -111,7 +111,11 @@ admins:
 	prom := testenv.StartPrometheusJobs(t, []testenv.PrometheusJob{
 		{Name: "switchyard-router", Targets: apis, BearerToken: adminKey},
 		{Name: "switchyard-worker", Targets: workers},
-	}, []string{filepath.Join(deployDir, "prometheus", "rules.yml")}, 500*time.Millisecond)
+	}, []string{filepath.Join(deployDir, "prometheus", "rules.yml")}, 2*time.Second)
+	// Every 2 s, not faster: the scrape timeout equals the interval, and a
+	// router's /metrics under -race on two busy cores can take over 500 ms;
+	// one failed scrape marks every gauge of the target stale, and the
+	// panels reading them are empty until the next one.
 	api := promAPI{base: prom.URL, client: &http.Client{Timeout: 10 * time.Second}}
 
 	ctx, stopLoad := context.WithCancel(testenv.Context(t))
@@ -132,7 +136,7 @@ admins:
 	// Poll until everything has data: counters need two scrapes for a rate,
 	// and recording rules an evaluation after that.
 	var failures missingList
-	testenv.Eventually(t, 60*time.Second, func() bool {
+	testenv.Eventually(t, 75*time.Second, func() bool {
 		failures = checks.run(ctx, api)
 		if len(failures) > 0 {
 			time.Sleep(time.Second) // polling Prometheus' observable state; each round is ~300 queries
@@ -502,6 +506,14 @@ func (c dashChecks) run(ctx context.Context, api promAPI) missingList {
 				case !hasData(got):
 					out = append(out, fmt.Sprintf("%s (%s): no data: %s", tg.where, describe(values), q))
 				}
+			}
+		}
+	}
+	if len(out) > 0 {
+		// Say whether a scrape failed: that empties every gauge of its target.
+		if up, err := api.query(ctx, "up"); err == nil {
+			for _, u := range up {
+				out = append(out, fmt.Sprintf("(scrape health) up{job=%q,instance=%q} = %v", u.Metric["job"], u.Metric["instance"], u.Value[1]))
 			}
 		}
 	}
