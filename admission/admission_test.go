@@ -301,7 +301,7 @@ func TestTheEntryCountsEachRequestReceivedOnceEvenWhenItsOwnerDiesWithIt(t *test
 	r.t.Dispatched()
 	r.t.Finish(false)
 
-	require.Equal(t, uint64(1), b.client.Counts("m", "w").Classes["gold"].Received, "received once, at the entry")
+	require.Equal(t, uint64(1), b.client.Counts("w").Classes["gold"].Received, "received once, at the entry")
 	cc := c.counters(t, "gold")
 	require.Zero(t, cc.Received, "the new owner saw a retry")
 	require.Equal(t, uint64(1), cc.Retried)
@@ -315,7 +315,7 @@ func TestTheEntryCountsTheRejectionsItDecidesItself(t *testing.T) {
 	r.Due = time.Now().Add(100 * time.Millisecond)
 	_, err := b.client.Admit(testenv.Context(t), r)
 	require.ErrorIs(t, err, scheduler.ErrDeadlineExceeded)
-	got := b.client.Counts("m", "w").Classes["gold"]
+	got := b.client.Counts("w").Classes["gold"]
 	require.Equal(t, uint64(1), got.Received)
 	require.Equal(t, uint64(1), got.Rejected[scheduler.ReasonDueTimePassed.String()])
 }

@@ -13,11 +13,11 @@ import (
 // and the rejections decided here before any owner answered. Owners count
 // admissions, cancellations, retries and their own rejections; the app
 // exports their received counts as zero, so received is counted once.
-func (c *Client) Counts(model, workerType string) metrics.AdmissionSnapshot {
+func (c *Client) Counts(workerType string) metrics.AdmissionSnapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
-	out := metrics.AdmissionSnapshot{Instance: c.instance, Seq: c.seq, Model: model, WorkerType: workerType,
+	out := metrics.AdmissionSnapshot{Instance: c.instance, Seq: c.seq, WorkerType: workerType,
 		Classes: make(map[string]metrics.AdmissionCounts, len(c.counts))}
 	for class, n := range c.counts {
 		cp := *n

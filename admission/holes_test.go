@@ -414,7 +414,7 @@ func TestAnEntryDoesNotCountASecondOutcomeForARequestItsOwnerAlreadyCounted(t *t
 	out := <-res
 	require.ErrorIs(t, out.err, scheduler.ErrDeadlineExceeded, "the client is told its deadline passed")
 
-	n := cli.Counts("m", "w").Classes["gold"]
+	n := cli.Counts("w").Classes["gold"]
 	require.Equal(t, uint64(1), n.Received)
 	require.Zero(t, n.Rejected[scheduler.ReasonDueTimePassed.String()],
 		"the owner counts this request's outcome; the entry counting one too makes two outcomes for one request")

@@ -189,6 +189,11 @@ func NewOwnership(client *clientv3.Client, session *Session, replicas *Replicas,
 	o.losses = f.NewCounterVec(prometheus.CounterOpts{
 		Name: metrics.NameClusterOwnershipLosses, Help: "Classes this replica stopped owning, by reason.",
 	}, []string{"reason"})
+	// Every reason starts at zero: a dashboard's rate of losses by reason
+	// is 0, not "no data", on a replica that never lost a class.
+	for r := ReleaseHandoff; r <= ReleaseShutdown; r++ {
+		o.losses.WithLabelValues(r.String())
+	}
 	o.handoffs = f.NewCounter(prometheus.CounterOpts{
 		Name: metrics.NameClusterHandoffs, Help: "Classes handed to a better placed replica.",
 	})

@@ -198,7 +198,7 @@ func TestEveryDashboardQueryParsesAndNamesOnlyDeclaredMetrics(t *testing.T) {
 		for _, want := range []string{
 			NameAdmissionAdmitted, NameAdmissionRejected, NameQueueDepth, NameQueueWait + "_bucket",
 			NameTTFT + "_bucket", NameITL + "_bucket", NameWorkerActiveRequests,
-			"switchyard:kv_hit_ratio:ratio5m", "switchyard:predicted_kv_hit_ratio:ratio5m",
+			NameCachedTokens, NamePredictedCachedTokens,
 			"switchyard:class_owners:sum", NameClusterClassesOwned, NameGossipMembers, NameGossipHealthScore,
 		} {
 			require.True(t, charted[want], "%s charts no panel of %s", file, want)

@@ -32,10 +32,10 @@ type AdmissionCounts struct {
 // each snapshot of that instance. The app converts scheduler snapshots into
 // this type, so metrics needs no scheduler import.
 type AdmissionSnapshot struct {
-	Instance          uint64
-	Seq               uint64
-	Model, WorkerType string
-	Classes           map[string]AdmissionCounts
+	Instance   uint64
+	Seq        uint64
+	WorkerType string
+	Classes    map[string]AdmissionCounts
 }
 
 // SnapshotSource returns the current snapshot of every live scheduler
@@ -82,7 +82,7 @@ func (c *ExporterConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 // Exporter turns cumulative per-instance admission counters into Prometheus
 // counters that never double count.
 //
-// It keeps, per (instance, model, worker type, class) and per series, the
+// It keeps, per (instance, worker type, class) and per series, the
 // highest value already exported (the high-water mark) and adds only what a
 // snapshot holds above it. Taking the maximum is idempotent, commutative and
 // associative, so duplicated, reordered, stale or concurrent snapshots of one
@@ -92,7 +92,7 @@ func (c *ExporterConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 // stay monotonic and exact across ownership moves and reloads.
 //
 // Memory: marks per live (not yet retired) instance and class, plus cached
-// counter handles per (model, worker type, class) label set, which the
+// counter handles per (worker type, class) label set, which the
 // configuration bounds.
 //
 // All methods are safe for concurrent use; one mutex serialises them.
@@ -116,7 +116,7 @@ type Exporter struct {
 	instancesGauge                     prometheus.Gauge
 }
 
-type classKey struct{ model, workerType, class string }
+type classKey struct{ workerType, class string }
 
 // classHandles caches the counter children of one label set, shared by every
 // instance that reports that class, so the hot path does no label lookups.
@@ -214,7 +214,7 @@ func (e *Exporter) Observe(snap AdmissionSnapshot) {
 		e.stale.Inc()
 	}
 	for class, counts := range snap.Classes {
-		key := classKey{snap.Model, snap.WorkerType, class}
+		key := classKey{snap.WorkerType, class}
 		m, ok := inst.classes[key]
 		if !ok {
 			m = &classMarks{h: e.handlesFor(key)}
@@ -254,15 +254,15 @@ func (e *Exporter) handlesFor(k classKey) *classHandles {
 		return h
 	}
 	a := e.adm
-	a.InitClass(k.model, k.workerType, k.class)
+	a.InitClass(k.workerType, k.class)
 	h := &classHandles{
-		received:  a.Received.WithLabelValues(k.model, k.workerType, k.class),
-		retried:   a.Retried.WithLabelValues(k.model, k.workerType, k.class),
-		admitted:  a.Admitted.WithLabelValues(k.model, k.workerType, k.class),
-		cancelled: a.Cancelled.WithLabelValues(k.model, k.workerType, k.class),
+		received:  a.Received.WithLabelValues(k.workerType, k.class),
+		retried:   a.Retried.WithLabelValues(k.workerType, k.class),
+		admitted:  a.Admitted.WithLabelValues(k.workerType, k.class),
+		cancelled: a.Cancelled.WithLabelValues(k.workerType, k.class),
 	}
 	for i, r := range rejectReasons {
-		h.rejected[i] = a.Rejected.WithLabelValues(k.model, k.workerType, k.class, r)
+		h.rejected[i] = a.Rejected.WithLabelValues(k.workerType, k.class, r)
 	}
 	e.handles[k] = h
 	return h

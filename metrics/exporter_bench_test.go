@@ -9,7 +9,7 @@ import (
 )
 
 func benchSnapshot(instance uint64, classes int) AdmissionSnapshot {
-	s := AdmissionSnapshot{Instance: instance, Model: "m", WorkerType: "w", Classes: map[string]AdmissionCounts{}}
+	s := AdmissionSnapshot{Instance: instance, WorkerType: "w", Classes: map[string]AdmissionCounts{}}
 	for i := range classes {
 		s.Classes[fmt.Sprintf("class-%d", i)] = AdmissionCounts{Rejected: map[string]uint64{
 			ReasonDueTimePassed: 0, ReasonQueueFull: 0, ReasonPredictedMiss: 0,

@@ -37,23 +37,23 @@ var randomClasses = []string{"interactive", "batch", "bulk", "premium"}
 // history is what the schedulers really counted.
 type history struct {
 	snaps []AdmissionSnapshot
-	// truth maps "series name|model|worker type|class[|reason]" to its count.
+	// truth maps "series name|worker type|class[|reason]" to its count.
 	truth     map[string]float64
 	instances []uint64
 }
 
-func seriesKey(name, model, wt, class string, reason ...string) string {
-	return strings.Join(append([]string{name, model, wt, class}, reason...), "|")
+func seriesKey(name, wt, class string, reason ...string) string {
+	return strings.Join(append([]string{name, wt, class}, reason...), "|")
 }
 
 func generateHistory(rng *rand.Rand) history {
 	h := history{truth: map[string]float64{}}
-	models := []string{"m1", "m2"}
+	workerTypes := []string{"prefill", "decode"}
 	nInst := 2 + rng.IntN(6)
 	for range nInst {
 		id := rng.Uint64()
 		h.instances = append(h.instances, id)
-		model := models[rng.IntN(len(models))]
+		wt := workerTypes[rng.IntN(len(workerTypes))]
 		owned := map[string]bool{}
 		for _, c := range randomClasses {
 			if rng.IntN(2) == 0 {
@@ -65,7 +65,7 @@ func generateHistory(rng *rand.Rand) history {
 		seq := uint64(0)
 		for range 1 + rng.IntN(12) {
 			seq += 1 + uint64(rng.IntN(3))
-			s := AdmissionSnapshot{Instance: id, Seq: seq, Model: model, WorkerType: "decode", Classes: map[string]AdmissionCounts{}}
+			s := AdmissionSnapshot{Instance: id, Seq: seq, WorkerType: wt, Classes: map[string]AdmissionCounts{}}
 			for _, class := range randomClasses {
 				if !owned[class] {
 					continue
@@ -97,12 +97,12 @@ func generateHistory(rng *rand.Rand) history {
 			h.snaps = append(h.snaps, s)
 		}
 		for class, c := range last {
-			h.truth[seriesKey(NameAdmissionReceived, model, "decode", class)] += float64(c.Received)
-			h.truth[seriesKey(NameAdmissionRetried, model, "decode", class)] += float64(c.Retried)
-			h.truth[seriesKey(NameAdmissionAdmitted, model, "decode", class)] += float64(c.Admitted)
-			h.truth[seriesKey(NameAdmissionCancelled, model, "decode", class)] += float64(c.Cancelled)
+			h.truth[seriesKey(NameAdmissionReceived, wt, class)] += float64(c.Received)
+			h.truth[seriesKey(NameAdmissionRetried, wt, class)] += float64(c.Retried)
+			h.truth[seriesKey(NameAdmissionAdmitted, wt, class)] += float64(c.Admitted)
+			h.truth[seriesKey(NameAdmissionCancelled, wt, class)] += float64(c.Cancelled)
 			for reason, v := range c.Rejected {
-				h.truth[seriesKey(NameAdmissionRejected, model, "decode", class, Reason(reason))] += float64(v)
+				h.truth[seriesKey(NameAdmissionRejected, wt, class, Reason(reason))] += float64(v)
 			}
 		}
 	}
@@ -128,9 +128,9 @@ func gatherAdmission(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 			}
 			var k string
 			if r, ok := l[LabelReason]; ok {
-				k = seriesKey(mf.GetName(), l[LabelModel], l[LabelWorkerType], l[LabelClass], r)
+				k = seriesKey(mf.GetName(), l[LabelWorkerType], l[LabelClass], r)
 			} else {
-				k = seriesKey(mf.GetName(), l[LabelModel], l[LabelWorkerType], l[LabelClass])
+				k = seriesKey(mf.GetName(), l[LabelWorkerType], l[LabelClass])
 			}
 			out[k] = m.GetCounter().GetValue()
 		}

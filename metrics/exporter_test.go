@@ -40,11 +40,11 @@ func newHarnessWithClock(t testing.TB, cfg ExporterConfig, clk clock.Clock) *exp
 }
 
 func (h *exporterHarness) received(class string) float64 {
-	return testutil.ToFloat64(h.adm.Received.WithLabelValues("m", "w", class))
+	return testutil.ToFloat64(h.adm.Received.WithLabelValues("w", class))
 }
 
 func (h *exporterHarness) rejected(class, reason string) float64 {
-	return testutil.ToFloat64(h.adm.Rejected.WithLabelValues("m", "w", class, reason))
+	return testutil.ToFloat64(h.adm.Rejected.WithLabelValues("w", class, reason))
 }
 
 func (h *exporterHarness) snapshotResults(result string) float64 {
@@ -68,7 +68,7 @@ func (h *exporterHarness) snapshotResults(result string) float64 {
 // snap builds a snapshot of model "m", worker type "w" with one class whose
 // received count is received and whose due_time_passed count is deadline.
 func snap(instance, seq uint64, class string, received, deadline uint64) AdmissionSnapshot {
-	return AdmissionSnapshot{Instance: instance, Seq: seq, Model: "m", WorkerType: "w", Classes: map[string]AdmissionCounts{
+	return AdmissionSnapshot{Instance: instance, Seq: seq, WorkerType: "w", Classes: map[string]AdmissionCounts{
 		class: {Received: received, Rejected: map[string]uint64{ReasonDueTimePassed: deadline}},
 	}}
 }
@@ -191,10 +191,10 @@ func TestCounterThatGoesDownInANewerSnapshotIsCountedAsARegression(t *testing.T)
 
 func TestUnknownRejectReasonsAreSummedIntoOther(t *testing.T) {
 	h := newHarness(t)
-	h.exp.Observe(AdmissionSnapshot{Instance: 1, Seq: 1, Model: "m", WorkerType: "w", Classes: map[string]AdmissionCounts{
+	h.exp.Observe(AdmissionSnapshot{Instance: 1, Seq: 1, WorkerType: "w", Classes: map[string]AdmissionCounts{
 		"a": {Rejected: map[string]uint64{"brand_new_reason": 2, "another": 3}},
 	}})
-	h.exp.Observe(AdmissionSnapshot{Instance: 1, Seq: 2, Model: "m", WorkerType: "w", Classes: map[string]AdmissionCounts{
+	h.exp.Observe(AdmissionSnapshot{Instance: 1, Seq: 2, WorkerType: "w", Classes: map[string]AdmissionCounts{
 		"a": {Rejected: map[string]uint64{"brand_new_reason": 2, "another": 4}},
 	}})
 

@@ -6,8 +6,12 @@ import (
 )
 
 var (
-	classLabels  = []string{LabelModel, LabelWorkerType, LabelClass}
-	reasonLabels = []string{LabelModel, LabelWorkerType, LabelClass, LabelReason}
+	// Admission series carry no model label: a class queue holds the
+	// requests of every model, and the scheduler counts per class, so a
+	// model label could only ever hold a constant (docs/metrics.md, "One
+	// model label").
+	classLabels  = []string{LabelWorkerType, LabelClass}
+	reasonLabels = []string{LabelWorkerType, LabelClass, LabelReason}
 	streamLabels = []string{LabelModel, LabelClass}
 )
 
@@ -93,19 +97,19 @@ func NewAdmission(reg prometheus.Registerer) *Admission {
 	}
 }
 
-// InitClass creates every counter series of one (model, worker type, class)
+// InitClass creates every counter series of one (worker type, class)
 // at zero, so that ratios, rates and absent() alerts work before the first
 // event and the reserved predicted_miss series exists. The degraded
 // admissions series is created too: degraded mode is rare, and a counter
 // that first appears at 1 loses that first increase to rate().
-func (a *Admission) InitClass(model, workerType, class string) {
+func (a *Admission) InitClass(workerType, class string) {
 	a.DegradedAdmissions.WithLabelValues(class)
-	a.Received.WithLabelValues(model, workerType, class)
-	a.Admitted.WithLabelValues(model, workerType, class)
-	a.Retried.WithLabelValues(model, workerType, class)
-	a.Cancelled.WithLabelValues(model, workerType, class)
+	a.Received.WithLabelValues(workerType, class)
+	a.Admitted.WithLabelValues(workerType, class)
+	a.Retried.WithLabelValues(workerType, class)
+	a.Cancelled.WithLabelValues(workerType, class)
 	for _, r := range rejectReasons {
-		a.Rejected.WithLabelValues(model, workerType, class, r)
+		a.Rejected.WithLabelValues(workerType, class, r)
 	}
 }
 

@@ -17,7 +17,7 @@ func TestAdmissionCountersExportEveryReasonAndDegradedAdmissionsAtZeroForANewCla
 	exp, err := NewExporter(DefaultExporterConfig(), adm, reg, nil)
 	require.NoError(t, err)
 
-	exp.Observe(AdmissionSnapshot{Instance: 1, Seq: 1, Model: "llama", WorkerType: "decode", Classes: map[string]AdmissionCounts{
+	exp.Observe(AdmissionSnapshot{Instance: 1, Seq: 1, WorkerType: "decode", Classes: map[string]AdmissionCounts{
 		"interactive": {Received: 5, Retried: 1, Admitted: 3, Cancelled: 0, Rejected: map[string]uint64{
 			ReasonDueTimePassed: 1, ReasonQueueFull: 1,
 		}},
@@ -31,10 +31,10 @@ func TestAdmissionCountersExportEveryReasonAndDegradedAdmissionsAtZeroForANewCla
 func TestAdmissionQueueMetricsExposition(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	adm := NewAdmission(reg)
-	adm.QueueDepth.WithLabelValues("llama", "decode", "batch").Set(7)
-	adm.QueuePendingTokens.WithLabelValues("llama", "decode", "batch").Set(9000)
-	adm.QueueWait.WithLabelValues("llama", "decode", "batch").Observe(0.2)
-	adm.Decision.WithLabelValues("llama", "decode", "batch").Observe(4e-6)
+	adm.QueueDepth.WithLabelValues("decode", "batch").Set(7)
+	adm.QueuePendingTokens.WithLabelValues("decode", "batch").Set(9000)
+	adm.QueueWait.WithLabelValues("decode", "batch").Observe(0.2)
+	adm.Decision.WithLabelValues("decode", "batch").Observe(4e-6)
 	adm.DegradedAdmissions.WithLabelValues("batch").Inc()
 
 	requireGolden(t, reg, "admission_queue.golden",
@@ -86,7 +86,7 @@ func TestEachReplicaGetsItsOwnRegistry(t *testing.T) {
 func TestHandlerServesTheRegistryOverHTTP(t *testing.T) {
 	reg := NewRegistry()
 	adm := NewAdmission(reg)
-	adm.InitClass("llama", "decode", "interactive")
+	adm.InitClass("decode", "interactive")
 	srv := httptest.NewServer(Handler(reg))
 	defer srv.Close()
 
@@ -100,5 +100,5 @@ func TestHandlerServesTheRegistryOverHTTP(t *testing.T) {
 	require.True(t, strings.Contains(text, "go_goroutines "), "Go runtime collector missing")
 	require.True(t, strings.Contains(text, "process_"), "process collector missing")
 	require.Contains(t, text,
-		`switchyard_router_admission_rejected_total{class="interactive",model="llama",reason="predicted_miss",worker_type="decode"} 0`)
+		`switchyard_router_admission_rejected_total{class="interactive",reason="predicted_miss",worker_type="decode"} 0`)
 }

@@ -37,6 +37,7 @@ var removedFlags = map[string]map[string]string{
 		"gossip.node-name":         "the gossip node name is -id",
 		"metrics.refresh-interval": "a router pushes its admission counters every -gossip.interval",
 		"ingest.cluster":           "the KV event subjects use -cluster",
+		"model":                    "admission metrics have no model label (a class queue holds every model's requests); request metrics use the request's model",
 	},
 }
 

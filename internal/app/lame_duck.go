@@ -74,8 +74,8 @@ func (r *replica) exportFinalMetrics(failed context.Context) {
 		r.stopBegan = time.Now()
 		r.stopping.Store(true)
 	}
-	r.exporter.Observe(admissionSnapshot(flushSoon(r.actor), r.cfg.Model, r.cfg.WorkerType))
-	r.exporter.Observe(r.client.Counts(r.cfg.Model, r.cfg.WorkerType))
+	r.exporter.Observe(admissionSnapshot(flushSoon(r.actor), r.cfg.WorkerType))
+	r.exporter.Observe(r.client.Counts(r.cfg.WorkerType))
 	r.log.Info("drained: classes handed off, final counters exported", zap.Duration("since_stop", time.Since(r.stopBegan)))
 	if failed.Err() == nil && r.cfg.ShutdownLinger > 0 {
 		select {

@@ -271,7 +271,7 @@ func (r *replica) applyPolicy(v cluster.ConfigVersion) {
 	r.fe.SetPolicy(p)
 	r.prompts.SetPolicy(p.Tokenizers)
 	for _, c := range p.Classes {
-		r.adm.InitClass(r.cfg.Model, r.cfg.WorkerType, c.Name)
+		r.adm.InitClass(r.cfg.WorkerType, c.Name)
 	}
 	r.log.Info("policy applied", zap.Int64("revision", v.Revision), zap.Strings("classes", p.ClassNames()))
 }
@@ -435,16 +435,16 @@ func (r *replica) publishLoads() {
 	}
 	r.remote.Store(remote) // a new version only if some load changed
 	r.actor.Drain()
-	r.exporter.Observe(admissionSnapshot(snap, r.cfg.Model, r.cfg.WorkerType))
-	r.exporter.Observe(r.client.Counts(r.cfg.Model, r.cfg.WorkerType))
+	r.exporter.Observe(admissionSnapshot(snap, r.cfg.WorkerType))
+	r.exporter.Observe(r.client.Counts(r.cfg.WorkerType))
 	for class, c := range snap.Classes {
-		r.adm.QueueDepth.WithLabelValues(r.cfg.Model, r.cfg.WorkerType, class).Set(float64(c.QueueDepth))
-		r.adm.QueuePendingTokens.WithLabelValues(r.cfg.Model, r.cfg.WorkerType, class).Set(float64(c.PendingTokens))
+		r.adm.QueueDepth.WithLabelValues(r.cfg.WorkerType, class).Set(float64(c.QueueDepth))
+		r.adm.QueuePendingTokens.WithLabelValues(r.cfg.WorkerType, class).Set(float64(c.PendingTokens))
 	}
 }
 
-func admissionSnapshot(s *scheduler.Snapshot, model, workerType string) metrics.AdmissionSnapshot {
-	out := metrics.AdmissionSnapshot{Instance: s.Instance, Seq: s.Seq, Model: model, WorkerType: workerType,
+func admissionSnapshot(s *scheduler.Snapshot, workerType string) metrics.AdmissionSnapshot {
+	out := metrics.AdmissionSnapshot{Instance: s.Instance, Seq: s.Seq, WorkerType: workerType,
 		Classes: make(map[string]metrics.AdmissionCounts, len(s.Classes))}
 	for class, c := range s.Classes {
 		rej := make(map[string]uint64, len(c.Counters.Rejected))

@@ -37,8 +37,9 @@ type ReplicaConfig struct {
 	// PolicyYAML seeds the cluster's policy config in etcd when it has none
 	// (empty: the default policy).
 	PolicyYAML []byte
-	// Model and WorkerType label the admission counters.
-	Model, WorkerType string
+	// WorkerType labels the admission counters. They have no model label:
+	// a class queue holds the requests of every model (docs/metrics.md).
+	WorkerType string
 	// PredictTTL is how long a routing decision's predicted prefix lives on
 	// a worker that publishes KV events (they soon confirm or correct it).
 	PredictTTL time.Duration
@@ -87,7 +88,6 @@ func DefaultReplicaConfig() ReplicaConfig {
 		HTTPAddr:           "127.0.0.1:8080",
 		EtcdEndpoints:      []string{"http://127.0.0.1:2379"},
 		NATSURL:            nats.DefaultURL,
-		Model:              "any",
 		WorkerType:         "simulated",
 		PredictTTL:         5 * time.Second,
 		PredictTTLNoEvents: 120 * time.Second,

@@ -233,7 +233,7 @@ func (r *replica) build() error {
 	// interval, so counters reach /metrics even when the membership loop is
 	// busy.
 	r.exporter.AddSource(func() []metrics.AdmissionSnapshot {
-		return []metrics.AdmissionSnapshot{admissionSnapshot(r.actor.Snapshot(), cfg.Model, cfg.WorkerType), r.client.Counts(cfg.Model, cfg.WorkerType)}
+		return []metrics.AdmissionSnapshot{admissionSnapshot(r.actor.Snapshot(), cfg.WorkerType), r.client.Counts(cfg.WorkerType)}
 	})
 	r.router = metrics.NewRouter(reg)
 	// Tokenizer files come from adapters and token ids from engines, both
@@ -265,7 +265,7 @@ func (r *replica) build() error {
 	r.fe, err = frontend.New(cfg.Frontend, frontend.Deps{
 		Tenants:  tenants,
 		Admins:   admins,
-		Admitter: admitter{c: r.client, m: r.adm, model: cfg.Model, workerType: cfg.WorkerType},
+		Admitter: admitter{c: r.client, m: r.adm, workerType: cfg.WorkerType},
 		Workers:  workerView{r.workers},
 		Prompts:  r.prompts,
 		Index: prefixIndex{ix: r.ix, g: r.gossip, ttl: cfg.PredictTTL, ttlNoEvents: cfg.PredictTTLNoEvents,

@@ -24,9 +24,9 @@ import (
 // observes how long admission took: the queue wait the owner reports, and
 // the rest (the decision, and the hop to a remote owner).
 type admitter struct {
-	c                 *admission.Client
-	m                 *metrics.Admission
-	model, workerType string
+	c          *admission.Client
+	m          *metrics.Admission
+	workerType string
 }
 
 func (a admitter) Admit(ctx context.Context, r *scheduler.Request) (frontend.Ticket, error) {
@@ -36,8 +36,8 @@ func (a admitter) Admit(ctx context.Context, r *scheduler.Request) (frontend.Tic
 		return nil, err
 	}
 	g := t.Grant()
-	a.m.QueueWait.WithLabelValues(a.model, a.workerType, r.Class).Observe(g.QueueWait.Seconds())
-	a.m.Decision.WithLabelValues(a.model, a.workerType, r.Class).Observe(max(0, time.Since(start)-g.QueueWait).Seconds())
+	a.m.QueueWait.WithLabelValues(a.workerType, r.Class).Observe(g.QueueWait.Seconds())
+	a.m.Decision.WithLabelValues(a.workerType, r.Class).Observe(max(0, time.Since(start)-g.QueueWait).Seconds())
 	return t, nil
 }
 

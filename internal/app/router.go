@@ -54,7 +54,6 @@ func routerFlags() (*flag.FlagSet, func() (ReplicaConfig, zapcore.Level, error))
 		return nil
 	})
 	fs.StringVar(&cfg.NATSURL, "nats-url", cfg.NATSURL, "NATS URL")
-	fs.StringVar(&cfg.Model, "model", cfg.Model, "model label of the admission metrics")
 	fs.StringVar(&cfg.WorkerType, "worker-type", cfg.WorkerType, "worker_type label of the admission metrics")
 	fs.DurationVar(&cfg.PredictTTL, "predict-ttl", cfg.PredictTTL, "lifetime of a routing decision's predicted prefix on a worker that publishes KV events")
 	fs.DurationVar(&cfg.PredictTTLNoEvents, "predict-ttl-no-events", cfg.PredictTTLNoEvents, "lifetime of a routing decision's predicted prefix on a worker registered without KV events")

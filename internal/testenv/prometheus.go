@@ -37,6 +37,22 @@ type Prometheus struct {
 // log printed if the test failed, when the test ends.
 func StartPrometheus(t testing.TB, targets []string, scrapeInterval time.Duration) *Prometheus {
 	t.Helper()
+	return StartPrometheusJobs(t, []PrometheusJob{{Name: "testenv", Targets: targets}}, nil, scrapeInterval)
+}
+
+// PrometheusJob is one scrape job: its name (the job label), targets, and
+// the bearer token it presents (empty: none), e.g. a router's admin key.
+type PrometheusJob struct {
+	Name        string
+	Targets     []string
+	BearerToken string
+}
+
+// StartPrometheusJobs is StartPrometheus with named jobs (rules that select
+// on job, like deploy/prometheus/rules.yml's down alerts, need the real
+// names) and rule files (absolute paths), evaluated every scrapeInterval.
+func StartPrometheusJobs(t testing.TB, jobs []PrometheusJob, ruleFiles []string, scrapeInterval time.Duration) *Prometheus {
+	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
 		t.Skip("prometheus binary not on PATH (Debian: apt-get install prometheus); skipping the Prometheus integration test")
@@ -46,7 +62,7 @@ func StartPrometheus(t testing.TB, targets []string, scrapeInterval time.Duratio
 	}
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfgPath, []byte(prometheusConfig(t, targets, scrapeInterval)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(prometheusConfig(t, jobs, ruleFiles, scrapeInterval)), 0o644); err != nil {
 		t.Fatalf("write prometheus config: %v", err)
 	}
 	logPath := filepath.Join(dir, "prometheus.log")
@@ -109,21 +125,34 @@ func StartPrometheus(t testing.TB, targets []string, scrapeInterval time.Duratio
 	}
 }
 
-func prometheusConfig(t testing.TB, targets []string, interval time.Duration) string {
+func prometheusConfig(t testing.TB, jobs []PrometheusJob, ruleFiles []string, interval time.Duration) string {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "global:\n  scrape_interval: %s\n  scrape_timeout: %s\n  evaluation_interval: %s\n",
 		promDuration(interval), promDuration(interval), promDuration(interval))
-	b.WriteString("scrape_configs:\n  - job_name: testenv\n    metrics_path: /metrics\n    static_configs:\n      - targets:\n")
-	for _, target := range targets {
-		if strings.Contains(target, "://") {
-			u, err := url.Parse(target)
-			if err != nil {
-				t.Fatalf("StartPrometheus: target %q: %v", target, err)
-			}
-			target = u.Host
+	if len(ruleFiles) > 0 {
+		b.WriteString("rule_files:\n")
+		for _, f := range ruleFiles {
+			fmt.Fprintf(&b, "  - %q\n", f)
 		}
-		fmt.Fprintf(&b, "          - %q\n", target)
+	}
+	b.WriteString("scrape_configs:\n")
+	for _, job := range jobs {
+		fmt.Fprintf(&b, "  - job_name: %q\n    metrics_path: /metrics\n", job.Name)
+		if job.BearerToken != "" {
+			fmt.Fprintf(&b, "    authorization:\n      credentials: %q\n", job.BearerToken)
+		}
+		b.WriteString("    static_configs:\n      - targets:\n")
+		for _, target := range job.Targets {
+			if strings.Contains(target, "://") {
+				u, err := url.Parse(target)
+				if err != nil {
+					t.Fatalf("StartPrometheus: target %q: %v", target, err)
+				}
+				target = u.Host
+			}
+			fmt.Fprintf(&b, "          - %q\n", target)
+		}
 	}
 	return b.String()
 }
