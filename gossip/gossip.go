@@ -85,6 +85,7 @@ type Gossip struct {
 	snap       atomic.Pointer[snapshot]
 	fullSt     atomic.Pointer[[]byte]
 	delegate   *delegate
+	members    *memberTable // live members, copied in memberlist's callbacks
 	// keyring is memberlist's (nil: no encryption); SetKeys and the keyring
 	// file watcher change it while memberlist runs (it locks itself).
 	keyring *memberlist.Keyring
@@ -153,6 +154,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, opts ...Option)
 		RetransmitMult: cfg.RetransmitMult,
 	}
 	g.delegate = &delegate{g: g}
+	g.members = newMemberTable()
 	g.snap.Store(&snapshot{})
 	empty := appendState(nil, 0, State{})
 	g.fullSt.Store(&empty)
@@ -277,18 +279,18 @@ func (g *Gossip) SetPredictionSink(f PredictionSink) {
 	g.sink.Store(&f)
 }
 
-// Members lists live members (this replica included), or nil when Run is not
-// running.
+// Members lists live members (this replica included), sorted by name, or
+// nil when Run is not running. It reads this replica's copy of the member
+// list (memberTable), never memberlist's own node records.
 func (g *Gossip) Members() []Member {
-	ml := g.ml.Load()
-	if ml == nil {
+	if g.ml.Load() == nil {
 		return nil
 	}
-	nodes := ml.Members()
-	out := make([]Member, 0, len(nodes))
-	for _, n := range nodes {
-		mb := Member{Name: n.Name, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))}
-		if meta, err := DecodeNodeMeta(n.Meta); err != nil {
+	names, copies := g.members.snapshot()
+	out := make([]Member, 0, len(names))
+	for i, name := range names {
+		mb := Member{Name: name, Addr: copies[i].addr}
+		if meta, err := DecodeNodeMeta(copies[i].meta); err != nil {
 			g.m.decodeErrors.WithLabelValues("meta").Inc()
 		} else {
 			mb.Meta = meta
@@ -296,6 +298,16 @@ func (g *Gossip) Members() []Member {
 		out = append(out, mb)
 	}
 	return out
+}
+
+// NumMembers is the number of live members (this replica included), 0 when
+// Run is not running.
+func (g *Gossip) NumMembers() int {
+	ml := g.ml.Load()
+	if ml == nil {
+		return 0
+	}
+	return ml.NumMembers()
 }
 
 // Run creates the memberlist, joins the configured members (retrying in the
@@ -401,6 +413,8 @@ func (g *Gossip) createMemberlist() (*memberlist.Memberlist, error) {
 	mc.ProbeTimeout = g.cfg.ProbeTimeout
 	mc.SuspicionMult = g.cfg.SuspicionMult
 	mc.Delegate = g.delegate
+	g.members.reset()
+	mc.Events = g.members
 	mc.Logger = mlog
 	ml, err := memberlist.Create(mc)
 	if err != nil {

@@ -445,3 +445,42 @@ func TestEveryShardPartFitsAMessageAndTogetherTheyCarryAllEntries(t *testing.T) 
 		})
 	}
 }
+
+// Reading the members while a restarted replica rejoins under the same name
+// (memberlist rewrites that node's address and meta in its packet handler)
+// must see the new meta and must not race. The race itself (reading
+// memberlist's own node records, as Members did) was caught by the nemesis
+// under -race; this test does not reproduce it reliably on that code, it
+// guards the copy-on-notify table's behaviour.
+func TestMembersCanBeReadWhileAReplicaRejoinsWithNewMeta(t *testing.T) {
+	rs := startCluster(t, 2, func(c *Config) { c.GracePeriod = time.Hour })
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = rs[0].Members()
+			}
+		}
+	}()
+	rs[1].stop()
+	again := testConfig("r1")
+	again.Join = []string{rs[0].Addr()}
+	again.Meta.HTTPAddr = "127.0.0.1:9"
+	startReplica(t, again)
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		for _, m := range rs[0].Members() {
+			if m.Name == "r1" && m.Meta.HTTPAddr == "127.0.0.1:9" {
+				return true
+			}
+		}
+		return false
+	}, "r0 sees the rejoined r1's new meta")
+	close(stop)
+	<-done
+	require.Equal(t, 2, rs[0].NumMembers())
+}

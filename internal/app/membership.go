@@ -283,7 +283,7 @@ func (r *replica) applyPolicy(v cluster.ConfigVersion) {
 // (docs/policy.md, "degraded"). The larger count errs on the side of a
 // smaller share, never of a multiplied quota.
 func (r *replica) replicasAlive() int {
-	return max(1, len(r.gossip.Members()), len(r.replicas.Snapshot().Items))
+	return max(1, r.gossip.NumMembers(), len(r.replicas.Snapshot().Items))
 }
 
 // entryReplicas lists the registered router replicas: every one is an
