@@ -60,6 +60,7 @@ func (r *nemesisRun) monitor(ctx context.Context) {
 		case <-tick.C:
 		}
 		r.sampleQueues()
+		r.sampleOneSided()
 		if n%3 == 0 {
 			r.sampleCounters(last)
 		}
@@ -331,6 +332,7 @@ func (r *nemesisRun) checkAfterTeardown() {
 	if served < float64(ok) || served > float64(ok+cut+typed) {
 		r.violate("served_once", "workers served %v requests for %d successes (%d cut, %d typed)", served, ok, cut, typed)
 	}
+	r.checkOneSidedRecords(records)
 	slices.SortFunc(records, func(a, b *requestRecord) int { return cmp.Compare(b.end.Sub(b.start), a.end.Sub(a.start)) })
 	if len(records) > 0 {
 		r.mu.Lock()
