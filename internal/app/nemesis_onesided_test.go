@@ -243,8 +243,8 @@ func (r *nemesisRun) applyOneSided(ev faultEvent) {
 }
 
 // longStreamTokens is the max_tokens of entry_nats_cut's long requests: at
-// the simulated engine's 10-30 ms a token they run 20 s or more.
-const longStreamTokens = 1500
+// the simulated engine's 8 ms or more a token they run 25 s or more.
+const longStreamTokens = 3000
 
 // longStreams sends n long gold requests to s (recorded like the load's)
 // and waits until they are likely streaming.
