@@ -255,13 +255,22 @@ func (r *nemesisRun) longStreams(s *nemesisSlot, ev faultEvent, n int) {
 		r.bg.Add(1)
 		go func() {
 			defer r.bg.Done()
-			rec := r.send(client, req, 1_000_000_000+int(ev.at/time.Millisecond)*10+k) // apart from the load's indexes
-			r.mu.Lock()
-			r.records = append(r.records, rec)
-			r.mu.Unlock()
-			r.done.Add(1)
-			r.t.Logf("%v: %s's long stream on %s ended after %v: %s %s", r.elapsed(), ev.kind, s.id,
-				rec.end.Sub(rec.start).Truncate(time.Millisecond), rec.outcome, rec.code)
+			// The gold queue is often full: try again (each attempt is a
+			// request of its own for the checker) until one is admitted.
+			for attempt := range 20 {
+				rec := r.send(client, req, 1_000_000_000+int(ev.at/time.Millisecond)*100+k*20+attempt) // apart from the load's indexes
+				r.mu.Lock()
+				r.records = append(r.records, rec)
+				r.mu.Unlock()
+				r.done.Add(1)
+				if rec.outcome == outcomeTyped && rec.code == "queue_full" {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				r.t.Logf("%v: %s's long stream on %s ended after %v: %s %s (attempt %d)", r.elapsed(), ev.kind, s.id,
+					rec.end.Sub(rec.start).Truncate(time.Millisecond), rec.outcome, rec.code, attempt+1)
+				return
+			}
 		}()
 	}
 	time.Sleep(1500 * time.Millisecond)
