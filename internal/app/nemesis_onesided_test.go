@@ -243,8 +243,8 @@ func (r *nemesisRun) applyOneSided(ev faultEvent) {
 }
 
 // longStreamTokens is the max_tokens of entry_nats_cut's long requests: at
-// the simulated engine's 8 ms or more a token they run 25 s or more.
-const longStreamTokens = 3000
+// the simulated engine's 8 ms or more a token they run 18 s or more.
+const longStreamTokens = 2200
 
 // longStreams sends n long gold requests to s (recorded like the load's)
 // and waits until they are likely streaming.
