@@ -855,8 +855,12 @@ func (r *nemesisRun) apply(ev faultEvent) {
 	if ev.kind != faultCrash && ev.kind != faultGraceful { // counted below: they may find the slot down
 		r.countFault(ev.kind)
 	}
-	r.t.Logf("%v: %s on %s for %v (scheduled at %v)", r.elapsed(), ev.kind, s.id, ev.dur.Truncate(time.Millisecond), ev.at.Truncate(time.Millisecond))
-	defer func() { r.t.Logf("%v: %s on %s healed", r.elapsed(), ev.kind, s.id) }()
+	where := s.id
+	if ev.kind == faultOwnerNATSCut || ev.kind == faultEntryNATSCut {
+		where = "a replica chosen then" // applyOneSided names it
+	}
+	r.t.Logf("%v: %s on %s for %v (scheduled at %v)", r.elapsed(), ev.kind, where, ev.dur.Truncate(time.Millisecond), ev.at.Truncate(time.Millisecond))
+	defer func() { r.t.Logf("%v: %s on %s healed", r.elapsed(), ev.kind, where) }()
 	if disturbs(ev.kind) {
 		r.disturbing.Add(1)
 		defer r.settle()
