@@ -203,10 +203,10 @@ func parseFaultKinds(s string) ([]string, error) {
 type faultEvent struct {
 	at    time.Duration // after the load started
 	kind  string
-	slot  int // the replica, for per-replica kinds
-	class int // owner_nats_cut: the class whose owner (then) is cut
-	dur  time.Duration // how long it lasts
-	skew time.Duration // clock_skew
+	slot  int           // the replica, for per-replica kinds
+	class int           // owner_nats_cut: the class whose owner (then) is cut
+	dur   time.Duration // how long it lasts
+	skew  time.Duration // clock_skew
 }
 
 // nemesisSchedule derives the faults from the seed: exponential gaps, a
@@ -495,7 +495,7 @@ type nemesisRun struct {
 	done          atomic.Int64
 	faultsRun     atomic.Int64
 
-	keysFile string     // the tenants (nemesisTenants)
+	keysFile string        // the tenants (writeNemesisKeys)
 	oneSided oneSidedState // the one-sided invariants' state (monitor goroutine only)
 	// etcdDown counts the etcd faults in progress (etcd_restart,
 	// etcd_outage: every replica cut); etcdCuts their intervals.
