@@ -285,6 +285,8 @@ func (r *nemesisRun) checkAfterTeardown() {
 			ok++
 		case outcomeTyped:
 			typed++
+		case outcomeAbandoned: // the harness gave up on it (entry_nats_cut)
+			cut++
 		case outcomeCut, outcomeRefused:
 			if rec.outcome == outcomeCut {
 				cut++

@@ -243,8 +243,13 @@ func (r *nemesisRun) applyOneSided(ev faultEvent) {
 }
 
 // longStreamTokens is the max_tokens of entry_nats_cut's long requests: at
-// the simulated engine's 8 ms or more a token they run 18 s or more.
-const longStreamTokens = 2200
+// the simulated engine's 8 ms or more a token they would run 40 s or more,
+// so they run until the client abandons them, longStreamAfter past the heal
+// (the ledger is checked from quietAfter past it).
+const (
+	longStreamTokens = 5000
+	longStreamAfter  = quietAfter + 5*time.Second
+)
 
 // longStreams sends n long gold requests to s (recorded like the load's)
 // and waits until they are likely streaming.
@@ -252,12 +257,14 @@ func (r *nemesisRun) longStreams(s *nemesisSlot, ev faultEvent, n int) {
 	client := &http.Client{Timeout: 90 * time.Second}
 	for k := range n {
 		req := loadRequest{at: ev.at, slot: s.idx, class: 0, words: 40, maxTokens: longStreamTokens}
-		r.bg.Add(1)
+		abandon := time.Now().Add(longStreamWait + ev.dur + longStreamAfter)
+		r.extra.Add(1)
 		go func() {
-			defer r.bg.Done()
+			defer r.extra.Done()
 			// The gold queue is often full: try again (each attempt is a
 			// request of its own for the checker) until one is admitted.
 			for attempt := range 20 {
+				req.abandonAfter = time.Until(abandon)
 				rec := r.send(client, req, 1_000_000_000+int(ev.at/time.Millisecond)*100+k*20+attempt) // apart from the load's indexes
 				r.mu.Lock()
 				r.records = append(r.records, rec)
@@ -273,8 +280,12 @@ func (r *nemesisRun) longStreams(s *nemesisSlot, ev faultEvent, n int) {
 			}
 		}()
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(longStreamWait)
 }
+
+// longStreamWait is how long the long streams get to be admitted and
+// dispatched before the cut.
+const longStreamWait = 1500 * time.Millisecond
 
 // oneSidedState is the one-sided invariants' sampling state, owned by the
 // monitor goroutine.

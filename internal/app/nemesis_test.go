@@ -307,6 +307,9 @@ type loadRequest struct {
 	class     int
 	words     int
 	maxTokens int
+	// abandonAfter, if set, is when the client gives up on the request
+	// (outcomeAbandoned): entry_nats_cut's long streams end so.
+	abandonAfter time.Duration
 }
 
 // nemesisLoad yields the load's requests in order; like the schedule it is
@@ -358,6 +361,9 @@ const (
 	outcomeRefused = "refused" // never sent: the connection was refused (allowed only while its replica is down)
 	outcomeHung    = "hung"    // no answer within the client's timeout
 	outcomeBad     = "bad"     // an answer that is neither success nor a typed error
+	// outcomeAbandoned: the harness gave up on the request on purpose
+	// (loadRequest.abandonAfter) while it ran; counted like a cut one.
+	outcomeAbandoned = "abandoned"
 )
 
 type requestRecord struct {
@@ -508,6 +514,7 @@ type nemesisRun struct {
 	disturbedUntil atomic.Int64
 
 	faultsWG sync.WaitGroup // injected faults, until healed
+	extra    sync.WaitGroup // requests the faults send, until answered
 	bg       sync.WaitGroup // exit watchers, until their incarnation ends
 }
 
@@ -568,9 +575,12 @@ func runNemesis(t *testing.T, seed uint64, kinds []string, duration time.Duratio
 	r.lifePfx = wire.NewSubjects("nemesis").Life("")
 	teardown := func() {
 		r.closing.Store(true)
+		var stops sync.WaitGroup // at once, as a rollout's end would: each waits its drain delay
 		for _, s := range r.slots {
-			r.stopSlot(s, false)
+			stops.Add(1)
+			go func() { defer stops.Done(); r.stopSlot(s, false) }()
 		}
+		stops.Wait()
 		r.bg.Wait()
 		for _, w := range r.workers {
 			_ = w.stop()
@@ -627,6 +637,7 @@ func runNemesis(t *testing.T, seed uint64, kinds []string, duration time.Duratio
 	go func() { defer load.Done(); r.inject(schedule) }()
 	load.Wait()
 	r.faultsWG.Wait() // every fault healed, every restart done
+	r.extra.Wait()    // entry_nats_cut's long streams answered
 	t.Logf("%v: every request answered, every fault healed", r.elapsed())
 	r.quiesce()
 	t.Logf("%v: quiesced", r.elapsed())
@@ -1017,7 +1028,13 @@ func (r *nemesisRun) send(client *http.Client, req loadRequest, i int) *requestR
 	hreq.Header.Set("X-Switchyard-Class", class.name)
 	hreq.Header.Set("X-Switchyard-Allowed-Workers", strings.Join(class.workers, ","))
 	var wrote atomic.Bool
-	hreq = hreq.WithContext(httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+	ctx := context.Background()
+	if req.abandonAfter > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.abandonAfter)
+		defer cancel()
+	}
+	hreq = hreq.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	}))
 	r.sent.Add(1)
@@ -1025,6 +1042,8 @@ func (r *nemesisRun) send(client *http.Client, req loadRequest, i int) *requestR
 	rec.wroteRequest = wrote.Load()
 	if err != nil {
 		switch {
+		case ctx.Err() != nil && rec.wroteRequest:
+			rec.outcome = outcomeAbandoned
 		case strings.Contains(err.Error(), "Client.Timeout"):
 			rec.outcome = outcomeHung
 		case !rec.wroteRequest:
@@ -1039,6 +1058,10 @@ func (r *nemesisRun) send(client *http.Client, req loadRequest, i int) *requestR
 	rec.status = resp.StatusCode
 	rec.routedWorker = resp.Header.Get("X-Switchyard-Routed-Worker")
 	b, err := io.ReadAll(resp.Body)
+	if err != nil && ctx.Err() != nil {
+		rec.outcome, rec.detail = outcomeAbandoned, err.Error()
+		return rec
+	}
 	if err != nil {
 		rec.outcome, rec.detail = outcomeCut, err.Error()
 		return rec
