@@ -10,7 +10,7 @@ FUZZTIME  ?= 10s
 # The nemesis soak (docs/testing.md): one seed, this long, these fault kinds.
 NEMESIS_DURATION ?= 30m
 NEMESIS_SEED     ?= 1
-NEMESIS_FAULTS   ?= crash,nats_cut,etcd_restart,slow_actor,clock_skew,life_drop,life_duplicate
+NEMESIS_FAULTS   ?= crash,nats_cut,etcd_restart,slow_actor,clock_skew,life_drop,life_duplicate,owner_nats_cut,entry_nats_cut,etcd_cut_one,gossip_cut_one
 NEMESIS_FLAGS    ?=
 
 .DEFAULT_GOAL := help

@@ -213,9 +213,14 @@ func (s *Server) Own(class string, epoch int64) error {
 		oc.subs = append(oc.subs, sub)
 	}
 	// Flush so that "no responders" stops before Own returns: the cluster
-	// layer announces ownership right after this.
-	if err := s.nc.FlushTimeout(2 * time.Second); err != nil {
-		s.log.Warn("flush after own", zap.String("class", class), zap.Error(err))
+	// layer announces ownership right after this. Not while the connection
+	// is down: the flush cannot succeed (the client sends the subscriptions
+	// when it reconnects), and its timeout would hold the ownership loop,
+	// delaying the hand-off of every class a replica cut from NATS gives up.
+	if s.nc.IsConnected() {
+		if err := s.nc.FlushTimeout(2 * time.Second); err != nil {
+			s.log.Warn("flush after own", zap.String("class", class), zap.Error(err))
+		}
 	}
 	s.owned[class] = oc
 	s.startHoldLocked(class, oc)

@@ -60,6 +60,7 @@ func (r *nemesisRun) monitor(ctx context.Context) {
 		case <-tick.C:
 		}
 		r.sampleQueues()
+		r.sampleOneSided()
 		if n%3 == 0 {
 			r.sampleCounters(last)
 		}
@@ -284,6 +285,8 @@ func (r *nemesisRun) checkAfterTeardown() {
 			ok++
 		case outcomeTyped:
 			typed++
+		case outcomeAbandoned: // the harness gave up on it (entry_nats_cut)
+			cut++
 		case outcomeCut, outcomeRefused:
 			if rec.outcome == outcomeCut {
 				cut++
@@ -331,6 +334,7 @@ func (r *nemesisRun) checkAfterTeardown() {
 	if served < float64(ok) || served > float64(ok+cut+typed) {
 		r.violate("served_once", "workers served %v requests for %d successes (%d cut, %d typed)", served, ok, cut, typed)
 	}
+	r.checkOneSidedRecords(records)
 	slices.SortFunc(records, func(a, b *requestRecord) int { return cmp.Compare(b.end.Sub(b.start), a.end.Sub(a.start)) })
 	if len(records) > 0 {
 		r.mu.Lock()

@@ -8,12 +8,15 @@ package app
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -132,6 +135,29 @@ type faultProxy struct {
 
 	mu  sync.Mutex
 	rnd *rand.Rand // guarded by mu
+
+	cutMu sync.Mutex
+	cuts  int // faults holding the link cut now (hold, release); guarded by cutMu
+}
+
+// hold cuts the link for one fault. Faults on the same link nest (a
+// nats_cut on the replica an owner_nats_cut also cuts): the link comes back
+// when the last of them releases it.
+func (p *faultProxy) hold() {
+	p.cutMu.Lock()
+	defer p.cutMu.Unlock()
+	p.cuts++
+	p.Cut()
+}
+
+// release ends one hold.
+func (p *faultProxy) release() {
+	p.cutMu.Lock()
+	defer p.cutMu.Unlock()
+	p.cuts--
+	if p.cuts == 0 {
+		p.Restore()
+	}
 }
 
 func startFaultProxy(target, natsPrefix string, seed uint64) (*faultProxy, error) {
@@ -219,6 +245,40 @@ func (p *faultProxy) copyNATS(dst io.Writer, src io.Reader) error {
 		}
 	}
 }
+
+// gossipKeyring is a replica's gossip keyring file (gossip.Config's
+// KeyringFile): gossip_cut_one writes a key of the replica's own into it,
+// so that it and the others drop each other's packets and streams (each
+// side cannot decrypt the other's), and the cluster's key back to heal. It
+// cuts gossip only, both ways, and leaves etcd and NATS alone: a proxy
+// could not, since memberlist dials its peers' addresses directly.
+type gossipKeyring struct {
+	path   string
+	shared []byte // the cluster's key
+	own    []byte // the key that isolates this replica
+}
+
+func newGossipKeyring(dir string, shared []byte, seed uint64, idx int) (*gossipKeyring, error) {
+	own := make([]byte, len(shared))
+	rng := rand.New(rand.NewPCG(seed, uint64(idx)+0x676f73))
+	for i := range own {
+		own[i] = byte(rng.UintN(256))
+	}
+	k := &gossipKeyring{path: filepath.Join(dir, fmt.Sprintf("keyring-%d", idx)), shared: shared, own: own}
+	return k, k.write(shared)
+}
+
+// write replaces the file in one rename, so the watcher never reads half.
+func (k *gossipKeyring) write(key []byte) error {
+	tmp := k.path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, k.path)
+}
+
+func (k *gossipKeyring) isolate() error { return k.write(k.own) }
+func (k *gossipKeyring) rejoin() error  { return k.write(k.shared) }
 
 // skewClock is wall time shifted by an offset the nemesis sets; timers run
 // on wall time (a skewed clock still measures durations right).

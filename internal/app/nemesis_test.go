@@ -74,6 +74,13 @@ const (
 	faultClockSkew     = "clock_skew"     // its admission clock ±500 ms
 	faultLifeDrop      = "life_drop"      // half its life marks lost
 	faultLifeDuplicate = "life_duplicate" // half its life marks sent twice
+
+	// One-sided faults (nemesis_onesided_test.go): a replica loses one link
+	// and keeps the others.
+	faultOwnerNATSCut = "owner_nats_cut" // a class owner's NATS cut longer than NoOwnerTimeout
+	faultEntryNATSCut = "entry_nats_cut" // an entry's NATS cut longer than the booking expiry, streams in flight
+	faultEtcdCutOne   = "etcd_cut_one"   // etcd unreachable from one replica, 0.3-2 session TTLs
+	faultGossipCutOne = "gossip_cut_one" // gossip cut from one replica, both ways
 )
 
 // nemesisAllFaults is every kind the harness injects; nemesisCIFaults is
@@ -81,8 +88,13 @@ const (
 // regranting session and the lost life mark are handled (docs/testing.md).
 var (
 	nemesisAllFaults = []string{faultCrash, faultGraceful, faultNATSCut, faultEtcdRestart, faultSession, faultEtcdOutage,
-		faultSlowActor, faultClockSkew, faultLifeDrop, faultLifeDuplicate}
+		faultSlowActor, faultClockSkew, faultLifeDrop, faultLifeDuplicate,
+		faultOwnerNATSCut, faultEntryNATSCut, faultEtcdCutOne, faultGossipCutOne}
 	nemesisCIFaults = nemesisAllFaults
+	// nemesisOneSided are scheduled first, once each, when they are among
+	// the kinds: a 20 s CI seed injects about eight faults of fifteen kinds,
+	// and these must be in every CI run.
+	nemesisOneSided = []string{faultOwnerNATSCut, faultEntryNATSCut, faultEtcdCutOne, faultGossipCutOne}
 )
 
 // The cluster under test.
@@ -92,6 +104,11 @@ const (
 	nemesisCap      = 2               // max_num_seqs of every worker: the per-worker cap the routers book against
 	nemesisTTL      = 5 * time.Second // an etcd restart (about 1-2 s) stays inside it
 	nemesisMaxDown  = 2               // replicas down at once, at most
+	// nemesisNoOwner is the admission client's NoOwnerTimeout and
+	// nemesisExpiry the owners' booking expiry: owner_nats_cut and
+	// entry_nats_cut last longer than them.
+	nemesisNoOwner = 10 * time.Second
+	nemesisExpiry  = 5 * time.Second
 )
 
 // nemesisClass is one policy class and the workers its requests may use.
@@ -184,11 +201,12 @@ func parseFaultKinds(s string) ([]string, error) {
 
 // faultEvent is one scheduled injection.
 type faultEvent struct {
-	at   time.Duration // after the load started
-	kind string
-	slot int           // the replica, for per-replica kinds
-	dur  time.Duration // how long it lasts
-	skew time.Duration // clock_skew
+	at    time.Duration // after the load started
+	kind  string
+	slot  int           // the replica, for per-replica kinds
+	class int           // owner_nats_cut: the class whose owner (then) is cut
+	dur   time.Duration // how long it lasts
+	skew  time.Duration // clock_skew
 }
 
 // nemesisSchedule derives the faults from the seed: exponential gaps, a
@@ -202,8 +220,14 @@ func nemesisSchedule(seed uint64, kinds []string, duration, meanGap time.Duratio
 	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973))
 	var busy [nemesisReplicas]time.Duration // a replica's current fault ends then
 	var down [nemesisReplicas]bool
-	var etcdBusy time.Duration
+	var etcdBusy, ownerBusy time.Duration
 	var out []faultEvent
+	var pending []string // one-sided kinds not scheduled yet
+	for _, k := range nemesisOneSided {
+		if slices.Contains(kinds, k) {
+			pending = append(pending, k)
+		}
+	}
 	at := time.Second
 	for {
 		at += time.Duration(rng.ExpFloat64() * float64(meanGap))
@@ -211,8 +235,20 @@ func nemesisSchedule(seed uint64, kinds []string, duration, meanGap time.Duratio
 			return out
 		}
 		ev := faultEvent{at: at, kind: kinds[rng.IntN(len(kinds))], slot: rng.IntN(nemesisReplicas)}
+		if len(pending) > 0 {
+			ev.kind = pending[rng.IntN(len(pending))]
+		}
+		ev.class = rng.IntN(len(nemesisClasses))
 		u := rng.Float64()
 		switch ev.kind {
+		case faultOwnerNATSCut:
+			ev.dur = nemesisNoOwner + time.Second + time.Duration(u*float64(2*time.Second))
+		case faultEntryNATSCut:
+			ev.dur = nemesisExpiry + time.Second + time.Duration(u*float64(2*time.Second))
+		case faultEtcdCutOne:
+			ev.dur = nemesisTTL*3/10 + time.Duration(u*float64(nemesisTTL*17/10))
+		case faultGossipCutOne:
+			ev.dur = 2*time.Second + time.Duration(u*float64(6*time.Second))
 		case faultCrash, faultGraceful:
 			ev.dur = 200*time.Millisecond + time.Duration(u*float64(nemesisTTL+time.Second)) // often back before its lease expired
 		case faultNATSCut:
@@ -238,6 +274,11 @@ func nemesisSchedule(seed uint64, kinds []string, duration, meanGap time.Duratio
 				continue
 			}
 			etcdBusy = at + ev.dur + 2*time.Second // etcd needs a moment to start
+		case faultOwnerNATSCut: // its replica is known only then: one at a time
+			if at < ownerBusy {
+				continue
+			}
+			ownerBusy = at + ev.dur + 3*time.Second
 		default:
 			nDown := 0
 			for i := range busy {
@@ -253,6 +294,9 @@ func nemesisSchedule(seed uint64, kinds []string, duration, meanGap time.Duratio
 			down[ev.slot] = stops
 		}
 		out = append(out, ev)
+		if i := slices.Index(pending, ev.kind); i >= 0 {
+			pending = slices.Delete(pending, i, i+1)
+		}
 	}
 }
 
@@ -263,6 +307,9 @@ type loadRequest struct {
 	class     int
 	words     int
 	maxTokens int
+	// abandonAfter, if set, is when the client gives up on the request
+	// (outcomeAbandoned): entry_nats_cut's long streams end so.
+	abandonAfter time.Duration
 }
 
 // nemesisLoad yields the load's requests in order; like the schedule it is
@@ -314,6 +361,9 @@ const (
 	outcomeRefused = "refused" // never sent: the connection was refused (allowed only while its replica is down)
 	outcomeHung    = "hung"    // no answer within the client's timeout
 	outcomeBad     = "bad"     // an answer that is neither success nor a typed error
+	// outcomeAbandoned: the harness gave up on the request on purpose
+	// (loadRequest.abandonAfter) while it ran; counted like a cut one.
+	outcomeAbandoned = "abandoned"
 )
 
 type requestRecord struct {
@@ -339,6 +389,13 @@ type nemesisSlot struct {
 	cur  *nemesisReplica
 	all  []*nemesisReplica
 	down []downInterval
+	// cut is when one of its links was cut (NATS or etcd, by any kind):
+	// such a replica is not "live and connected".
+	cut []downInterval
+
+	keyring *gossipKeyring
+	// natsCuts and etcdCuts count the faults cutting its links now.
+	natsCuts, etcdCuts atomic.Int32
 }
 
 type downInterval struct{ from, to time.Time } // to zero: still down
@@ -444,7 +501,20 @@ type nemesisRun struct {
 	done          atomic.Int64
 	faultsRun     atomic.Int64
 
+	keysFile string        // the tenants (writeNemesisKeys)
+	oneSided oneSidedState // the one-sided invariants' state (monitor goroutine only)
+	// etcdDown counts the etcd faults in progress (etcd_restart,
+	// etcd_outage: every replica cut); etcdCuts their intervals.
+	etcdDown atomic.Int32
+	etcdCuts []downInterval // guarded by mu
+	// disturbing counts the faults in progress that move classes or
+	// bookings (quietAfter); disturbedUntil is quietAfter past the last one's
+	// heal (unix nanos).
+	disturbing     atomic.Int32
+	disturbedUntil atomic.Int64
+
 	faultsWG sync.WaitGroup // injected faults, until healed
+	extra    sync.WaitGroup // requests the faults send, until answered
 	bg       sync.WaitGroup // exit watchers, until their incarnation ends
 }
 
@@ -505,9 +575,12 @@ func runNemesis(t *testing.T, seed uint64, kinds []string, duration time.Duratio
 	r.lifePfx = wire.NewSubjects("nemesis").Life("")
 	teardown := func() {
 		r.closing.Store(true)
+		var stops sync.WaitGroup // at once, as a rollout's end would: each waits its drain delay
 		for _, s := range r.slots {
-			r.stopSlot(s, false)
+			stops.Add(1)
+			go func() { defer stops.Done(); r.stopSlot(s, false) }()
 		}
+		stops.Wait()
 		r.bg.Wait()
 		for _, w := range r.workers {
 			_ = w.stop()
@@ -532,9 +605,15 @@ func runNemesis(t *testing.T, seed uint64, kinds []string, duration time.Duratio
 		cfg.GracePeriod = 5 * time.Second
 		r.workers = append(r.workers, startWorker(t, cfg))
 	}
+	r.keysFile = writeNemesisKeys(t)
+	gossipKey := []byte("nemesis-gossip16") // AES-128
 	for i := range nemesisReplicas {
+		kr, err := newGossipKeyring(t.TempDir(), gossipKey, seed, i)
+		if err != nil {
+			t.Fatal(err)
+		}
 		r.slots = append(r.slots, &nemesisSlot{id: fmt.Sprintf("n%d", i+1), idx: i,
-			httpAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), clock: &skewClock{}})
+			httpAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), clock: &skewClock{}, keyring: kr})
 	}
 	r.allSlots = r.slots
 	for _, s := range r.slots {
@@ -558,6 +637,7 @@ func runNemesis(t *testing.T, seed uint64, kinds []string, duration time.Duratio
 	go func() { defer load.Done(); r.inject(schedule) }()
 	load.Wait()
 	r.faultsWG.Wait() // every fault healed, every restart done
+	r.extra.Wait()    // entry_nats_cut's long streams answered
 	t.Logf("%v: every request answered, every fault healed", r.elapsed())
 	r.quiesce()
 	t.Logf("%v: quiesced", r.elapsed())
@@ -649,12 +729,14 @@ func (r *nemesisRun) startIncarnation(s *nemesisSlot) error {
 	cfg.Session.TTL = nemesisTTL
 	cfg.Ownership.SettlePeriod = 200 * time.Millisecond
 	cfg.Gossip.BindAddr, cfg.Gossip.BindPort = "127.0.0.1", 0
-	cfg.Scheduler.BookingExpiry = 8 * time.Second
+	cfg.Scheduler.BookingExpiry = nemesisExpiry
 	if *nemesisAck > 0 {
 		cfg.Scheduler.AckTimeout = *nemesisAck
 	}
 	cfg.Admission.RenewInterval = time.Second
-	cfg.Admission.NoOwnerTimeout = 10 * time.Second
+	cfg.Admission.NoOwnerTimeout = nemesisNoOwner
+	cfg.Tenants.KeysFile = r.keysFile
+	cfg.Gossip.KeyringFile, cfg.Gossip.KeyringCheckInterval = s.keyring.path, 100*time.Millisecond
 	cfg.Frontend.ShutdownGrace = 5 * time.Second
 	cfg.Clock = s.clock
 	for _, o := range r.slots {
@@ -784,9 +866,19 @@ func (r *nemesisRun) apply(ev faultEvent) {
 	if ev.kind != faultCrash && ev.kind != faultGraceful { // counted below: they may find the slot down
 		r.countFault(ev.kind)
 	}
-	r.t.Logf("%v: %s on %s for %v (scheduled at %v)", r.elapsed(), ev.kind, s.id, ev.dur.Truncate(time.Millisecond), ev.at.Truncate(time.Millisecond))
-	defer func() { r.t.Logf("%v: %s on %s healed", r.elapsed(), ev.kind, s.id) }()
+	where := s.id
+	if ev.kind == faultOwnerNATSCut || ev.kind == faultEntryNATSCut {
+		where = "a replica chosen then" // applyOneSided names it
+	}
+	r.t.Logf("%v: %s on %s for %v (scheduled at %v)", r.elapsed(), ev.kind, where, ev.dur.Truncate(time.Millisecond), ev.at.Truncate(time.Millisecond))
+	defer func() { r.t.Logf("%v: %s on %s healed", r.elapsed(), ev.kind, where) }()
+	if disturbs(ev.kind) {
+		r.disturbing.Add(1)
+		defer r.settle()
+	}
 	switch ev.kind {
+	case faultOwnerNATSCut, faultEntryNATSCut, faultEtcdCutOne, faultGossipCutOne:
+		r.applyOneSided(ev)
 	case faultCrash, faultGraceful:
 		// A stop scheduled while the slot is already down (an earlier stop's
 		// restart still pending, or the slot restarting itself) has nothing
@@ -807,20 +899,16 @@ func (r *nemesisRun) apply(ev faultEvent) {
 		if cur == nil {
 			return
 		}
-		px := cur.natsPx
 		if ev.kind == faultSession {
-			px = cur.etcdProxy
+			r.cutEtcd(s, cur, ev.dur)
 		} else {
-			r.degraded.Add(1)
-			defer r.leaveDegraded()
+			r.cutNATS(s, cur, ev.dur)
 		}
-		px.Cut()
-		time.Sleep(ev.dur)
-		px.Restore()
 	case faultEtcdRestart, faultEtcdOutage:
 		r.etcdOp.Lock()
 		defer r.etcdOp.Unlock()
 		began := time.Now()
+		r.etcdDown.Add(1)
 		r.etcdFront.Cut()
 		r.etcd.stop()
 		time.Sleep(ev.dur)
@@ -828,6 +916,10 @@ func (r *nemesisRun) apply(ev faultEvent) {
 			r.violate("harness", "etcd did not come back: %v", err)
 		}
 		r.etcdFront.Restore()
+		r.etcdDown.Add(-1)
+		r.mu.Lock()
+		r.etcdCuts = append(r.etcdCuts, downInterval{from: began, to: time.Now()})
+		r.mu.Unlock()
 		r.t.Logf("%v: %s: etcd down for %v", r.elapsed(), ev.kind, time.Since(began).Truncate(time.Millisecond))
 	case faultSlowActor:
 		cur := s.current()
@@ -932,10 +1024,17 @@ func (r *nemesisRun) send(client *http.Client, req loadRequest, i int) *requestR
 		return rec
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Authorization", "Bearer "+nemesisKey(class.name))
 	hreq.Header.Set("X-Switchyard-Class", class.name)
 	hreq.Header.Set("X-Switchyard-Allowed-Workers", strings.Join(class.workers, ","))
 	var wrote atomic.Bool
-	hreq = hreq.WithContext(httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+	ctx := context.Background()
+	if req.abandonAfter > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.abandonAfter)
+		defer cancel()
+	}
+	hreq = hreq.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	}))
 	r.sent.Add(1)
@@ -943,6 +1042,8 @@ func (r *nemesisRun) send(client *http.Client, req loadRequest, i int) *requestR
 	rec.wroteRequest = wrote.Load()
 	if err != nil {
 		switch {
+		case ctx.Err() != nil && rec.wroteRequest:
+			rec.outcome = outcomeAbandoned
 		case strings.Contains(err.Error(), "Client.Timeout"):
 			rec.outcome = outcomeHung
 		case !rec.wroteRequest:
@@ -957,6 +1058,10 @@ func (r *nemesisRun) send(client *http.Client, req loadRequest, i int) *requestR
 	rec.status = resp.StatusCode
 	rec.routedWorker = resp.Header.Get("X-Switchyard-Routed-Worker")
 	b, err := io.ReadAll(resp.Body)
+	if err != nil && ctx.Err() != nil {
+		rec.outcome, rec.detail = outcomeAbandoned, err.Error()
+		return rec
+	}
 	if err != nil {
 		rec.outcome, rec.detail = outcomeCut, err.Error()
 		return rec
