@@ -230,7 +230,7 @@ func (s *Server) Own(class string, epoch int64) error {
 
 // Disown stops admitting class: it stops owning it (from then on no request
 // passes the ownership gate on the actor's turn), drains the class's
-// subscriptions (no new request arrives, and the ones already delivered to
+// subscriptions over a live connection (no new request arrives, and the ones already delivered to
 // this replica but not yet handled are answered "class moved", uncounted, so
 // their entries resubmit; a plain unsubscribe would drop them and leave their
 // entries waiting forever when the owner does not change, as after a brief
@@ -247,7 +247,26 @@ func (s *Server) Disown(class string) {
 	if !ok {
 		return
 	}
+	// Drain only over a live connection. While it is down, nats.go keeps a
+	// draining subscription until the drain's flush returns, resends it on
+	// reconnect, then forgets it without an UNSUB: the server would go on
+	// delivering this class's admits to a subscription nobody reads, and
+	// entries would wait OwnerReplyTimeout instead of getting "no
+	// responders" (TestADisownWhileCutLeavesNoSubscriptionAtTheServer).
+	// Unsubscribing drops it from the client's table at once, so it is not
+	// resent; what was delivered but not yet handled is dropped with it (the
+	// replies could not leave a cut connection before it reconnects anyway),
+	// and its entries resubmit on their connection-lost or reply timeouts.
+	connected := s.nc.IsConnected()
 	for _, sub := range oc.subs {
+		if !connected {
+			if n, _, _ := sub.Pending(); n > 0 {
+				s.log.Warn("disowned while cut from NATS: dropping undelivered admits",
+					zap.String("class", class), zap.Int("pending", n))
+			}
+			_ = sub.Unsubscribe()
+			continue
+		}
 		if err := sub.Drain(); err != nil {
 			_ = sub.Unsubscribe() // the connection is closed: nothing is pending
 		}
