@@ -325,14 +325,7 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 	if d, done := s.adoptionHold(req); d > 0 {
 		// Wait off the subscription's goroutine: the class's other
 		// requests are not held behind this one.
-		s.mu.Lock() // ordered with Run's stop: no Add after its Wait began
-		stopping := s.runCtx.Err() != nil
-		if !stopping {
-			s.holds.Add(1)
-		}
-		s.mu.Unlock()
-		if stopping {
-			s.reply(m, movedReply())
+		if !s.beginHold(m) {
 			return
 		}
 		s.m.heldForAdoption.Inc()
@@ -381,6 +374,23 @@ func (s *Server) adoptionHold(r *scheduler.Request) (time.Duration, <-chan struc
 	return max(0, until.Sub(s.clock.Now())), done
 }
 
+// beginHold counts one admit about to wait off its subscription's
+// goroutine (Run's stop waits for it: call s.holds.Done when it ends). Once
+// Run is stopping it answers "moved" instead (the entry resubmits) and
+// reports false.
+func (s *Server) beginHold(m *nats.Msg) bool {
+	s.mu.Lock() // ordered with Run's stop: no Add after its Wait began
+	stopping := s.runCtx.Err() != nil
+	if !stopping {
+		s.holds.Add(1)
+	}
+	s.mu.Unlock()
+	if stopping {
+		s.reply(m, movedReply())
+	}
+	return !stopping
+}
+
 // enqueueAdmit checks req's tenant quota lease (quota.go), then hands req
 // to the actor and replies. A lease that needs a round trip to the quota
 // owner is taken off the subscription's goroutine, like the adoption hold.
@@ -390,14 +400,7 @@ func (s *Server) enqueueAdmit(class string, m *nats.Msg, req *scheduler.Request)
 		s.enqueueLeased(class, m, req, qt)
 		return
 	}
-	s.mu.Lock() // ordered with Run's stop: no Add after its Wait began
-	stopping := s.runCtx.Err() != nil
-	if !stopping {
-		s.holds.Add(1)
-	}
-	s.mu.Unlock()
-	if stopping {
-		s.reply(m, movedReply())
+	if !s.beginHold(m) {
 		return
 	}
 	go func() {

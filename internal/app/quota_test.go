@@ -28,22 +28,7 @@ tenants:
     classes: [batch, realtime]
     quota: {concurrent: 10}
 `, tenant.HashKey("sk-acme")))
-	c := newTestCluster(t, 0)
-	for i := 1; i <= 2; i++ {
-		cfg := testWorkerConfig()
-		cfg.ID = fmt.Sprintf("w%d", i)
-		cfg.EtcdEndpoints, cfg.NATSURL = c.etcd.Endpoints, c.nats.URL
-		cfg.Engine.Speedup = 1         // the held streams last minutes
-		cfg.Engine.NumBlocks = 1 << 16 // and fit: five on each worker
-		c.workers = append(c.workers, startWorker(t, cfg))
-	}
-	withKeys := func(cfg *ReplicaConfig) { cfg.Tenants.KeysFile = keys }
-	reps := []*runningReplica{
-		c.startReplicaWith("r1", "127.0.0.1:0", withKeys),
-		c.startReplicaWith("r2", "127.0.0.1:0", withKeys),
-		c.startReplicaWith("r3", "127.0.0.1:0", withKeys),
-	}
-	c.waitPlaced(defaultClasses, "r1", "r2", "r3")
+	_, reps := startHeldStreamsCluster(t, keys)
 	owners := map[string]bool{}
 	for _, class := range defaultClasses {
 		owners[reps[0].status.Owners()[class].Replica] = true

@@ -121,14 +121,11 @@ func holdStream(t *testing.T, r *runningReplica, key string, i int) (end func())
 	}
 }
 
-func TestATenantsConcurrencyQuotaHoldsAcrossReplicasAndAnOwnershipMove(t *testing.T) {
-	keys := writeKeys(t, fmt.Sprintf(`
-tenants:
-  - id: acme
-    keys: [%q]
-    default_class: interactive
-    quota: {concurrent: 10}
-`, tenant.HashKey("sk-acme")))
+// startHeldStreamsCluster starts two slow workers (streams that last
+// minutes, room for five each) and three replicas r1..r3 reading keys, and
+// waits until every default class is placed.
+func startHeldStreamsCluster(t *testing.T, keys string) (*testCluster, []*runningReplica) {
+	t.Helper()
 	c := newTestCluster(t, 0)
 	for i := 1; i <= 2; i++ {
 		cfg := testWorkerConfig()
@@ -145,6 +142,18 @@ tenants:
 		c.startReplicaWith("r3", "127.0.0.1:0", withKeys),
 	}
 	c.waitPlaced(defaultClasses, "r1", "r2", "r3")
+	return c, reps
+}
+
+func TestATenantsConcurrencyQuotaHoldsAcrossReplicasAndAnOwnershipMove(t *testing.T) {
+	keys := writeKeys(t, fmt.Sprintf(`
+tenants:
+  - id: acme
+    keys: [%q]
+    default_class: interactive
+    quota: {concurrent: 10}
+`, tenant.HashKey("sk-acme")))
+	c, reps := startHeldStreamsCluster(t, keys)
 	ownerID := reps[0].status.Owners()["interactive"].Replica
 	var owner *runningReplica
 	var entries []*runningReplica
