@@ -281,7 +281,19 @@ func (q *Quota) tryFast(r *scheduler.Request) (t *quotaTicket, ok bool) {
 func (q *Quota) acquireSlow(ctx context.Context, l *lease, tenant string, quota scheduler.TenantQuota, est int64) (*quotaTicket, bool, error) {
 	l.rpc.Lock()
 	defer l.rpc.Unlock()
+	// waitForOwner waits a little for the home class to have an owner (or
+	// for the one asked to become it); after OwnerWait it reports that the
+	// caller falls back to the per-owner check (counted).
 	waitedOwner := time.Duration(0)
+	waitForOwner := func() (fallBack bool, err error) {
+		if waitedOwner >= q.cfg.OwnerWait {
+			q.m.quotaFallbacks.WithLabelValues("no_owner").Inc()
+			return true, nil
+		}
+		d := 20 * time.Millisecond
+		waitedOwner += d
+		return false, q.sleep(ctx, d)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, false, err
@@ -307,13 +319,7 @@ func (q *Quota) acquireSlow(ctx context.Context, l *lease, tenant string, quota 
 		}
 		owner, ok := q.quotaOwner(in.Home)
 		if !ok {
-			if waitedOwner >= q.cfg.OwnerWait {
-				q.m.quotaFallbacks.WithLabelValues("no_owner").Inc()
-				return nil, false, nil
-			}
-			d := 20 * time.Millisecond
-			waitedOwner += d
-			if err := q.sleep(ctx, d); err != nil {
+			if fallBack, err := waitForOwner(); fallBack || err != nil {
 				return nil, false, err
 			}
 			continue
@@ -351,13 +357,7 @@ func (q *Quota) acquireSlow(ctx context.Context, l *lease, tenant string, quota 
 			}
 		case out.NotOwner:
 			q.m.quotaLeaseRequests.WithLabelValues("not_owner").Inc()
-			if waitedOwner >= q.cfg.OwnerWait {
-				q.m.quotaFallbacks.WithLabelValues("no_owner").Inc()
-				return nil, false, nil
-			}
-			d := 20 * time.Millisecond
-			waitedOwner += d
-			if err := q.sleep(ctx, d); err != nil {
+			if fallBack, err := waitForOwner(); fallBack || err != nil {
 				return nil, false, err
 			}
 		default:

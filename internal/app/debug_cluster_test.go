@@ -19,24 +19,34 @@ import (
 	"github.com/switchyard/switchyard/tenant"
 )
 
-func TestDebugClusterNamesEveryReplicaAddressAndVersionInSnakeCase(t *testing.T) {
-	c := newTestCluster(t, 1)
-	a, _ := c.startReplica("r1"), c.startReplica("r2")
-	c.waitOwned(defaultClasses, "r1", "r2")
-
+// awaitDebugCluster polls addr's /debug/cluster until the document decodes
+// and ready holds, and returns its body and document; what shows that it
+// does not hold is named by what.
+func awaitDebugCluster(t *testing.T, addr string, ready func(clusterDoc) bool, what string) ([]byte, clusterDoc) {
+	t.Helper()
 	var body []byte
 	var doc clusterDoc
 	testenv.Eventually(t, 15*time.Second, func() bool {
-		resp, err := http.Get("http://" + a.status.HTTPAddr + "/debug/cluster")
+		resp, err := http.Get("http://" + addr + "/debug/cluster")
 		if err != nil {
 			return false
 		}
 		body, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
 		doc = clusterDoc{}
-		return json.Unmarshal(body, &doc) == nil && len(doc.Replicas) == 2 && len(doc.Members) == 2 &&
-			len(doc.Workers) == 1 && doc.Workers[0].Health == "healthy"
-	}, "two replicas, two gossip members and one healthy worker in %s", &body)
+		return json.Unmarshal(body, &doc) == nil && ready(doc)
+	}, what+" in %s", &body)
+	return body, doc
+}
+
+func TestDebugClusterNamesEveryReplicaAddressAndVersionInSnakeCase(t *testing.T) {
+	c := newTestCluster(t, 1)
+	a, _ := c.startReplica("r1"), c.startReplica("r2")
+	c.waitOwned(defaultClasses, "r1", "r2")
+
+	body, doc := awaitDebugCluster(t, a.status.HTTPAddr, func(doc clusterDoc) bool {
+		return len(doc.Replicas) == 2 && len(doc.Members) == 2 && len(doc.Workers) == 1 && doc.Workers[0].Health == "healthy"
+	}, "two replicas, two gossip members and one healthy worker")
 
 	require.Empty(t, regexp.MustCompile(`"[A-Z][A-Za-z]*":`).FindAllString(string(body), -1), "every key is snake_case")
 	require.Equal(t, "r1", doc.Self)

@@ -2,14 +2,9 @@ package app
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 // /debug/cluster shows the degraded quota policy next to degraded and
@@ -21,18 +16,8 @@ func TestDebugClusterShowsTheDegradedQuotaPolicyItsDivisorAndTheEffectiveLimits(
 	a, _ := c.startReplica("r1"), c.startReplica("r2")
 	c.waitOwned(defaultClasses, "r1", "r2")
 
-	var body []byte
-	var doc clusterDoc
-	testenv.Eventually(t, 15*time.Second, func() bool {
-		resp, err := http.Get("http://" + a.status.HTTPAddr + "/debug/cluster")
-		if err != nil {
-			return false
-		}
-		body, _ = io.ReadAll(resp.Body)
-		resp.Body.Close()
-		doc = clusterDoc{}
-		return json.Unmarshal(body, &doc) == nil && doc.Quotas.Divisor == 2
-	}, "the divisor to count both replicas in %s", &body)
+	body, doc := awaitDebugCluster(t, a.status.HTTPAddr, func(doc clusterDoc) bool { return doc.Quotas.Divisor == 2 },
+		"the divisor to count both replicas")
 
 	dq := doc.Quotas
 	require.Equal(t, "split", dq.Policy, "the default")
