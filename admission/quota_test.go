@@ -114,11 +114,18 @@ func TestATenantsConcurrencyQuotaHoldsAcrossItsClassesAndOwners(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, func() bool { return reps[1].snapshot(t).Bookings == 0 },
 		"the streams of silver are re-homed away from b")
 	eleventh("after silver moved to c")
+	requireLedgersCarry(t, reps, quota)
+}
+
+// requireLedgersCarry asserts that the owners' ledgers together book exactly
+// want requests.
+func requireLedgersCarry(t *testing.T, reps []*replica, want int) {
+	t.Helper()
 	total := 0
 	for _, r := range reps {
 		total += r.snapshot(t).Bookings
 	}
-	require.Equal(t, quota, total, "the owners' ledgers carry exactly the quota")
+	require.Equal(t, want, total, "the owners' ledgers carry exactly the quota")
 }
 
 // When the tenant's home class moves, so does its quota owner: the new one
@@ -158,11 +165,7 @@ func TestATenantsConcurrencyQuotaHoldsWhenItsQuotaOwnerMoves(t *testing.T) {
 	}
 	require.Positive(t, testutil.ToFloat64(reps[1].client.m.quotaGrants.WithLabelValues("held"))+
 		testutil.ToFloat64(reps[1].client.m.heldForAdoption), "the new owner held the tenant's requests or its grants")
-	total := 0
-	for _, r := range reps {
-		total += r.snapshot(t).Bookings
-	}
-	require.Equal(t, quota, total, "the owners' ledgers carry exactly the quota")
+	requireLedgersCarry(t, reps, quota)
 }
 
 // The quota owner's central tokens bucket travels with the home class: a
