@@ -59,18 +59,7 @@ func TestATenantsConcurrencyQuotaHoldsAcrossItsClassesAndOwners(t *testing.T) {
 	_, reps, classes := threeOwners(t, nil)
 	ctx := testenv.Context(t)
 	q := scheduler.TenantQuota{Concurrent: quota}
-	var inflight []*Ticket
-	defer func() {
-		for _, tk := range inflight {
-			tk.Finish(false)
-		}
-	}()
-	for i := range quota {
-		tk, err := reps[i%3].client.Admit(ctx, tenantRequest(classes[(i/3+i)%3], q))
-		require.NoError(t, err, "request %d is within the quota", i)
-		tk.Dispatched()
-		inflight = append(inflight, tk)
-	}
+	inflight := admitWholeQuota(ctx, t, reps, classes, q)
 	eleventh := func(when string) {
 		t.Helper()
 		for _, r := range reps {
@@ -97,6 +86,7 @@ func TestATenantsConcurrencyQuotaHoldsAcrossItsClassesAndOwners(t *testing.T) {
 			return false
 		}
 		tk.Dispatched()
+		t.Cleanup(func() { tk.Finish(false) })
 		inflight = append(inflight, tk)
 		return true
 	}, "the freed slot is admitted in another class at another owner")
@@ -115,6 +105,22 @@ func TestATenantsConcurrencyQuotaHoldsAcrossItsClassesAndOwners(t *testing.T) {
 		"the streams of silver are re-homed away from b")
 	eleventh("after silver moved to c")
 	requireLedgersCarry(t, reps, quota)
+}
+
+// admitWholeQuota admits q.Concurrent of the tenant's requests spread over
+// the replicas and classes, all dispatched, returns their tickets and
+// finishes them when the test ends (Finish is idempotent).
+func admitWholeQuota(ctx context.Context, t *testing.T, reps []*replica, classes []string, q scheduler.TenantQuota) []*Ticket {
+	t.Helper()
+	var tickets []*Ticket
+	for i := range q.Concurrent {
+		tk, err := reps[i%3].client.Admit(ctx, tenantRequest(classes[(i/3+i)%3], q))
+		require.NoError(t, err, "request %d is within the quota", i)
+		tk.Dispatched()
+		t.Cleanup(func() { tk.Finish(false) })
+		tickets = append(tickets, tk)
+	}
+	return tickets
 }
 
 // requireLedgersCarry asserts that the owners' ledgers together book exactly
@@ -138,18 +144,7 @@ func TestATenantsConcurrencyQuotaHoldsWhenItsQuotaOwnerMoves(t *testing.T) {
 	_, reps, classes := threeOwnersHold(t, nil, 500*time.Millisecond)
 	ctx := testenv.Context(t)
 	q := scheduler.TenantQuota{Concurrent: quota}
-	var inflight []*Ticket
-	defer func() {
-		for _, tk := range inflight {
-			tk.Finish(false)
-		}
-	}()
-	for i := range quota {
-		tk, err := reps[i%3].client.Admit(ctx, tenantRequest(classes[(i/3+i)%3], q))
-		require.NoError(t, err, "request %d is within the quota", i)
-		tk.Dispatched()
-		inflight = append(inflight, tk)
-	}
+	admitWholeQuota(ctx, t, reps, classes, q)
 	// gold, the home class, moves from a to b: b is the quota owner now.
 	reps[0].server.Disown("gold")
 	require.NoError(t, reps[1].server.Own("gold", 4))

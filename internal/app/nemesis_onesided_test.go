@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,25 +133,23 @@ func (r *nemesisRun) quiet() bool {
 func (r *nemesisRun) cutNATS(s *nemesisSlot, inc *nemesisReplica, d time.Duration) {
 	r.degraded.Add(1)
 	defer r.leaveDegraded()
-	s.natsCuts.Add(1)
-	began := time.Now()
-	inc.natsPx.hold()
-	time.Sleep(d)
-	inc.natsPx.release()
-	s.natsCuts.Add(-1)
-	s.mu.Lock()
-	s.cut = append(s.cut, downInterval{from: began, to: time.Now()})
-	s.mu.Unlock()
+	s.cutFor(inc.natsPx, &s.natsCuts, d)
 }
 
 // cutEtcd cuts the replica's etcd link for d.
 func (r *nemesisRun) cutEtcd(s *nemesisSlot, inc *nemesisReplica, d time.Duration) {
-	s.etcdCuts.Add(1)
+	s.cutFor(inc.etcdProxy, &s.etcdCuts, d)
+}
+
+// cutFor holds px cut for d, counting the cut in cuts meanwhile, and
+// records the interval among the slot's cuts.
+func (s *nemesisSlot) cutFor(px *faultProxy, cuts *atomic.Int32, d time.Duration) {
+	cuts.Add(1)
 	began := time.Now()
-	inc.etcdProxy.hold()
+	px.hold()
 	time.Sleep(d)
-	inc.etcdProxy.release()
-	s.etcdCuts.Add(-1)
+	px.release()
+	cuts.Add(-1)
 	s.mu.Lock()
 	s.cut = append(s.cut, downInterval{from: began, to: time.Now()})
 	s.mu.Unlock()
