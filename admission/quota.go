@@ -166,16 +166,6 @@ type quotaTicket struct {
 	toks bool
 }
 
-// tenantEstimate is what the Core charges a request to the tokens bucket
-// (scheduler's tenantEstimate): prompt plus the most output it can produce.
-func tenantEstimate(r *scheduler.Request) int64 {
-	out := r.OutputBound
-	if out <= 0 {
-		out = r.ExpectedOutputTokens
-	}
-	return int64(max(0, r.PromptTokens)) + int64(max(0, out))
-}
-
 // leased reports whether r's tenant quota is leased here.
 func leased(r *scheduler.Request) bool {
 	return r.Tenant.ID != "" && !r.Probe && r.Tenant.Quota != (scheduler.TenantQuota{})
@@ -234,7 +224,7 @@ func (q *Quota) acquire(ctx context.Context, r *scheduler.Request) (*quotaTicket
 		return nil, nil
 	}
 	quota := r.Tenant.Quota
-	est := tenantEstimate(r)
+	est := r.TenantEstimate()
 	if tpm := int64(quota.TokensPerMinute); tpm > 0 {
 		// One request larger than the whole bucket passes when it is full.
 		est = min(est, tpm)
@@ -265,7 +255,7 @@ func (q *Quota) tryFast(r *scheduler.Request) (t *quotaTicket, ok bool) {
 	if q == nil || !leased(r) {
 		return nil, true
 	}
-	est := tenantEstimate(r)
+	est := r.TenantEstimate()
 	if tpm := int64(r.Tenant.Quota.TokensPerMinute); tpm > 0 {
 		est = min(est, tpm)
 	}

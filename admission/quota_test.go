@@ -249,7 +249,7 @@ func TestATenantsTokensQuotaHoldsAcrossItsClassesAndOwners(t *testing.T) {
 				require.Equal(t, scheduler.ReasonQuotaExceeded, scheduler.ReasonOf(err), "%v", err)
 				continue
 			}
-			admitted += tenantEstimate(r)
+			admitted += r.TenantEstimate()
 			tk.Dispatched()
 			tk.Finish(false) // no usage reported: the estimate stands
 		}

@@ -98,10 +98,10 @@ type tenantState struct {
 	classes map[string]struct{}
 }
 
-// tenantEstimate is what a request is charged to the tokens bucket when it
+// TenantEstimate is what r is charged to its tenant's tokens bucket when it
 // is booked: prompt plus the most output it can produce (OutputBound, else
-// the expected output).
-func tenantEstimate(r *Request) int64 {
+// the expected output). The admission layer's quota leases charge the same.
+func (r *Request) TenantEstimate() int64 {
 	out := r.OutputBound
 	if out <= 0 {
 		out = r.ExpectedOutputTokens
@@ -146,7 +146,7 @@ func (c *Core) tenantCheck(r *Request, now time.Time) (string, time.Duration) {
 		t.tpm.refill(q.TokensPerMinute, ns)
 		// One request larger than the whole bucket passes when nothing else
 		// of the tenant's is queued and the bucket is full.
-		need := t.pending + min(tenantEstimate(r), int64(q.TokensPerMinute))
+		need := t.pending + min(r.TenantEstimate(), int64(q.TokensPerMinute))
 		if d := t.tpm.wait(q.TokensPerMinute, float64(need)); d > 0 {
 			return LimitTenantTokensPerMinute, d
 		}
@@ -175,7 +175,7 @@ func (c *Core) tenantQueued(e *entry) {
 		e.cold.tenant = t
 		t.inflight++
 		t.queued++
-		t.pending += tenantEstimate(e.req)
+		t.pending += e.req.TenantEstimate()
 	}
 	if cls := e.cold.cls; cls.tr == nil {
 		// Without a ring every queued entry has the same tenant: the class
@@ -202,7 +202,7 @@ func (c *Core) tenantUnqueued(e *entry) {
 	if t := e.cold.tenant; t != nil {
 		t.inflight--
 		t.queued--
-		t.pending -= tenantEstimate(e.req)
+		t.pending -= e.req.TenantEstimate()
 	}
 }
 
@@ -224,7 +224,7 @@ func (c *Core) tenantBooked(b *booking, r *Request, now time.Time) {
 	}
 	if q := r.Tenant.Quota; q.TokensPerMinute > 0 {
 		t.tpm.refill(q.TokensPerMinute, ns)
-		b.estimate = tenantEstimate(r)
+		b.estimate = r.TenantEstimate()
 		t.tpm.level -= float64(b.estimate)
 	}
 }
