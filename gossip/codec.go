@@ -55,6 +55,8 @@ func (k msgKind) String() string {
 		return "prediction"
 	case kindState:
 		return "state"
+	case kindSession:
+		return "session"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
