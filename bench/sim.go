@@ -116,8 +116,8 @@ type SimConfig struct {
 	Policy   SimPolicy
 	// Admission places admission (class owners or per-replica queues).
 	Admission SimAdmission
-	// Gossip shares booked loads and routing predictions between replicas
-	// after GossipDelay. Off, each replica sees only its own bookings and
+	// Gossip shares booked loads, routing predictions and session records
+	// between replicas after GossipDelay. Off, each replica sees only its own bookings and
 	// predictions (KV events still reach every replica: every replica
 	// subscribes to every worker's events).
 	Gossip      bool

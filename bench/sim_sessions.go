@@ -93,6 +93,9 @@ func (s *simulation) sessionGranted(q *simRequest, w int) {
 	id := simSessionID(q.tr.Session)
 	now := s.clock.Now()
 	ss.tables[q.entry].Record(id, s.workers[w].id, now, now.Add(s.cfg.SessionTTL))
+	if !s.cfg.Gossip {
+		return // each replica knows the sessions it routed
+	}
 	for r := range s.replicas {
 		if r != q.entry {
 			s.schedule(simEvent{at: s.clock.now + int64(s.cfg.GossipDelay), kind: evSession, a: r, b: w, exp: int64(id), hashes: []uint64{uint64(s.clock.now)}})
