@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -238,4 +239,28 @@ func TestAmbiguousPromptCacheKeysAreRefused(t *testing.T) {
 	require.Nil(t, e)
 	require.Equal(t, "ké", p.promptCacheKey, "an escaped key decodes as encoding/json would")
 	require.True(t, strings.HasPrefix(string(p.forward), `{"model"`), "the key is forwarded untouched")
+}
+
+func TestASessionForgetsItsWorkerAfterTheTTL(t *testing.T) {
+	pol, err := ParsePolicy([]byte(sessionPolicy))
+	require.NoError(t, err)
+	up := newUpstream(t, 1)
+	actor := startActor(t, pol, []scheduler.Worker{{ID: "w0", URL: up.URL(), BlockSize: 16, KVBlocks: 1024}})
+	var mu sync.Mutex
+	now := time.Now()
+	cfg := DefaultConfig()
+	cfg.SessionTTL = time.Minute
+	s, reg := newTestServer(t, cfg, Deps{Admitter: NewLocalAdmitter(actor), Workers: staticWorkers{{ID: "w0", URL: up.URL(), Model: "m", BlockSize: 16}},
+		Policy: pol, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	f := &sessionFleet{reg: reg, base: startServer(t, s)}
+	key := map[string]string{"x-session-id": "s"}
+	f.turn(t, `{"model":"m","prompt":"x"}`, key)
+	f.turn(t, `{"model":"m","prompt":"y"}`, key)
+	require.Equal(t, 1.0, f.outcomes(sessionHit, sessionKeyHeader))
+	mu.Lock()
+	now = now.Add(61 * time.Second)
+	mu.Unlock()
+	f.turn(t, `{"model":"m","prompt":"z"}`, key)
+	require.Equal(t, 2.0, f.outcomes(sessionNew, sessionKeyHeader), "a turn after the TTL starts the session afresh")
+	require.Equal(t, 1.0, f.outcomes(sessionHit, sessionKeyHeader))
 }
