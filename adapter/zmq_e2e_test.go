@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchyard/switchyard/enginekv"
@@ -211,4 +212,22 @@ func TestOverZMQSGLangMapEventsWithSignedHashesAreMirrored(t *testing.T) {
 	p.do(t, "pub 0")
 	p.do(t, "pub 1")
 	router.holdsExactly(t, "w1", a.want(testModel, 3), "SGLang-style events")
+}
+
+func TestOverZMQAChainStartMarkedWithParentZeroIsMirroredNotSkipped(t *testing.T) {
+	p := startPublisher(t)
+	reg, router := zmqAdapter(t, p)
+	a := newPrompt(1, 3, testBS)
+	first := a.stored(0, 2)
+	first.ParentHash, first.HasParent = 0, true // the publisher's "no parent"
+	ev := map[string]any{"type": "BlockStored", "block_hashes": first.BlockHashes, "parent_block_hash": 0,
+		"token_ids": first.TokenIDs, "block_size": testBS, "lora_id": nil, "medium": "GPU"}
+	p.add(t, ev)
+	p.add(t, vllmArrayStored(a.stored(2, 3)))
+	p.do(t, "pub 0")
+	p.do(t, "pub 1")
+	router.holdsExactly(t, "w1", a.want(testModel, 3), "a chain started with parent 0, and its child")
+	m := reg.a.mirror.m
+	require.Zero(t, testutil.ToFloat64(m.skipped[skipUnknownParent]), "nothing skipped as unknown_parent")
+	require.Equal(t, 2.0, testutil.ToFloat64(m.zeroParents), "the two blocks whose parent read 0 are counted")
 }
