@@ -473,6 +473,8 @@ func (s *Server) nextID() string {
 // routing is what the request path learns from the worker registry.
 type routing struct {
 	blockSize int
+	// otherSizes are the serving workers' other block sizes (noteBlockSize).
+	otherSizes []int
 	// eligible is the set of workers serving the model, when not every
 	// worker does; nil when every worker serves it.
 	eligible []string
@@ -495,15 +497,13 @@ func (s *Server) route(model string) (routing, *APIError) {
 	}
 	rt.all = make([]string, 0, len(ws))
 	rt.engines = make([]string, 0, len(ws))
-	found := false
+	found, sized := false, false
 	mixed := false
 	for i := range ws {
 		w := &ws[i]
 		rt.all = append(rt.all, w.ID)
 		if w.Serves(model) {
-			if !found && w.BlockSize > 0 {
-				rt.blockSize = w.BlockSize
-			}
+			sized = rt.noteBlockSize(w.BlockSize, sized)
 			found = true
 			rt.engines = append(rt.engines, w.URL)
 			rt.maxModelLen = max(rt.maxModelLen, w.MaxModelLen)
@@ -689,6 +689,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		return e.Status
 	}
 	def := pol.Defaults(class)
+	seed := kvindex.ModelSeed(p.model)
 	req := scheduler.Request{
 		ID:                   rid,
 		Class:                class,
@@ -696,7 +697,8 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		PriorityJump:         def.PriorityJump,
 		Ingress:              ingress,
 		PromptTokens:         p.promptTokens,
-		BlockHashes:          kvindex.SequenceHashes(p.tokens, rt.blockSize, kvindex.ModelSeed(p.model)),
+		BlockHashes:          kvindex.SequenceHashes(p.tokens, rt.blockSize, seed),
+		SizedHashes:          rt.sizedHashes(p.tokens, seed),
 		Pinned:               p.hints.worker,
 		ExpectedOutputTokens: p.maxTokens, // bookOutput completes it
 	}
@@ -715,7 +717,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		req.Due = ingress.Add(deadline)
 	}
 	if s.deps.Index != nil && len(req.BlockHashes) > 0 {
-		req.Overlaps = s.deps.Index.Overlaps(nil, req.BlockHashes)
+		req.Overlaps = s.overlaps(&req)
 	}
 	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress, tenant: tn}
 	var failed []string
@@ -752,9 +754,13 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 			return e.Status
 		}
 		g := t.Grant()
-		x.decided(&req, g, rt.blockSize)
-		if s.deps.Index != nil && len(req.BlockHashes) > 0 {
-			s.deps.Index.Predict(g.Worker, req.BlockHashes)
+		bs := rt.blockSize
+		if g.BlockSize > 0 {
+			bs = g.BlockSize
+		}
+		x.decided(&req, g, bs)
+		if hashes := req.HashesFor(bs); s.deps.Index != nil && len(hashes) > 0 {
+			s.deps.Index.Predict(g.Worker, hashes)
 		}
 		if g.CachedTokens > 0 {
 			s.m.PredictedCachedTokens.WithLabelValues(p.model, class).Add(float64(g.CachedTokens))

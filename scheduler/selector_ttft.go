@@ -324,18 +324,19 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 		m := &c.ttft
 		if !m.valid || m.kvBlocks != s.kvBlocks || m.blockSize != s.blockSize {
 			m.valid, m.kvBlocks, m.blockSize = true, s.kvBlocks, s.blockSize
-			m.cost = c.ttftLoadedCost(r, s, load, 0, len(r.BlockHashes)+priv)
+			m.cost = c.ttftLoadedCost(r, s, load, 0, len(r.HashesFor(int(s.blockSize)))+priv)
 		}
 		return c.ttftOffsets(m.cost*scale, s, 0), true
 	}
 	held := 0
+	hashes := r.HashesFor(int(s.blockSize))
 	if s.ledger.refs.n > 0 || s.ledger.refs.zero > 0 {
-		held = s.ledger.activeDepth(r.BlockHashes)
+		held = s.ledger.activeDepth(hashes)
 	}
 	if s.remote.ActiveRequests > 0 {
 		held = max(held, ovl) // as workerCost: remote bookings' blocks arrive as counts only
 	}
-	decode := load.DecodeBlocks + len(r.BlockHashes) - held + priv
+	decode := load.DecodeBlocks + len(hashes) - held + priv
 	cached := r.cachedFromOverlap(ovl, int(s.blockSize))
 	if load.ActiveRequests > 0 {
 		if cfg.BusyPrefillTokens > 0 && load.PrefillTokens+r.PromptTokens-cached > cfg.BusyPrefillTokens {
@@ -484,7 +485,7 @@ func (c *Core) ttftPredictInputs(r *Request, idx int) ttftInputs {
 	s := &c.workers[idx]
 	load := s.projectLoad()
 	ovl := r.OverlapBlocks(s.ID)
-	decode := load.DecodeBlocks + len(r.BlockHashes) + r.privateBlocks(int(s.blockSize))
+	decode := load.DecodeBlocks + len(r.HashesFor(int(s.blockSize))) + r.privateBlocks(int(s.blockSize))
 	return ttftInputsFor(r, s, load, r.cachedFromOverlap(ovl, int(s.blockSize)), decode)
 }
 
