@@ -23,6 +23,11 @@ type Config struct {
 	// failed /tokenize, so requests do not each wait EngineTimeout for an
 	// engine that does not answer it.
 	EngineBackoff time.Duration
+	// EngineAttempts is how many of a model's engines one prompt tries, in
+	// turn, before it is approximated; an engine that failed is skipped
+	// for EngineBackoff, so one dead or hung engine costs one timeout, not
+	// its model's engine path.
+	EngineAttempts int
 	// PrefixCacheBytes bounds each model's incremental chat tokenization
 	// cache (token ids of rendered conversation prefixes).
 	PrefixCacheBytes int64
@@ -41,6 +46,7 @@ func DefaultConfig() Config {
 		EngineTimeout:    200 * time.Millisecond,
 		EngineCacheBytes: 32 << 20,
 		EngineBackoff:    5 * time.Second,
+		EngineAttempts:   3,
 		PrefixCacheBytes: 64 << 20,
 		FetchTimeout:     30 * time.Second,
 		FetchMaxBytes:    256 << 20,
@@ -64,6 +70,9 @@ func (c Config) Validate() error {
 	}
 	if c.EngineBackoff < 0 {
 		errs = append(errs, fmt.Errorf("prompt.EngineBackoff: %v, must be >= 0", c.EngineBackoff))
+	}
+	if c.EngineAttempts < 1 {
+		errs = append(errs, fmt.Errorf("prompt.EngineAttempts: %d, must be >= 1", c.EngineAttempts))
 	}
 	if c.PrefixCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("prompt.PrefixCacheBytes: %d, must be >= 0", c.PrefixCacheBytes))
