@@ -139,11 +139,12 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 		if x.canRetry() {
 			return 0, true
 		}
+		x.w.Header().Set(HeaderRoutedWorker, g.Worker) // the engine that failed, for the operator
 		return x.fail(http.StatusBadGateway, "the worker failed: "+resp.Status), false
 	case resp.StatusCode != http.StatusOK:
 		// The worker refused the request itself (4xx): relay it as is.
 		t.Finish(true)
-		return x.relayPlain(resp), false
+		return x.relayPlain(resp, g.Worker), false
 	}
 	if x.p.stream {
 		status, retry = x.relayStream(t, g, resp)
@@ -166,9 +167,12 @@ func (x *exchange) fail(status int, msg string) int {
 	return status
 }
 
-func (x *exchange) relayPlain(resp *http.Response) int {
+// relayPlain relays an engine's refusal (4xx) as it is, naming the engine:
+// the client asks that engine's operator why.
+func (x *exchange) relayPlain(resp *http.Response, worker string) int {
 	h := x.w.Header()
 	h.Set("Content-Type", resp.Header.Get("Content-Type"))
+	h.Set(HeaderRoutedWorker, worker)
 	x.w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(x.w, io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode

@@ -733,6 +733,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		if req.Allowed != nil && len(req.Allowed) == 0 {
 			e := &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_failed",
 				Message: "every eligible worker failed before responding", err: ErrUpstream}
+			w.Header().Set(HeaderRoutedWorker, failed[len(failed)-1]) // the last engine that failed
 			e.write(w)
 			return e.Status
 		}
@@ -774,6 +775,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		if attempt+1 >= s.cfg.MaxAttempts {
 			e := &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_failed",
 				Message: fmt.Sprintf("%d workers failed before responding", len(failed)), err: ErrUpstream}
+			w.Header().Set(HeaderRoutedWorker, g.Worker) // the last engine that failed
 			e.write(w)
 			return e.Status
 		}
