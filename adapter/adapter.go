@@ -435,7 +435,7 @@ func (a *Adapter) onInfo(info wire.WorkerInfo) error {
 		if max == 0 {
 			max = max4(info.KVBlocks)
 		}
-		if err := a.mirror.Configure(Shape{Model: info.Model, BlockSize: info.BlockSize, MaxEntries: max}); err != nil {
+		if err := a.mirror.Configure(Shape{Model: info.SaltName(), BlockSize: info.BlockSize, MaxEntries: max}); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/switchyard/switchyard/wire"
 )
 
 // Sanity bounds on what an engine reports. Anything beyond is treated as a
@@ -38,11 +40,18 @@ type Models struct {
 	LoRAs []string
 	// MaxModelLen is the base entry's max_model_len (0: not given).
 	MaxModelLen int
+	// Root is the base entry's root: the weights it serves (vLLM names
+	// the model path), the same under every alias ("" when not given).
+	Root string
+	// Cards are the entries as given, for routers' /v1/models.
+	Cards []wire.ModelCard
 }
 
 type modelCard struct {
 	ID          string          `json:"id"`
 	Parent      *string         `json:"parent"`
+	Root        *string         `json:"root"`
+	Created     json.RawMessage `json:"created"`
 	MaxModelLen json.RawMessage `json:"max_model_len"`
 }
 
@@ -72,13 +81,13 @@ func ParseModels(body []byte) (Models, error) {
 		}
 		seen[c.ID] = true
 		isLoRA := c.Parent != nil && *c.Parent != "" && *c.Parent != c.ID
+		card, err := c.card()
+		if err != nil {
+			return Models{}, err
+		}
+		out.Cards = append(out.Cards, card)
 		if out.Base == "" && !isLoRA {
-			out.Base = c.ID
-			n, err := optionalCount(c.MaxModelLen, maxModelLen)
-			if err != nil {
-				return Models{}, fmt.Errorf("%w: /v1/models %s max_model_len: %v", ErrMalformed, c.ID, err)
-			}
-			out.MaxModelLen = n
+			out.Base, out.MaxModelLen, out.Root = c.ID, card.MaxModelLen, card.Root
 			continue
 		}
 		out.Others = append(out.Others, c.ID)
@@ -92,6 +101,27 @@ func ParseModels(body []byte) (Models, error) {
 		if len(out.Base) > maxNameLen {
 			return Models{}, fmt.Errorf("%w: /v1/models parent %q", ErrMalformed, truncate(out.Base))
 		}
+	}
+	return out, nil
+}
+
+// card is the entry as routers pass it through; a root or parent longer
+// than a name may be is dropped rather than refused (it is shown, not
+// routed on), a created that is no count is dropped too.
+func (c *modelCard) card() (wire.ModelCard, error) {
+	n, err := optionalCount(c.MaxModelLen, maxModelLen)
+	if err != nil {
+		return wire.ModelCard{}, fmt.Errorf("%w: /v1/models %s max_model_len: %v", ErrMalformed, c.ID, err)
+	}
+	out := wire.ModelCard{ID: c.ID, MaxModelLen: n}
+	if c.Root != nil && len(*c.Root) <= maxNameLen {
+		out.Root = *c.Root
+	}
+	if c.Parent != nil && *c.Parent != c.ID && len(*c.Parent) <= maxNameLen {
+		out.Parent = *c.Parent
+	}
+	if t, err := optionalCount(c.Created, 1<<40); err == nil {
+		out.Created = int64(t)
 	}
 	return out, nil
 }

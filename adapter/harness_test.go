@@ -37,6 +37,10 @@ type fakeEngine struct {
 	probes  atomic.Int64
 }
 
+// testSalt is vllmModels' root: an adapter that discovered its engine
+// salts the base model's blocks by it (wire.WorkerInfo.Salt).
+const testSalt = "/models/llama-3.1-8b"
+
 const vllmModels = `{"object":"list","data":[
  {"id":"meta-llama/Llama-3.1-8B-Instruct","object":"model","created":1733000000,"owned_by":"vllm",
   "root":"/models/llama-3.1-8b","parent":null,"max_model_len":8192,

@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
 )
 
 // Deps are the ports the frontend consumes. Admitter and Workers are
@@ -427,6 +428,11 @@ type modelObject struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Root, Parent and MaxModelLen are the engine's (vLLM's fields),
+	// passed through from the first worker whose engine gave them.
+	Root        string `json:"root,omitempty"`
+	Parent      string `json:"parent,omitempty"`
+	MaxModelLen int    `json:"max_model_len,omitempty"`
 	// Workers is how many registered workers serve the model (an extension).
 	Workers int `json:"switchyard_workers"`
 }
@@ -438,8 +444,14 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) int {
 		return apiErr.Status
 	}
 	counts := map[string]int{}
+	cards := map[string]wire.ModelCard{}
 	var ids []string
 	for _, wk := range s.deps.Workers.Workers() {
+		for _, c := range wk.Cards {
+			if _, ok := cards[c.ID]; !ok {
+				cards[c.ID] = c
+			}
+		}
 		names := append([]string{wk.Model}, wk.Models...)
 		for i, name := range names {
 			if name == "" || slices.Contains(names[:i], name) {
@@ -457,7 +469,9 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) int {
 	slices.Sort(ids)
 	out := modelList{Object: "list", Data: make([]modelObject, 0, len(ids))}
 	for _, id := range ids {
-		out.Data = append(out.Data, modelObject{ID: id, Object: "model", OwnedBy: "switchyard", Workers: counts[id]})
+		c := cards[id]
+		out.Data = append(out.Data, modelObject{ID: id, Object: "model", OwnedBy: "switchyard", Workers: counts[id],
+			Created: c.Created, Root: c.Root, Parent: c.Parent, MaxModelLen: c.MaxModelLen})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
@@ -475,6 +489,9 @@ type routing struct {
 	blockSize int
 	// otherSizes are the serving workers' other block sizes (noteBlockSize).
 	otherSizes []int
+	// salt is the name the prompt is hashed under: the first serving
+	// worker's (WorkerEntry.saltFor).
+	salt string
 	// eligible is the set of workers serving the model, when not every
 	// worker does; nil when every worker serves it.
 	eligible []string
@@ -504,6 +521,9 @@ func (s *Server) route(model string) (routing, *APIError) {
 		rt.all = append(rt.all, w.ID)
 		if w.Serves(model) {
 			sized = rt.noteBlockSize(w.BlockSize, sized)
+			if !found {
+				rt.salt = w.saltFor(model)
+			}
 			found = true
 			rt.engines = append(rt.engines, w.URL)
 			rt.maxModelLen = max(rt.maxModelLen, w.MaxModelLen)
@@ -689,7 +709,11 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		return e.Status
 	}
 	def := pol.Defaults(class)
-	seed := kvindex.ModelSeed(p.model)
+	salt := rt.salt
+	if salt == "" {
+		salt = p.model // no worker registered: the scheduler answers no_endpoints
+	}
+	seed := kvindex.ModelSeed(salt)
 	req := scheduler.Request{
 		ID:                   rid,
 		Class:                class,
