@@ -54,6 +54,9 @@ type WorkerEntry struct {
 	Salt string
 	// Cards are the engine's /v1/models entries (wire.WorkerInfo.Cards).
 	Cards []wire.ModelCard
+	// PrioritySchedules: the engine takes vLLM's priority field
+	// (wire.WorkerInfo.PrioritySchedules).
+	PrioritySchedules bool
 }
 
 // saltFor is the name a prompt for model is hashed under on w: a LoRA

@@ -31,6 +31,9 @@ type exchange struct {
 	others  bool           // another worker could take a retry of the current attempt
 	fb      *firstByte     // the current attempt's first-byte timer (nil: none)
 	dec     *pending       // the attempt's routing decision (quality.go)
+	// priority is the request's strict priority, passed to engines that
+	// schedule by it (enginePriority).
+	priority int32
 }
 
 // usageBody is the part of a response the router reads for metrics: the
@@ -78,7 +81,11 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 		x.fb, reqCtx = startFirstByte(ctx, d)
 		defer x.fb.stop()
 	}
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, g.WorkerURL+x.p.endpoint.path(), bytes.NewReader(x.p.forward))
+	body := x.p.forward
+	if x.priority != 0 && x.s.prioritySchedules(g.Worker) {
+		body = enginePriority(body, x.priority)
+	}
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, g.WorkerURL+x.p.endpoint.path(), bytes.NewReader(body))
 	if err != nil {
 		t.Dispatched()
 		t.Finish(true)

@@ -743,7 +743,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	if s.deps.Index != nil && len(req.BlockHashes) > 0 {
 		req.Overlaps = s.overlaps(&req)
 	}
-	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress, tenant: tn}
+	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress, tenant: tn, priority: req.StrictPriority}
 	var failed []string
 	for attempt := 0; ; attempt++ {
 		req.Attempt, x.attempt = attempt, attempt

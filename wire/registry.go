@@ -41,6 +41,11 @@ type WorkerInfo struct {
 	// alike. Empty: Model (records written before it existed). A LoRA
 	// adapter's blocks are hashed under the adapter's own name.
 	Salt string `json:"salt,omitempty"`
+	// PrioritySchedules says the engine schedules by a request's priority
+	// (vLLM run with --scheduling-policy priority): routers then pass a
+	// request's priority on in vLLM's request field. Absent: it does not,
+	// and a priority field would be refused by such an engine.
+	PrioritySchedules bool `json:"priority_scheduling,omitempty"`
 	// Cards are what the engine's /v1/models says of each served name,
 	// which routers' /v1/models passes through. Absent: nothing known.
 	Cards []ModelCard `json:"cards,omitempty"`

@@ -49,7 +49,7 @@ func (v workerView) Workers() []frontend.WorkerEntry {
 	out := make([]frontend.WorkerEntry, 0, len(snap.Items))
 	for _, it := range snap.Items {
 		out = append(out, frontend.WorkerEntry{ID: it.Info.ID, URL: it.Info.URL, Model: it.Info.Model, BlockSize: it.Info.BlockSize, Models: it.Info.Models, MaxModelLen: it.Info.MaxModelLen,
-			Salt: it.Info.Salt, Cards: it.Info.Cards})
+			Salt: it.Info.Salt, Cards: it.Info.Cards, PrioritySchedules: it.Info.PrioritySchedules})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
