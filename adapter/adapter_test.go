@@ -190,6 +190,7 @@ func TestLoadReportsCarryTheEnginesMetricsAndTheMirrorsPosition(t *testing.T) {
 	assert.Equal(t, 4, r.Running, "3 + 1 over two engines")
 	assert.Equal(t, 2, r.Waiting)
 	assert.InDelta(t, 0.25, r.KVUsage, 1e-9)
+	assert.InDelta(t, 0.3, r.PrefixHitRate, 1e-9, "the engine's own prefix-cache hits over its queries")
 	assert.Equal(t, 2048, r.KVBlocksTotal)
 	assert.Equal(t, 512, r.KVBlocksUsed)
 

@@ -326,6 +326,75 @@ type Load struct {
 	KVUsage float64
 	// HasUsage is false when the engine exported no usage gauge.
 	HasUsage bool
+	// PrefixHitRate is the engine's own prefix-cache hit rate, 0..1 (0:
+	// not exported): vLLM's prefix_cache_hits / prefix_cache_queries
+	// counters (cumulative, in tokens), else vLLM V0's
+	// gpu_prefix_cache_hit_rate or SGLang's cache_hit_rate gauge.
+	PrefixHitRate float64
+}
+
+// hitNames are, per flavor, the counters of prefix-cache hits and queries
+// (each under its exposed name with _total and its family name) and the
+// hit-rate gauges read when the counters are absent.
+var hitNames = map[Flavor]struct {
+	hits, queries []string
+	rate          []string
+}{
+	FlavorVLLM: {hits: []string{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"},
+		queries: []string{"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"},
+		rate:    []string{"vllm:gpu_prefix_cache_hit_rate"}},
+	FlavorSGLang: {rate: []string{"sglang:cache_hit_rate"}},
+}
+
+// prefixHitRate reads hitNames of flavor f from fams (0 when absent; a
+// value out of range is an error).
+func prefixHitRate(fams map[string]*dto.MetricFamily, f Flavor) (float64, error) {
+	names := hitNames[f]
+	first := func(ns []string) *dto.MetricFamily {
+		for _, n := range ns {
+			if fam := fams[n]; fam != nil {
+				return fam
+			}
+		}
+		return nil
+	}
+	sum := func(fam *dto.MetricFamily) (float64, bool) {
+		total, seen := 0.0, false
+		for _, m := range fam.GetMetric() {
+			if v, ok := sampleValue(m); ok && !math.IsNaN(v) && v >= 0 && !math.IsInf(v, 0) {
+				total, seen = total+v, true
+			}
+		}
+		return total, seen
+	}
+	if h, q := first(names.hits), first(names.queries); h != nil && q != nil {
+		hits, ok1 := sum(h)
+		queries, ok2 := sum(q)
+		if !ok1 || !ok2 || queries == 0 {
+			return 0, nil
+		}
+		if hits > queries*1.0001 {
+			return 0, fmt.Errorf("%w: %s %v exceeds %s %v", ErrMalformed, h.GetName(), hits, q.GetName(), queries)
+		}
+		return min(hits/queries, 1), nil
+	}
+	if g := first(names.rate); g != nil {
+		total, n := 0.0, 0
+		for _, m := range g.GetMetric() {
+			v, ok := sampleValue(m)
+			if !ok {
+				continue
+			}
+			if math.IsNaN(v) || v < 0 || v > 1.0001 {
+				return 0, fmt.Errorf("%w: %s = %v is not a fraction", ErrMalformed, g.GetName(), v)
+			}
+			total, n = total+v, n+1
+		}
+		if n > 0 {
+			return min(total/float64(n), 1), nil
+		}
+	}
+	return 0, nil
 }
 
 type loadNames struct{ running, waiting, usage, usageOld string }
@@ -380,6 +449,9 @@ func ParseLoadMetrics(text []byte, f Flavor) (Load, error) {
 		if n > 0 {
 			l.KVUsage, l.HasUsage = min(sum/float64(n), 1), true
 		}
+	}
+	if l.PrefixHitRate, err = prefixHitRate(fams, f); err != nil {
+		return Load{}, err
 	}
 	return l, nil
 }
