@@ -185,13 +185,14 @@ func (c *Core) workerCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv
 	// a prefix another replica's booking keeps active is counted twice, and
 	// the worker holding a conversation looks busier than an idle one.
 	held := 0
+	hashes := r.HashesFor(int(s.blockSize))
 	if s.ledger.refs.n > 0 || s.ledger.refs.zero > 0 { // most workers hold none of anyone's blocks: skip the call
-		held = s.ledger.activeDepth(r.BlockHashes)
+		held = s.ledger.activeDepth(hashes)
 	}
 	if s.remote.ActiveRequests > 0 {
 		held = max(held, ovl)
 	}
-	decode := load.DecodeBlocks + len(r.BlockHashes) - held + priv
+	decode := load.DecodeBlocks + len(hashes) - held + priv
 	if load.ActiveRequests > 0 {
 		if cfg.BusyPrefillTokens > 0 &&
 			load.PrefillTokens+r.PromptTokens-r.cachedFromOverlap(ovl, int(s.blockSize)) > cfg.BusyPrefillTokens {

@@ -223,7 +223,7 @@ func (c *Core) file(i int) {
 	ix.minSlow = min(ix.minSlow, st.slow)
 	if l.active == 0 && l.load() == (WorkerLoad{}) && s.remote == (WorkerLoad{}) {
 		st.loaded, st.key, st.queue = false, 0, 0
-		st.bucket = c.bucketFor(s.blockSize, s.kvBlocks, st.slow)
+		st.bucket = c.bucketFor(s.blockSize, s.kvBlocks, max(st.slow, 0)) // keyed as ttftCost prices it
 		st.bucket.add(i)
 		return
 	}

@@ -14,7 +14,7 @@ func TestAdmitRequestRoundTrips(t *testing.T) {
 	in := &AdmitRequest{ID: "r1", Class: "gold", Entry: "replica-1", Attempt: 2, StrictPriority: 1,
 		PriorityJump: 0.5, IngressUnixNano: 10, DueUnixNano: 20, PromptTokens: 100,
 		BlockHashes: []uint64{1, 1 << 63}, Overlaps: []AdmitOverlap{{Worker: "w1", Blocks: 2}},
-		Pinned: "w1", Allowed: []string{"w1", "w2"}, ExpectedOutput: 5,
+		Pinned: "w1", Allowed: []string{"w1", "w2"}, ExpectedOutput: 5, SizedBlocks: []AdmitBlocks{{BlockSize: 16, Hashes: []uint64{9}}},
 		Tenant: "acme", TenantWeight: 3, TenantQuota: &AdmitQuota{Concurrent: 10, RequestsPerMinute: 60, TokensPerMinute: 1000},
 		Session: &AdmitSession{Worker: "w2", Hard: true, MarginRatio: 0.5, MarginCost: 20}}
 	b, err := EncodeAdmission(in)
@@ -38,6 +38,7 @@ func TestAdmissionDecodersRejectBadInputWithTypedErrors(t *testing.T) {
 	}{
 		"admit: not json":          {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{`, ErrMalformed},
 		"admit: future version":    {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":9,"id":"a","class":"c","entry":"e"}`, ErrVersion},
+		"admit: sized w/o size":    {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"c","entry":"e","ingress":1,"sized":[{"bs":0,"blocks":[1]}]}`, ErrMalformed},
 		"admit: bad class":         {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"a.b","entry":"e"}`, ErrMalformed},
 		"admit: negative due":      {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"c","entry":"e","due":-1}`, ErrMalformed},
 		"reply: grant w/o booking": {func(b []byte) error { _, err := DecodeAdmitReply(b); return err }, `{"v":1,"ok":true,"worker":"w"}`, ErrMalformed},
