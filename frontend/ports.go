@@ -48,6 +48,9 @@ type WorkerEntry struct {
 	// MaxModelLen is the engine's context length in tokens (0: unknown):
 	// what a request without max_tokens may generate, less its prompt.
 	MaxModelLen int
+	// DPRank and DPSize: with DPSize > 1 the worker is one rank of a
+	// data-parallel engine, pinned with the X-data-parallel-rank header.
+	DPRank, DPSize int
 }
 
 // Serves reports whether the worker serves the model name.

@@ -483,6 +483,9 @@ type routing struct {
 	// maxModelLen is the longest context of the workers serving the model
 	// (0: none says).
 	maxModelLen int
+	// ranks are the data-parallel ranks of the eligible workers that are
+	// one (dprank.go); nil without any.
+	ranks map[string]int
 }
 
 // route resolves the model against the registry. With no workers at all the
@@ -507,6 +510,7 @@ func (s *Server) route(model string) (routing, *APIError) {
 			found = true
 			rt.engines = append(rt.engines, w.URL)
 			rt.maxModelLen = max(rt.maxModelLen, w.MaxModelLen)
+			rt.noteRank(w)
 		} else {
 			mixed = true
 		}
@@ -717,7 +721,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	if s.deps.Index != nil && len(req.BlockHashes) > 0 {
 		req.Overlaps = s.deps.Index.Overlaps(nil, req.BlockHashes)
 	}
-	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress, tenant: tn}
+	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress, tenant: tn, ranks: rt.ranks}
 	var failed []string
 	for attempt := 0; ; attempt++ {
 		req.Attempt, x.attempt = attempt, attempt
