@@ -71,7 +71,7 @@ func (p prefixIndex) Overlaps(dst []scheduler.Overlap, seqHashes []uint64) []sch
 	buf := matchPool.Get().(*[]kvindex.Match)
 	ms := p.ix.Lookup(seqHashes, (*buf)[:0])
 	for _, m := range ms {
-		dst = append(dst, scheduler.Overlap{Worker: m.Worker, Blocks: m.Blocks})
+		dst = append(dst, tierOverlap(m))
 	}
 	*buf = ms
 	matchPool.Put(buf)
