@@ -141,6 +141,7 @@ type simRequest struct {
 	itl     []time.Duration
 	res     Result
 	done    bool
+	host    int         // prompt tokens loaded back from the host tier (sim_tiers.go)
 	dec     simDecision // the grant's routing figures until the engine reports (sim_quality.go)
 }
 
@@ -186,17 +187,18 @@ type simOutcome struct {
 // simulation is one run. It is single-goroutine: the event loop owns every
 // component and calls them synchronously.
 type simulation struct {
-	cfg      SimConfig
-	log      *zap.Logger
-	clock    *simClock
-	events   eventHeap
-	seq      uint64
-	nEvents  uint64
-	reqs     []simRequest
-	replicas []simReplica
-	workers  []simWorker
-	widx     map[string]int
-	owner    map[string]int // class → owning replica (cluster admission)
+	tierResyncs int // host tier streams the index asked to resync (never expected)
+	cfg         SimConfig
+	log         *zap.Logger
+	clock       *simClock
+	events      eventHeap
+	seq         uint64
+	nEvents     uint64
+	reqs        []simRequest
+	replicas    []simReplica
+	workers     []simWorker
+	widx        map[string]int
+	owner       map[string]int // class → owning replica (cluster admission)
 
 	gossip    [][]scheduler.WorkerLoad // [origin replica][worker], as last gossiped
 	gossipVer uint64
@@ -329,7 +331,7 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 	}
 	for r := range s.replicas {
 		icfg := kvindex.DefaultConfig()
-		icfg.MaxWorkers = max(icfg.MaxWorkers, cfg.Workers)
+		icfg.MaxWorkers = max(icfg.MaxWorkers, 2*cfg.Workers) // a host tier is one more stream each
 		// Predictions live PredictTTL; room for every prompt block routed
 		// in that window keeps them from being dropped.
 		icfg.MaxPredictedEntries = 1 << 24
@@ -340,6 +342,11 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 		for _, w := range s.workers {
 			if err := ix.SetCapacity(w.id, cfg.Engine.NumBlocks); err != nil {
 				return nil, fmt.Errorf("sim index capacity: %w", err)
+			}
+			if st := w.eng.HostTierStream(); st != "" {
+				if err := ix.SetCapacity(st, cfg.Engine.HostBlocks); err != nil {
+					return nil, fmt.Errorf("sim index capacity: %w", err)
+				}
 			}
 		}
 		var view scheduler.LoadView
@@ -505,7 +512,7 @@ func (s *simulation) arrive(i int) {
 		if len(s.matches) > 0 {
 			r.Overlaps = make([]scheduler.Overlap, len(s.matches))
 			for j, m := range s.matches {
-				r.Overlaps[j] = scheduler.Overlap{Worker: m.Worker, Blocks: m.Blocks}
+				r.Overlaps[j] = tierOverlap(m)
 			}
 		}
 	default:
@@ -725,6 +732,7 @@ func (s *simulation) delta(i int, d engine.Delta) {
 		return
 	}
 	q.res.PromptTokens, q.res.CachedTokens = d.PromptTokens, d.CachedTokens
+	q.host = d.HostCachedTokens
 	s.realised(q, d.CachedTokens)
 	q.res.E2E = time.Duration(at - q.arrival)
 	q.res.ITL = q.itl
@@ -747,6 +755,13 @@ func (s *simulation) deliverKV(e simEvent) {
 			continue
 		}
 		if o == kvindex.OutcomeResync {
+			if e.batch.Worker != s.workers[e.a].id {
+				// A host tier's stream has no dump: its batches arrive in
+				// order and complete, so a resync is a simulator bug.
+				s.log.Warn("host tier stream resync", zap.String("stream", e.batch.Worker))
+				s.tierResyncs++
+				continue
+			}
 			s.requestDump(r, e.a)
 		}
 	}
