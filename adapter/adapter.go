@@ -429,7 +429,7 @@ func New(cfg Config, deps Deps) (*Adapter, error) {
 	}
 	if a.eng.metricsURL != "" {
 		a.load, err = newLoadReporter(LoadConfig{Worker: cfg.ID, Cluster: cfg.Cluster, Interval: cfg.LoadInterval,
-			Timeout: cfg.HealthTimeout, Flavor: flavor}, a.eng, deps.NATS, a.position, func() int { return int(a.total.Load()) },
+			Timeout: cfg.HealthTimeout, Flavor: flavor, Rank: cfg.rank()}, a.eng, deps.NATS, a.position, func() int { return int(a.total.Load()) },
 			log, deps.Registerer)
 		if err != nil {
 			return nil, err

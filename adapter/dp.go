@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Data-parallel engines. vLLM run with --data-parallel-size N serves one
@@ -17,6 +19,8 @@ import (
 // -kv-events for every rank): it registers the worker ID-dp<r> at the API
 // server's URL with the rank in its record, follows port + r, and routers
 // route to the rank as to any worker, sending the header with the request.
+// Its load reports count only the API server's series labelled
+// engine="<rank>" (vLLM labels each engine core's metrics so).
 
 // DPRankHeader is the request header that pins a vLLM data-parallel rank.
 const DPRankHeader = "X-data-parallel-rank"
@@ -68,4 +72,29 @@ func offsetPort(ep string, r int) (string, error) {
 		return "", fmt.Errorf("%w: kv endpoint %q has no port that rank %d can offset", ErrInvalidConfig, ep, r)
 	}
 	return ep[:i+1] + strconv.Itoa(port+r), nil
+}
+
+// onlyEngine keeps, in every family, the samples labelled engine=rank.
+func onlyEngine(fams map[string]*dto.MetricFamily, rank string) {
+	for _, f := range fams {
+		kept := f.Metric[:0]
+		for _, m := range f.Metric {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "engine" && lp.GetValue() == rank {
+					kept = append(kept, m)
+					break
+				}
+			}
+		}
+		f.Metric = kept
+	}
+}
+
+// rank is the load reporter's engine label: the rank with data
+// parallelism, "" (every engine) without.
+func (c Config) rank() string {
+	if c.DPSize <= 1 {
+		return ""
+	}
+	return strconv.Itoa(c.DPRank)
 }

@@ -88,3 +88,22 @@ func TestARanksEndpointsAreTheBaseOnesOffsetByTheRank(t *testing.T) {
 		require.ErrorIs(t, cfg.Validate(), ErrInvalidConfig, "rank %d of %d", bad[0], bad[1])
 	}
 }
+
+func TestARanksLoadIsItsOwnEnginesSeriesOnly(t *testing.T) {
+	text := []byte(vllmMetrics(3, 2, 0.25)) // engine "0": 3 running, 2 waiting; engine "1": 1 running
+	all, err := ParseLoadMetrics(text, FlavorVLLM)
+	require.NoError(t, err)
+	assert.Equal(t, Load{Running: 4, Waiting: 2, KVUsage: 0.25, HasUsage: true}, all)
+	for rank, want := range map[string]Load{
+		"0": {Running: 3, Waiting: 2, KVUsage: 0.25, HasUsage: true},
+		"1": {Running: 1, Waiting: 0, KVUsage: 0.25, HasUsage: true},
+	} {
+		got, err := parseLoadRank(text, FlavorVLLM, rank)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "rank %s", rank)
+	}
+	cfg := DefaultConfig()
+	assert.Empty(t, cfg.rank(), "without data parallelism every engine counts")
+	cfg.DPRank, cfg.DPSize = 1, 2
+	assert.Equal(t, "1", cfg.rank())
+}
