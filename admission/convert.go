@@ -26,6 +26,9 @@ func RequestToWire(r *scheduler.Request, entry string) *wire.AdmitRequest {
 			out.TenantQuota = &wire.AdmitQuota{Concurrent: q.Concurrent, RequestsPerMinute: q.RequestsPerMinute, TokensPerMinute: q.TokensPerMinute}
 		}
 	}
+	if a := r.Session; a.Worker != "" {
+		out.Session = &wire.AdmitSession{Worker: a.Worker, Hard: a.Hard, MarginRatio: a.MarginRatio, MarginCost: a.MarginCost}
+	}
 	if len(r.Overlaps) > 0 {
 		out.Overlaps = make([]wire.AdmitOverlap, len(r.Overlaps))
 		for i, o := range r.Overlaps {
@@ -53,6 +56,9 @@ func RequestFromWire(in *wire.AdmitRequest) *scheduler.Request {
 		if q := in.TenantQuota; q != nil {
 			r.Tenant.Quota = scheduler.TenantQuota{Concurrent: q.Concurrent, RequestsPerMinute: q.RequestsPerMinute, TokensPerMinute: q.TokensPerMinute}
 		}
+	}
+	if a := in.Session; a != nil {
+		r.Session = scheduler.SessionAffinity{Worker: a.Worker, Hard: a.Hard, MarginRatio: a.MarginRatio, MarginCost: a.MarginCost}
 	}
 	if len(in.Overlaps) > 0 {
 		r.Overlaps = make([]scheduler.Overlap, len(in.Overlaps))

@@ -37,6 +37,9 @@ type SimReport struct {
 	Quality SimQuality `json:"routing_quality"`
 	// Tiers is the host tier's part (sim_tiers.go); absent without one.
 	Tiers *SimTierReport `json:"tiers,omitempty"`
+	// Sessions is how often a session's turns stayed on one worker
+	// (sim_sessions.go).
+	Sessions SimSessionReport `json:"sessions"`
 	// Results holds every request's measurement (written to results.jsonl
 	// on request, never into the report JSON).
 	Results []Result `json:"-"`
@@ -148,6 +151,7 @@ func (s *simulation) report() *SimReport {
 		PeakQueued: s.peakQ,
 		Tiers:      s.tierReport(results),
 		Quality:    s.quality.withRates(),
+		Sessions:   s.sessions.final(),
 		Results:    results,
 	}
 	if len(s.reqs) > 0 {

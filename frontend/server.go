@@ -71,6 +71,12 @@ type Deps struct {
 	// Suspects shares worker suspicion after consecutive first-byte
 	// timeouts (hung.go); nil keeps the count local and marks nothing.
 	Suspects Suspects
+	// Sessions is the session → worker table (session.go); nil builds one
+	// from Config.SessionTTL and MaxSessions, local to this Server.
+	Sessions *scheduler.SessionTable
+	// SessionShare gossips the sessions this replica routes; nil keeps
+	// them local.
+	SessionShare SessionShare
 	// Admins authenticates the admin keys that open /metrics and /debug/*
 	// on the API listener when keys are configured (admin.go); nil: no key
 	// opens them there.
@@ -108,6 +114,9 @@ type Server struct {
 	suspects   *suspicion
 	quality    qualityLog   // routing decisions (quality.go)
 	bodies     *bodyMetrics // keys.go: bodies refused as ambiguous
+	// sessions is Deps.Sessions or a local table (session.go).
+	sessions       *scheduler.SessionTable
+	sessionMetrics *sessionMetrics
 }
 
 // New builds a Server. It starts nothing: Serve or Run do.
@@ -169,6 +178,11 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	s.hung = newHungMetrics(reg)
 	s.suspects = &suspicion{after: cfg.SuspectAfter, port: deps.Suspects}
 	s.bodies = newBodyMetrics(reg)
+	s.sessions = deps.Sessions
+	if s.sessions == nil {
+		s.sessions = scheduler.NewSessionTable(cfg.MaxSessions, cfg.SessionTTL)
+	}
+	s.sessionMetrics = newSessionMetrics(reg, s.sessions)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.instrument(metrics.RouteChatCompletions, func(w http.ResponseWriter, r *http.Request) int {
 		return s.handleCompletion(w, r, endpointChat)
@@ -721,6 +735,8 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	if s.deps.Index != nil && len(req.BlockHashes) > 0 {
 		req.Overlaps = s.deps.Index.Overlaps(nil, req.BlockHashes)
 	}
+	sess := s.lookupSession(r.Header, p, class, req.Tenant.ID, pol, rt)
+	req.Session = sess.affinity()
 	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress, tenant: tn, ranks: rt.ranks}
 	var failed []string
 	for attempt := 0; ; attempt++ {
@@ -756,6 +772,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 			return e.Status
 		}
 		g := t.Grant()
+		s.granted(sess, g.Worker, attempt)
 		x.decided(&req, g, rt.blockSize)
 		if s.deps.Index != nil && len(req.BlockHashes) > 0 {
 			s.deps.Index.Predict(g.Worker, req.BlockHashes)

@@ -83,7 +83,10 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	lo, hi := 0, n
 	cands := c.cands[:0]
 	restricted := false
-	if r.Pinned != "" {
+	sess := c.sessionWorker(r)
+	if sess >= 0 && r.Session.Hard {
+		lo, hi = sess, sess+1
+	} else if r.Pinned != "" {
 		i, ok := c.workerIdx[r.Pinned]
 		if !ok {
 			c.resetOverlaps()
@@ -105,6 +108,7 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 
 	sample := c.cfg.Temperature > 0
 	best := math.Inf(1)
+	least, sessCost, sessOK := math.Inf(1), 0.0, false
 	c.ties = c.ties[:0]
 	c.costs = c.costs[:0]
 	// Private blocks depend only on the block size, which is nearly always
@@ -129,6 +133,10 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 		if !ok {
 			continue
 		}
+		if i == sess {
+			sessCost, sessOK = cost, true
+		}
+		least = min(least, cost)
 		if sample {
 			c.ties = append(c.ties, i)
 			c.costs = append(c.costs, cost)
@@ -146,6 +154,8 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	switch {
 	case len(c.ties) == 0:
 		return -1, false
+	case sessOK && r.Session.sticks(sessCost, least):
+		return sess, true
 	case len(c.ties) == 1:
 		return c.ties[0], true
 	case !sample:

@@ -112,7 +112,7 @@ func (b *idleBucket) remove(i int) {
 // for constrained requests (their candidate lists are short) and for
 // sampling and spread (every worker's exact cost counts there).
 func (c *Core) indexable(r *Request) bool {
-	return r.Pinned == "" && len(r.Allowed) == 0 && c.cfg.Temperature == 0 &&
+	return r.Pinned == "" && len(r.Allowed) == 0 && r.Session.Worker == "" && c.cfg.Temperature == 0 &&
 		(c.cfg.Selector != SelectorTTFT || c.cfg.TTFT.Spread == 0)
 }
 

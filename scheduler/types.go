@@ -170,6 +170,8 @@ type Request struct {
 	Overlaps     []Overlap
 	Pinned       string   // "" = not pinned
 	Allowed      []string // empty = any registered worker
+	// Session prefers the worker of the request's session (sessions.go).
+	Session SessionAffinity
 
 	// ExpectedOutputTokens is the output booked for the request: of all its
 	// sequences together.

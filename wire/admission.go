@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -48,6 +49,18 @@ type AdmitRequest struct {
 	Tenant       string      `json:"tenant,omitempty"`
 	TenantWeight int         `json:"tw,omitempty"`
 	TenantQuota  *AdmitQuota `json:"tq,omitempty"`
+	// Session is scheduler.Request's session affinity (nil: none). Older
+	// owners ignore it and route by cache and load alone.
+	Session *AdmitSession `json:"sess,omitempty"`
+}
+
+// AdmitSession is the worker a request's session last ran on and how
+// strongly to prefer it (scheduler.SessionAffinity).
+type AdmitSession struct {
+	Worker      string  `json:"w"`
+	Hard        bool    `json:"hard,omitempty"`
+	MarginRatio float64 `json:"mr,omitempty"`
+	MarginCost  float64 `json:"mc,omitempty"`
 }
 
 // AdmitQuota is a tenant's quota as the entry replica knows it (0 is
@@ -256,6 +269,12 @@ func DecodeAdmitRequest(p []byte) (*AdmitRequest, error) {
 	}
 	if err := m.checkTenant(); err != nil {
 		return nil, err
+	}
+	if a := m.Session; a != nil && (a.Worker == "" || len(a.Worker) > 256 ||
+		!(a.MarginRatio >= 0) || !(a.MarginCost >= 0) || math.IsInf(a.MarginRatio, 0) || math.IsInf(a.MarginCost, 0)) {
+		// NaN fails both comparisons: a margin that is not a finite number
+		// >= 0 would make every cost stick or none.
+		return nil, fmt.Errorf("%w: admit request %s has a bad session", ErrMalformed, m.ID)
 	}
 	return &m, nil
 }
