@@ -55,6 +55,20 @@ type Config struct {
 	KVReplay        string
 	KVTopic         string
 	KVReplayTimeout time.Duration
+	// KVTiers lists the lower tiers whose blocks are mirrored, each as a
+	// stream of its own (tiers.go): "cpu", "disk" or both, comma-separated
+	// ("": the GPU tier only, lower tiers' blocks skipped).
+	KVTiers string
+	// KVTierBlocks is each lower tier's capacity in blocks as routers are
+	// told ("cpu=262144,disk=1048576"); a tier of KVTiers not named here
+	// is advertised at 8 times the GPU tier's blocks.
+	KVTierBlocks string
+	// DPSize > 1 fronts one rank, DPRank, of an engine run with data
+	// parallelism (dp.go): the worker registers as ID-dp<rank>, follows
+	// the rank's events on KVEvents' port + rank (vLLM's convention), and
+	// routers pin the rank with the X-data-parallel-rank header.
+	DPRank int
+	DPSize int
 
 	ID      string
 	Cluster string
@@ -121,6 +135,15 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
+	if _, err := parseTiers(c.KVTiers); err != nil {
+		return err
+	}
+	if _, err := parseTierBlocks(c.KVTierBlocks); err != nil {
+		return err
+	}
+	if err := c.validateDP(); err != nil {
+		return err
+	}
 	switch {
 	case c.Engine < EngineVLLM || c.Engine > EngineOpenAI:
 		return bad("engine %v", c.Engine)
@@ -160,6 +183,8 @@ func (c Config) Validate() error {
 		return bad("heartbeat-interval %v must be positive", c.HeartbeatInterval)
 	case c.DumpChunkBlocks <= 0 || c.DumpChunkBlocks > wire.MaxBlocksPerMessage:
 		return bad("dump-chunk-blocks %d must be in [1, %d]", c.DumpChunkBlocks, wire.MaxBlocksPerMessage)
+	case c.KVTiers != "" && c.KVEvents == "":
+		return bad("kv-tiers needs kv-events")
 	case c.MaxMirrorEntries < 0:
 		return bad("max-mirror-entries %d must not be negative", c.MaxMirrorEntries)
 	case c.TokenizerDir != "" && c.TokenizerSpec != "":
@@ -253,6 +278,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.DurationVar(&c.LoadInterval, prefix+"load-interval", c.LoadInterval, "engine metrics scrape and load report period")
 	fs.DurationVar(&c.HeartbeatInterval, prefix+"heartbeat-interval", c.HeartbeatInterval, "period of empty KV batches (heartbeats) to routers")
 	fs.IntVar(&c.DumpChunkBlocks, prefix+"dump-chunk-blocks", c.DumpChunkBlocks, "hashes per KV dump reply chunk")
+	fs.StringVar(&c.KVTiers, prefix+"kv-tiers", c.KVTiers, "lower KV tiers to mirror for routers, comma-separated: cpu, disk (empty: GPU blocks only)")
+	fs.StringVar(&c.KVTierBlocks, prefix+"kv-tier-blocks", c.KVTierBlocks, "capacity in blocks of each lower tier, e.g. cpu=262144,disk=1048576 (default 8 x the engine's KV blocks)")
+	fs.IntVar(&c.DPRank, prefix+"dp-rank", c.DPRank, "data-parallel rank this adapter fronts (with -dp-size > 1)")
+	fs.IntVar(&c.DPSize, prefix+"dp-size", c.DPSize, "data-parallel size of the engine (0 or 1: no data parallelism)")
 	fs.IntVar(&c.MaxMirrorEntries, prefix+"max-mirror-entries", c.MaxMirrorEntries, "bound of the engine-hash map (0: 4 x the engine's KV blocks, at least 4096)")
 	fs.StringVar(&c.TokenizerDir, prefix+"tokenizer-dir", c.TokenizerDir, "model directory whose tokenizer files are served and advertised")
 	fs.StringVar(&c.TokenizerSpec, prefix+"tokenizer-spec", c.TokenizerSpec, "built-in tokenizer to advertise instead, e.g. tiktoken:o200k_base")
@@ -306,8 +335,12 @@ type Adapter struct {
 	log    *zap.Logger
 	eng    *engineClient
 	mirror *Mirror // nil without KV events
-	load   *LoadReporter
-	files  []wire.NamedFile
+	// tiers are the lower tiers' mirrors (-kv-tiers), tierReg their
+	// metrics, labelled by tier and served beside the Gatherer's.
+	tiers   []*Mirror
+	tierReg *prometheus.Registry
+	load    *LoadReporter
+	files   []wire.NamedFile
 	// serverTLS serves the HTTP port over TLS (nil: plaintext).
 	serverTLS *tls.Config
 
@@ -326,6 +359,10 @@ type Adapter struct {
 // but starts nothing.
 func New(cfg Config, deps Deps) (*Adapter, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg, err := cfg.forRank()
+	if err != nil {
 		return nil, err
 	}
 	if deps.Etcd == nil || deps.NATS == nil {
@@ -379,6 +416,9 @@ func New(cfg Config, deps Deps) (*Adapter, error) {
 		if a.mirror, err = NewMirror(mc, deps.NATS, log, deps.Registerer); err != nil {
 			return nil, err
 		}
+		if err := a.newTierMirrors(mc); err != nil {
+			return nil, err
+		}
 		a.runEvents = a.subscriberRunner()
 	}
 	var flavor Flavor // openai: either engine's names
@@ -390,7 +430,7 @@ func New(cfg Config, deps Deps) (*Adapter, error) {
 	}
 	if a.eng.metricsURL != "" {
 		a.load, err = newLoadReporter(LoadConfig{Worker: cfg.ID, Cluster: cfg.Cluster, Interval: cfg.LoadInterval,
-			Timeout: cfg.HealthTimeout, Flavor: flavor}, a.eng, deps.NATS, a.position, func() int { return int(a.total.Load()) },
+			Timeout: cfg.HealthTimeout, Flavor: flavor, Rank: cfg.rank()}, a.eng, deps.NATS, a.position, func() int { return int(a.total.Load()) },
 			log, deps.Registerer)
 		if err != nil {
 			return nil, err
@@ -439,6 +479,11 @@ func (a *Adapter) onInfo(info wire.WorkerInfo) error {
 		if err := a.mirror.Configure(Shape{Model: info.SaltName(), BlockSize: info.BlockSize, MaxEntries: max}); err != nil {
 			return err
 		}
+		for _, t := range a.tiers {
+			if err := t.Configure(Shape{Model: info.Model, BlockSize: info.BlockSize, MaxEntries: max}); err != nil {
+				return err
+			}
+		}
 	}
 	a.total.Store(int64(info.KVBlocks))
 	a.shapeOnce.Do(func() { close(a.shaped) })
@@ -466,6 +511,7 @@ func (a *Adapter) Run(ctx context.Context) error {
 	rc := RegistrarConfig{
 		Worker: a.cfg.ID, Cluster: a.cfg.Cluster, URL: a.cfg.EngineURL, Engine: a.cfg.Engine, Labels: a.cfg.Labels,
 		PublishesEvents: a.mirror != nil, Overrides: a.cfg.Overrides, LeaseTTL: a.cfg.LeaseTTL,
+		TierBlocks: a.tierBlocks(), DPRank: a.cfg.DPRank, DPSize: a.cfg.DPSize,
 		ProbeInterval: a.cfg.HealthInterval, ProbeTimeout: a.cfg.HealthTimeout, FailureThreshold: a.cfg.HealthFailures,
 		RediscoverInterval: a.cfg.RediscoverInterval,
 	}
@@ -489,7 +535,7 @@ func (a *Adapter) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 8) // one slot per goroutine below: none blocks on exit
+	errs := make(chan error, 8+len(a.tiers)) // one slot per goroutine below: none blocks on exit
 	run := func(name string, f func(context.Context) error) {
 		wg.Go(func() {
 			if err := f(ctx); err != nil {
@@ -507,6 +553,9 @@ func (a *Adapter) Run(ctx context.Context) error {
 	run("registrar", a.reg.Run)
 	if a.mirror != nil {
 		run("mirror", a.mirror.Run)
+		for _, t := range a.tiers {
+			run("mirror "+t.cfg.Tier.String(), t.Run)
+		}
 		run("kv_events", a.followEvents)
 	}
 	if a.load != nil {
@@ -536,7 +585,7 @@ func (a *Adapter) subscriberRunner() func(context.Context) error {
 			if a.cfg.KVReplayTimeout > 0 {
 				sc.ReplayTimeout = a.cfg.KVReplayTimeout
 			}
-			s, err := enginekv.NewSubscriber(sc, a.mirror, a.log, a.deps.Registerer)
+			s, err := enginekv.NewSubscriber(sc, a.handler(), a.log, a.deps.Registerer)
 			if err != nil {
 				return err
 			}
@@ -565,6 +614,9 @@ func (a *Adapter) followEvents(ctx context.Context) error {
 		}
 		a.subRuns.Inc()
 		a.mirror.restart(repairSubscriber)
+		for _, t := range a.tiers {
+			t.restart(repairSubscriber)
+		}
 		a.log.Warn("engine event subscriber stopped; starting it again", zap.Error(err), zap.Duration("in", wait))
 		select {
 		case <-ctx.Done():

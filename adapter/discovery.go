@@ -409,6 +409,13 @@ var flavorNames = map[Flavor]loadNames{
 // ranks), the usage fraction is their mean. The running and waiting counts
 // must be present. Errors wrap ErrMalformed.
 func ParseLoadMetrics(text []byte, f Flavor) (Load, error) {
+	return parseLoadRank(text, f, "")
+}
+
+// parseLoadRank is ParseLoadMetrics of one data-parallel rank: vLLM labels
+// each engine core's series engine="<rank>", and with rank set only those
+// count; "" sums every engine.
+func parseLoadRank(text []byte, f Flavor, rank string) (Load, error) {
 	names, ok := flavorNames[f]
 	if !ok {
 		return Load{}, fmt.Errorf("%w: unknown metrics flavor %v", ErrInvalidConfig, f)
@@ -416,6 +423,9 @@ func ParseLoadMetrics(text []byte, f Flavor) (Load, error) {
 	fams, err := parseFamilies(text)
 	if err != nil {
 		return Load{}, err
+	}
+	if rank != "" {
+		onlyEngine(fams, rank)
 	}
 	var l Load
 	var ok1, ok2 bool

@@ -73,9 +73,17 @@
 //
 // Blocks are skipped and counted by reason (switchyard_adapter_kv_skipped_
 // blocks_total): another block size, a KV cache group other than 0, a tier
-// other than GPU (removals and clears of other tiers are ignored too), a
+// the mirror does not follow (removals and clears of other tiers are
+// ignored too), a medium no engine is known to write (medium_unknown), a
 // LoRA id without a name (the seed would be unknown), token ids that do not
 // fill the blocks, and unknown parents.
+//
+// # Tiers and data-parallel ranks
+//
+// With -kv-tiers a lower tier (host memory, disk) gets a mirror of its own
+// publishing as the worker's tier stream (tiers.go); with -dp-rank the
+// adapter fronts one rank of a data-parallel vLLM and registers it as a
+// worker of its own (dp.go).
 //
 // # Exactness and repair
 //

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -15,7 +16,11 @@ import (
 func (a *Adapter) routes() http.Handler {
 	mux := http.NewServeMux()
 	if a.deps.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(a.deps.Gatherer, promhttp.HandlerOpts{}))
+		var g prometheus.Gatherer = a.deps.Gatherer
+		if a.tierReg != nil {
+			g = prometheus.Gatherers{a.deps.Gatherer, a.tierReg}
+		}
+		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))

@@ -25,6 +25,9 @@ type LoadConfig struct {
 	// Flavor names the metrics read; 0 tries vLLM's names, then SGLang's
 	// (a generic OpenAI server whose -metrics-url may export either).
 	Flavor Flavor
+	// Rank, when set, counts only the series labelled engine=Rank: one
+	// data-parallel rank's load (dp.go); "" sums every engine.
+	Rank string
 }
 
 // Validate names the first bad field.
@@ -111,9 +114,9 @@ func (l *LoadReporter) once(ctx context.Context) {
 	}
 	var load Load
 	if l.cfg.Flavor != 0 {
-		load, err = ParseLoadMetrics(text, l.cfg.Flavor)
-	} else if load, err = ParseLoadMetrics(text, FlavorVLLM); err != nil {
-		load, err = ParseLoadMetrics(text, FlavorSGLang)
+		load, err = parseLoadRank(text, l.cfg.Flavor, l.cfg.Rank)
+	} else if load, err = parseLoadRank(text, FlavorVLLM, l.cfg.Rank); err != nil {
+		load, err = parseLoadRank(text, FlavorSGLang, l.cfg.Rank)
 	}
 	if err != nil {
 		l.scrapes.WithLabelValues("malformed").Inc()

@@ -20,6 +20,7 @@ const (
 	skipLoRAUnnamed
 	skipUnknownParent
 	skipUnconfigured
+	skipMediumUnknown
 	numSkipReasons
 )
 
@@ -39,6 +40,8 @@ func (r skipReason) String() string {
 		return "unknown_parent"
 	case skipUnconfigured:
 		return "unconfigured"
+	case skipMediumUnknown:
+		return "medium_unknown"
 	}
 	return fmt.Sprintf("skip_reason(%d)", uint8(r))
 }
@@ -112,14 +115,15 @@ func newMirrorMetrics(reg prometheus.Registerer) *mirrorMetrics {
 		Help: "Blocks published to routers, by kind (stored, removed)."}, []string{"kind"})
 	m.stored, m.removed = blocks.WithLabelValues("stored"), blocks.WithLabelValues("removed")
 	skipped := f.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_adapter_kv_skipped_blocks_total",
-		Help: "Stored blocks the mirror did not publish, by reason (block_size, kv_group, medium, malformed, lora_without_name, unknown_parent, unconfigured)."}, []string{"reason"})
+		Help: "Stored blocks the mirror did not publish, by reason (block_size, kv_group, medium: another tier, medium_unknown, malformed, lora_without_name, unknown_parent, unconfigured)."}, []string{"reason"})
 	skippedRm := f.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_adapter_kv_skipped_removals_total",
-		Help: "Removed blocks (and clears) ignored because they concern another tier or KV group, by reason (medium, kv_group)."}, []string{"reason"})
+		Help: "Removed blocks (and clears) ignored because they concern another tier or KV group, by reason (medium, medium_unknown, kv_group)."}, []string{"reason"})
 	for r := skipBlockSize; r < numSkipReasons; r++ {
 		m.skipped[r] = skipped.WithLabelValues(r.String())
 	}
 	m.skippedRemovals[skipMedium] = skippedRm.WithLabelValues(skipMedium.String())
 	m.skippedRemovals[skipGroup] = skippedRm.WithLabelValues(skipGroup.String())
+	m.skippedRemovals[skipMediumUnknown] = skippedRm.WithLabelValues(skipMediumUnknown.String())
 	m.unknownRemoved = f.NewCounter(prometheus.CounterOpts{Name: "switchyard_adapter_kv_unknown_removals_total",
 		Help: "Removed engine blocks the mirror did not know (stored before its start, skipped or evicted)."})
 	m.unknownEvents = f.NewCounter(prometheus.CounterOpts{Name: "switchyard_adapter_kv_unknown_events_total",

@@ -32,6 +32,10 @@ type MirrorConfig struct {
 	// engine batch is split, so a batch stays well under NATS' payload limit
 	// (8 bytes a hash; the default 65536 is 512 KiB).
 	MaxBatchHashes int
+	// Tier is the storage tier the mirror follows (kvindex.TierGPU, the
+	// zero value, or a lower one: then Worker is the tier's stream name,
+	// kvindex.TierStream). Blocks of every other tier are skipped.
+	Tier kvindex.Tier
 }
 
 // DefaultMirrorConfig returns the mirror's defaults.
@@ -123,6 +127,10 @@ type Mirror struct {
 	nStored, nRemoved int
 	// sink keeps touchLocked's loads from being optimised away.
 	sink uint64
+	// above resolves engine hashes a lower tier's events name without
+	// tokens or with a parent only the GPU tier knows (tiers.go); nil for
+	// the GPU mirror.
+	above *Mirror
 }
 
 // NewMirror returns a mirror publishing on nc. It starts nothing; Run
@@ -306,10 +314,10 @@ func (m *Mirror) seedFor(lora string) uint64 {
 
 // skipReason says why an event's blocks are not mirrored, or skipNone.
 func (m *Mirror) skipReason(e *enginekv.Event) skipReason {
-	switch {
-	case e.Medium != "" && e.Medium != "GPU":
-		return skipMedium
-	case e.GroupIdx != 0:
+	if r := m.tierSkip(e); r != skipNone {
+		return r
+	}
+	if e.GroupIdx != 0 {
 		return skipGroup
 	}
 	if e.Kind != enginekv.BlockStored {
@@ -318,7 +326,7 @@ func (m *Mirror) skipReason(e *enginekv.Event) skipReason {
 	switch {
 	case e.BlockSize != m.shape.BlockSize:
 		return skipBlockSize
-	case len(e.TokenIDs) != len(e.BlockHashes)*e.BlockSize:
+	case len(e.TokenIDs) != len(e.BlockHashes)*e.BlockSize && !m.resolvable(e):
 		return skipMalformed
 	case e.LoRAID != 0 && e.LoRAName == "":
 		// The seed is the adapter's name; an id alone cannot be hashed
@@ -389,12 +397,27 @@ func (m *Mirror) storeLocked(e *enginekv.Event) {
 		return
 	}
 	var parent uint64
-	hasParent := false
+	// hasParent: the chain continues a known block; published: routers
+	// hold that block on this stream too. A lower tier's chain may
+	// continue a block only the GPU tier holds: routers would read that
+	// parent as unknown on this stream, so its store goes out as a chain
+	// start (the hashes are sequence hashes either way).
+	hasParent, published := false, false
 	if e.HasParent {
 		pe, ok := m.engine.get(e.ParentHash)
 		switch {
 		case ok:
-			parent, hasParent = pe.sy, true
+			parent, hasParent, published = pe.sy, true, true
+		case m.above != nil:
+			if parent, ok = m.above.resolve(e.ParentHash); ok {
+				hasParent = true
+				break
+			}
+			if e.ParentHash != 0 {
+				m.unknownParentLocked(n)
+				return
+			}
+			m.m.zeroParents.Add(float64(n))
 		case e.ParentHash == 0:
 			// Some vLLM-compatible publishers mark a chain's first block
 			// with parent 0 rather than None, and other consumers read it
@@ -406,17 +429,26 @@ func (m *Mirror) storeLocked(e *enginekv.Event) {
 			return
 		}
 	}
-	seed := m.seedFor(e.LoRAName)
-	bs := e.BlockSize
 	start := len(m.arena)
-	prev := parent
-	for i := range e.BlockHashes {
-		s := kvindex.BlockHash(e.TokenIDs[i*bs:(i+1)*bs], seed)
-		if hasParent || i > 0 {
-			s = kvindex.ChainHash(prev, s, seed)
+	if len(e.TokenIDs) == 0 {
+		// A lower tier's copy of blocks the GPU tier stored (resolvable:
+		// skipReason let nothing else through).
+		if !m.resolveLocked(e.BlockHashes) {
+			m.arena = m.arena[:start]
+			return
 		}
-		prev = s
-		m.arena = append(m.arena, s)
+	} else {
+		seed := m.seedFor(e.LoRAName)
+		bs := e.BlockSize
+		prev := parent
+		for i := range e.BlockHashes {
+			s := kvindex.BlockHash(e.TokenIDs[i*bs:(i+1)*bs], seed)
+			if hasParent || i > 0 {
+				s = kvindex.ChainHash(prev, s, seed)
+			}
+			prev = s
+			m.arena = append(m.arena, s)
+		}
 	}
 	end := len(m.arena)
 	// All of the event's hashes first, then their reference slots
@@ -432,7 +464,10 @@ func (m *Mirror) storeLocked(e *enginekv.Event) {
 			m.stale = append(m.stale, old)
 		}
 	}
-	m.pending = append(m.pending, wire.KVEvent{Kind: wire.KVStored, Parent: parent, HasParent: hasParent,
+	if !published {
+		parent = 0
+	}
+	m.pending = append(m.pending, wire.KVEvent{Kind: wire.KVStored, Parent: parent, HasParent: published,
 		Hashes: m.arena[start:end:end]})
 	m.nStored += n
 	if len(m.stale) > 0 {

@@ -141,19 +141,21 @@ func TestBlocksTheMirrorCannotRehashAreSkippedAndCountedByReason(t *testing.T) {
 	f.batch(rm)
 	router.holdsExactly(t, "w1", good.want(testModel, 2), "only the good prompt")
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP switchyard_adapter_kv_skipped_blocks_total Stored blocks the mirror did not publish, by reason (block_size, kv_group, medium, malformed, lora_without_name, unknown_parent, unconfigured).
+# HELP switchyard_adapter_kv_skipped_blocks_total Stored blocks the mirror did not publish, by reason (block_size, kv_group, medium: another tier, medium_unknown, malformed, lora_without_name, unknown_parent, unconfigured).
 # TYPE switchyard_adapter_kv_skipped_blocks_total counter
 switchyard_adapter_kv_skipped_blocks_total{reason="block_size"} 3
 switchyard_adapter_kv_skipped_blocks_total{reason="kv_group"} 5
 switchyard_adapter_kv_skipped_blocks_total{reason="lora_without_name"} 6
 switchyard_adapter_kv_skipped_blocks_total{reason="malformed"} 7
 switchyard_adapter_kv_skipped_blocks_total{reason="medium"} 4
+switchyard_adapter_kv_skipped_blocks_total{reason="medium_unknown"} 0
 switchyard_adapter_kv_skipped_blocks_total{reason="unconfigured"} 0
 switchyard_adapter_kv_skipped_blocks_total{reason="unknown_parent"} 0
-# HELP switchyard_adapter_kv_skipped_removals_total Removed blocks (and clears) ignored because they concern another tier or KV group, by reason (medium, kv_group).
+# HELP switchyard_adapter_kv_skipped_removals_total Removed blocks (and clears) ignored because they concern another tier or KV group, by reason (medium, medium_unknown, kv_group).
 # TYPE switchyard_adapter_kv_skipped_removals_total counter
 switchyard_adapter_kv_skipped_removals_total{reason="kv_group"} 0
 switchyard_adapter_kv_skipped_removals_total{reason="medium"} 2
+switchyard_adapter_kv_skipped_removals_total{reason="medium_unknown"} 0
 `), "switchyard_adapter_kv_skipped_blocks_total", "switchyard_adapter_kv_skipped_removals_total"))
 }
 

@@ -51,8 +51,14 @@ type RegistrarConfig struct {
 	Labels map[string]string
 	// PublishesEvents is registered as is (true when KV events are mirrored).
 	PublishesEvents bool
-	Tokenizer       *wire.TokenizerSource
-	Overrides       Overrides
+	// TierBlocks is each mirrored lower tier's capacity ("cpu", "disk"); 0
+	// advertises 8 times the engine's KV blocks.
+	TierBlocks map[string]int
+	// DPRank and DPSize are registered as is (DPSize > 1: one rank of a
+	// data-parallel engine).
+	DPRank, DPSize int
+	Tokenizer      *wire.TokenizerSource
+	Overrides      Overrides
 
 	// LeaseTTL is the etcd session's TTL: a killed adapter's registration
 	// disappears within it.
@@ -356,6 +362,18 @@ func (r *Registrar) discover(ctx context.Context, prev *wire.WorkerInfo) (*wire.
 		// (and every engine of the same weights) hashes a prompt alike.
 		// A -model that renames the base keeps its own name as the salt.
 		info.Salt = d.Root
+	}
+	if r.cfg.DPSize > 1 {
+		info.DPRank, info.DPSize = r.cfg.DPRank, r.cfg.DPSize
+	}
+	for tier, n := range r.cfg.TierBlocks {
+		if info.TierBlocks == nil {
+			info.TierBlocks = make(map[string]int, len(r.cfg.TierBlocks))
+		}
+		if n == 0 {
+			n = 8 * max(1, info.KVBlocks)
+		}
+		info.TierBlocks[tier] = n
 	}
 	if r.cfg.Engine == EngineOpenAI {
 		info.BlockSize = pickInt(info.BlockSize, openAIBlockSize)

@@ -91,14 +91,20 @@ type pyPublisher struct {
 
 func startPublisher(t *testing.T) *pyPublisher {
 	t.Helper()
+	return startPublisherAt(t, fmt.Sprintf("tcp://127.0.0.1:%d", testenv.FreePort(t)),
+		fmt.Sprintf("tcp://127.0.0.1:%d", testenv.FreePort(t)))
+}
+
+// startPublisherAt is startPublisher on the given PUB and replay endpoints.
+func startPublisherAt(t *testing.T, pubEP, replayEP string) *pyPublisher {
+	t.Helper()
 	py := "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import zmq, msgpack").Run(); err != nil {
 		t.Skip("needs /usr/bin/python3 with python3-zmq and python3-msgpack (Debian packages): " + err.Error())
 	}
 	script := filepath.Join(t.TempDir(), "publisher.py")
 	require.NoError(t, os.WriteFile(script, []byte(publisherPy), 0o600))
-	p := &pyPublisher{pubEP: fmt.Sprintf("tcp://127.0.0.1:%d", testenv.FreePort(t)),
-		replay: fmt.Sprintf("tcp://127.0.0.1:%d", testenv.FreePort(t))}
+	p := &pyPublisher{pubEP: pubEP, replay: replayEP}
 	p.cmd = exec.Command(py, script, p.pubEP, p.replay, "kv")
 	p.cmd.Stderr = os.Stderr
 	var err error

@@ -147,6 +147,8 @@ func (c *simCLI) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&b.Engine.MaxNumSeqs, "sim-max-num-seqs", b.Engine.MaxNumSeqs, "sim: engine maximum running sequences")
 	fs.IntVar(&b.Engine.MaxModelLen, "sim-max-model-len", b.Engine.MaxModelLen, "sim: engine maximum prompt plus output tokens")
 	fs.Float64Var(&b.Engine.Speedup, "sim-engine-speedup", b.Engine.Speedup, "sim: divide every engine step time by this factor")
+	fs.IntVar(&b.Engine.HostBlocks, "sim-host-blocks", b.Engine.HostBlocks, "sim: engine host-memory KV tier in blocks (0: none): GPU-evicted blocks go there and load back at -sim-host-load-ms-per-token")
+	fs.Float64Var(&b.Engine.HostLoadMsPerToken, "sim-host-load-ms-per-token", b.Engine.HostLoadMsPerToken, "sim: ms a token's KV takes to load back from the host tier")
 	listFlag(fs, "sim-engine-speedups", "sim: per-worker engine speedups, assigned round-robin (e.g. 0.5,1: half the workers twice as slow)", &b.EngineSpeedups, func(s string) (float64, error) {
 		return strconv.ParseFloat(s, 64)
 	})

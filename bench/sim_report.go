@@ -35,6 +35,8 @@ type SimReport struct {
 	// realised cached tokens with the reasons for each shortfall, as a
 	// live router counts them (SimQuality).
 	Quality SimQuality `json:"routing_quality"`
+	// Tiers is the host tier's part (sim_tiers.go); absent without one.
+	Tiers *SimTierReport `json:"tiers,omitempty"`
 	// Sessions is how often a session's turns stayed on one worker
 	// (sim_sessions.go).
 	Sessions SimSessionReport `json:"sessions"`
@@ -76,6 +78,9 @@ type SimConfigInfo struct {
 	MaxNumSeqs      int       `json:"max_num_seqs"`
 	EngineSpeedup   float64   `json:"engine_speedup"`
 	EngineSpeedups  []float64 `json:"engine_speedups,omitempty"`
+	HostBlocks      int       `json:"host_blocks,omitempty"`
+	HostLoadMsPerTk float64   `json:"host_load_ms_per_token,omitempty"`
+	TierWeights     []float64 `json:"tier_weights,omitempty"`
 }
 
 // SimWorkerReport is one engine's view of the run.
@@ -86,11 +91,13 @@ type SimWorkerReport struct {
 	PromptTokens uint64  `json:"prompt_tokens"`
 	CachedTokens uint64  `json:"cached_tokens"`
 	HitRate      float64 `json:"hit_rate"`
-	BusyS        float64 `json:"busy_s"`
-	Steps        uint64  `json:"steps"`
-	Preemptions  uint64  `json:"preemptions"`
-	Evicted      uint64  `json:"blocks_evicted"`
-	IndexResyncs int     `json:"index_resyncs"`
+	// HostCachedTokens of CachedTokens were loaded back from the host tier.
+	HostCachedTokens uint64  `json:"host_cached_tokens,omitempty"`
+	BusyS            float64 `json:"busy_s"`
+	Steps            uint64  `json:"steps"`
+	Preemptions      uint64  `json:"preemptions"`
+	Evicted          uint64  `json:"blocks_evicted"`
+	IndexResyncs     int     `json:"index_resyncs"`
 	// TTFTScale is the first replica's calibrated TTFT scale for the
 	// worker (observed over predicted grant-to-first-token time; 1 when
 	// the ttft selector is off or calibration is off).
@@ -137,10 +144,12 @@ func (s *simulation) report() *SimReport {
 			QueueLimit: cfg.Class.Limits.Requests, BlockSize: cfg.Engine.BlockSize, KVBlocks: cfg.Engine.NumBlocks,
 			MaxBatchedTok: cfg.Engine.MaxNumBatchedTokens, MaxNumSeqs: cfg.Engine.MaxNumSeqs, EngineSpeedup: cfg.Engine.Speedup,
 			EngineSpeedups: cfg.EngineSpeedups,
+			HostBlocks:     cfg.Engine.HostBlocks, HostLoadMsPerTk: hostLoad(cfg), TierWeights: tierWeights(cfg),
 		},
 		Summary:    sum,
 		Events:     s.nEvents,
 		PeakQueued: s.peakQ,
+		Tiers:      s.tierReport(results),
 		Quality:    s.quality.withRates(),
 		Sessions:   s.sessions.final(),
 		Results:    results,
@@ -164,7 +173,7 @@ func (s *simulation) report() *SimReport {
 		st := w.eng.Stats()
 		rep.Workers = append(rep.Workers, SimWorkerReport{
 			ID: w.id, Requests: w.reqs, PeakActive: w.peak, PromptTokens: st.PromptTokens,
-			CachedTokens: st.CachedTokens, HitRate: st.PrefixHitRate, BusyS: st.BusyTime.Seconds(),
+			CachedTokens: st.CachedTokens, HitRate: st.PrefixHitRate, BusyS: st.BusyTime.Seconds(), HostCachedTokens: st.HostCachedTokens,
 			Steps: st.Steps, Preemptions: st.Preemptions, Evicted: st.BlocksEvicted, IndexResyncs: w.resyncs,
 			TTFTScale: s.replicas[0].core.TTFTScale(w.id),
 		})

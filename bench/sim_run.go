@@ -142,6 +142,7 @@ type simRequest struct {
 	itl     []time.Duration
 	res     Result
 	done    bool
+	host    int         // prompt tokens loaded back from the host tier (sim_tiers.go)
 	dec     simDecision // the grant's routing figures until the engine reports (sim_quality.go)
 	// sessionPrev is the worker the entry replica's session table named
 	// ("": none, or affinity off; sim_sessions.go).
@@ -190,17 +191,18 @@ type simOutcome struct {
 // simulation is one run. It is single-goroutine: the event loop owns every
 // component and calls them synchronously.
 type simulation struct {
-	cfg      SimConfig
-	log      *zap.Logger
-	clock    *simClock
-	events   eventHeap
-	seq      uint64
-	nEvents  uint64
-	reqs     []simRequest
-	replicas []simReplica
-	workers  []simWorker
-	widx     map[string]int
-	owner    map[string]int // class → owning replica (cluster admission)
+	tierResyncs int // host tier streams the index asked to resync (never expected)
+	cfg         SimConfig
+	log         *zap.Logger
+	clock       *simClock
+	events      eventHeap
+	seq         uint64
+	nEvents     uint64
+	reqs        []simRequest
+	replicas    []simReplica
+	workers     []simWorker
+	widx        map[string]int
+	owner       map[string]int // class → owning replica (cluster admission)
 
 	gossip    [][]scheduler.WorkerLoad // [origin replica][worker], as last gossiped
 	gossipVer uint64
@@ -334,7 +336,7 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 	}
 	for r := range s.replicas {
 		icfg := kvindex.DefaultConfig()
-		icfg.MaxWorkers = max(icfg.MaxWorkers, cfg.Workers)
+		icfg.MaxWorkers = max(icfg.MaxWorkers, 2*cfg.Workers) // a host tier is one more stream each
 		// Predictions live PredictTTL; room for every prompt block routed
 		// in that window keeps them from being dropped.
 		icfg.MaxPredictedEntries = 1 << 24
@@ -345,6 +347,11 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 		for _, w := range s.workers {
 			if err := ix.SetCapacity(w.id, cfg.Engine.NumBlocks); err != nil {
 				return nil, fmt.Errorf("sim index capacity: %w", err)
+			}
+			if st := w.eng.HostTierStream(); st != "" {
+				if err := ix.SetCapacity(st, cfg.Engine.HostBlocks); err != nil {
+					return nil, fmt.Errorf("sim index capacity: %w", err)
+				}
 			}
 		}
 		var view scheduler.LoadView
@@ -512,7 +519,7 @@ func (s *simulation) arrive(i int) {
 		if len(s.matches) > 0 {
 			r.Overlaps = make([]scheduler.Overlap, len(s.matches))
 			for j, m := range s.matches {
-				r.Overlaps[j] = scheduler.Overlap{Worker: m.Worker, Blocks: m.Blocks}
+				r.Overlaps[j] = tierOverlap(m)
 			}
 		}
 	default:
@@ -734,6 +741,7 @@ func (s *simulation) delta(i int, d engine.Delta) {
 		return
 	}
 	q.res.PromptTokens, q.res.CachedTokens = d.PromptTokens, d.CachedTokens
+	q.host = d.HostCachedTokens
 	s.realised(q, d.CachedTokens)
 	q.res.E2E = time.Duration(at - q.arrival)
 	q.res.ITL = q.itl
@@ -756,6 +764,13 @@ func (s *simulation) deliverKV(e simEvent) {
 			continue
 		}
 		if o == kvindex.OutcomeResync {
+			if e.batch.Worker != s.workers[e.a].id {
+				// A host tier's stream has no dump: its batches arrive in
+				// order and complete, so a resync is a simulator bug.
+				s.log.Warn("host tier stream resync", zap.String("stream", e.batch.Worker))
+				s.tierResyncs++
+				continue
+			}
 			s.requestDump(r, e.a)
 		}
 	}

@@ -35,6 +35,13 @@ type Config struct {
 	// random non-zero value in New; a simulator sets it for determinism.
 	Instance uint64
 
+	// HostBlocks sizes the host tier (host.go) in blocks; 0 runs without
+	// one. HostLoadMsPerToken is the time a token's KV takes to load back
+	// from it: KV bytes per token over the host-to-GPU bandwidth (default
+	// 128 KiB at 20 GB/s, 0.0066 ms).
+	HostBlocks         int
+	HostLoadMsPerToken float64
+
 	// Timing computes step durations; nil means Polynomial{Speedup}.
 	Timing TimingModel `json:"-"`
 	// Events receives KV event batches; nil discards them (ids still
@@ -55,6 +62,7 @@ func DefaultConfig() Config {
 		MaxWaiting:          0,
 		WatermarkFraction:   0.01,
 		Speedup:             1,
+		HostLoadMsPerToken:  131072.0 / 20e6,
 	}
 }
 
@@ -79,6 +87,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("engine config: WatermarkFraction %v must be in [0,1)", c.WatermarkFraction)
 	case !(c.Speedup > 0) || c.Speedup > 1e9:
 		return fmt.Errorf("engine config: Speedup %v must be positive", c.Speedup)
+	case c.HostBlocks < 0 || c.HostBlocks > 1<<30:
+		return fmt.Errorf("engine config: HostBlocks %d must be in [0, %d]", c.HostBlocks, 1<<30)
+	case !(c.HostLoadMsPerToken >= 0) || c.HostLoadMsPerToken > 1e3:
+		return fmt.Errorf("engine config: HostLoadMsPerToken %v must be in [0, 1000]", c.HostLoadMsPerToken)
 	}
 	return nil
 }
@@ -94,4 +106,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Float64Var(&c.WatermarkFraction, prefix+"watermark", c.WatermarkFraction, "fraction of KV blocks kept free when admitting")
 	fs.Float64Var(&c.Speedup, prefix+"speedup", c.Speedup, "divide every simulated step time by this factor")
 	fs.Uint64Var(&c.Seed, prefix+"seed", c.Seed, "seed of the synthetic output tokens")
+	fs.IntVar(&c.HostBlocks, prefix+"host-blocks", c.HostBlocks, "host-memory KV tier in blocks: GPU-evicted blocks are copied there and load back at -host-load-ms-per-token (0: no host tier)")
+	fs.Float64Var(&c.HostLoadMsPerToken, prefix+"host-load-ms-per-token", c.HostLoadMsPerToken, "ms a token's KV takes to load back from the host tier")
 }

@@ -39,6 +39,7 @@ type Engine struct {
 	clock     clock.Clock
 	timing    TimingModel
 	pool      *pool
+	host      *hostTier // nil without a host tier
 	watermark int
 
 	seqs      map[string]*seq
@@ -89,6 +90,7 @@ type seq struct {
 	seqNo      uint64
 	started    bool
 	cached     int
+	hostCached int // of cached, loaded back from the host tier
 	inBatch    int // 1 + index in Engine.batch, 0 when not scheduled
 	heapIdx    int
 	outBase    uint64
@@ -133,6 +135,10 @@ type Stats struct {
 	EventsEmitted uint64
 	BlocksEvicted uint64
 	PrefixHitRate float64 // CachedTokens / PromptTokens
+	// HostCachedTokens are the cached tokens loaded back from the host
+	// tier (part of CachedTokens), in HostLoads blocks.
+	HostCachedTokens uint64
+	HostLoads        uint64
 }
 
 // New builds an engine. It starts nothing. Submit stamps arrivals with clk's
@@ -167,6 +173,9 @@ func New(cfg Config, clk clock.Clock) (*Engine, error) {
 	}
 	e.watermark = int(cfg.WatermarkFraction * float64(cfg.NumBlocks))
 	e.pool = newPool(cfg.NumBlocks, e.evicted)
+	if cfg.HostBlocks > 0 {
+		e.host = newHostTier(cfg.HostBlocks, cfg.WorkerID, e.instance)
+	}
 	return e, nil
 }
 

@@ -54,6 +54,9 @@ func (e *Engine) stored(s *seq, from, to int) {
 
 func (e *Engine) evicted(h uint64) {
 	e.st.BlocksEvicted++
+	if e.host != nil {
+		e.host.put(h)
+	}
 	if n := len(e.pending); n > 0 && e.pending[n-1].Kind == wire.KVRemoved {
 		e.pending[n-1].Hashes = append(e.pending[n-1].Hashes, h)
 		return
@@ -74,6 +77,9 @@ func (e *Engine) emit(ev wire.KVEvent) {
 }
 
 func (e *Engine) flush() {
+	if e.host != nil {
+		e.host.flush(e.cfg.Events)
+	}
 	if len(e.pending) == 0 {
 		return
 	}
@@ -100,6 +106,9 @@ func (e *Engine) ResetPrefixCache() error {
 		return ErrBusy
 	}
 	e.pool.clear()
+	if e.host != nil {
+		e.host.clear()
+	}
 	e.emit(wire.KVEvent{Kind: wire.KVCleared})
 	e.flush()
 	return nil

@@ -67,6 +67,8 @@ type Delta struct {
 	// served from the prefix cache when the request was first scheduled.
 	PromptTokens int
 	CachedTokens int
+	// HostCachedTokens of CachedTokens were loaded back from the host tier.
+	HostCachedTokens int
 	// Finish is non-zero on the last delivery.
 	Finish FinishReason
 }

@@ -12,6 +12,7 @@ func (s *seq) decoding() bool { return s.nOut > 0 && s.computed == len(s.tokens)
 func (e *Engine) schedule(now time.Time) {
 	e.batch = e.batch[:0]
 	budget := e.cfg.MaxNumBatchedTokens
+	var load time.Duration // of blocks copied back from the host tier
 
 	// 1. Decodes of running requests, one token each, starting at a rotating
 	// position so that a budget smaller than the running set serves everyone
@@ -77,7 +78,8 @@ func (e *Engine) schedule(now time.Time) {
 			}
 			hits++
 		}
-		cached := hits * bs
+		host := e.hostHits(s, hits, maxHit)
+		cached := (hits + host) * bs
 		n := min(len(s.tokens)-cached, budget)
 		need := e.blocksFor(cached+n) - hits
 		if e.pool.nFree-hitFree < need+e.watermark {
@@ -93,9 +95,13 @@ func (e *Engine) schedule(now time.Time) {
 			s.blocks = append(s.blocks, e.pool.allocate())
 		}
 		s.computed, s.nCommitted = cached, hits
+		if host > 0 {
+			load += e.loadFromHost(s, hits, host)
+			e.commitBlocks(s)
+		}
 		if !s.started {
 			s.started = true
-			s.cached = cached
+			s.cached, s.hostCached = cached, host*bs
 			e.st.PromptTokens += uint64(s.nPrompt)
 			e.st.CachedTokens += uint64(cached)
 		}
@@ -121,7 +127,7 @@ func (e *Engine) schedule(now time.Time) {
 		return
 	}
 	shape.KVUsage = float64(e.pool.used()) / float64(e.cfg.NumBlocks)
-	d := e.timing.StepTime(shape)
+	d := e.timing.StepTime(shape) + load
 	if d <= 0 {
 		d = 1
 	}
@@ -194,7 +200,7 @@ func (e *Engine) complete(end time.Time) {
 		s.nOut++
 		e.st.OutputTokens++
 		d := Delta{Time: end, Token: tok, HasToken: true, Index: s.nOut - 1,
-			PromptTokens: s.nPrompt, CachedTokens: s.cached}
+			PromptTokens: s.nPrompt, CachedTokens: s.cached, HostCachedTokens: s.hostCached}
 		if s.nOut >= s.req.MaxTokens {
 			e.st.Finished++
 			d.Finish = FinishLength

@@ -373,6 +373,10 @@ func (dc *decoder) str(what string) (string, error) {
 		return "GPU", nil
 	case "CPU":
 		return "CPU", nil
+	case "CPU_PINNED":
+		return "CPU_PINNED", nil
+	case "DISK":
+		return "DISK", nil
 	case tagBlockStored:
 		return tagBlockStored, nil
 	case tagBlockRemoved:

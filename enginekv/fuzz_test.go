@@ -33,6 +33,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		[]any{1.0, []any{[]any{"BlockStored", []any{int64(-2)}, int64(-3), []any{5, 6}, 2, nil, "CPU_PINNED", map[string]any{"cache_salt": "s"}}}, 2},
 		map[string]any{"ts": 1, "events": []any{map[string]any{"type": "BlockRemoved", "block_hashes": []any{[]byte{1, 2}}}}},
 		[]any{1.0, []any{[]any{"Unknown", 1}, []any{7}}},
+		[]any{1.0, []any{[]any{"BlockRemoved", []any{1}, "NVME"}, []any{"BlockRemoved", []any{2}, "DISK"}}},
 		[]any{1.0},
 	} {
 		p, err := msgpack.Marshal(v)
@@ -51,6 +52,18 @@ func FuzzDecodeBatch(f *testing.F) {
 				again, err := DecodeBatch(EncodeBatch(b, Encoding{Layout: l, Hashes: h}))
 				require.NoError(t, err, "%v/%v", l, h)
 				require.Equal(t, normalized(b.Events), normalized(again.Events), "%v/%v", l, h)
+				for i := range b.Events {
+					tier, err := b.Events[i].Tier()
+					if err != nil {
+						require.ErrorIs(t, err, ErrUnknownMedium)
+						require.ErrorIs(t, err, ErrMalformed)
+						continue
+					}
+					require.True(t, tier >= MediumGPU && tier < NumMedia)
+					again, err := again.Events[i].Tier()
+					require.NoError(t, err)
+					require.Equal(t, tier, again)
+				}
 				require.Equal(t, b.DPRank, again.DPRank)
 				require.Zero(t, again.Unknown)
 				if !math.IsNaN(b.TS) {

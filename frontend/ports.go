@@ -57,6 +57,9 @@ type WorkerEntry struct {
 	// PrioritySchedules: the engine takes vLLM's priority field
 	// (wire.WorkerInfo.PrioritySchedules).
 	PrioritySchedules bool
+	// DPRank and DPSize: with DPSize > 1 the worker is one rank of a
+	// data-parallel engine, pinned with the X-data-parallel-rank header.
+	DPRank, DPSize int
 }
 
 // saltFor is the name a prompt for model is hashed under on w: a LoRA

@@ -31,6 +31,7 @@ type exchange struct {
 	others  bool           // another worker could take a retry of the current attempt
 	fb      *firstByte     // the current attempt's first-byte timer (nil: none)
 	dec     *pending       // the attempt's routing decision (quality.go)
+	ranks   map[string]int // data-parallel ranks by worker (dprank.go)
 	// priority is the request's strict priority, passed to engines that
 	// schedule by it (enginePriority).
 	priority int32
@@ -93,6 +94,7 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderRequestID, x.rid)
+	x.pinRank(req, g.Worker)
 	if x.p.stream {
 		req.Header.Set("Accept", "text/event-stream")
 	}

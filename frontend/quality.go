@@ -291,6 +291,9 @@ func candidates(req *scheduler.Request, blockSize int) []Candidate {
 	const keep = 4
 	var out []Candidate
 	for _, o := range req.Overlaps {
+		if o.Tier != scheduler.TierGPU {
+			continue // a lower tier's copy is no GPU cache
+		}
 		tokens := min(req.PromptTokens, min(o.Blocks, len(req.BlockHashes))*blockSize)
 		i := len(out)
 		for i > 0 && out[i-1].CachedTokens < tokens {

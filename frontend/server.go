@@ -516,6 +516,9 @@ type routing struct {
 	// maxModelLen is the longest context of the workers serving the model
 	// (0: none says).
 	maxModelLen int
+	// ranks are the data-parallel ranks of the eligible workers that are
+	// one (dprank.go); nil without any.
+	ranks map[string]int
 }
 
 // route resolves the model against the registry. With no workers at all the
@@ -541,6 +544,7 @@ func (s *Server) route(model string) (routing, *APIError) {
 			found = true
 			rt.engines = append(rt.engines, w.URL)
 			rt.maxModelLen = max(rt.maxModelLen, w.MaxModelLen)
+			rt.noteRank(w)
 		} else {
 			mixed = true
 		}
@@ -759,7 +763,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	}
 	sess := s.lookupSession(r.Header, p, class, req.Tenant.ID, pol, rt)
 	req.Session = sess.affinity()
-	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress, tenant: tn, priority: req.StrictPriority}
+	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress, tenant: tn, priority: req.StrictPriority, ranks: rt.ranks}
 	var failed []string
 	for attempt := 0; ; attempt++ {
 		req.Attempt, x.attempt = attempt, attempt

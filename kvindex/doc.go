@@ -46,6 +46,29 @@
 // index has 32 large tables that the kernel is asked to back with 2 MiB
 // pages (hugepage_linux.go). BenchmarkLookup measures it.
 //
+// # Offloaded tiers
+//
+// Engines that offload KV blocks to host memory or disk (vLLM's offloading
+// connectors, SGLang's hierarchical cache) report the lower tiers' blocks
+// too. Each lower tier of a worker is indexed as one more worker, under
+// TierStream's name ("w--cpu", "w--disk"): its adapter publishes it as a
+// stream of its own (own instance, ids, gaps and dumps), and a router folds
+// its matches back into the worker with SplitTier, where the selector
+// prices the blocks beyond the GPU depth at their load time.
+//
+// Why not a tier bit in the entries: the hot table and Lookup stay exactly
+// as measured (BenchmarkLookup is unchanged: no extra load, branch or
+// width on the walk), and apply, gap repair and dumps need no tier case.
+// The cost: each tier stream takes one interned id (MaxWorkers must count
+// them: a fleet of n workers with a CPU tier is 2n ids), a block held on
+// both tiers is two entries, a Lookup returns up to one match per tier of
+// a worker, and each tier's depth is its own contiguous prefix, so a
+// prefix split across tiers (the first blocks on GPU, the next only on
+// CPU) is read as the deeper of the two runs rather than their union.
+// Engines offload write-through (a stored GPU block is copied down and
+// stays below after GPU eviction), so the lower tier holds the prefix
+// from its start and the deeper run is the union in practice.
+//
 // Writers feed it from outside: kvingest applies batches from several
 // goroutines, one per worker at a time, and repairs the workers it resets
 // (NeedingDump, ResyncNotify, ApplyDump).

@@ -63,6 +63,9 @@ type workerSlot struct {
 	kvBlocks   int32
 	idHash     uint64 // the worker ID's hash, for the herd band's rendezvous draw
 	Worker
+	// tierDepth is the request's prefix depth on each lower tier during a
+	// selection (tiers.go), zero outside one.
+	tierDepth [NumTiers]int32
 }
 
 func newWorkerSlot(w Worker, l *workerLedger) workerSlot {

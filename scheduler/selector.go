@@ -70,6 +70,7 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 			c.touched = append(c.touched, i)
 		}
 	})
+	c.noteTiers(r)
 	c.herdBegin(r)
 	if !c.scanOnly && c.indexable(r) {
 		idx, ok := c.selectIndexed(r, cfg)
@@ -166,6 +167,7 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 func (c *Core) resetOverlaps() {
 	for _, i := range c.touched {
 		c.ovl[i] = 0
+		c.workers[i].tierDepth = [NumTiers]int32{}
 	}
 }
 

@@ -120,6 +120,8 @@ type TTFTModel struct {
 	// (each older mark weighs 1 − 1/CalibrationWindow less); 0 turns
 	// calibration off (scale 1).
 	CalibrationWindow int
+	// Tiers prices a prefix held on a lower KV tier (tiers.go).
+	Tiers TierCosts
 }
 
 // DefaultTTFTModel is design §9's fit (an H100-like engine at speedup 1),
@@ -137,6 +139,7 @@ func DefaultTTFTModel() TTFTModel {
 		Herd:              2,
 		HerdWindow:        100,
 		CalibrationWindow: 32,
+		Tiers:             DefaultTierCosts(),
 	}
 }
 
@@ -175,7 +178,7 @@ func (m TTFTModel) Validate() error {
 	case m.CalibrationWindow < 0:
 		return fmt.Errorf("%w: TTFT.CalibrationWindow must be >= 0, got %d", ErrInvalidConfig, m.CalibrationWindow)
 	}
-	return nil
+	return m.Tiers.Validate()
 }
 
 // RegisterFlags registers prefix+"prefill", "decode" (three comma-separated
@@ -210,6 +213,7 @@ func (m *TTFTModel) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Float64Var(&m.Herd, prefix+"herd", m.Herd, "ttft selector: weight of the band of near-equal costs spread by a rendezvous draw, per remote booking a decision cannot see (0: off)")
 	fs.Float64Var(&m.HerdWindow, prefix+"herd-window", m.HerdWindow, "ttft selector: ms after a decision within which a remote booking counts as unseen by it (about two gossip periods)")
 	fs.IntVar(&m.CalibrationWindow, prefix+"calibration-window", m.CalibrationWindow, "ttft selector: first-token marks per worker the calibration (scale and fixed overhead) remembers (0: no calibration)")
+	m.Tiers.RegisterFlags(fs, prefix)
 }
 
 func formatCoeffs(c [3]float64) string {
@@ -317,7 +321,7 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 		return 0, false
 	}
 	scale := 1 + s.ledger.ttftSlow
-	if ovl == 0 && load == (WorkerLoad{}) {
+	if ovl == 0 && load == (WorkerLoad{}) && !s.inLowerTier() {
 		// An idle worker without the prefix costs the same as every other
 		// such worker of its pool size: most of a large fleet, once per
 		// decision. Its calibration counts only when it is slower than the
@@ -436,10 +440,16 @@ func (c *Core) ttftLoadedCost(r *Request, s *workerSlot, load WorkerLoad, cached
 	if c.cfg.OverlapCredit != 1 {
 		credited = min(r.PromptTokens, int(c.cfg.OverlapCredit*float64(cached)))
 	}
-	in := ttftInputsFor(r, s, load, credited, decode)
 	m := &c.cfg.TTFT
+	loadMs := 0.0
+	if s.inLowerTier() {
+		var loaded int
+		loaded, loadMs = m.tierLoad(r, s, cached)
+		credited = min(r.PromptTokens, credited+loaded)
+	}
+	in := ttftInputsFor(r, s, load, credited, decode)
 	queue, total := m.queueAndTotal(in.queued, in.own, in.decoding, in.kvUse)
-	cost := total
+	cost := total + loadMs
 	if w := m.PrefillScale - 1 + m.Externality*c.ttft.load; w != 0 {
 		cost += w * m.prefillTime(in.own, 0, 0)
 	}

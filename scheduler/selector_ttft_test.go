@@ -401,10 +401,12 @@ func TestTTFTFlagsSetTheModel(t *testing.T) {
 	require.NoError(t, fs.Parse([]string{"-s.selector", "blocks", "-s.ttft-prefill", "1e-7,0.02,10",
 		"-s.ttft-decode", "0,10,5", "-s.ttft-step-tokens", "4096", "-s.ttft-prefill-scale", "2",
 		"-s.ttft-interference", "0.1", "-s.ttft-calibration-window", "8", "-s.ttft-externality", "0.5", "-s.ttft-spread", "20",
-		"-s.ttft-herd", "0.5", "-s.ttft-herd-window", "30"}))
+		"-s.ttft-herd", "0.5", "-s.ttft-herd-window", "30", "-s.ttft-host-gbps", "25", "-s.ttft-disk-gbps", "3",
+		"-s.ttft-kv-bytes-per-token", "65536", "-s.ttft-cpu-weight", "0.8"}))
 	require.Equal(t, SelectorBlocks, cfg.Selector)
 	require.Equal(t, TTFTModel{Prefill: [3]float64{1e-7, 0.02, 10}, Decode: [3]float64{0, 10, 5}, StepTokens: 4096,
-		PrefillScale: 2, Externality: 0.5, Interference: 0.1, Spread: 20, Herd: 0.5, HerdWindow: 30, CalibrationWindow: 8}, cfg.TTFT)
+		PrefillScale: 2, Externality: 0.5, Interference: 0.1, Spread: 20, Herd: 0.5, HerdWindow: 30, CalibrationWindow: 8,
+		Tiers: TierCosts{KVBytesPerToken: 65536, HostGBps: 25, DiskGBps: 3, Weights: [NumTiers]float64{TierCPU: 0.8}}}, cfg.TTFT)
 	require.Error(t, fs.Parse([]string{"-s.ttft-prefill", "1,2"}))
 	require.Error(t, fs.Parse([]string{"-s.selector", "nope"}))
 }

@@ -150,6 +150,9 @@ type Worker struct {
 type Overlap struct {
 	Worker string
 	Blocks int
+	// Tier is where those blocks are (TierGPU, the zero value, or a lower
+	// tier the engine would load them from: tiers.go).
+	Tier Tier
 }
 
 // BlockSequence is a prompt's sequence hashes cut at one block size.
@@ -245,6 +248,9 @@ func (r *Request) cachedFromOverlap(blocks, blockSize int) int {
 // the selector and the cached-token figures all read overlaps through it.
 func (r *Request) eachOverlap(fn func(worker string, blocks int)) {
 	for _, o := range r.Overlaps {
+		if o.Tier != TierGPU {
+			continue // priced apart, as a load (tiers.go)
+		}
 		fn(o.Worker, r.effectiveOverlap(o.Blocks))
 	}
 }

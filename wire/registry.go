@@ -53,6 +53,15 @@ type WorkerInfo struct {
 	// of the worker's models (an adapter serving the engine's model
 	// directory), so a fleet needs no tokenizer configuration on routers.
 	Tokenizer *TokenizerSource `json:"tokenizer,omitempty"`
+	// TierBlocks is the capacity in blocks of each lower KV tier the worker
+	// publishes as a stream of its own ("cpu", "disk"; see kvindex's
+	// TierStream). Routers bound those streams by it.
+	TierBlocks map[string]int `json:"tier_blocks,omitempty"`
+	// DPSize > 1 says the worker is rank DPRank of an engine run with data
+	// parallelism behind one API server at URL: routers pin the rank with
+	// the X-data-parallel-rank header.
+	DPRank int `json:"dp_rank,omitempty"`
+	DPSize int `json:"dp_size,omitempty"`
 }
 
 // TokenizerSource advertises a model's tokenizer files served over HTTP.
@@ -122,6 +131,13 @@ func (w *WorkerInfo) Validate() error {
 		return fmt.Errorf("%w: worker %s has negative batch limits", ErrMalformed, w.ID)
 	case w.MaxModelLen < 0:
 		return fmt.Errorf("%w: worker %s max_model_len %d", ErrMalformed, w.ID, w.MaxModelLen)
+	case w.DPSize < 0 || w.DPRank < 0 || w.DPSize > 0 && w.DPRank >= w.DPSize || w.DPSize == 0 && w.DPRank != 0:
+		return fmt.Errorf("%w: worker %s dp_rank %d of dp_size %d", ErrMalformed, w.ID, w.DPRank, w.DPSize)
+	}
+	for tier, n := range w.TierBlocks {
+		if (tier != "cpu" && tier != "disk") || n <= 0 {
+			return fmt.Errorf("%w: worker %s tier_blocks %s=%d (want cpu or disk, positive)", ErrMalformed, w.ID, tier, n)
+		}
 	}
 	for _, m := range w.Models {
 		if m == "" {

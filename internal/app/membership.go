@@ -348,12 +348,13 @@ func (r *replica) syncWorkers() <-chan struct{} {
 		wi := it.Info
 		ws = append(ws, scheduler.Worker{ID: wi.ID, URL: wi.URL, BlockSize: wi.BlockSize, KVBlocks: wi.KVBlocks, MaxRunning: wi.MaxNumSeqs})
 		_ = r.ix.SetCapacity(wi.ID, wi.KVBlocks)
+		setTierCapacities(r.ix, &wi)
 	}
 	sort.Slice(ws, func(i, j int) bool { return ws[i].ID < ws[j].ID })
 	r.actor.SetWorkers(r.suspects.filter(ws)) // suspect workers are registered but not selected
 	r.prompts.SetAdvertised(advertisedTokenizers(snap.Items))
 	for _, d := range r.ix.Digests(nil) {
-		if _, ok := snap.Items[d.Worker]; !ok {
+		if !streamRegistered(snap.Items, d.Worker) {
 			r.ix.RemoveWorker(d.Worker)
 		}
 	}

@@ -49,7 +49,7 @@ func (v workerView) Workers() []frontend.WorkerEntry {
 	out := make([]frontend.WorkerEntry, 0, len(snap.Items))
 	for _, it := range snap.Items {
 		out = append(out, frontend.WorkerEntry{ID: it.Info.ID, URL: it.Info.URL, Model: it.Info.Model, BlockSize: it.Info.BlockSize, Models: it.Info.Models, MaxModelLen: it.Info.MaxModelLen,
-			Salt: it.Info.Salt, Cards: it.Info.Cards, PrioritySchedules: it.Info.PrioritySchedules})
+			Salt: it.Info.Salt, Cards: it.Info.Cards, PrioritySchedules: it.Info.PrioritySchedules, DPRank: it.Info.DPRank, DPSize: it.Info.DPSize})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -71,7 +71,7 @@ func (p prefixIndex) Overlaps(dst []scheduler.Overlap, seqHashes []uint64) []sch
 	buf := matchPool.Get().(*[]kvindex.Match)
 	ms := p.ix.Lookup(seqHashes, (*buf)[:0])
 	for _, m := range ms {
-		dst = append(dst, scheduler.Overlap{Worker: m.Worker, Blocks: m.Blocks})
+		dst = append(dst, tierOverlap(m))
 	}
 	*buf = ms
 	matchPool.Put(buf)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/enginekv"
+	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -99,6 +100,11 @@ func (c *VLLMWorkerConfig) publisherConfig() (enginekv.PublisherConfig, error) {
 func (c *WorkerConfig) validateProtocol() error {
 	switch c.Protocol {
 	case ProtocolNative:
+		if c.Engine.HostBlocks > 0 {
+			// The native stream has no tier streams of its own to dump from:
+			// a host tier needs the vllm protocol and an adapter -kv-tiers cpu.
+			return errors.New("worker config: -host-blocks needs the vllm protocol")
+		}
 		return nil
 	case ProtocolVLLM:
 	default:
@@ -149,6 +155,12 @@ func (s *vllmEventSink) PublishKVEvents(b *wire.KVEventBatch) { s.PublishKVEvent
 
 func (s *vllmEventSink) PublishKVEventsWithTokens(b *wire.KVEventBatch, tokens [][]uint32) {
 	out := enginekv.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: make([]enginekv.Event, 0, len(b.Events))}
+	medium := "GPU"
+	if _, t := kvindex.SplitTier(b.Worker); t == kvindex.TierCPU {
+		// The engine's host tier (engine/host.go): vLLM's offloading
+		// connector reports it as medium CPU, without tokens or parents.
+		medium = "CPU"
+	}
 	for i, ev := range b.Events {
 		hs := make([]uint64, len(ev.Hashes))
 		for j, h := range ev.Hashes {
@@ -156,7 +168,7 @@ func (s *vllmEventSink) PublishKVEventsWithTokens(b *wire.KVEventBatch, tokens [
 		}
 		switch ev.Kind {
 		case wire.KVStored:
-			e := enginekv.Event{Kind: enginekv.BlockStored, BlockHashes: hs, BlockSize: s.blockSize, Medium: "GPU"}
+			e := enginekv.Event{Kind: enginekv.BlockStored, BlockHashes: hs, BlockSize: s.blockSize, Medium: medium}
 			if i < len(tokens) {
 				e.TokenIDs = tokens[i]
 			}
@@ -165,7 +177,7 @@ func (s *vllmEventSink) PublishKVEventsWithTokens(b *wire.KVEventBatch, tokens [
 			}
 			out.Events = append(out.Events, e)
 		case wire.KVRemoved:
-			out.Events = append(out.Events, enginekv.Event{Kind: enginekv.BlockRemoved, BlockHashes: hs, Medium: "GPU"})
+			out.Events = append(out.Events, enginekv.Event{Kind: enginekv.BlockRemoved, BlockHashes: hs, Medium: medium})
 		case wire.KVCleared:
 			out.Events = append(out.Events, enginekv.Event{Kind: enginekv.AllBlocksCleared})
 		}
