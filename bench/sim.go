@@ -8,6 +8,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
 )
 
 // The deterministic cluster simulator (design §11): the real scheduler Core,
@@ -168,6 +169,11 @@ type SimConfig struct {
 	// i runs at EngineSpeedups[i mod len], a heterogeneous fleet (the
 	// routers are not told; the ttft selector calibrates to it).
 	EngineSpeedups []float64
+	// KVTap, when set, also receives every KV event batch an engine
+	// publishes, when it publishes it (the scale report derives event
+	// rates and batch shapes from them). It may keep the batch and must
+	// not modify it.
+	KVTap func(*wire.KVEventBatch)
 }
 
 // DefaultSimConfig returns one replica in front of eight workers with the
