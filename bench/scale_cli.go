@@ -62,6 +62,7 @@ type scaleFlags struct {
 	simRequests int
 	sections    []string
 	gotest      []string
+	merge       []string
 }
 
 func newScaleFlags() *scaleFlags {
@@ -90,13 +91,14 @@ func (c *scaleCLI) RegisterFlags(fs *flag.FlagSet) {
 	listFlag(fs, "scale-sim-workers", "scale: simulated fleet sizes for routing quality (the trace is time-compressed 6x per 8 workers)", &f.simWorkers, atoi)
 	listFlag(fs, "scale-sim-replicas", "scale: replica counts for routing quality", &f.simReplicas, atoi)
 	fs.IntVar(&f.simRequests, "scale-sim-requests", f.simRequests, "scale: trace requests per routing-quality run")
-	listFlag(fs, "scale-sections", "scale: sections to run: index, ingest, sim", &f.sections, func(s string) (string, error) {
+	listFlag(fs, "scale-sections", "scale: sections to run: index, ingest, sim, or none (only --scale-gotest)", &f.sections, func(s string) (string, error) {
 		switch s {
-		case "index", "ingest", "sim":
+		case "index", "ingest", "sim", "none":
 			return s, nil
 		}
-		return "", fmt.Errorf("section %q: want index, ingest or sim", s)
+		return "", fmt.Errorf("section %q: want index, ingest, sim or none", s)
 	})
+	listFlag(fs, "scale-merge", "scale: earlier --scale --out directories whose scale_report.json joins this report (run sections apart, report once)", &f.merge, func(s string) (string, error) { return s, nil })
 	listFlag(fs, "scale-gotest", "scale: files of `go test -bench` output to add to the report (BenchmarkReplicaThroughput, gossip)", &f.gotest, func(s string) (string, error) { return s, nil })
 }
 
@@ -197,6 +199,11 @@ func (c *scaleCLI) Run(ctx context.Context, env SimEnv) error {
 			}
 		}
 	}
+	for _, dir := range f.merge {
+		if err := mergeScaleReport(&rep, filepath.Join(dir, FileScaleJSON)); err != nil {
+			return err
+		}
+	}
 	for _, path := range f.gotest {
 		lines, err := readGoBench(path)
 		if err != nil {
@@ -230,6 +237,25 @@ func runScaleQuality(ctx context.Context, reqs []TraceRequest, workers, replicas
 		TTFTp50: rep.Summary.TTFT.P50, TTFTp99: rep.Summary.TTFT.P99,
 		WallS: time.Since(start).Seconds(),
 	}, nil
+}
+
+// mergeScaleReport adds the measurements of an earlier report to rep.
+func mergeScaleReport(rep *ScaleReport, path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("scale: merge: %w", err)
+	}
+	var old ScaleReport
+	if err := json.Unmarshal(raw, &old); err != nil {
+		return fmt.Errorf("%w: scale: merge %s: %w", ErrInvalidConfig, path, err)
+	}
+	rep.Index = append(rep.Index, old.Index...)
+	if rep.Ingest == nil {
+		rep.Ingest = old.Ingest
+	}
+	rep.Quality = append(rep.Quality, old.Quality...)
+	rep.GoTest = append(rep.GoTest, old.GoTest...)
+	return nil
 }
 
 // readGoBench reads the result lines of `go test -bench` output: a name,
