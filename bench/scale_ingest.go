@@ -32,8 +32,9 @@ func DefaultIngestScaleConfig() IngestScaleConfig {
 // IngestPoint is one replica's ingest CPU at one fleet size.
 type IngestPoint struct {
 	Engines int `json:"engines"`
-	// ApplyNsPerBlock is the apply cost used at this size: the index scale
-	// measurement nearest below it (a larger index misses the caches more).
+	// ApplyNsPerBlock is the apply cost used at this size: the highest of
+	// the index measurements at or below it (a larger index misses the
+	// caches more) and the replay's.
 	ApplyNsPerBlock float64 `json:"apply_ns_per_block"`
 	// Cores is CPU seconds per second the replica spends decoding and
 	// applying every engine's events.
