@@ -6,12 +6,12 @@ import (
 	"testing"
 )
 
-var scaleLarge = flag.Bool("scale-large", false, "also run the 50,000-worker index (about 12 GB)")
+var scaleLarge = flag.Bool("scale-large", false, "also run the 50,000-worker index (about 7 GB)")
 
 // BenchmarkScaleIndex builds a fleet index (IndexScaleConfig: 2,000 blocks
 // per worker) and reports its heap per block and per worker, lookup
 // latencies and steady-state apply cost. Each size builds one index, so run
-// it with -benchtime 1x; 50,000 workers needs about 12 GB and runs only with
+// it with -benchtime 1x; 50,000 workers needs about 7 GB and runs only with
 // -scale-large.
 func BenchmarkScaleIndex(b *testing.B) {
 	sizes := []int{1_000, 10_000}
