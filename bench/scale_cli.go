@@ -409,6 +409,11 @@ func plotScale(dir string, rep *ScaleReport) error {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
+	// Costs that grow with the fleet span decades: log scales on both axes.
+	logY := func(p *plot.Plot) {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
 	if len(rep.Index) > 0 {
 		var mem, p50, p99, qmin plotter.XYs
 		for _, r := range rep.Index {
@@ -431,6 +436,7 @@ func plotScale(dir string, rep *ScaleReport) error {
 		}
 		p = newPlot("Lookup latency of a 256-block prompt", "workers", "µs")
 		logX(p)
+		logY(p)
 		for i, s := range []struct {
 			name string
 			pts  plotter.XYs
@@ -450,6 +456,7 @@ func plotScale(dir string, rep *ScaleReport) error {
 		}
 		p := newPlot("One replica's KV event ingest (Mooncake 6× load per engine)", "engines", "cores")
 		logX(p)
+		logY(p)
 		if err := addLine(p, "decode + apply", 0, pts); err != nil {
 			return err
 		}
