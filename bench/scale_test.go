@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -83,4 +84,29 @@ func TestScaleReportRejectsAnUnknownSection(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := Main(testenv.Context(t), []string{"--scale", "--scale-sections", "lookup", "--trace", "mooncake", "--file", "testdata/mooncake_small.jsonl"}, &stdout, &stderr)
 	require.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+// FuzzReadGoBench feeds arbitrary text to the reader of `go test -bench`
+// output: it must not fail on text (only on I/O) and every line it keeps
+// names a benchmark and has a value for each unit it lists.
+func FuzzReadGoBench(f *testing.F) {
+	f.Add("BenchmarkX-2 \t 100\t 12.5 ns/op\t 3 B/op\n")
+	f.Add("goos: linux\nBenchmarkY/a=1-2 10 1e3 x-% NaN y\nPASS\n")
+	f.Add("Benchmark 1 2\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		path := filepath.Join(t.TempDir(), "b.txt")
+		require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+		lines, err := readGoBench(path)
+		if err != nil {
+			// Only a line longer than the scanner's limit fails.
+			return
+		}
+		for _, l := range lines {
+			require.True(t, strings.HasPrefix(l.Name, "Benchmark"), "line %q", l.Name)
+			for _, u := range l.Units {
+				_, ok := l.Metrics[u]
+				require.True(t, ok, "unit %q has a value", u)
+			}
+		}
+	})
 }
