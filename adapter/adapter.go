@@ -236,6 +236,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.IntVar(&c.Overrides.KVBlocks, prefix+"kv-blocks", c.Overrides.KVBlocks, "KV blocks of the engine (0: discovered; openai: 65536)")
 	fs.IntVar(&c.Overrides.MaxModelLen, prefix+"max-model-len", c.Overrides.MaxModelLen, "context length in tokens (0: discovered)")
 	fs.IntVar(&c.Overrides.MaxNumSeqs, prefix+"max-num-seqs", c.Overrides.MaxNumSeqs, "concurrent requests of the engine (0: discovered or unlimited)")
+	fs.BoolVar(&c.Overrides.PrioritySchedules, prefix+"priority-scheduling", c.Overrides.PrioritySchedules, "the engine schedules by priority (vLLM --scheduling-policy priority): routers pass each request's priority on")
 	fs.IntVar(&c.Overrides.MaxBatchedTokens, prefix+"max-batched-tokens", c.Overrides.MaxBatchedTokens, "tokens per engine step (0: discovered or unknown)")
 	fs.Func(prefix+"labels", "comma-separated key=value labels registered with the worker", func(s string) error {
 		m, err := parseLabels(s)
@@ -435,7 +436,7 @@ func (a *Adapter) onInfo(info wire.WorkerInfo) error {
 		if max == 0 {
 			max = max4(info.KVBlocks)
 		}
-		if err := a.mirror.Configure(Shape{Model: info.Model, BlockSize: info.BlockSize, MaxEntries: max}); err != nil {
+		if err := a.mirror.Configure(Shape{Model: info.SaltName(), BlockSize: info.BlockSize, MaxEntries: max}); err != nil {
 			return err
 		}
 	}

@@ -107,7 +107,7 @@ func TestAnAdapterMakesAVLLMEngineAWorkerWhoseCacheRoutersIndex(t *testing.T) {
 	l := newPrompt(1, 2, testBS)
 	l.lora, l.loraID = "sql-lora", 1
 	f.batch(a.stored(0, 4), l.stored(0, 2))
-	router.holdsExactly(t, "w1", slices.Concat(a.want(testModel, 4), l.want(testModel, 2)), "mirrored through the adapter")
+	router.holdsExactly(t, "w1", slices.Concat(a.want(testSalt, 4), l.want(testSalt, 2)), "mirrored through the adapter")
 
 	code, body := httpGet(t, ra.url+"/healthz")
 	assert.Equal(t, http.StatusOK, code, string(body))
@@ -152,7 +152,7 @@ func TestReadyzNeedsTheEventStreamAndAFailedSubscriberIsRestartedUnderANewInstan
 	f := &feeder{h: ra.a.Mirror()}
 	a := newPrompt(1, 3, testBS)
 	f.batch(a.stored(0, 3))
-	router.holdsExactly(t, "w1", a.want(testModel, 3), "before the failure")
+	router.holdsExactly(t, "w1", a.want(testSalt, 3), "before the failure")
 	before, _ := ra.a.Mirror().Position()
 
 	close(fail) // every run fails from now on
@@ -190,6 +190,7 @@ func TestLoadReportsCarryTheEnginesMetricsAndTheMirrorsPosition(t *testing.T) {
 	assert.Equal(t, 4, r.Running, "3 + 1 over two engines")
 	assert.Equal(t, 2, r.Waiting)
 	assert.InDelta(t, 0.25, r.KVUsage, 1e-9)
+	assert.InDelta(t, 0.3, r.PrefixHitRate, 1e-9, "the engine's own prefix-cache hits over its queries")
 	assert.Equal(t, 2048, r.KVBlocksTotal)
 	assert.Equal(t, 512, r.KVBlocksUsed)
 

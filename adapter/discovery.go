@@ -11,6 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/switchyard/switchyard/wire"
 )
 
 // Sanity bounds on what an engine reports. Anything beyond is treated as a
@@ -38,11 +40,18 @@ type Models struct {
 	LoRAs []string
 	// MaxModelLen is the base entry's max_model_len (0: not given).
 	MaxModelLen int
+	// Root is the base entry's root: the weights it serves (vLLM names
+	// the model path), the same under every alias ("" when not given).
+	Root string
+	// Cards are the entries as given, for routers' /v1/models.
+	Cards []wire.ModelCard
 }
 
 type modelCard struct {
 	ID          string          `json:"id"`
 	Parent      *string         `json:"parent"`
+	Root        *string         `json:"root"`
+	Created     json.RawMessage `json:"created"`
 	MaxModelLen json.RawMessage `json:"max_model_len"`
 }
 
@@ -72,13 +81,13 @@ func ParseModels(body []byte) (Models, error) {
 		}
 		seen[c.ID] = true
 		isLoRA := c.Parent != nil && *c.Parent != "" && *c.Parent != c.ID
+		card, err := c.card()
+		if err != nil {
+			return Models{}, err
+		}
+		out.Cards = append(out.Cards, card)
 		if out.Base == "" && !isLoRA {
-			out.Base = c.ID
-			n, err := optionalCount(c.MaxModelLen, maxModelLen)
-			if err != nil {
-				return Models{}, fmt.Errorf("%w: /v1/models %s max_model_len: %v", ErrMalformed, c.ID, err)
-			}
-			out.MaxModelLen = n
+			out.Base, out.MaxModelLen, out.Root = c.ID, card.MaxModelLen, card.Root
 			continue
 		}
 		out.Others = append(out.Others, c.ID)
@@ -92,6 +101,27 @@ func ParseModels(body []byte) (Models, error) {
 		if len(out.Base) > maxNameLen {
 			return Models{}, fmt.Errorf("%w: /v1/models parent %q", ErrMalformed, truncate(out.Base))
 		}
+	}
+	return out, nil
+}
+
+// card is the entry as routers pass it through; a root or parent longer
+// than a name may be is dropped rather than refused (it is shown, not
+// routed on), a created that is no count is dropped too.
+func (c *modelCard) card() (wire.ModelCard, error) {
+	n, err := optionalCount(c.MaxModelLen, maxModelLen)
+	if err != nil {
+		return wire.ModelCard{}, fmt.Errorf("%w: /v1/models %s max_model_len: %v", ErrMalformed, c.ID, err)
+	}
+	out := wire.ModelCard{ID: c.ID, MaxModelLen: n}
+	if c.Root != nil && len(*c.Root) <= maxNameLen {
+		out.Root = *c.Root
+	}
+	if c.Parent != nil && *c.Parent != c.ID && len(*c.Parent) <= maxNameLen {
+		out.Parent = *c.Parent
+	}
+	if t, err := optionalCount(c.Created, 1<<40); err == nil {
+		out.Created = int64(t)
 	}
 	return out, nil
 }
@@ -296,6 +326,75 @@ type Load struct {
 	KVUsage float64
 	// HasUsage is false when the engine exported no usage gauge.
 	HasUsage bool
+	// PrefixHitRate is the engine's own prefix-cache hit rate, 0..1 (0:
+	// not exported): vLLM's prefix_cache_hits / prefix_cache_queries
+	// counters (cumulative, in tokens), else vLLM V0's
+	// gpu_prefix_cache_hit_rate or SGLang's cache_hit_rate gauge.
+	PrefixHitRate float64
+}
+
+// hitNames are, per flavor, the counters of prefix-cache hits and queries
+// (each under its exposed name with _total and its family name) and the
+// hit-rate gauges read when the counters are absent.
+var hitNames = map[Flavor]struct {
+	hits, queries []string
+	rate          []string
+}{
+	FlavorVLLM: {hits: []string{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"},
+		queries: []string{"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"},
+		rate:    []string{"vllm:gpu_prefix_cache_hit_rate"}},
+	FlavorSGLang: {rate: []string{"sglang:cache_hit_rate"}},
+}
+
+// prefixHitRate reads hitNames of flavor f from fams (0 when absent; a
+// value out of range is an error).
+func prefixHitRate(fams map[string]*dto.MetricFamily, f Flavor) (float64, error) {
+	names := hitNames[f]
+	first := func(ns []string) *dto.MetricFamily {
+		for _, n := range ns {
+			if fam := fams[n]; fam != nil {
+				return fam
+			}
+		}
+		return nil
+	}
+	sum := func(fam *dto.MetricFamily) (float64, bool) {
+		total, seen := 0.0, false
+		for _, m := range fam.GetMetric() {
+			if v, ok := sampleValue(m); ok && !math.IsNaN(v) && v >= 0 && !math.IsInf(v, 0) {
+				total, seen = total+v, true
+			}
+		}
+		return total, seen
+	}
+	if h, q := first(names.hits), first(names.queries); h != nil && q != nil {
+		hits, ok1 := sum(h)
+		queries, ok2 := sum(q)
+		if !ok1 || !ok2 || queries == 0 {
+			return 0, nil
+		}
+		if hits > queries*1.0001 {
+			return 0, fmt.Errorf("%w: %s %v exceeds %s %v", ErrMalformed, h.GetName(), hits, q.GetName(), queries)
+		}
+		return min(hits/queries, 1), nil
+	}
+	if g := first(names.rate); g != nil {
+		total, n := 0.0, 0
+		for _, m := range g.GetMetric() {
+			v, ok := sampleValue(m)
+			if !ok {
+				continue
+			}
+			if math.IsNaN(v) || v < 0 || v > 1.0001 {
+				return 0, fmt.Errorf("%w: %s = %v is not a fraction", ErrMalformed, g.GetName(), v)
+			}
+			total, n = total+v, n+1
+		}
+		if n > 0 {
+			return min(total/float64(n), 1), nil
+		}
+	}
+	return 0, nil
 }
 
 type loadNames struct{ running, waiting, usage, usageOld string }
@@ -350,6 +449,9 @@ func ParseLoadMetrics(text []byte, f Flavor) (Load, error) {
 		if n > 0 {
 			l.KVUsage, l.HasUsage = min(sum/float64(n), 1), true
 		}
+	}
+	if l.PrefixHitRate, err = prefixHitRate(fams, f); err != nil {
+		return Load{}, err
 	}
 	return l, nil
 }

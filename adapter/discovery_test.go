@@ -112,7 +112,7 @@ func TestParseServerInfoRejectsGarbage(t *testing.T) {
 func TestParseLoadMetricsSumsCountsOverLabelSetsAndAveragesUsage(t *testing.T) {
 	l, err := ParseLoadMetrics([]byte(vllmMetrics(3, 2, 0.25)), FlavorVLLM)
 	require.NoError(t, err)
-	assert.Equal(t, Load{Running: 4, Waiting: 2, KVUsage: 0.25, HasUsage: true}, l)
+	assert.Equal(t, Load{Running: 4, Waiting: 2, KVUsage: 0.25, HasUsage: true, PrefixHitRate: 0.3}, l)
 
 	old := "vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc 0.5\n"
 	l, err = ParseLoadMetrics([]byte(old), FlavorVLLM)

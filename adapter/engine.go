@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/wire"
 )
 
 // Engine is the kind of engine an adapter fronts.
@@ -132,6 +134,8 @@ type Discovered struct {
 	Others           []string
 	LoRAs            []string
 	MaxModelLen      int
+	Root             string           // the base model's root ("": not given)
+	Cards            []wire.ModelCard // /v1/models as given
 	BlockSize        int
 	KVBlocks         int
 	MaxNumSeqs       int
@@ -149,6 +153,7 @@ func (c *engineClient) Discover(ctx context.Context) (Discovered, error) {
 		var ms Models
 		if ms, err = ParseModels(body); err == nil {
 			d.Model, d.Others, d.LoRAs, d.MaxModelLen = ms.Base, ms.Others, ms.LoRAs, ms.MaxModelLen
+			d.Root, d.Cards = ms.Root, ms.Cards
 		}
 	}
 	if err != nil {

@@ -37,6 +37,10 @@ type fakeEngine struct {
 	probes  atomic.Int64
 }
 
+// testSalt is vllmModels' root: an adapter that discovered its engine
+// salts the base model's blocks by it (wire.WorkerInfo.Salt).
+const testSalt = "/models/llama-3.1-8b"
+
 const vllmModels = `{"object":"list","data":[
  {"id":"meta-llama/Llama-3.1-8B-Instruct","object":"model","created":1733000000,"owned_by":"vllm",
   "root":"/models/llama-3.1-8b","parent":null,"max_model_len":8192,
@@ -63,6 +67,14 @@ vllm:kv_cache_usage_perc{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct
 # HELP vllm:prompt_tokens_total Number of prefill tokens processed.
 # TYPE vllm:prompt_tokens_total counter
 vllm:prompt_tokens_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 12345.0
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 800.0
+vllm:prefix_cache_queries_total{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} 400.0
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 240.0
+vllm:prefix_cache_hits_total{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} 120.0
 `, running, waiting, usage, usage)
 }
 

@@ -124,7 +124,7 @@ func (l *LoadReporter) once(ctx context.Context) {
 	instance, lastID := l.position()
 	l.seq++
 	r := &wire.LoadReport{Worker: l.cfg.Worker, Instance: instance, Seq: l.seq,
-		Running: load.Running, Waiting: load.Waiting, KVUsage: load.KVUsage,
+		Running: load.Running, Waiting: load.Waiting, KVUsage: load.KVUsage, PrefixHitRate: load.PrefixHitRate,
 		KVBlocksUsed: int(math.Round(load.KVUsage * float64(total))), KVBlocksTotal: total,
 		LastEventID: lastID, TimeUnixNano: time.Now().UnixNano()}
 	if err := l.nc.Publish(l.subject, wire.EncodeLoadReport(r)); err != nil {

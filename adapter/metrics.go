@@ -90,6 +90,7 @@ type mirrorMetrics struct {
 	conflicts       prometheus.Counter
 	evictions       prometheus.Counter
 	engineCleared   prometheus.Counter
+	zeroParents     prometheus.Counter
 	repairs         [numRepairReasons]prometheus.Counter
 	engineResets    *prometheus.CounterVec
 	dumps           [3]prometheus.Counter
@@ -129,6 +130,8 @@ func newMirrorMetrics(reg prometheus.Registerer) *mirrorMetrics {
 		Help: "Engine hashes forgotten because the map reached its bound (-max-mirror-entries); each is removed on routers."})
 	m.engineCleared = f.NewCounter(prometheus.CounterOpts{Name: "switchyard_adapter_kv_engine_cleared_total",
 		Help: "AllBlocksCleared events from the engine."})
+	m.zeroParents = f.NewCounter(prometheus.CounterOpts{Name: "switchyard_adapter_kv_zero_parent_blocks_total",
+		Help: "Stored blocks whose parent hash was 0, read as a chain start (a publisher that writes 0 for no parent)."})
 	repairs := f.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_adapter_kv_repairs_total",
 		Help: "Times the mirror started over under a new instance (routers see Cleared), by reason (engine_stream_reset, unknown_parent, reconfigured, subscriber_restart)."}, []string{"reason"})
 	for r := repairEngineReset; r < numRepairReasons; r++ {

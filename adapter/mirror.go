@@ -392,11 +392,19 @@ func (m *Mirror) storeLocked(e *enginekv.Event) {
 	hasParent := false
 	if e.HasParent {
 		pe, ok := m.engine.get(e.ParentHash)
-		if !ok {
+		switch {
+		case ok:
+			parent, hasParent = pe.sy, true
+		case e.ParentHash == 0:
+			// Some vLLM-compatible publishers mark a chain's first block
+			// with parent 0 rather than None, and other consumers read it
+			// as no parent: a chain start, unless the engine really
+			// stored a block hashed 0 (found above).
+			m.m.zeroParents.Add(float64(n))
+		default:
 			m.unknownParentLocked(n)
 			return
 		}
-		parent, hasParent = pe.sy, true
 	}
 	seed := m.seedFor(e.LoRAName)
 	bs := e.BlockSize

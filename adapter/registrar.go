@@ -27,6 +27,10 @@ type Overrides struct {
 	MaxModelLen      int
 	MaxNumSeqs       int
 	MaxBatchedTokens int
+	// PrioritySchedules registers the engine as scheduling by priority
+	// (vLLM's --scheduling-policy priority, which /v1/models and the
+	// metrics do not reveal).
+	PrioritySchedules bool
 }
 
 // Fallbacks for a generic OpenAI-compatible server, which tells neither its
@@ -329,6 +333,7 @@ func (r *Registrar) discover(ctx context.Context, prev *wire.WorkerInfo) (*wire.
 		// healthy engine over one bad answer.
 		if d.Model == "" {
 			d.Model, d.Others, d.MaxModelLen = prev.Model, prev.Models, prev.MaxModelLen
+			d.Root, d.Cards = prev.Salt, prev.Cards
 		}
 		if d.BlockSize == 0 {
 			d.BlockSize = prev.BlockSize
@@ -344,6 +349,13 @@ func (r *Registrar) discover(ctx context.Context, prev *wire.WorkerInfo) (*wire.
 		MaxNumSeqs: pickInt(o.MaxNumSeqs, d.MaxNumSeqs), MaxBatchedTokens: pickInt(o.MaxBatchedTokens, d.MaxBatchedTokens),
 		MaxModelLen: pickInt(o.MaxModelLen, d.MaxModelLen), Labels: r.cfg.Labels,
 		PublishesEvents: r.cfg.PublishesEvents, Tokenizer: r.cfg.Tokenizer,
+		Cards: d.Cards, PrioritySchedules: o.PrioritySchedules,
+	}
+	if o.Model == "" || o.Model == d.Model {
+		// Blocks are salted by the engine's root, so every alias of it
+		// (and every engine of the same weights) hashes a prompt alike.
+		// A -model that renames the base keeps its own name as the salt.
+		info.Salt = d.Root
 	}
 	if r.cfg.Engine == EngineOpenAI {
 		info.BlockSize = pickInt(info.BlockSize, openAIBlockSize)

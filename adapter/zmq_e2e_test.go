@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchyard/switchyard/enginekv"
@@ -175,7 +176,7 @@ func TestOverZMQAMidStreamJoinReplaysFromTheStartAndAGapIsReplayed(t *testing.T)
 	p.add(t, vllmArrayStored(c.stored(0, 2)))
 	p.add(t, vllmArrayStored(d.stored(0, 3)))
 	p.do(t, "pub 3") // 2 is never published live: a gap the replay fills
-	router.holdsExactly(t, "w1", slices.Concat(a.want(testModel, 4), c.want(testModel, 2), d.want(testModel, 3)), "join and gap replayed")
+	router.holdsExactly(t, "w1", slices.Concat(a.want(testSalt, 4), c.want(testSalt, 2), d.want(testSalt, 3)), "join and gap replayed")
 }
 
 func TestOverZMQAnEngineRestartResetsTheRoutersIndexAndItRefills(t *testing.T) {
@@ -186,12 +187,12 @@ func TestOverZMQAnEngineRestartResetsTheRoutersIndexAndItRefills(t *testing.T) {
 	p.add(t, map[string]any{"type": "BlockRemoved", "block_hashes": a.engine[2:3], "medium": "GPU"})
 	p.do(t, "pub 0")
 	p.do(t, "pub 1")
-	router.holdsExactly(t, "w1", a.want(testModel, 2), "before the restart")
+	router.holdsExactly(t, "w1", a.want(testSalt, 2), "before the restart")
 	p.do(t, "restart") // the engine restarts: sequence 0 again, empty cache
 	c := newPrompt(2, 2, testBS)
 	p.add(t, vllmArrayStored(c.stored(0, 2)))
 	p.do(t, "pub 0")
-	router.holdsExactly(t, "w1", c.want(testModel, 2), "no stale hit of the old engine's blocks")
+	router.holdsExactly(t, "w1", c.want(testSalt, 2), "no stale hit of the old engine's blocks")
 }
 
 func TestOverZMQSGLangMapEventsWithSignedHashesAreMirrored(t *testing.T) {
@@ -210,5 +211,23 @@ func TestOverZMQSGLangMapEventsWithSignedHashesAreMirrored(t *testing.T) {
 	p.add(t, ev2)
 	p.do(t, "pub 0")
 	p.do(t, "pub 1")
-	router.holdsExactly(t, "w1", a.want(testModel, 3), "SGLang-style events")
+	router.holdsExactly(t, "w1", a.want(testSalt, 3), "SGLang-style events")
+}
+
+func TestOverZMQAChainStartMarkedWithParentZeroIsMirroredNotSkipped(t *testing.T) {
+	p := startPublisher(t)
+	reg, router := zmqAdapter(t, p)
+	a := newPrompt(1, 3, testBS)
+	first := a.stored(0, 2)
+	first.ParentHash, first.HasParent = 0, true // the publisher's "no parent"
+	ev := map[string]any{"type": "BlockStored", "block_hashes": first.BlockHashes, "parent_block_hash": 0,
+		"token_ids": first.TokenIDs, "block_size": testBS, "lora_id": nil, "medium": "GPU"}
+	p.add(t, ev)
+	p.add(t, vllmArrayStored(a.stored(2, 3)))
+	p.do(t, "pub 0")
+	p.do(t, "pub 1")
+	router.holdsExactly(t, "w1", a.want(testSalt, 3), "a chain started with parent 0, and its child")
+	m := reg.a.mirror.m
+	require.Zero(t, testutil.ToFloat64(m.skipped[skipUnknownParent]), "nothing skipped as unknown_parent")
+	require.Equal(t, 2.0, testutil.ToFloat64(m.zeroParents), "the two blocks whose parent read 0 are counted")
 }

@@ -26,6 +26,12 @@ func RequestToWire(r *scheduler.Request, entry string) *wire.AdmitRequest {
 			out.TenantQuota = &wire.AdmitQuota{Concurrent: q.Concurrent, RequestsPerMinute: q.RequestsPerMinute, TokensPerMinute: q.TokensPerMinute}
 		}
 	}
+	if a := r.Session; a.Worker != "" {
+		out.Session = &wire.AdmitSession{Worker: a.Worker, Hard: a.Hard, MarginRatio: a.MarginRatio, MarginCost: a.MarginCost}
+	}
+	for _, sq := range r.SizedHashes {
+		out.SizedBlocks = append(out.SizedBlocks, wire.AdmitBlocks{BlockSize: sq.BlockSize, Hashes: sq.Hashes})
+	}
 	if len(r.Overlaps) > 0 {
 		out.Overlaps = make([]wire.AdmitOverlap, len(r.Overlaps))
 		for i, o := range r.Overlaps {
@@ -54,6 +60,12 @@ func RequestFromWire(in *wire.AdmitRequest) *scheduler.Request {
 			r.Tenant.Quota = scheduler.TenantQuota{Concurrent: q.Concurrent, RequestsPerMinute: q.RequestsPerMinute, TokensPerMinute: q.TokensPerMinute}
 		}
 	}
+	if a := in.Session; a != nil {
+		r.Session = scheduler.SessionAffinity{Worker: a.Worker, Hard: a.Hard, MarginRatio: a.MarginRatio, MarginCost: a.MarginCost}
+	}
+	for _, sq := range in.SizedBlocks {
+		r.SizedHashes = append(r.SizedHashes, scheduler.BlockSequence{BlockSize: sq.BlockSize, Hashes: sq.Hashes})
+	}
 	if len(in.Overlaps) > 0 {
 		r.Overlaps = make([]scheduler.Overlap, len(in.Overlaps))
 		for i, o := range in.Overlaps {
@@ -79,7 +91,7 @@ func grantFromReply(in *wire.AdmitReply, requestID string) (scheduler.Grant, err
 	g := scheduler.Grant{
 		RequestID: requestID, Worker: in.Worker, WorkerURL: in.WorkerURL,
 		Booking:      scheduler.BookingID(in.Booking),
-		CachedTokens: in.CachedTokens, OverlapBlocks: in.OverlapBlocks,
+		CachedTokens: in.CachedTokens, OverlapBlocks: in.OverlapBlocks, BlockSize: in.BlockSize,
 		QueueWait:       time.Duration(in.QueueWaitNano),
 		ReachableTokens: max(in.Reachable, in.CachedTokens), Shortfall: short,
 		PredictedTTFT: time.Duration(max(in.PredictedTTFTNano, 0)),

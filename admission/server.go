@@ -449,7 +449,7 @@ func (s *Server) enqueueLeased(class string, m *nats.Msg, req *scheduler.Request
 			out.OK = true
 			out.Worker, out.WorkerURL = g.Worker, g.WorkerURL
 			out.Booking = uint64(g.Booking)
-			out.CachedTokens, out.OverlapBlocks = g.CachedTokens, g.OverlapBlocks
+			out.CachedTokens, out.OverlapBlocks, out.BlockSize = g.CachedTokens, g.OverlapBlocks, g.BlockSize
 			out.QueueWaitNano = int64(g.QueueWait)
 			out.Reachable, out.Shortfall = g.ReachableTokens, g.Shortfall.String()
 			out.PredictedTTFTNano = int64(g.PredictedTTFT)

@@ -117,8 +117,8 @@ type SimConfig struct {
 	Policy   SimPolicy
 	// Admission places admission (class owners or per-replica queues).
 	Admission SimAdmission
-	// Gossip shares booked loads and routing predictions between replicas
-	// after GossipDelay. Off, each replica sees only its own bookings and
+	// Gossip shares booked loads, routing predictions and session records
+	// between replicas after GossipDelay. Off, each replica sees only its own bookings and
 	// predictions (KV events still reach every replica: every replica
 	// subscribes to every worker's events).
 	Gossip      bool
@@ -169,6 +169,13 @@ type SimConfig struct {
 	// i runs at EngineSpeedups[i mod len], a heterogeneous fleet (the
 	// routers are not told; the ttft selector calibrates to it).
 	EngineSpeedups []float64
+	// Sessions turns session affinity on (sim_sessions.go): a turn prefers
+	// its session's previous worker, as the entry replica's session table
+	// (gossiped after GossipDelay) knows it, while that worker's cost is
+	// within SessionMargin of the best. SessionTTL is a table entry's life.
+	Sessions      bool
+	SessionMargin float64
+	SessionTTL    time.Duration
 	// KVTap, when set, also receives every KV event batch an engine
 	// publishes, when it publishes it (the scale report derives event
 	// rates and batch shapes from them). It may keep the batch and must
@@ -192,19 +199,21 @@ func DefaultSimConfig() SimConfig {
 	ec.NumBlocks = 1700 * 512 / ec.BlockSize
 	ec.MaxModelLen = 1 << 18 // the longest Mooncake prompt is ~126k tokens
 	return SimConfig{
-		Label:        "sim",
-		Seed:         1,
-		Replicas:     1,
-		Workers:      8,
-		Policy:       SimKVAware,
-		Admission:    SimCluster,
-		Gossip:       true,
-		GossipDelay:  5 * time.Millisecond,
-		EventDelay:   5 * time.Millisecond,
-		PredictTTL:   5 * time.Second,
-		TimeScale:    1,
-		Vocab:        DefaultVocab(),
-		DefaultClass: "default",
+		Label:         "sim",
+		Seed:          1,
+		Replicas:      1,
+		Workers:       8,
+		Policy:        SimKVAware,
+		Admission:     SimCluster,
+		Gossip:        true,
+		GossipDelay:   5 * time.Millisecond,
+		EventDelay:    5 * time.Millisecond,
+		PredictTTL:    5 * time.Second,
+		TimeScale:     1,
+		SessionMargin: 0.5,
+		SessionTTL:    10 * time.Minute,
+		Vocab:         DefaultVocab(),
+		DefaultClass:  "default",
 		Class: SimClassTemplate{
 			Policy:  scheduler.PolicyFCFS,
 			Quantum: 2048,
@@ -237,6 +246,10 @@ func (c SimConfig) Validate() error {
 		return bad("gossip_delay %v must not be negative", c.GossipDelay)
 	case c.EventDelay < 0:
 		return bad("event_delay %v must not be negative", c.EventDelay)
+	case !(c.SessionMargin >= 0) || math.IsInf(c.SessionMargin, 0):
+		return bad("session_margin %v must be a finite number >= 0", c.SessionMargin)
+	case c.Sessions && c.SessionTTL <= 0:
+		return bad("session_ttl %v must be positive with sessions", c.SessionTTL)
 	case c.PredictTTL <= 0:
 		return bad("predict_ttl %v must be positive", c.PredictTTL)
 	case !(c.TimeScale > 0) || math.IsInf(c.TimeScale, 0):

@@ -43,6 +43,7 @@ type simFlags struct {
 	policies      []SimPolicy
 	admissions    []SimAdmission
 	gossip        []bool
+	sessions      []bool
 	ignoreDue     []bool
 	dueMargins    []time.Duration
 	classPolicies []scheduler.Policy
@@ -56,6 +57,7 @@ func newSimFlags() *simFlags {
 		policies:      []SimPolicy{SimKVAware},
 		admissions:    []SimAdmission{SimCluster},
 		gossip:        []bool{true},
+		sessions:      []bool{false},
 		ignoreDue:     []bool{false},
 		dueMargins:    []time.Duration{0},
 		classPolicies: []scheduler.Policy{scheduler.PolicyFCFS},
@@ -121,6 +123,8 @@ func (c *simCLI) RegisterFlags(fs *flag.FlagSet) {
 	listFlag(fs, "sim-policy", "sim: routing policies to run: kv, round-robin, random, least-loaded", &f.policies, ParseSimPolicy)
 	listFlag(fs, "sim-admission", "sim: admission placements to run: cluster (class owners), per-replica (peer routers)", &f.admissions, ParseSimAdmission)
 	listFlag(fs, "sim-gossip", "sim: share loads and predictions between replicas: on, off (or both: on,off)", &f.gossip, parseOnOff)
+	listFlag(fs, "sim-sessions", "sim: session affinity (a turn prefers its session's previous worker): on, off (or both: on,off)", &f.sessions, parseOnOff)
+	fs.Float64Var(&b.SessionMargin, "sim-session-margin", b.SessionMargin, "sim: soft session affinity keeps a session's worker while its cost is within this fraction of the best")
 	listFlag(fs, "sim-deadlines", "sim: aware (due times order and expire queued requests) and/or ignore (plain FCFS)", &f.ignoreDue, parseDeadlines)
 	listFlag(fs, "sim-due-margin", "sim: due time = deadline minus this margin, e.g. 0,200ms (room for the prefill after admission)", &f.dueMargins, time.ParseDuration)
 	listFlag(fs, "sim-class-policy", "sim: class queue policies to run: fcfs, lcfs, wspt", &f.classPolicies, scheduler.ParsePolicy)
@@ -220,30 +224,34 @@ func (f *simFlags) expand(o Options) ([]simRun, error) {
 					for _, g := range f.gossip {
 						for _, n := range f.replicas {
 							for _, p := range f.policies {
-								cfg := base
-								cfg.Class.Policy, cfg.IgnoreDeadlines, cfg.Admission, cfg.Gossip, cfg.Replicas, cfg.Policy = cp, ign, adm, g, n, p
-								cfg.DueMargin = margin
-								var parts, keyParts []string
-								add := func(vary bool, s string, inKey bool) {
-									if vary {
-										parts = append(parts, s)
-										if inKey {
-											keyParts = append(keyParts, s)
+								for _, sa := range f.sessions {
+									cfg := base
+									cfg.Sessions = sa
+									cfg.Class.Policy, cfg.IgnoreDeadlines, cfg.Admission, cfg.Gossip, cfg.Replicas, cfg.Policy = cp, ign, adm, g, n, p
+									cfg.DueMargin = margin
+									var parts, keyParts []string
+									add := func(vary bool, s string, inKey bool) {
+										if vary {
+											parts = append(parts, s)
+											if inKey {
+												keyParts = append(keyParts, s)
+											}
 										}
 									}
+									add(len(f.policies) > 1, p.String(), false)
+									add(len(f.sessions) > 1, map[bool]string{true: "sessions", false: "no sessions"}[sa], true)
+									add(len(f.replicas) > 1, fmt.Sprintf("%d replicas", n), true)
+									add(len(f.admissions) > 1, adm.String(), true)
+									add(len(f.gossip) > 1, map[bool]string{true: "gossip", false: "no gossip"}[g], true)
+									add(len(f.ignoreDue) > 1, map[bool]string{false: "deadline-aware", true: "deadline-blind"}[ign], true)
+									add(len(f.dueMargins) > 1, "due margin "+margin.String(), true)
+									add(len(f.classPolicies) > 1, cp.String(), true)
+									cfg.Label = o.Label
+									if len(parts) > 0 {
+										cfg.Label = strings.Join(parts, ", ")
+									}
+									runs = append(runs, simRun{cfg: cfg, key: strings.Join(keyParts, ", ")})
 								}
-								add(len(f.policies) > 1, p.String(), false)
-								add(len(f.replicas) > 1, fmt.Sprintf("%d replicas", n), true)
-								add(len(f.admissions) > 1, adm.String(), true)
-								add(len(f.gossip) > 1, map[bool]string{true: "gossip", false: "no gossip"}[g], true)
-								add(len(f.ignoreDue) > 1, map[bool]string{false: "deadline-aware", true: "deadline-blind"}[ign], true)
-								add(len(f.dueMargins) > 1, "due margin "+margin.String(), true)
-								add(len(f.classPolicies) > 1, cp.String(), true)
-								cfg.Label = o.Label
-								if len(parts) > 0 {
-									cfg.Label = strings.Join(parts, ", ")
-								}
-								runs = append(runs, simRun{cfg: cfg, key: strings.Join(keyParts, ", ")})
 							}
 						}
 					}
@@ -375,6 +383,7 @@ func writeSimMarkdown(b *strings.Builder, runs []simRun) {
 			r.report.GoodputRPS, s.Failed, r.report.PeakQueued)
 	}
 	writeSimQualityMarkdown(b, runs)
+	writeSimSessionsMarkdown(b, runs)
 }
 
 // writeSimQualityMarkdown writes the routing-quality table: the three

@@ -35,6 +35,9 @@ type SimReport struct {
 	// realised cached tokens with the reasons for each shortfall, as a
 	// live router counts them (SimQuality).
 	Quality SimQuality `json:"routing_quality"`
+	// Sessions is how often a session's turns stayed on one worker
+	// (sim_sessions.go).
+	Sessions SimSessionReport `json:"sessions"`
 	// Results holds every request's measurement (written to results.jsonl
 	// on request, never into the report JSON).
 	Results []Result `json:"-"`
@@ -139,6 +142,7 @@ func (s *simulation) report() *SimReport {
 		Events:     s.nEvents,
 		PeakQueued: s.peakQ,
 		Quality:    s.quality.withRates(),
+		Sessions:   s.sessions.final(),
 		Results:    results,
 	}
 	if len(s.reqs) > 0 {

@@ -58,6 +58,7 @@ const (
 	evLoad                            // a: origin replica, b: worker, load
 	evPredict                         // a: origin replica, b: worker, hashes, exp
 	evWake                            // a: replica
+	evSession                         // a: replica, b: worker, exp: session id, hashes[0]: routing time (sim_sessions.go)
 )
 
 type simEvent struct {
@@ -142,6 +143,9 @@ type simRequest struct {
 	res     Result
 	done    bool
 	dec     simDecision // the grant's routing figures until the engine reports (sim_quality.go)
+	// sessionPrev is the worker the entry replica's session table named
+	// ("": none, or affinity off; sim_sessions.go).
+	sessionPrev string
 }
 
 type simReplica struct {
@@ -208,10 +212,11 @@ type simulation struct {
 	dirtyGen uint64
 	spare    []int64
 
-	tokens  []uint32
-	matches []kvindex.Match
-	peakQ   int
-	quality SimQuality
+	tokens   []uint32
+	matches  []kvindex.Match
+	peakQ    int
+	quality  SimQuality
+	sessions *simSessions
 }
 
 // simLoadView is one replica's view of the other replicas' gossiped loads.
@@ -285,7 +290,7 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 	s := &simulation{
 		cfg: cfg, log: log, clock: &simClock{},
 		widx: make(map[string]int, cfg.Workers), owner: map[string]int{},
-		reqs: make([]simRequest, len(reqs)), quality: newSimQuality(),
+		reqs: make([]simRequest, len(reqs)), quality: newSimQuality(), sessions: newSimSessions(cfg),
 	}
 	schedWorkers := make([]scheduler.Worker, cfg.Workers)
 	s.workers = make([]simWorker, cfg.Workers)
@@ -442,6 +447,8 @@ func (s *simulation) run(ctx context.Context) error {
 			s.applyLoad(e)
 		case evPredict:
 			s.applyPredict(e)
+		case evSession:
+			s.applySession(e)
 		case evWake:
 			rep := &s.replicas[e.a]
 			if rep.wakeAt != e.at {
@@ -514,6 +521,7 @@ func (s *simulation) arrive(i int) {
 	default:
 		r.Pinned = s.workers[s.pick(q.admit)].id
 	}
+	r.Session = s.sessionAffinity(q)
 	q.res = Result{
 		Index: tr.Index, Session: tr.Session, Class: tr.Class, Priority: tr.Priority, Deadline: tr.Deadline,
 		Target: entry.id, Scheduled: time.Duration(q.arrival), Sent: time.Duration(q.arrival),
@@ -610,6 +618,7 @@ func (s *simulation) settle(out simOutcome) {
 	s.decided(q, g)
 	q.worker, q.booking = w, g.Booking
 	q.res.Worker = g.Worker
+	s.sessionGranted(q, w)
 	s.markDirty(q.admit, w)
 	wk := &s.workers[w]
 	wk.active++

@@ -40,6 +40,10 @@ type SyntheticConfig struct {
 	// ThinkTime is the mean (exponential) gap between a session's turns.
 	// Arrivals stay open-loop: a turn does not wait for the previous reply.
 	ThinkTime time.Duration
+	// ThinkTimeMax, when above ThinkTime, draws each gap uniformly from
+	// [ThinkTime, ThinkTimeMax] instead: an agent's tool calls come back
+	// within a bounded time (e.g. 50-500 ms), faster than KV events travel.
+	ThinkTimeMax time.Duration
 	// Classes is the class/priority/deadline mix, drawn per session by
 	// weight. Empty: requests carry no scheduling hints.
 	Classes []ClassMix
@@ -95,6 +99,8 @@ func (c SyntheticConfig) Validate() error {
 		return bad("turns %d must be positive", c.Turns)
 	case c.ThinkTime < 0:
 		return bad("think_time %v must not be negative", c.ThinkTime)
+	case c.ThinkTimeMax < 0:
+		return bad("think_time_max %v must not be negative", c.ThinkTimeMax)
 	}
 	// The longest possible prompt: prefix + every turn's input and reply at
 	// their maximum lengths.
@@ -130,6 +136,7 @@ func (c *SyntheticConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.IntVar(&c.OutputTokens, prefix+"output-tokens", c.OutputTokens, "mean output tokens per turn")
 	fs.IntVar(&c.Turns, prefix+"turns", c.Turns, "maximum turns per session (uniform in [1, turns])")
 	fs.DurationVar(&c.ThinkTime, prefix+"think-time", c.ThinkTime, "mean gap between a session's turns")
+	fs.DurationVar(&c.ThinkTimeMax, prefix+"think-time-max", c.ThinkTimeMax, "above think-time: gaps uniform in [think-time, think-time-max] (agent tool calls) instead of exponential")
 	fs.Func(prefix+"classes", "class mix: name:weight[:priority[:deadline]],... e.g. chat:3:1:2s,batch:1", func(s string) error {
 		m, err := ParseClassMix(s)
 		if err == nil {
@@ -243,7 +250,11 @@ func (c SyntheticConfig) appendSession(reqs []TraceRequest, rng *rand.Rand, sess
 	history := prefix
 	at := start
 	for k := 0; k < turns; k++ {
-		if k > 0 {
+		switch {
+		case k == 0:
+		case c.ThinkTimeMax > c.ThinkTime:
+			at += c.ThinkTime.Seconds() + rng.Float64()*(c.ThinkTimeMax-c.ThinkTime).Seconds()
+		default:
 			at += rng.ExpFloat64() * c.ThinkTime.Seconds()
 		}
 		user := Segment{Seed: seedOf(domainSynthUser, c.Seed, uint64(session), uint64(k)), Len: drawLen(rng, c.InputTokens)}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/switchyard/switchyard/internal/tlsconf"
@@ -97,6 +98,15 @@ type Config struct {
 	// 0 SuspectAfter never marks a worker.
 	SuspectAfter int
 	SuspectTTL   time.Duration
+
+	// Session affinity (session.go, docs/api.md "Sessions"). SessionHeaders
+	// name a request's session, the first one present winning (before
+	// the body's prompt_cache_key and user); SessionTTL is how long a
+	// session keeps its worker after its last turn; MaxSessions bounds the
+	// replica's session table (least recently routed evicted first).
+	SessionHeaders []string
+	SessionTTL     time.Duration
+	MaxSessions    int
 }
 
 // DefaultConfig returns the defaults.
@@ -128,6 +138,9 @@ func DefaultConfig() Config {
 		FirstBytePerToken:     100 * time.Millisecond,
 		SuspectAfter:          2,
 		SuspectTTL:            10 * time.Second,
+		SessionHeaders:        []string{"x-session-id"},
+		SessionTTL:            10 * time.Minute,
+		MaxSessions:           100_000,
 	}
 }
 
@@ -205,6 +218,17 @@ func (c Config) Validate() error {
 	if c.SuspectAfter < 0 {
 		errs = append(errs, fmt.Errorf("frontend.SuspectAfter: %d, must be >= 0 (0: never)", c.SuspectAfter))
 	}
+	if c.SessionTTL <= 0 {
+		errs = append(errs, fmt.Errorf("frontend.SessionTTL: %v, must be > 0", c.SessionTTL))
+	}
+	if c.MaxSessions <= 0 {
+		errs = append(errs, fmt.Errorf("frontend.MaxSessions: %d, must be > 0", c.MaxSessions))
+	}
+	for _, h := range c.SessionHeaders {
+		if h == "" || strings.ContainsAny(h, " \t:") {
+			errs = append(errs, fmt.Errorf("frontend.SessionHeaders: %q is not a header name", h))
+		}
+	}
 	if c.SuspectAfter > 0 && c.SuspectTTL <= 0 {
 		errs = append(errs, fmt.Errorf("frontend.SuspectTTL: %v, must be > 0 with SuspectAfter", c.SuspectTTL))
 	}
@@ -255,4 +279,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.DurationVar(&c.FirstBytePerToken, prefix+"first-byte-per-token", c.FirstBytePerToken, "added to a non-streaming request's first-byte timeout per max_tokens (its headers come with the whole answer)")
 	fs.IntVar(&c.SuspectAfter, prefix+"suspect-after", c.SuspectAfter, "consecutive first-byte timeouts that mark a worker suspect on every replica (0: never)")
 	fs.DurationVar(&c.SuspectTTL, prefix+"suspect-ttl", c.SuspectTTL, "how long a suspect worker is skipped unless a request to it succeeds")
+	fs.Func(prefix+"session-headers", fmt.Sprintf("comma-separated headers that name a request's session, first present wins (default %s; e.g. x-session-id,X-Dynamo-Session-ID,x-session-token,X-SMG-Routing-Key)", strings.Join(c.SessionHeaders, ",")), func(s string) error {
+		c.SessionHeaders = nil
+		for _, h := range strings.Split(s, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				c.SessionHeaders = append(c.SessionHeaders, h)
+			}
+		}
+		return nil
+	})
+	fs.DurationVar(&c.SessionTTL, prefix+"session-ttl", c.SessionTTL, "how long a session keeps its worker after its last turn")
+	fs.IntVar(&c.MaxSessions, prefix+"max-sessions", c.MaxSessions, "sessions a replica remembers at most (least recently routed evicted first)")
 }

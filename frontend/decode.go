@@ -49,7 +49,7 @@ var requestFields = [...]string{
 	"model", "max_tokens", "max_completion_tokens", "max_output_tokens", "stream", "user", "switchyard",
 	"prompt", "messages", "input", "instructions", "tools", "add_generation_prompt",
 	"continue_final_message", "chat_template_kwargs", "add_special_tokens",
-	"n", "best_of", "stream_options",
+	"n", "best_of", "stream_options", "prompt_cache_key",
 }
 
 // requestFieldIndex is key's index in requestFields, -1 for a key the
@@ -87,6 +87,13 @@ func decodeRequestField(req *openAIRequest, name string, m prompt.Member) bool {
 		}
 		s, ok := plainJSONString(m)
 		req.User = s
+		return ok
+	case "prompt_cache_key":
+		if null {
+			return true
+		}
+		s, ok := plainJSONString(m)
+		req.PromptCacheKey = s
 		return ok
 	case "max_tokens":
 		return decodeIntPtr(v, null, &req.MaxTokens)

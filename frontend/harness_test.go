@@ -96,8 +96,13 @@ type upstream struct {
 	interval time.Duration
 	// cancelled counts requests whose client (the router) went away.
 	cancelled atomic.Int32
-	lastBody  atomic.Value // string
-	lastPath  atomic.Value // string
+	// chunkUsage, when set, is the usage member of every token chunk:
+	// "null" as SGLang sends it, "running" for vLLM's
+	// continuous_usage_stats (the count so far), set before the first
+	// request.
+	chunkUsage string
+	lastBody   atomic.Value // string
+	lastPath   atomic.Value // string
 }
 
 func newUpstream(t testing.TB, tokens int) *upstream {
@@ -172,7 +177,14 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-		if _, err := fmt.Fprintf(w, "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"t%d \"}]}\n\n", i); err != nil {
+		var member string
+		switch u.chunkUsage {
+		case "null":
+			member = `,"usage":null`
+		case "running":
+			member = fmt.Sprintf(`,"usage":{"prompt_tokens":40,"completion_tokens":%d,"total_tokens":%d}`, i+1, 41+i)
+		}
+		if _, err := fmt.Fprintf(w, "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"t%d \"}]%s}\n\n", i, member); err != nil {
 			u.cancelled.Add(1)
 			return
 		}

@@ -38,6 +38,7 @@ type Policy struct {
 	DegradedQuotas string
 
 	defaults map[string]ClassDefaults
+	sessions sessionRules // session.go; Sessions reads it
 }
 
 // The degraded quota policies a policy file may name (degraded.quotas).
@@ -73,6 +74,7 @@ type policyFile struct {
 	Rules        []ruleFile        `yaml:"rules"`
 	Tokenizers   map[string]string `yaml:"tokenizers"`
 	Degraded     degradedFile      `yaml:"degraded"`
+	Sessions     sessionsFile      `yaml:"sessions"`
 }
 
 type degradedFile struct {
@@ -229,6 +231,7 @@ func ParsePolicy(doc []byte) (*Policy, error) {
 	default:
 		bad("degraded.quotas: %q is not split, whole or closed", f.Degraded.Quotas)
 	}
+	p.sessions = parseSessions(f.Sessions, p, bad)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

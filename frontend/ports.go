@@ -7,6 +7,7 @@ import (
 
 	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
 )
 
 // Admitter decides when and where a request runs. The local implementation
@@ -48,6 +49,33 @@ type WorkerEntry struct {
 	// MaxModelLen is the engine's context length in tokens (0: unknown):
 	// what a request without max_tokens may generate, less its prompt.
 	MaxModelLen int
+	// Salt is the name the worker's base-model blocks are hashed under
+	// (wire.WorkerInfo.Salt: the engine's model root); "": Model.
+	Salt string
+	// Cards are the engine's /v1/models entries (wire.WorkerInfo.Cards).
+	Cards []wire.ModelCard
+	// PrioritySchedules: the engine takes vLLM's priority field
+	// (wire.WorkerInfo.PrioritySchedules).
+	PrioritySchedules bool
+}
+
+// saltFor is the name a prompt for model is hashed under on w: a LoRA
+// adapter's own name (its blocks are seeded so), else the worker's salt
+// (its engine's root) or base model. A worker registered without cards
+// cannot tell a LoRA from an alias: the request's name, as before.
+func (w *WorkerEntry) saltFor(model string) string {
+	if len(w.Cards) == 0 {
+		return model
+	}
+	for i := range w.Cards {
+		if c := &w.Cards[i]; c.ID == model && c.Parent != "" {
+			return model
+		}
+	}
+	if w.Salt != "" {
+		return w.Salt
+	}
+	return w.Model
 }
 
 // Serves reports whether the worker serves the model name.

@@ -31,6 +31,9 @@ type exchange struct {
 	others  bool           // another worker could take a retry of the current attempt
 	fb      *firstByte     // the current attempt's first-byte timer (nil: none)
 	dec     *pending       // the attempt's routing decision (quality.go)
+	// priority is the request's strict priority, passed to engines that
+	// schedule by it (enginePriority).
+	priority int32
 }
 
 // usageBody is the part of a response the router reads for metrics: the
@@ -78,7 +81,11 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 		x.fb, reqCtx = startFirstByte(ctx, d)
 		defer x.fb.stop()
 	}
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, g.WorkerURL+x.p.endpoint.path(), bytes.NewReader(x.p.forward))
+	body := x.p.forward
+	if x.priority != 0 && x.s.prioritySchedules(g.Worker) {
+		body = enginePriority(body, x.priority)
+	}
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, g.WorkerURL+x.p.endpoint.path(), bytes.NewReader(body))
 	if err != nil {
 		t.Dispatched()
 		t.Finish(true)
@@ -139,11 +146,12 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 		if x.canRetry() {
 			return 0, true
 		}
+		x.w.Header().Set(HeaderRoutedWorker, g.Worker) // the engine that failed, for the operator
 		return x.fail(http.StatusBadGateway, "the worker failed: "+resp.Status), false
 	case resp.StatusCode != http.StatusOK:
 		// The worker refused the request itself (4xx): relay it as is.
 		t.Finish(true)
-		return x.relayPlain(resp), false
+		return x.relayPlain(resp, g.Worker), false
 	}
 	if x.p.stream {
 		status, retry = x.relayStream(t, g, resp)
@@ -166,9 +174,12 @@ func (x *exchange) fail(status int, msg string) int {
 	return status
 }
 
-func (x *exchange) relayPlain(resp *http.Response) int {
+// relayPlain relays an engine's refusal (4xx) as it is, naming the engine:
+// the client asks that engine's operator why.
+func (x *exchange) relayPlain(resp *http.Response, worker string) int {
 	h := x.w.Header()
 	h.Set("Content-Type", resp.Header.Get("Content-Type"))
+	h.Set(HeaderRoutedWorker, worker)
 	x.w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(x.w, io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode
@@ -295,15 +306,20 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 			if isData {
 				payload = bytes.TrimSpace(payload)
 				done := bytes.Equal(payload, doneData)
-				var usage bool
+				// usage: the chunk carries a usage object (the latest one is
+				// the stream's); usageOnly: it carries nothing else, so it is
+				// no token and no inter-token gap. SGLang, and vLLM with
+				// continuous_usage_stats, put "usage" in every chunk (null,
+				// or a running count beside the token).
+				var usage, usageOnly bool
 				if x.p.endpoint == endpointResponses {
 					// Every Responses event embeds the response object (and
 					// its usage, null until the end): only the terminal
 					// event is the usage line.
 					done = isResponseEnd(payload)
-					usage = done
-				} else {
-					usage = !done && bytes.Contains(payload, usageKey)
+					usage, usageOnly = done, done
+				} else if !done {
+					usage, usageOnly = chunkUsage(payload)
 				}
 				now := x.s.now()
 				if !started {
@@ -326,12 +342,12 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 							return statusClientClosed, false
 						}
 					}
-				} else if !done && !usage {
+				} else if !done && !usageOnly {
 					// Only token events: [DONE] and the trailing usage
 					// chunk are not inter-token gaps.
 					itl.Observe(now.Sub(last).Seconds())
 				}
-				if !usage {
+				if !usageOnly {
 					last = now
 				}
 				sawDone = sawDone || done
@@ -402,6 +418,53 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 			return http.StatusOK, false
 		}
 	}
+}
+
+// chunkUsage reports whether a chat or completions stream chunk carries a
+// usage object (not null, not a "usage" string inside a token) and whether
+// it carries nothing else (no choices). It scans rather than decodes: it
+// runs on every chunk of every stream.
+func chunkUsage(payload []byte) (usage, only bool) {
+	v, ok := memberValue(payload, usageKey)
+	if !ok || bytes.HasPrefix(v, nullValue) {
+		return false, false
+	}
+	c, ok := memberValue(payload, choicesKey)
+	return true, !ok || bytes.HasPrefix(c, nullValue) || isEmptyArray(c)
+}
+
+var (
+	choicesKey = []byte(`"choices"`)
+	nullValue  = []byte("null")
+)
+
+// memberValue returns what follows the first occurrence of key used as a
+// member name (followed by a colon), leading white space trimmed. A quoted
+// string equal to key that is a value (a token "usage") is followed by a
+// comma or brace instead and is passed over; inside a JSON string a quote
+// is escaped, so key cannot match across a string's content.
+func memberValue(doc, key []byte) ([]byte, bool) {
+	for {
+		i := bytes.Index(doc, key)
+		if i < 0 {
+			return nil, false
+		}
+		doc = doc[i+len(key):]
+		rest := bytes.TrimLeft(doc, " \t\r\n")
+		if len(rest) > 0 && rest[0] == ':' {
+			return bytes.TrimLeft(rest[1:], " \t\r\n"), true
+		}
+	}
+}
+
+// isEmptyArray reports whether v starts with an array holding only white
+// space ("[ ]").
+func isEmptyArray(v []byte) bool {
+	if len(v) == 0 || v[0] != '[' {
+		return false
+	}
+	rest := bytes.TrimLeft(v[1:], " \t\r\n")
+	return len(rest) > 0 && rest[0] == ']'
 }
 
 // withoutUsage is a stream chunk as a client that did not ask for usage

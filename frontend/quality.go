@@ -121,8 +121,10 @@ func (x *exchange) decided(req *scheduler.Request, g scheduler.Grant, blockSize 
 		}
 	}
 	p := &pending{d: d, blockSize: max(blockSize, 1)}
-	if ex, ok := s.deps.Index.(ExactIndex); ok && len(req.BlockHashes) > 0 {
-		p.exact = min(req.PromptTokens, ex.ExactOverlap(g.Worker, req.BlockHashes)*p.blockSize)
+	if hashes := req.HashesFor(blockSize); len(hashes) > 0 {
+		if ex, ok := s.deps.Index.(ExactIndex); ok {
+			p.exact = min(req.PromptTokens, ex.ExactOverlap(g.Worker, hashes)*p.blockSize)
+		}
 	}
 	x.dec = p
 

@@ -80,13 +80,16 @@ const (
 // package prompt to parse.
 type openAIRequest struct {
 	prompt.Fields
-	Model               *string   `json:"model"`
-	MaxTokens           *int      `json:"max_tokens"`
-	MaxCompletionTokens *int      `json:"max_completion_tokens"`
-	MaxOutputTokens     *int      `json:"max_output_tokens"`
-	Stream              bool      `json:"stream"`
-	User                string    `json:"user"`
-	Switchyard          *hintBody `json:"switchyard"`
+	Model               *string `json:"model"`
+	MaxTokens           *int    `json:"max_tokens"`
+	MaxCompletionTokens *int    `json:"max_completion_tokens"`
+	MaxOutputTokens     *int    `json:"max_output_tokens"`
+	Stream              bool    `json:"stream"`
+	User                string  `json:"user"`
+	// PromptCacheKey is OpenAI's routing hint for prompt caching: a
+	// session key (session.go).
+	PromptCacheKey string    `json:"prompt_cache_key"`
+	Switchyard     *hintBody `json:"switchyard"`
 	// N and BestOf are how many sequences the engine generates
 	// (max(n, best_of)): booked and charged as that many.
 	N             *int           `json:"n"`
@@ -132,7 +135,9 @@ type parsedRequest struct {
 	// (max(n, best_of), at least 1): each is booked and charged.
 	sequences int
 	user      string
-	input     *prompt.Input
+	// promptCacheKey is the body's prompt_cache_key ("": none).
+	promptCacheKey string
+	input          *prompt.Input
 	// tokens are the ids the request is hashed by (the first prompt of a
 	// batch); promptTokens is the load it books (every prompt).
 	tokens        []uint32
@@ -167,7 +172,7 @@ func parseRequest(ep endpoint, body []byte, h http.Header) (*parsedRequest, *API
 	if req.Model == nil || *req.Model == "" {
 		return nil, badRequest("model", "missing_required_parameter", "you must provide a model parameter")
 	}
-	p := &parsedRequest{endpoint: ep, model: *req.Model, stream: req.Stream, user: req.User, forward: body, sequences: 1}
+	p := &parsedRequest{endpoint: ep, model: *req.Model, stream: req.Stream, user: req.User, promptCacheKey: req.PromptCacheKey, forward: body, sequences: 1}
 	if ep == endpointChat || ep == endpointCompletions {
 		for _, f := range []struct {
 			name string

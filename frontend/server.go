@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
 )
 
 // Deps are the ports the frontend consumes. Admitter and Workers are
@@ -71,6 +72,12 @@ type Deps struct {
 	// Suspects shares worker suspicion after consecutive first-byte
 	// timeouts (hung.go); nil keeps the count local and marks nothing.
 	Suspects Suspects
+	// Sessions is the session → worker table (session.go); nil builds one
+	// from Config.SessionTTL and MaxSessions, local to this Server.
+	Sessions *scheduler.SessionTable
+	// SessionShare gossips the sessions this replica routes; nil keeps
+	// them local.
+	SessionShare SessionShare
 	// Admins authenticates the admin keys that open /metrics and /debug/*
 	// on the API listener when keys are configured (admin.go); nil: no key
 	// opens them there.
@@ -108,6 +115,9 @@ type Server struct {
 	suspects   *suspicion
 	quality    qualityLog   // routing decisions (quality.go)
 	bodies     *bodyMetrics // keys.go: bodies refused as ambiguous
+	// sessions is Deps.Sessions or a local table (session.go).
+	sessions       *scheduler.SessionTable
+	sessionMetrics *sessionMetrics
 }
 
 // New builds a Server. It starts nothing: Serve or Run do.
@@ -169,6 +179,11 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	s.hung = newHungMetrics(reg)
 	s.suspects = &suspicion{after: cfg.SuspectAfter, port: deps.Suspects}
 	s.bodies = newBodyMetrics(reg)
+	s.sessions = deps.Sessions
+	if s.sessions == nil {
+		s.sessions = scheduler.NewSessionTable(cfg.MaxSessions, cfg.SessionTTL)
+	}
+	s.sessionMetrics = newSessionMetrics(reg, s.sessions)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.instrument(metrics.RouteChatCompletions, func(w http.ResponseWriter, r *http.Request) int {
 		return s.handleCompletion(w, r, endpointChat)
@@ -427,6 +442,11 @@ type modelObject struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Root, Parent and MaxModelLen are the engine's (vLLM's fields),
+	// passed through from the first worker whose engine gave them.
+	Root        string `json:"root,omitempty"`
+	Parent      string `json:"parent,omitempty"`
+	MaxModelLen int    `json:"max_model_len,omitempty"`
 	// Workers is how many registered workers serve the model (an extension).
 	Workers int `json:"switchyard_workers"`
 }
@@ -438,8 +458,14 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) int {
 		return apiErr.Status
 	}
 	counts := map[string]int{}
+	cards := map[string]wire.ModelCard{}
 	var ids []string
 	for _, wk := range s.deps.Workers.Workers() {
+		for _, c := range wk.Cards {
+			if _, ok := cards[c.ID]; !ok {
+				cards[c.ID] = c
+			}
+		}
 		names := append([]string{wk.Model}, wk.Models...)
 		for i, name := range names {
 			if name == "" || slices.Contains(names[:i], name) {
@@ -457,7 +483,9 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) int {
 	slices.Sort(ids)
 	out := modelList{Object: "list", Data: make([]modelObject, 0, len(ids))}
 	for _, id := range ids {
-		out.Data = append(out.Data, modelObject{ID: id, Object: "model", OwnedBy: "switchyard", Workers: counts[id]})
+		c := cards[id]
+		out.Data = append(out.Data, modelObject{ID: id, Object: "model", OwnedBy: "switchyard", Workers: counts[id],
+			Created: c.Created, Root: c.Root, Parent: c.Parent, MaxModelLen: c.MaxModelLen})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
@@ -473,6 +501,11 @@ func (s *Server) nextID() string {
 // routing is what the request path learns from the worker registry.
 type routing struct {
 	blockSize int
+	// otherSizes are the serving workers' other block sizes (noteBlockSize).
+	otherSizes []int
+	// salt is the name the prompt is hashed under: the first serving
+	// worker's (WorkerEntry.saltFor).
+	salt string
 	// eligible is the set of workers serving the model, when not every
 	// worker does; nil when every worker serves it.
 	eligible []string
@@ -495,14 +528,15 @@ func (s *Server) route(model string) (routing, *APIError) {
 	}
 	rt.all = make([]string, 0, len(ws))
 	rt.engines = make([]string, 0, len(ws))
-	found := false
+	found, sized := false, false
 	mixed := false
 	for i := range ws {
 		w := &ws[i]
 		rt.all = append(rt.all, w.ID)
 		if w.Serves(model) {
-			if !found && w.BlockSize > 0 {
-				rt.blockSize = w.BlockSize
+			sized = rt.noteBlockSize(w.BlockSize, sized)
+			if !found {
+				rt.salt = w.saltFor(model)
 			}
 			found = true
 			rt.engines = append(rt.engines, w.URL)
@@ -689,6 +723,11 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		return e.Status
 	}
 	def := pol.Defaults(class)
+	salt := rt.salt
+	if salt == "" {
+		salt = p.model // no worker registered: the scheduler answers no_endpoints
+	}
+	seed := kvindex.ModelSeed(salt)
 	req := scheduler.Request{
 		ID:                   rid,
 		Class:                class,
@@ -696,7 +735,8 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		PriorityJump:         def.PriorityJump,
 		Ingress:              ingress,
 		PromptTokens:         p.promptTokens,
-		BlockHashes:          kvindex.SequenceHashes(p.tokens, rt.blockSize, kvindex.ModelSeed(p.model)),
+		BlockHashes:          kvindex.SequenceHashes(p.tokens, rt.blockSize, seed),
+		SizedHashes:          rt.sizedHashes(p.tokens, seed),
 		Pinned:               p.hints.worker,
 		ExpectedOutputTokens: p.maxTokens, // bookOutput completes it
 	}
@@ -715,9 +755,11 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		req.Due = ingress.Add(deadline)
 	}
 	if s.deps.Index != nil && len(req.BlockHashes) > 0 {
-		req.Overlaps = s.deps.Index.Overlaps(nil, req.BlockHashes)
+		req.Overlaps = s.overlaps(&req)
 	}
-	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress, tenant: tn}
+	sess := s.lookupSession(r.Header, p, class, req.Tenant.ID, pol, rt)
+	req.Session = sess.affinity()
+	x := &exchange{s: s, w: w, r: r, p: p, rid: rid, class: class, ingress: ingress, tenant: tn, priority: req.StrictPriority}
 	var failed []string
 	for attempt := 0; ; attempt++ {
 		req.Attempt, x.attempt = attempt, attempt
@@ -731,6 +773,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		if req.Allowed != nil && len(req.Allowed) == 0 {
 			e := &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_failed",
 				Message: "every eligible worker failed before responding", err: ErrUpstream}
+			w.Header().Set(HeaderRoutedWorker, failed[len(failed)-1]) // the last engine that failed
 			e.write(w)
 			return e.Status
 		}
@@ -752,9 +795,14 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 			return e.Status
 		}
 		g := t.Grant()
-		x.decided(&req, g, rt.blockSize)
-		if s.deps.Index != nil && len(req.BlockHashes) > 0 {
-			s.deps.Index.Predict(g.Worker, req.BlockHashes)
+		s.granted(sess, g.Worker, attempt)
+		bs := rt.blockSize
+		if g.BlockSize > 0 {
+			bs = g.BlockSize
+		}
+		x.decided(&req, g, bs)
+		if hashes := req.HashesFor(bs); s.deps.Index != nil && len(hashes) > 0 {
+			s.deps.Index.Predict(g.Worker, hashes)
 		}
 		if g.CachedTokens > 0 {
 			s.m.PredictedCachedTokens.WithLabelValues(p.model, class).Add(float64(g.CachedTokens))
@@ -768,6 +816,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		if attempt+1 >= s.cfg.MaxAttempts {
 			e := &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_failed",
 				Message: fmt.Sprintf("%d workers failed before responding", len(failed)), err: ErrUpstream}
+			w.Header().Set(HeaderRoutedWorker, g.Worker) // the last engine that failed
 			e.write(w)
 			return e.Status
 		}

@@ -16,6 +16,7 @@ import (
 //	                     expires varint | n uvarint | n × hash u64
 //	state (kind 3):      timestamp varint | n_origins uvarint | n × (origin |
 //	                     floor uvarint | version u64 | n uvarint | n × entry)
+//	session (kind 4):    sessions.go (decoded there, not by decodeMessage)
 //	entry:               worker | version_lag uvarint (version − entry version) |
 //	                     active varint | prefill varint | decode varint |
 //	                     last_event_id uvarint | blocks varint | instance uvarint |
@@ -55,6 +56,8 @@ func (k msgKind) String() string {
 		return "prediction"
 	case kindState:
 		return "state"
+	case kindSession:
+		return "session"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

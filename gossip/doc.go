@@ -28,7 +28,9 @@
 // without losing anything. A receiver that learns something new from a
 // message relays it under the same name (epidemic spread; memberlist itself
 // only retransmits what its node queued). Predictions are unique broadcasts,
-// deduplicated by (origin, id) and relayed once. Push-pull exchanges the full
+// deduplicated by (origin, id) and relayed once; so are session records
+// (sessions.go: which worker a session's latest turn was routed to).
+// Push-pull exchanges the full
 // State as anti-entropy and on join. A departed origin (no longer a live
 // member) keeps its entries for GracePeriod; then its floor is raised to its
 // newest version.

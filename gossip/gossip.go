@@ -62,30 +62,33 @@ const (
 // Gossip is one replica's member of the gossip cluster. See the package
 // documentation for its concurrency rules.
 type Gossip struct {
-	cfg     Config
-	log     *zap.Logger
-	m       *metrics
-	clock   clock.Clock
-	meta    []byte
-	queue   *memberlist.TransmitLimitedQueue
-	inbox   chan inboxItem
-	preds   chan predictRequest
-	ready   chan struct{}
-	running atomic.Bool
-	stopped atomic.Bool
+	cfg   Config
+	log   *zap.Logger
+	m     *metrics
+	clock clock.Clock
+	meta  []byte
+	queue *memberlist.TransmitLimitedQueue
+	inbox chan inboxItem
+	preds chan predictRequest
+	// sessions queues ShareSession records for the owner (sessions.go).
+	sessions chan sessionRequest
+	ready    chan struct{}
+	running  atomic.Bool
+	stopped  atomic.Bool
 	// mlogClosed silences memberlist's logger once Run has shut it down
 	// (logger.go says why).
-	mlogClosed atomic.Bool
-	ml         atomic.Pointer[memberlist.Memberlist]
-	addr       atomic.Pointer[string]
-	loads      atomic.Pointer[map[string]WorkerLoad]
-	digests    atomic.Pointer[map[string]Digest]
-	health     atomic.Pointer[map[string]Health]
-	sink       atomic.Pointer[PredictionSink]
-	snap       atomic.Pointer[snapshot]
-	fullSt     atomic.Pointer[[]byte]
-	delegate   *delegate
-	members    *memberTable // live members, copied in memberlist's callbacks
+	mlogClosed  atomic.Bool
+	ml          atomic.Pointer[memberlist.Memberlist]
+	addr        atomic.Pointer[string]
+	loads       atomic.Pointer[map[string]WorkerLoad]
+	digests     atomic.Pointer[map[string]Digest]
+	health      atomic.Pointer[map[string]Health]
+	sink        atomic.Pointer[PredictionSink]
+	sessionSink atomic.Pointer[SessionSink]
+	snap        atomic.Pointer[snapshot]
+	fullSt      atomic.Pointer[[]byte]
+	delegate    *delegate
+	members     *memberTable // live members, copied in memberlist's callbacks
 	// keyring is memberlist's (nil: no encryption); SetKeys and the keyring
 	// file watcher change it while memberlist runs (it locks itself).
 	keyring *memberlist.Keyring
@@ -98,6 +101,7 @@ type inboxItem struct {
 	loads *loadsMsg
 	pred  *predictionMsg
 	state *State
+	sess  *sessionMsg
 }
 
 type predictRequest struct {
@@ -139,7 +143,10 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, opts ...Option)
 		meta:    meta,
 		inbox:   make(chan inboxItem, cfg.InboxSize),
 		preds:   make(chan predictRequest, cfg.PredictionQueueSize),
-		ready:   make(chan struct{}),
+		// Session records are as frequent as predictions (one per routed
+		// turn) and share their bound.
+		sessions: make(chan sessionRequest, cfg.PredictionQueueSize),
+		ready:    make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(g)
@@ -505,6 +512,10 @@ func (d *delegate) NodeMeta(limit int) []byte {
 
 func (d *delegate) NotifyMsg(buf []byte) {
 	g := d.g
+	if isSessionMessage(buf) {
+		d.notifySession(buf)
+		return
+	}
 	kind, lm, pm, _, err := decodeMessage(buf)
 	if err == nil && kind == kindState {
 		err = fmt.Errorf("%w: full state outside push-pull", ErrMalformed)

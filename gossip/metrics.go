@@ -18,6 +18,7 @@ const (
 	dropStopped        = "stopped"
 	dropExpired        = "expired"
 	dropInvalidWorker  = "invalid_worker"
+	dropSessionFull    = "session_queue_full"
 )
 
 type metrics struct {
@@ -37,7 +38,7 @@ type metrics struct {
 	queued         prometheus.Gauge
 }
 
-var dropReasons = []string{dropInboxFull, dropPredictionFull, dropStopped, dropExpired, dropInvalidWorker}
+var dropReasons = []string{dropInboxFull, dropPredictionFull, dropStopped, dropExpired, dropInvalidWorker, dropSessionFull}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)

@@ -65,6 +65,8 @@ func (g *Gossip) ownerLoop(ctx context.Context, ml *memberlist.Memberlist) {
 			o.publish()
 		case req := <-g.preds:
 			o.predict(req)
+		case req := <-g.sessions:
+			o.shareSession(req)
 		case <-ticker.C:
 			o.tick()
 		}
@@ -229,6 +231,8 @@ func (o *owner) handle(it inboxItem) {
 		o.handlePrediction(it.pred, it.raw)
 	case kindState:
 		o.handleState(*it.state)
+	case kindSession:
+		o.handleSession(it.sess, it.raw)
 	}
 }
 

@@ -23,6 +23,11 @@ type Config struct {
 	// failed /tokenize, so requests do not each wait EngineTimeout for an
 	// engine that does not answer it.
 	EngineBackoff time.Duration
+	// EngineAttempts is how many of a model's engines one prompt tries, in
+	// turn, before it is approximated; an engine that failed is skipped
+	// for EngineBackoff, so one dead or hung engine costs one timeout, not
+	// its model's engine path.
+	EngineAttempts int
 	// PrefixCacheBytes bounds each model's incremental chat tokenization
 	// cache (token ids of rendered conversation prefixes).
 	PrefixCacheBytes int64
@@ -41,6 +46,7 @@ func DefaultConfig() Config {
 		EngineTimeout:    200 * time.Millisecond,
 		EngineCacheBytes: 32 << 20,
 		EngineBackoff:    5 * time.Second,
+		EngineAttempts:   3,
 		PrefixCacheBytes: 64 << 20,
 		FetchTimeout:     30 * time.Second,
 		FetchMaxBytes:    256 << 20,
@@ -65,6 +71,9 @@ func (c Config) Validate() error {
 	if c.EngineBackoff < 0 {
 		errs = append(errs, fmt.Errorf("prompt.EngineBackoff: %v, must be >= 0", c.EngineBackoff))
 	}
+	if c.EngineAttempts < 1 {
+		errs = append(errs, fmt.Errorf("prompt.EngineAttempts: %d, must be >= 1", c.EngineAttempts))
+	}
 	if c.PrefixCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("prompt.PrefixCacheBytes: %d, must be >= 0", c.PrefixCacheBytes))
 	}
@@ -87,7 +96,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Var(tokenizerFlag{c}, "tokenizer", "model tokenizer as NAME=SPEC, SPEC a Hugging Face model directory, a tokenizer.json or tiktoken:o200k_base|cl100k_base (repeatable)")
 	fs.DurationVar(&c.EngineTimeout, prefix+"engine-timeout", c.EngineTimeout, "timeout of asking an engine's /tokenize for a model with no tokenizer")
 	fs.Int64Var(&c.EngineCacheBytes, prefix+"engine-cache-bytes", c.EngineCacheBytes, "memory for prompts tokenized by engines (LRU)")
-	fs.DurationVar(&c.EngineBackoff, prefix+"engine-backoff", c.EngineBackoff, "after a failed /tokenize, skip the engine path of that model this long")
+	fs.DurationVar(&c.EngineBackoff, prefix+"engine-backoff", c.EngineBackoff, "after a failed /tokenize, skip that engine this long (and the model's engine path, when every attempt failed)")
+	fs.IntVar(&c.EngineAttempts, prefix+"engine-attempts", c.EngineAttempts, "engines of a model one prompt tries in turn before it is approximated")
 	fs.Int64Var(&c.PrefixCacheBytes, prefix+"prefix-cache-bytes", c.PrefixCacheBytes, "memory per model for token ids of rendered chat prefixes (incremental tokenization)")
 	fs.DurationVar(&c.FetchTimeout, prefix+"fetch-timeout", c.FetchTimeout, "timeout of fetching a model's tokenizer files from its worker")
 	fs.Int64Var(&c.FetchMaxBytes, prefix+"fetch-max-bytes", c.FetchMaxBytes, "memory for all fetched tokenizer files")

@@ -88,6 +88,7 @@ type Registry struct {
 	byDigest   map[string]*loadState
 	fetchBytes int64
 	backoff    map[string]time.Time // model → engine path skipped until
+	engineDown map[string]time.Time // engine base URL → skipped until
 	wake       chan struct{}        // size one: "something to load", coalesced
 }
 
@@ -116,7 +117,7 @@ func NewRegistry(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Register
 		cfg: cfg, log: log.Named("prompt"), client: deps.Client, loadSpec: deps.LoadSpec, loadFiles: deps.LoadFiles, now: deps.Now,
 		engines: newTokenCache(cfg.EngineCacheBytes),
 		static:  map[string]string{}, advertised: map[string][]wire.TokenizerSource{},
-		bySpec: map[string]*loadState{}, byDigest: map[string]*loadState{}, backoff: map[string]time.Time{},
+		bySpec: map[string]*loadState{}, byDigest: map[string]*loadState{}, backoff: map[string]time.Time{}, engineDown: map[string]time.Time{},
 		wake: make(chan struct{}, 1),
 	}
 	if r.client == nil {
@@ -509,9 +510,8 @@ func (r *Registry) viaEngine(ctx context.Context, model string, in *Input, engin
 	key := xxh3.HashStringSeed(model, in.key)
 	ids, _, ok := r.engines.get(key)
 	if !ok {
-		base := engines[key%uint64(len(engines))]
 		var err error
-		ids, err = r.engineTokenize(ctx, base, model, in)
+		ids, err = r.tokenizeOnEngines(ctx, key, model, in, engines)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.mu.Lock()
@@ -537,6 +537,59 @@ func (r *Registry) viaEngine(ctx context.Context, model string, in *Input, engin
 		res.Longest = max(res.Longest, n)
 	}
 	return res, true
+}
+
+// tokenizeOnEngines asks the model's engines in turn, from the prompt's
+// hash on (one prompt keeps to one engine while it answers), at most
+// EngineAttempts of them, skipping those that failed within EngineBackoff.
+// Only when every attempt fails does the caller put the model on the
+// approximate path.
+func (r *Registry) tokenizeOnEngines(ctx context.Context, key uint64, model string, in *Input, engines []string) ([]uint32, error) {
+	n := uint64(len(engines))
+	tried := 0
+	var last error
+	for i := uint64(0); i < n && tried < r.cfg.EngineAttempts; i++ {
+		base := engines[(key+i)%n]
+		if r.engineSkipped(base) {
+			continue
+		}
+		tried++
+		ids, err := r.engineTokenize(ctx, base, model, in)
+		if err == nil {
+			return ids, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		last = err
+		r.markEngineDown(base)
+		r.log.Debug("engine tokenization failed; trying the next engine", zap.String("model", model), zap.String("engine", base), zap.Error(err))
+	}
+	if last == nil {
+		last = fmt.Errorf("%w: every engine of %q failed within the backoff", ErrEngine, model)
+	}
+	return nil, last
+}
+
+func (r *Registry) engineSkipped(base string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	until, ok := r.engineDown[base]
+	return ok && r.now().Before(until)
+}
+
+// markEngineDown skips base for EngineBackoff. Expired marks are dropped
+// here, so the map holds at most the engines that failed recently.
+func (r *Registry) markEngineDown(base string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	for e, until := range r.engineDown {
+		if !now.Before(until) {
+			delete(r.engineDown, e)
+		}
+	}
+	r.engineDown[base] = now.Add(r.cfg.EngineBackoff)
 }
 
 // ModelInfo is one model's tokenizer as /debug/cluster shows it.

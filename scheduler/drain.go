@@ -45,13 +45,13 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 	cached := r.cachedFromOverlap(ovl, w.BlockSize)
 	pred := c.ttftPredict(r, idx)
 	c.herdDecided(now.UnixNano())
-	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.BlockHashes, r.PromptTokens, cached, r.ExpectedOutputTokens, r.Sequences, false, now)
+	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.HashesFor(w.BlockSize), r.PromptTokens, cached, r.ExpectedOutputTokens, r.Sequences, false, now)
 	b.grantedAt, b.predMs = now.UnixNano(), pred
 	c.tenantBooked(b, r, now)
 	b.attempt = r.Attempt
 	c.unacked[grantKey{r.ID, r.Attempt}] = b
 	g := Grant{
-		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id,
+		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id, BlockSize: w.BlockSize,
 		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
 		PredictedTTFT: b.ledger.calibrated(pred),
 	}

@@ -82,7 +82,10 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	lo, hi := 0, n
 	cands := c.cands[:0]
 	restricted := false
-	if r.Pinned != "" {
+	sess := c.sessionWorker(r)
+	if sess >= 0 && r.Session.Hard {
+		lo, hi = sess, sess+1
+	} else if r.Pinned != "" {
 		i, ok := c.workerIdx[r.Pinned]
 		if !ok {
 			c.resetOverlaps()
@@ -104,6 +107,7 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 
 	sample := c.cfg.Temperature > 0
 	best := math.Inf(1)
+	least, sessCost, sessOK := math.Inf(1), 0.0, false
 	c.ties = c.ties[:0]
 	c.costs = c.costs[:0]
 	// Private blocks depend only on the block size, which is nearly always
@@ -128,6 +132,10 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 		if !ok {
 			continue
 		}
+		if i == sess {
+			sessCost, sessOK = cost, true
+		}
+		least = min(least, cost)
 		if sample {
 			c.ties = append(c.ties, i)
 			c.costs = append(c.costs, cost)
@@ -145,6 +153,8 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	switch {
 	case len(c.ties) == 0:
 		return -1, false
+	case sessOK && r.Session.sticks(sessCost, least):
+		return sess, true
 	case len(c.ties) == 1:
 		return c.ties[0], true
 	case !sample:
@@ -175,13 +185,14 @@ func (c *Core) workerCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv
 	// a prefix another replica's booking keeps active is counted twice, and
 	// the worker holding a conversation looks busier than an idle one.
 	held := 0
+	hashes := r.HashesFor(int(s.blockSize))
 	if s.ledger.refs.n > 0 || s.ledger.refs.zero > 0 { // most workers hold none of anyone's blocks: skip the call
-		held = s.ledger.activeDepth(r.BlockHashes)
+		held = s.ledger.activeDepth(hashes)
 	}
 	if s.remote.ActiveRequests > 0 {
 		held = max(held, ovl)
 	}
-	decode := load.DecodeBlocks + len(r.BlockHashes) - held + priv
+	decode := load.DecodeBlocks + len(hashes) - held + priv
 	if load.ActiveRequests > 0 {
 		if cfg.BusyPrefillTokens > 0 &&
 			load.PrefillTokens+r.PromptTokens-r.cachedFromOverlap(ovl, int(s.blockSize)) > cfg.BusyPrefillTokens {

@@ -320,22 +320,28 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 	if ovl == 0 && load == (WorkerLoad{}) {
 		// An idle worker without the prefix costs the same as every other
 		// such worker of its pool size: most of a large fleet, once per
-		// decision.
+		// decision. Its calibration counts only when it is slower than the
+		// model (idleScale): only chosen workers are measured, so the first
+		// engine found faster than the model would win every idle decision
+		// while its peers, as fast for all anyone knows, got nothing at
+		// light load. Idle workers at least as fast as the model tie, and
+		// the draw spreads them.
 		m := &c.ttft
 		if !m.valid || m.kvBlocks != s.kvBlocks || m.blockSize != s.blockSize {
 			m.valid, m.kvBlocks, m.blockSize = true, s.kvBlocks, s.blockSize
-			m.cost = c.ttftLoadedCost(r, s, load, 0, len(r.BlockHashes)+priv)
+			m.cost = c.ttftLoadedCost(r, s, load, 0, len(r.HashesFor(int(s.blockSize)))+priv)
 		}
-		return c.ttftOffsets(m.cost*scale, s, 0), true
+		return c.ttftOffsets(m.cost*idleScale(s.ledger.ttftSlow), s, 0), true
 	}
 	held := 0
+	hashes := r.HashesFor(int(s.blockSize))
 	if s.ledger.refs.n > 0 || s.ledger.refs.zero > 0 {
-		held = s.ledger.activeDepth(r.BlockHashes)
+		held = s.ledger.activeDepth(hashes)
 	}
 	if s.remote.ActiveRequests > 0 {
 		held = max(held, ovl) // as workerCost: remote bookings' blocks arrive as counts only
 	}
-	decode := load.DecodeBlocks + len(r.BlockHashes) - held + priv
+	decode := load.DecodeBlocks + len(hashes) - held + priv
 	cached := r.cachedFromOverlap(ovl, int(s.blockSize))
 	if load.ActiveRequests > 0 {
 		if cfg.BusyPrefillTokens > 0 && load.PrefillTokens+r.PromptTokens-cached > cfg.BusyPrefillTokens {
@@ -484,7 +490,7 @@ func (c *Core) ttftPredictInputs(r *Request, idx int) ttftInputs {
 	s := &c.workers[idx]
 	load := s.projectLoad()
 	ovl := r.OverlapBlocks(s.ID)
-	decode := load.DecodeBlocks + len(r.BlockHashes) + r.privateBlocks(int(s.blockSize))
+	decode := load.DecodeBlocks + len(r.HashesFor(int(s.blockSize))) + r.privateBlocks(int(s.blockSize))
 	return ttftInputsFor(r, s, load, r.cachedFromOverlap(ovl, int(s.blockSize)), decode)
 }
 
@@ -497,6 +503,10 @@ func (c *Core) ttftPeek(r *Request, idx int) time.Duration {
 	}
 	return c.workers[idx].ledger.calibrated(c.cfg.TTFT.ttftPrediction(c.ttftPredictInputs(r, idx)))
 }
+
+// idleScale is the calibrated scale an idle worker without the prompt's
+// prefix is costed at: never below the model's own (ttftCost says why).
+func idleScale(slow float64) float64 { return 1 + max(slow, 0) }
 
 // calibrate folds one first-token mark into its worker's fit of
 //

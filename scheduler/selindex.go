@@ -112,7 +112,7 @@ func (b *idleBucket) remove(i int) {
 // for constrained requests (their candidate lists are short) and for
 // sampling and spread (every worker's exact cost counts there).
 func (c *Core) indexable(r *Request) bool {
-	return r.Pinned == "" && len(r.Allowed) == 0 && c.cfg.Temperature == 0 &&
+	return r.Pinned == "" && len(r.Allowed) == 0 && r.Session.Worker == "" && c.cfg.Temperature == 0 &&
 		(c.cfg.Selector != SelectorTTFT || c.cfg.TTFT.Spread == 0)
 }
 
@@ -223,7 +223,7 @@ func (c *Core) file(i int) {
 	ix.minSlow = min(ix.minSlow, st.slow)
 	if l.active == 0 && l.load() == (WorkerLoad{}) && s.remote == (WorkerLoad{}) {
 		st.loaded, st.key, st.queue = false, 0, 0
-		st.bucket = c.bucketFor(s.blockSize, s.kvBlocks, st.slow)
+		st.bucket = c.bucketFor(s.blockSize, s.kvBlocks, max(st.slow, 0)) // keyed as ttftCost prices it
 		st.bucket.add(i)
 		return
 	}

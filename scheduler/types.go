@@ -152,6 +152,12 @@ type Overlap struct {
 	Blocks int
 }
 
+// BlockSequence is a prompt's sequence hashes cut at one block size.
+type BlockSequence struct {
+	BlockSize int
+	Hashes    []uint64
+}
+
 // Request is one admission attempt. The caller must not mutate it (nor the
 // slices it holds) after handing it to Enqueue or Admit.
 type Request struct {
@@ -164,9 +170,18 @@ type Request struct {
 
 	PromptTokens int
 	BlockHashes  []uint64 // sequence hashes of the prompt's full blocks, in order
-	Overlaps     []Overlap
-	Pinned       string   // "" = not pinned
-	Allowed      []string // empty = any registered worker
+	// SizedHashes are the prompt's sequence hashes at the other block
+	// sizes of the workers serving its model, when those differ (SGLang at
+	// page size 1 beside vLLM at 16): a worker of such a size is costed
+	// and booked with its own sequence (HashesFor). BlockHashes is then
+	// the smallest size's, the longest sequence, so it bounds every
+	// worker's overlap.
+	SizedHashes []BlockSequence
+	Overlaps    []Overlap
+	Pinned      string   // "" = not pinned
+	Allowed     []string // empty = any registered worker
+	// Session prefers the worker of the request's session (sessions.go).
+	Session SessionAffinity
 
 	// ExpectedOutputTokens is the output booked for the request: of all its
 	// sequences together.
@@ -200,6 +215,17 @@ type Request struct {
 // arithmetic (overlap, cached tokens, cost): policies, the selector, the
 // ledger and the queue all call them, or the unexported helpers they are
 // built on, and never redo it.
+
+// HashesFor is the prompt's sequence hashes as a worker with blockSize
+// tokens per block holds them: its SizedHashes entry, else BlockHashes.
+func (r *Request) HashesFor(blockSize int) []uint64 {
+	for i := range r.SizedHashes {
+		if r.SizedHashes[i].BlockSize == blockSize {
+			return r.SizedHashes[i].Hashes
+		}
+	}
+	return r.BlockHashes
+}
 
 // effectiveOverlap caps a reported overlap to the blocks the prompt has.
 func (r *Request) effectiveOverlap(raw int) int {
@@ -270,13 +296,13 @@ func (r *Request) BlockCount(blockSize int) int {
 	if blockSize <= 0 {
 		return len(r.BlockHashes)
 	}
-	return max(len(r.BlockHashes), (r.PromptTokens+blockSize-1)/blockSize)
+	return max(len(r.HashesFor(blockSize)), (r.PromptTokens+blockSize-1)/blockSize)
 }
 
 // privateBlocks is what the request occupies beyond its hashed prompt blocks:
 // the partial tail and the expected output. They are never shared.
 func (r *Request) privateBlocks(blockSize int) int {
-	return privateBlocks(len(r.BlockHashes), r.PromptTokens, r.ExpectedOutputTokens, blockSize)
+	return privateBlocks(len(r.HashesFor(blockSize)), r.PromptTokens, r.ExpectedOutputTokens, blockSize)
 }
 
 func privateBlocks(hashed, prompt, output, blockSize int) int {
@@ -340,7 +366,10 @@ type Grant struct {
 	Booking       BookingID
 	CachedTokens  int // prompt tokens cached on Worker when selected
 	OverlapBlocks int
-	QueueWait     time.Duration // time from Enqueue to the grant
+	// BlockSize is Worker's tokens per block (0: unknown, from an older
+	// owner): Request.HashesFor(BlockSize) is the prompt as Worker holds it.
+	BlockSize int
+	QueueWait time.Duration // time from Enqueue to the grant
 	// ReachableTokens is the most prompt tokens any registered worker held
 	// cached (the request's deepest overlap): the hit the router could
 	// have had. CachedTokens is the hit it chose (achieved); Shortfall

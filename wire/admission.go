@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -23,21 +24,24 @@ type AdmitOverlap struct {
 
 // AdmitRequest asks the owner of Class to admit one request.
 type AdmitRequest struct {
-	Version         int            `json:"v"`
-	ID              string         `json:"id"`
-	Class           string         `json:"class"`
-	Entry           string         `json:"entry"` // entry replica id: where lifecycle marks come from
-	Attempt         int            `json:"attempt,omitempty"`
-	StrictPriority  int32          `json:"prio,omitempty"`
-	PriorityJump    float64        `json:"pj,omitempty"`
-	IngressUnixNano int64          `json:"ingress"`
-	DueUnixNano     int64          `json:"due,omitempty"` // 0: no deadline
-	PromptTokens    int            `json:"isl"`
-	BlockHashes     []uint64       `json:"blocks,omitempty"`
-	Overlaps        []AdmitOverlap `json:"overlaps,omitempty"`
-	Pinned          string         `json:"pinned,omitempty"`
-	Allowed         []string       `json:"allowed,omitempty"`
-	ExpectedOutput  int            `json:"osl,omitempty"`
+	Version         int      `json:"v"`
+	ID              string   `json:"id"`
+	Class           string   `json:"class"`
+	Entry           string   `json:"entry"` // entry replica id: where lifecycle marks come from
+	Attempt         int      `json:"attempt,omitempty"`
+	StrictPriority  int32    `json:"prio,omitempty"`
+	PriorityJump    float64  `json:"pj,omitempty"`
+	IngressUnixNano int64    `json:"ingress"`
+	DueUnixNano     int64    `json:"due,omitempty"` // 0: no deadline
+	PromptTokens    int      `json:"isl"`
+	BlockHashes     []uint64 `json:"blocks,omitempty"`
+	// SizedBlocks are the prompt's hashes at the model's other block sizes
+	// (scheduler.Request.SizedHashes); older owners ignore them.
+	SizedBlocks    []AdmitBlocks  `json:"sized,omitempty"`
+	Overlaps       []AdmitOverlap `json:"overlaps,omitempty"`
+	Pinned         string         `json:"pinned,omitempty"`
+	Allowed        []string       `json:"allowed,omitempty"`
+	ExpectedOutput int            `json:"osl,omitempty"`
 	// OutputBound and Sequences: scheduler.Request's (0: unset; older
 	// entries send neither).
 	OutputBound int `json:"obound,omitempty"`
@@ -48,6 +52,27 @@ type AdmitRequest struct {
 	Tenant       string      `json:"tenant,omitempty"`
 	TenantWeight int         `json:"tw,omitempty"`
 	TenantQuota  *AdmitQuota `json:"tq,omitempty"`
+	// Session is scheduler.Request's session affinity (nil: none). Older
+	// owners ignore it and route by cache and load alone.
+	Session *AdmitSession `json:"sess,omitempty"`
+}
+
+// AdmitSession is the worker a request's session last ran on and how
+// strongly to prefer it (scheduler.SessionAffinity).
+type AdmitSession struct {
+	Worker      string  `json:"w"`
+	Hard        bool    `json:"hard,omitempty"`
+	MarginRatio float64 `json:"mr,omitempty"`
+	MarginCost  float64 `json:"mc,omitempty"`
+}
+
+// MaxBlockSizes bounds the distinct block sizes one request is hashed at.
+const MaxBlockSizes = 8
+
+// AdmitBlocks is a prompt's sequence hashes cut at one block size.
+type AdmitBlocks struct {
+	BlockSize int      `json:"bs"`
+	Hashes    []uint64 `json:"blocks"`
 }
 
 // AdmitQuota is a tenant's quota as the entry replica knows it (0 is
@@ -75,6 +100,7 @@ type AdmitReply struct {
 	Booking       uint64 `json:"booking,omitempty"`
 	CachedTokens  int    `json:"cached,omitempty"`
 	OverlapBlocks int    `json:"overlap,omitempty"`
+	BlockSize     int    `json:"bs,omitempty"` // the worker's (0: an older owner)
 	QueueWaitNano int64  `json:"wait,omitempty"`
 	// Reachable is the most prompt tokens any worker held cached and
 	// Shortfall why the grant holds fewer (scheduler.Shortfall's label).
@@ -248,6 +274,13 @@ func DecodeAdmitRequest(p []byte) (*AdmitRequest, error) {
 		return nil, fmt.Errorf("%w: admit request %s has a negative due time", ErrMalformed, m.ID)
 	case len(m.BlockHashes) > MaxBlocksPerMessage:
 		return nil, fmt.Errorf("%w: admit request %s has too many blocks", ErrMalformed, m.ID)
+	case len(m.SizedBlocks) > MaxBlockSizes:
+		return nil, fmt.Errorf("%w: admit request %s has too many block sizes", ErrMalformed, m.ID)
+	}
+	for _, b := range m.SizedBlocks {
+		if b.BlockSize <= 0 || len(b.Hashes) > MaxBlocksPerMessage {
+			return nil, fmt.Errorf("%w: admit request %s has a bad sized block sequence", ErrMalformed, m.ID)
+		}
 	}
 	for _, o := range m.Overlaps {
 		if o.Blocks < 0 || o.Worker == "" {
@@ -256,6 +289,12 @@ func DecodeAdmitRequest(p []byte) (*AdmitRequest, error) {
 	}
 	if err := m.checkTenant(); err != nil {
 		return nil, err
+	}
+	if a := m.Session; a != nil && (a.Worker == "" || len(a.Worker) > 256 ||
+		!(a.MarginRatio >= 0) || !(a.MarginCost >= 0) || math.IsInf(a.MarginRatio, 0) || math.IsInf(a.MarginCost, 0)) {
+		// NaN fails both comparisons: a margin that is not a finite number
+		// >= 0 would make every cost stick or none.
+		return nil, fmt.Errorf("%w: admit request %s has a bad session", ErrMalformed, m.ID)
 	}
 	return &m, nil
 }

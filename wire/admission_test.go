@@ -14,8 +14,9 @@ func TestAdmitRequestRoundTrips(t *testing.T) {
 	in := &AdmitRequest{ID: "r1", Class: "gold", Entry: "replica-1", Attempt: 2, StrictPriority: 1,
 		PriorityJump: 0.5, IngressUnixNano: 10, DueUnixNano: 20, PromptTokens: 100,
 		BlockHashes: []uint64{1, 1 << 63}, Overlaps: []AdmitOverlap{{Worker: "w1", Blocks: 2}},
-		Pinned: "w1", Allowed: []string{"w1", "w2"}, ExpectedOutput: 5,
-		Tenant: "acme", TenantWeight: 3, TenantQuota: &AdmitQuota{Concurrent: 10, RequestsPerMinute: 60, TokensPerMinute: 1000}}
+		Pinned: "w1", Allowed: []string{"w1", "w2"}, ExpectedOutput: 5, SizedBlocks: []AdmitBlocks{{BlockSize: 16, Hashes: []uint64{9}}},
+		Tenant: "acme", TenantWeight: 3, TenantQuota: &AdmitQuota{Concurrent: 10, RequestsPerMinute: 60, TokensPerMinute: 1000},
+		Session: &AdmitSession{Worker: "w2", Hard: true, MarginRatio: 0.5, MarginCost: 20}}
 	b, err := EncodeAdmission(in)
 	if err != nil {
 		t.Fatal(err)
@@ -37,6 +38,7 @@ func TestAdmissionDecodersRejectBadInputWithTypedErrors(t *testing.T) {
 	}{
 		"admit: not json":          {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{`, ErrMalformed},
 		"admit: future version":    {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":9,"id":"a","class":"c","entry":"e"}`, ErrVersion},
+		"admit: sized w/o size":    {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"c","entry":"e","ingress":1,"sized":[{"bs":0,"blocks":[1]}]}`, ErrMalformed},
 		"admit: bad class":         {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"a.b","entry":"e"}`, ErrMalformed},
 		"admit: negative due":      {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"c","entry":"e","due":-1}`, ErrMalformed},
 		"reply: grant w/o booking": {func(b []byte) error { _, err := DecodeAdmitReply(b); return err }, `{"v":1,"ok":true,"worker":"w"}`, ErrMalformed},
@@ -55,6 +57,8 @@ func TestAdmissionDecodersRejectBadInputWithTypedErrors(t *testing.T) {
 		"reply: nameless cand":     {func(b []byte) error { _, err := DecodeAdmitReply(b); return err }, `{"v":1,"ok":true,"worker":"w","booking":1,"cands":[{"cached":16}]}`, ErrMalformed},
 		"reply: negative cand":     {func(b []byte) error { _, err := DecodeAdmitReply(b); return err }, `{"v":1,"ok":true,"worker":"w","booking":1,"cands":[{"w":"w","ttft":-1}]}`, ErrMalformed},
 		"reply: many cands":        {func(b []byte) error { _, err := DecodeAdmitReply(b); return err }, `{"v":1,"ok":true,"worker":"w","booking":1,"cands":[{"w":"a"},{"w":"a"},{"w":"a"},{"w":"a"},{"w":"a"},{"w":"a"},{"w":"a"},{"w":"a"},{"w":"a"}]}`, ErrMalformed},
+		"admit: nameless session":  {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"c","entry":"e","ingress":1,"sess":{"mr":1}}`, ErrMalformed},
+		"admit: negative margin":   {func(b []byte) error { _, err := DecodeAdmitRequest(b); return err }, `{"v":1,"id":"a","class":"c","entry":"e","ingress":1,"sess":{"w":"w","mc":-1}}`, ErrMalformed},
 		"adopt: bad tenant":        {func(b []byte) error { _, err := DecodeAdoptRequest(b); return err }, `{"v":1,"class":"c","entry":"e","bookings":[{"worker":"w","tenant":"x.y"}]}`, ErrMalformed},
 	}
 	for name, c := range cases {
@@ -74,6 +78,8 @@ func FuzzDecodeAdmitRequest(f *testing.F) {
 	tenant, _ := EncodeAdmission(&AdmitRequest{ID: "r", Class: "c", Entry: "e", IngressUnixNano: 1, Tenant: "acme", TenantWeight: 3,
 		TenantQuota: &AdmitQuota{Concurrent: 10, RequestsPerMinute: 5, TokensPerMinute: 100}})
 	f.Add(tenant)
+	sess, _ := EncodeAdmission(&AdmitRequest{ID: "r", Class: "c", Entry: "e", IngressUnixNano: 1, Session: &AdmitSession{Worker: "w", MarginRatio: 0.5}})
+	f.Add(sess)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeAdmitRequest(b)
 		if err != nil {

@@ -35,6 +35,20 @@ type WorkerInfo struct {
 	Models []string `json:"models,omitempty"`
 	// MaxModelLen is the engine's context length in tokens (0: unknown).
 	MaxModelLen int `json:"max_model_len,omitempty"`
+	// Salt is the name the worker's base-model blocks are hashed under:
+	// the engine's model root (vLLM's /v1/models root), so every alias of
+	// the engine, and every engine of the same weights, hashes a prompt
+	// alike. Empty: Model (records written before it existed). A LoRA
+	// adapter's blocks are hashed under the adapter's own name.
+	Salt string `json:"salt,omitempty"`
+	// PrioritySchedules says the engine schedules by a request's priority
+	// (vLLM run with --scheduling-policy priority): routers then pass a
+	// request's priority on in vLLM's request field. Absent: it does not,
+	// and a priority field would be refused by such an engine.
+	PrioritySchedules bool `json:"priority_scheduling,omitempty"`
+	// Cards are what the engine's /v1/models says of each served name,
+	// which routers' /v1/models passes through. Absent: nothing known.
+	Cards []ModelCard `json:"cards,omitempty"`
 	// Tokenizer, when set, says where routers can fetch the tokenizer files
 	// of the worker's models (an adapter serving the engine's model
 	// directory), so a fleet needs no tokenizer configuration on routers.
@@ -55,6 +69,26 @@ type TokenizerSource struct {
 	// name, a NUL byte, its length as 8 little-endian bytes and its bytes;
 	// a router checks it before using what it fetched.
 	SHA256 string `json:"sha256,omitempty"`
+}
+
+// ModelCard is one entry of an engine's /v1/models.
+type ModelCard struct {
+	ID          string `json:"id"`
+	Root        string `json:"root,omitempty"`
+	Parent      string `json:"parent,omitempty"` // set for a LoRA adapter
+	Created     int64  `json:"created,omitempty"`
+	MaxModelLen int    `json:"max_model_len,omitempty"`
+}
+
+// MaxModelCards bounds a registration's cards.
+const MaxModelCards = 4096
+
+// SaltName is the name the worker's base-model blocks are hashed under.
+func (w *WorkerInfo) SaltName() string {
+	if w.Salt != "" {
+		return w.Salt
+	}
+	return w.Model
 }
 
 // Serves reports whether the worker serves the model name (Model or one of
@@ -92,6 +126,14 @@ func (w *WorkerInfo) Validate() error {
 	for _, m := range w.Models {
 		if m == "" {
 			return fmt.Errorf("%w: worker %s has an empty model name in models", ErrMalformed, w.ID)
+		}
+	}
+	if len(w.Cards) > MaxModelCards {
+		return fmt.Errorf("%w: worker %s has %d model cards", ErrMalformed, w.ID, len(w.Cards))
+	}
+	for _, c := range w.Cards {
+		if c.ID == "" || c.MaxModelLen < 0 {
+			return fmt.Errorf("%w: worker %s has a model card without an id or with a negative max_model_len", ErrMalformed, w.ID)
 		}
 	}
 	if t := w.Tokenizer; t != nil && t.Spec == "" && (t.URL == "" || len(t.Files) == 0 || len(t.SHA256) != 64) {

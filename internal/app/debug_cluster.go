@@ -59,6 +59,11 @@ type (
 		// each, its use in this replica's scheduler: what this replica
 		// enforces as the owner of the classes it owns.
 		Tenants []tenantDoc `json:"tenants"`
+		// Sessions is how many sessions this replica's table holds
+		// (routed here or learned by gossip); SessionsByWorker splits
+		// them by the worker of their latest turn.
+		Sessions         int            `json:"sessions"`
+		SessionsByWorker map[string]int `json:"sessions_by_worker"`
 	}
 	tenantDoc struct {
 		ID         string     `json:"id"`
@@ -298,6 +303,7 @@ func (r *replica) clusterInfo(context.Context) (json.RawMessage, error) {
 		doc.Members = append(doc.Members, memberDoc{Name: m.Name, Addr: m.Addr, HTTPAddr: m.Meta.HTTPAddr, Version: m.Meta.Version})
 	}
 	sort.Slice(doc.Members, func(i, j int) bool { return doc.Members[i].Name < doc.Members[j].Name })
+	doc.Sessions, doc.SessionsByWorker = r.sessions.Len(), r.sessions.PerWorker()
 	if r.fe != nil {
 		doc.Quality, doc.Decisions = r.fe.QualityTotals(), r.fe.Decisions()
 	}

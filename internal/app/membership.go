@@ -37,6 +37,7 @@ type membershipState struct {
 	ownersChanged  <-chan struct{}
 	classesChanged <-chan struct{}
 	peersCheckedAt time.Time // last catchUpWithPeers
+	sessionsSwept  time.Time // last sweep of expired sessions
 	classOwned     *prometheus.GaugeVec
 	ownedSeries    map[string]struct{} // classes with a classOwned series
 	known          map[string]struct{} // workers with metric series
@@ -361,6 +362,7 @@ func (r *replica) syncWorkers() <-chan struct{} {
 			r.router.WorkerActiveRequests.DeleteLabelValues(id)
 			r.router.WorkerPrefillTokens.DeleteLabelValues(id)
 			r.router.WorkerDecodeBlocks.DeleteLabelValues(id)
+			r.sessions.DropWorker(id) // its sessions are free to go anywhere
 			delete(r.m.known, id)
 		}
 	}
@@ -403,6 +405,10 @@ func (r *replica) syncOwners() (ownersChanged, classesChanged <-chan struct{}) {
 	return ownersChanged, classesChanged
 }
 
+// sessionSweepInterval is how often expired sessions leave the table
+// (a lookup drops an expired one itself; the sweep keeps the count honest).
+const sessionSweepInterval = 10 * time.Second
+
 // publishLoads shares this replica's booked load and index digests over
 // gossip, lets the scheduler re-evaluate its queues against the others'
 // load, and exports the admission counters.
@@ -429,6 +435,10 @@ func (r *replica) publishLoads() {
 	r.router.DegradedMode.Set(degraded)
 	digests := gossipDigests(r.ix)
 	r.gossip.SetDigests(digests)
+	if now := time.Now(); now.Sub(r.m.sessionsSwept) >= sessionSweepInterval {
+		r.m.sessionsSwept = now
+		r.sessions.Sweep(now)
+	}
 	if now := time.Now(); now.Sub(r.m.peersCheckedAt) >= r.cfg.Gossip.DigestInterval {
 		r.m.peersCheckedAt = now
 		catchUpWithPeers(r.ix, digests, r.gossip.RemoteDigests())

@@ -58,9 +58,12 @@ type replica struct {
 	quota   *admission.Quota      // tenants' quotas leased across the class owners
 
 	// The KV index, fed from NATS, and gossip.
-	ix       *kvindex.Index
-	ingest   *kvingest.Subscriber
-	gossip   *gossip.Gossip
+	ix     *kvindex.Index
+	ingest *kvingest.Subscriber
+	gossip *gossip.Gossip
+	// sessions is the session → worker table the frontend routes by,
+	// shared with the other replicas through gossip.
+	sessions *scheduler.SessionTable
 	suspects *workerSuspects // workers suspected of a hung engine, over gossip
 
 	// frontend/: the API, its listeners, tokenizers and API keys (nil: open).
@@ -173,6 +176,10 @@ func (r *replica) build() error {
 	r.gossip.SetPredictionSink(func(worker string, hashes []uint64, expires time.Time) {
 		_ = r.ix.PredictUntil(worker, hashes, expires)
 	})
+	r.sessions = scheduler.NewSessionTable(cfg.Frontend.MaxSessions, cfg.Frontend.SessionTTL)
+	r.gossip.SetSessionSink(func(session uint64, worker string, at, expires time.Time) {
+		r.sessions.Record(session, worker, at, expires)
+	})
 
 	r.adm = metrics.NewAdmission(reg)
 	am := admission.NewMetrics(reg)
@@ -281,6 +288,8 @@ func (r *replica) build() error {
 		Metrics:        r.router,
 		TLSMetrics:     tlsMetrics,
 		Suspects:       r.suspects,
+		Sessions:       r.sessions,
+		SessionShare:   r.gossip,
 	}, log, reg)
 	if err != nil {
 		return fmt.Errorf("frontend: %w", err)

@@ -48,7 +48,8 @@ func (v workerView) Workers() []frontend.WorkerEntry {
 	snap := v.w.Snapshot()
 	out := make([]frontend.WorkerEntry, 0, len(snap.Items))
 	for _, it := range snap.Items {
-		out = append(out, frontend.WorkerEntry{ID: it.Info.ID, URL: it.Info.URL, Model: it.Info.Model, BlockSize: it.Info.BlockSize, Models: it.Info.Models, MaxModelLen: it.Info.MaxModelLen})
+		out = append(out, frontend.WorkerEntry{ID: it.Info.ID, URL: it.Info.URL, Model: it.Info.Model, BlockSize: it.Info.BlockSize, Models: it.Info.Models, MaxModelLen: it.Info.MaxModelLen,
+			Salt: it.Info.Salt, Cards: it.Info.Cards, PrioritySchedules: it.Info.PrioritySchedules})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

@@ -89,8 +89,10 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if help || err != nil {
 		return err
 	}
-	if cfg.Replicas < 1 || cfg.Workers < 1 {
-		_, _ = fmt.Fprintln(stderr, "up: need at least one replica and one worker")
+	// -workers 0 fronts only real engines, each joined by its own
+	// `switchyard adapter` against the embedded etcd and NATS.
+	if cfg.Replicas < 1 || cfg.Workers < 0 {
+		_, _ = fmt.Fprintln(stderr, "up: need at least one replica, and no negative number of workers")
 		return ErrUsage
 	}
 	if cfg.Protocol != ProtocolNative && cfg.Protocol != ProtocolVLLM {
@@ -486,7 +488,11 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		_, _ = fmt.Fprintf(stdout, "  OpenAI API  %s://%s/v1   (readiness /readyz, metrics /metrics, cluster /debug/cluster)\n", scheme, s.HTTPAddr)
 	}
 	_, _ = fmt.Fprintf(stdout, "  Operators' page  %s://%s/   (the whole tier, live, from any replica's /)\n", scheme, statuses[0].HTTPAddr)
-	_, _ = fmt.Fprintf(stdout, "  model %s tokenized with %s on routers and workers alike\n", cfg.Worker.Model, cfg.Worker.Tokenizer)
+	if cfg.Workers == 0 {
+		_, _ = fmt.Fprintf(stdout, "  no simulated workers: join real engines with `switchyard adapter` (etcd %s, NATS %s)\n", etcdURL, natsURL)
+	} else {
+		_, _ = fmt.Fprintf(stdout, "  model %s tokenized with %s on routers and workers alike\n", cfg.Worker.Model, cfg.Worker.Tokenizer)
+	}
 	if cfg.Protocol == ProtocolVLLM {
 		_, _ = fmt.Fprint(stdout, vllmBanner(cfg))
 	}

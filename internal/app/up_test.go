@@ -307,3 +307,30 @@ func TestUpNamesEachFixedPortsUse(t *testing.T) {
 	require.Equal(t, "router-3's API", ports[8082])
 	require.Equal(t, "worker-8's API", ports[9008])
 }
+
+func TestUpWithNoWorkersFrontsOnlyEnginesThatJoinLater(t *testing.T) {
+	cfg := upTestConfig(t, 1, 0)
+	up := startUpRun(t, cfg)
+	endpoint := regexp.MustCompile(`OpenAI API  http://(\S+)/v1`)
+	addr := ""
+	sawNone := false
+	for up.lines.Scan() {
+		if m := endpoint.FindStringSubmatch(up.lines.Text()); m != nil {
+			addr = m[1]
+		}
+		sawNone = sawNone || strings.Contains(up.lines.Text(), "no simulated workers")
+		if strings.HasPrefix(up.lines.Text(), "Ctrl-C") {
+			break
+		}
+	}
+	up.drain()
+	require.NotEmpty(t, addr, "up starts its replica")
+	require.True(t, sawNone, "up says how engines join")
+	resp, err := http.Get("http://" + addr + "/v1/models")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.JSONEq(t, `{"object":"list","data":[]}`, string(body), "no engine yet")
+	up.stop(t)
+}
