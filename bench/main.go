@@ -50,6 +50,8 @@ type Options struct {
 	SkipBadLines bool
 	// Sim selects the simulator mode (see SimMode).
 	Sim bool
+	// Scale writes the scale report (bench/scale*.go) instead of a run.
+	Scale bool
 	// Compare lists earlier --out directories whose results.jsonl are
 	// combined into one report (no requests are sent); each run keeps the
 	// label in its summary.json, else its directory's name.
@@ -92,6 +94,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Progress, "progress", o.Progress, "progress line on stderr: auto (when a terminal), on, off")
 	fs.BoolVar(&o.SkipBadLines, "skip-bad-lines", o.SkipBadLines, "skip malformed trace lines instead of failing")
 	fs.BoolVar(&o.Sim, "sim", o.Sim, "run the deterministic in-process simulator instead of a live endpoint")
+	fs.BoolVar(&o.Scale, "scale", o.Scale, "measure the index, event ingest and routing quality at fleet scale and write the scale report (--trace mooncake)")
 	fs.Func("compare", "comma-separated earlier --out directories: report them side by side instead of running", func(v string) error {
 		o.Compare = nil
 		for _, d := range strings.Split(v, ",") {
@@ -240,6 +243,10 @@ type SimEnv struct {
 // only by package initialisation and read-only afterwards.
 var simMode SimMode
 
+// scaleMode is `switchyard bench --scale`, installed like simMode by
+// bench/scale_cli.go; it has the same shape.
+var scaleMode SimMode
+
 // Main is `switchyard bench`: it parses args, replays the trace against the
 // targets (or runs the simulator with --sim), writes results and reports
 // under --out, and prints the Markdown summary on stdout. A cancelled ctx
@@ -253,6 +260,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if sim != nil {
 		sim.RegisterFlags(fs)
 	}
+	scale := scaleMode
+	if scale != nil {
+		scale.RegisterFlags(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil // -h printed the usage; asking for help is not a failure
@@ -262,7 +273,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", ErrInvalidConfig, fs.Args())
 	}
-	if opts.Sim && sim == nil {
+	if (opts.Sim && sim == nil) || (opts.Scale && scale == nil) {
 		return ErrSimUnavailable
 	}
 	if err := opts.Validate(); err != nil {
@@ -283,6 +294,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer func() { _ = trace.Close() }()
 
+	if opts.Scale {
+		return scale.Run(ctx, SimEnv{Options: opts, Trace: trace, Stdout: stdout, Stderr: stderr, Log: log})
+	}
 	if opts.Sim {
 		return sim.Run(ctx, SimEnv{Options: opts, Trace: trace, Stdout: stdout, Stderr: stderr, Log: log})
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
 )
 
 // The deterministic cluster simulator (design §11): the real scheduler Core,
@@ -175,6 +176,11 @@ type SimConfig struct {
 	Sessions      bool
 	SessionMargin float64
 	SessionTTL    time.Duration
+	// KVTap, when set, also receives every KV event batch an engine
+	// publishes, when it publishes it (the scale report derives event
+	// rates and batch shapes from them). It may keep the batch and must
+	// not modify it.
+	KVTap func(*wire.KVEventBatch)
 }
 
 // DefaultSimConfig returns one replica in front of eight workers with the

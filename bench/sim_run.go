@@ -253,6 +253,9 @@ type kvSink struct {
 }
 
 func (k kvSink) PublishKVEvents(b *wire.KVEventBatch) {
+	if k.s.cfg.KVTap != nil {
+		k.s.cfg.KVTap(b)
+	}
 	k.s.schedule(simEvent{at: k.s.clock.now + int64(k.s.cfg.EventDelay), kind: evKV, a: k.w, batch: b})
 }
 

@@ -1,0 +1,41 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"testing"
+)
+
+var scaleLarge = flag.Bool("scale-large", false, "also run the 50,000-worker index (about 7 GB)")
+
+// BenchmarkScaleIndex builds a fleet index (IndexScaleConfig: 2,000 blocks
+// per worker) and reports its heap per block and per worker, lookup
+// latencies and steady-state apply cost. Each size builds one index, so run
+// it with -benchtime 1x; 50,000 workers needs about 7 GB and runs only with
+// -scale-large.
+func BenchmarkScaleIndex(b *testing.B) {
+	sizes := []int{1_000, 10_000}
+	if *scaleLarge {
+		sizes = append(sizes, 50_000)
+	}
+	for _, workers := range sizes {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			cfg := DefaultIndexScaleConfig()
+			cfg.Workers = workers
+			var r IndexScaleResult
+			for range b.N {
+				var err error
+				if r, err = MeasureIndexScale(cfg); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(r.BytesPerBlock, "B/block")
+			b.ReportMetric(r.BytesPerWorker/1e3, "kB/worker")
+			b.ReportMetric(r.LookupP50us, "p50-µs")
+			b.ReportMetric(r.LookupP99us, "p99-µs")
+			b.ReportMetric(r.QueryMinP99us, "query-min-p99-µs")
+			b.ReportMetric(r.ApplyNsPerBlock, "apply-ns/block")
+			b.ReportMetric(r.BuildNsPerBlock, "build-ns/block")
+		})
+	}
+}

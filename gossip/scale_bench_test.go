@@ -1,0 +1,62 @@
+package gossip
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// BenchmarkScaleGossip is the scale report's gossip curve: bytes per second
+// per replica (wire_B/s/replica, everything memberlist sends) and how long
+// one load change takes to reach every other replica (conv_p50_ms,
+// conv_max_ms), at 8, 16 and 32 replicas on loopback, with 1,000 and 10,000
+// workers. Each replica changes the booked load of as many workers per
+// 50 ms interval as §1's request rate per engine (2.5 requests/s, two load
+// changes each) spread over the replicas makes; every replica also
+// publishes the index digests of all workers. One iteration is one
+// interval: run with -benchtime 40x (2 s). All replicas share the
+// benchmark's process and the machine's cores, so on a loaded machine the
+// convergence times include waiting for a core.
+func BenchmarkScaleGossip(b *testing.B) {
+	for _, workers := range []int{1_000, 10_000} {
+		for _, n := range []int{8, 16, 32} {
+			changes := max(1, workers*5/n/20)
+			b.Run(fmt.Sprintf("workers=%d/replicas=%d", workers, n), func(b *testing.B) {
+				benchBandwidth(b, n, workers, changes)
+			})
+		}
+	}
+}
+
+// BenchmarkScaleConvergence measures how long a load change at one replica
+// takes to be visible at all others, at 8, 16 and 32 replicas. One
+// iteration is one change.
+func BenchmarkScaleConvergence(b *testing.B) {
+	for _, n := range []int{8, 16, 32} {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			rs := startCluster(b, n, nil)
+			var lat []time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				want := WorkerLoad{ActiveRequests: i + 1}
+				start := time.Now()
+				rs[0].SetLocalLoads(map[string]WorkerLoad{"w-conv": want})
+				for _, r := range rs[1:] {
+					for r.RemoteLoad("w-conv") != want {
+						if time.Since(start) > 30*time.Second {
+							b.Fatalf("change %d did not converge within 30s", i)
+						}
+						time.Sleep(200 * time.Microsecond) // pacing the poll of a benchmark, not a test's progress
+					}
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "conv_p50_ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "conv_p99_ms")
+			b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "conv_max_ms")
+		})
+	}
+}
