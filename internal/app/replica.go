@@ -185,6 +185,7 @@ type ReplicaStatus struct {
 	client     *admission.Client
 	own        *cluster.Ownership
 	ix         *kvindex.Index
+	buckets    *admission.BucketSync
 }
 
 // Snapshot is the admission actor's latest snapshot (at most the
