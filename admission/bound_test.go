@@ -102,3 +102,25 @@ func TestARequestQueuedAtItsOwnReplicaEndsWithinTheAdmissionBound(t *testing.T) 
 	testenv.Eventually(t, 5*time.Second, func() bool { return a.snapshot(t).Classes["gold"].QueueDepth == 0 },
 		"the request withdrawn from the queue it waited in")
 }
+
+// A degraded admission decides on the etcd session's health read live,
+// and leaving the etcd fallback rejects the entries it queued once, at the
+// transition: an entry that reached the actor just after that pass stayed
+// queued on a replica that neither owns its class nor admits it degraded
+// any more, with nobody to grant or return it (a candidate for the soak's
+// two requests left without an answer as a whole-etcd outage ended).
+func TestAnEntryLeftQueuedForAClassThisReplicaNoLongerAdmitsGoesBackToItsOwner(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(1, 1))
+	a := h.start("a", nil) // NATS up, etcd healthy: no degraded mode; owns nothing
+	results := make(chan error, 2)
+	respond := func(_ scheduler.Grant, err error) bool { results <- err; return true }
+	a.actor.Enqueue(request("gold", 0), respond) // takes the only slot
+	require.NoError(t, <-results)
+	a.actor.Enqueue(request("gold", 0), respond) // as a degraded admission would, too late
+	select {
+	case err := <-results:
+		require.ErrorIs(t, err, scheduler.ErrOwnershipMoved, "its entry resubmits it to the class's owner")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the entry still waits in the queue of a class this replica does not admit")
+	}
+}
