@@ -419,6 +419,15 @@ func (r *nemesisRun) sampleOwners() {
 			continue
 		}
 		since, ok := st.badSince[c.name]
+		if ok && r.etcdBackAfter(since) {
+			// A whole-etcd fault (etcd_restart, etcd_outage) ended since
+			// the period began: etcd extends every lease by its TTL when it
+			// comes back (its lessor's promotion), so the lease the class
+			// waits for runs again from then. The monitor may not sample
+			// during a short restart, which would have restarted it too.
+			ok = false
+			delete(st.badTold, c.name)
+		}
 		on := r.waitingOn(c.name, healthy)
 		if prev, seen := st.waitOn[c.name]; ok && seen && on != prev && on != "" && !ids[on] {
 			// A second fault: the replica the class waits for now (its
@@ -440,6 +449,18 @@ func (r *nemesisRun) sampleOwners() {
 				c.name, now.Sub(since).Truncate(time.Millisecond), st.badBound[c.name], len(healthy), nemesisReplicas, r.elapsed(), strings.Join(bad, ", "))
 		}
 	}
+}
+
+// etcdBackAfter reports whether a whole-etcd fault ended after t.
+func (r *nemesisRun) etcdBackAfter(t time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, d := range r.etcdCuts {
+		if !d.to.IsZero() && d.to.After(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // waitingOn is the replica class waits for, as the live, connected
@@ -572,6 +593,13 @@ func (r *nemesisRun) sampleBucket() {
 	}
 	cur := o.current()
 	if cur == nil {
+		return
+	}
+	if _, admits := cur.status.server.Owns(class); !admits {
+		// Named owner, not admitting yet: a new owner merges the carried
+		// levels (BucketSync.Acquired) before Server.Own, so until then
+		// its Core still holds whatever it last had of the tenant
+		// (refilled), which admits nothing.
 		return
 	}
 	var level float64

@@ -186,6 +186,7 @@ type ReplicaStatus struct {
 	own        *cluster.Ownership
 	ix         *kvindex.Index
 	buckets    *admission.BucketSync
+	server     *admission.Server
 }
 
 // Snapshot is the admission actor's latest snapshot (at most the
