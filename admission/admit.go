@@ -6,13 +6,42 @@ import (
 	"fmt"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/switchyard/switchyard/scheduler"
 )
 
 // Admit admits r through its class's owner and returns a ticket for the
 // granted booking, or the owner's typed rejection. It returns ctx.Err() when
 // ctx ends first; a queued request is then cancelled at its owner.
+//
+// Every wait of an admission is bounded (docs/architecture.md, "Failures"):
+// a request with a deadline by its deadline, one without by AdmitBound of
+// its arrival here, however its waits chain (for an owner, for an owner's
+// reply, for an adoption hold, for a quota lease, in a queue). Past the
+// bound it gets ownership_lost (HTTP 503, retry), counted like any entry
+// rejection, and its attempt is cancelled where it waits.
 func (c *Client) Admit(ctx context.Context, r *scheduler.Request) (*Ticket, error) {
+	if !r.Due.IsZero() {
+		return c.admit(ctx, r)
+	}
+	bound := c.cfg.AdmitBound()
+	bctx, cancel := c.withDeadline(ctx, c.clock.Now().Add(bound))
+	defer cancel()
+	t, err := c.admit(bctx, r)
+	if err != nil && ctx.Err() == nil && bctx.Err() != nil &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		c.entryReject(r.Class, scheduler.ReasonOwnershipLost)
+		c.log.Warn("request not admitted within the admission bound", zap.String("class", r.Class),
+			zap.String("request_id", r.ID), zap.Int("attempt", r.Attempt), zap.Duration("bound", bound))
+		return nil, scheduler.Reject(scheduler.ReasonOwnershipLost, "",
+			fmt.Sprintf("class %s: not admitted within %v (no owner answered, or its answer was lost); retry", r.Class, bound))
+	}
+	return t, err
+}
+
+// admit is Admit without its bound: ctx carries it.
+func (c *Client) admit(ctx context.Context, r *scheduler.Request) (*Ticket, error) {
 	if r.Attempt == 0 && !r.Probe { // the frontend's own retries (worker failed) come with Attempt > 0
 		c.mu.Lock()
 		c.countLocked(r.Class).Received++

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -170,6 +171,16 @@ func (b *BucketSync) save(ctx context.Context, class string, epoch int64, final 
 	}
 	b.last[class] = levels
 	return true
+}
+
+// Saved returns the levels of class this replica last saved (a copy), and
+// false when it has saved none since it acquired the class. A crash
+// refunds what was charged since then: the successor starts from these.
+func (b *BucketSync) Saved(class string) ([]scheduler.TenantBucket, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	levels, ok := b.last[class]
+	return slices.Clone(levels), ok
 }
 
 // sameAsRefilled reports whether cur is what prev becomes by refilling

@@ -43,6 +43,9 @@ type ClientConfig struct {
 	// retry (counted as reply_timeout). A request with a deadline waits
 	// until its deadline instead. It should exceed the longest expected
 	// queue wait, since a resubmission queues again.
+	//
+	// The whole admission of a request without a deadline is bounded too,
+	// by AdmitBound: NoOwnerTimeout + OwnerReplyTimeout of its arrival.
 	OwnerReplyTimeout time.Duration
 	// Clock is what the entry side reads and waits on (nil: wall time). It
 	// must be the clock of the replica's scheduler.
@@ -82,6 +85,14 @@ type ClientConfig struct {
 	// successor misses at most this much of its charges.
 	BucketSyncInterval time.Duration
 }
+
+// AdmitBound is the longest an admission without a deadline waits, all
+// its waits together: NoOwnerTimeout for an owner, then OwnerReplyTimeout
+// queued at it. Each wait has its own bound, but they chain (a lost reply
+// is resubmitted, the resubmission waits for an owner again), so without
+// this one a request could wait several of them; past it Admit answers
+// ownership_lost.
+func (c ClientConfig) AdmitBound() time.Duration { return c.NoOwnerTimeout + c.OwnerReplyTimeout }
 
 // DefaultClientConfig returns the defaults.
 func DefaultClientConfig() ClientConfig {

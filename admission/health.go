@@ -99,6 +99,9 @@ func (c *Client) checkConnection() {
 	if readopt {
 		c.wake()
 	}
+	if !down && !etcdDown && len(foreign) == 0 {
+		foreign = c.strayQueues()
+	}
 	if len(foreign) > 0 {
 		// Entries a degraded mode queued here for classes owned elsewhere
 		// go back to their owners (as retries).
@@ -107,4 +110,34 @@ func (c *Client) checkConnection() {
 		}
 		c.wake()
 	}
+}
+
+// strayQueues returns the classes this replica neither owns nor admits in
+// a degraded mode but whose entries wait in its actor's queue. Leaving a
+// degraded mode rejects them once, at the transition; a degraded admission
+// that decided just before it (on the etcd session's health, read live)
+// and reached the actor just after would otherwise wait there with no
+// owner to grant or return it. Checked on every status tick, so such an
+// entry goes back to its owner within one tick.
+func (c *Client) strayQueues() []string {
+	snap := c.actor.Snapshot()
+	if snap == nil || !c.clusterHealthy() {
+		return nil
+	}
+	var out []string
+	for class, cs := range snap.Classes {
+		if cs.QueueDepth == 0 {
+			continue
+		}
+		if _, owned := c.server.Owns(class); owned {
+			continue
+		}
+		c.mu.Lock()
+		_, fallback := c.unreachable[class]
+		c.mu.Unlock()
+		if !fallback {
+			out = append(out, class)
+		}
+	}
+	return out
 }

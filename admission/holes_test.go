@@ -307,15 +307,16 @@ func TestAnEntryBacksOffOnItsClockWhileItsOwnStoppedActorAnswersOwnershipLost(t 
 	ctx, cancel := context.WithCancel(context.Background())
 	res := admitAsync(ctx, cli, request("gold", 0))
 	retries := func() float64 { return testutil.ToFloat64(m.retries.WithLabelValues("ownership_moved")) }
-	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() == 1 || retries() > 100 },
+	// Two timers: the admission's bound (Admit) and the backoff.
+	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() == 2 || retries() > 100 },
 		"the entry to wait on a backoff timer of its clock")
-	require.Equal(t, 1, clock.Timers(), "no backoff: %v attempts in a busy loop", retries())
+	require.Equal(t, 2, clock.Timers(), "no backoff: %v attempts in a busy loop", retries())
 	require.Equal(t, 1.0, retries())
 	at, _ := clock.NextTimer()
 	require.Equal(t, cfg.BackoffMin, at.Sub(clock.Now()), "the first wait is BackoffMin")
 
 	clock.Advance(cfg.BackoffMin)
-	testenv.Eventually(t, 5*time.Second, func() bool { return retries() == 2 && clock.Timers() == 1 }, "the second attempt and its wait")
+	testenv.Eventually(t, 5*time.Second, func() bool { return retries() == 2 && clock.Timers() == 2 }, "the second attempt and its wait")
 	at, _ = clock.NextTimer()
 	require.Equal(t, 2*cfg.BackoffMin, at.Sub(clock.Now()), "the wait doubles")
 	cancel()
@@ -443,10 +444,11 @@ func TestTheAbandonGraceRunsOnTheClientsClockAndStopsWithRun(t *testing.T) {
 	defer cancel()
 	res := admitAsync(ctx, cli, request("gold", 0))
 	require.Equal(t, 0, <-seen)
-	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() == 1 }, "the reply timer")
+	// The admission's bound (Admit) and the reply timer.
+	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() == 2 }, "the reply timer")
 
 	cli.OwnersChanged(map[string]Owner{"gold": {Replica: "y", Epoch: 2}})
-	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() == 2 }, "the abandon grace on the client's clock")
+	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() == 3 }, "the abandon grace on the client's clock")
 	clock.Advance(cfg.AbandonGrace)
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		select {
@@ -460,10 +462,10 @@ func TestTheAbandonGraceRunsOnTheClientsClockAndStopsWithRun(t *testing.T) {
 	}, "the request abandoned at x to be resubmitted")
 
 	cli.OwnersChanged(map[string]Owner{"gold": {Replica: "z", Epoch: 3}})
-	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() == 2 }, "a new abandon grace")
+	testenv.Eventually(t, 5*time.Second, func() bool { return clock.Timers() == 3 }, "a new abandon grace")
 	stopRun()
 	<-runDone
-	require.Equal(t, 1, clock.Timers(), "Run stopped its abandon timer on the way out; only the admit's own reply timer is left")
+	require.Equal(t, 2, clock.Timers(), "Run stopped its abandon timer on the way out; only the admit's own reply timer and bound are left")
 	cancel()
 	<-res
 }

@@ -28,6 +28,8 @@ type Actor interface {
 	// RejectQueued rejects every queued entry of class with reason, keeping
 	// the class configured (ownership moved away from this replica).
 	RejectQueued(class string, reason scheduler.Reason)
+	// Snapshot is the actor's latest published snapshot (its queues).
+	Snapshot() *scheduler.Snapshot
 }
 
 // Owner is a class's owner as the cluster layer knows it.

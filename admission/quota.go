@@ -232,10 +232,10 @@ func (q *Quota) acquire(ctx context.Context, r *scheduler.Request) (*quotaTicket
 	for {
 		l := q.leaseOf(r.Tenant.ID)
 		if t := l.tryTake(q, quota, est, q.clock.Now()); t != nil {
-			q.m.quotaAcquires.WithLabelValues("fast").Inc()
+			q.m.quotaFast.Inc()
 			return t, nil
 		}
-		q.m.quotaAcquires.WithLabelValues("slow").Inc()
+		q.m.quotaSlow.Inc()
 		t, retry, err := q.acquireSlow(ctx, l, r.Tenant.ID, quota, est)
 		if !retry {
 			if scheduler.ReasonOf(err) == scheduler.ReasonQuotaExceeded && !r.Probe {
@@ -260,7 +260,7 @@ func (q *Quota) tryFast(r *scheduler.Request) (t *quotaTicket, ok bool) {
 		est = min(est, tpm)
 	}
 	if t := q.leaseOf(r.Tenant.ID).tryTake(q, r.Tenant.Quota, est, q.clock.Now()); t != nil {
-		q.m.quotaAcquires.WithLabelValues("fast").Inc()
+		q.m.quotaFast.Inc()
 		return t, true
 	}
 	return nil, false

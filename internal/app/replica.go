@@ -185,6 +185,8 @@ type ReplicaStatus struct {
 	client     *admission.Client
 	own        *cluster.Ownership
 	ix         *kvindex.Index
+	buckets    *admission.BucketSync
+	server     *admission.Server
 }
 
 // Snapshot is the admission actor's latest snapshot (at most the
