@@ -25,7 +25,7 @@ func evictingTrace() []TraceRequest {
 
 func TestSimHostTierServesEvictedPrefixesAndTheRouterFindsThem(t *testing.T) {
 	cfg := simTestConfig()
-	cfg.Engine.NumBlocks = 80
+	cfg.Engine.NumBlocks = 66
 	without := runSim(t, cfg, evictingTrace())
 	assert.Nil(t, without.Tiers)
 
