@@ -31,7 +31,6 @@ func TestOverZMQEachDataParallelRankIsAWorkerOfItsOwnWithItsOwnBlocks(t *testing
 	pubs := []*pyPublisher{startPublisherAt(t, ep(pubBase, 0), ep(replayBase, 0)), startPublisherAt(t, ep(pubBase, 1), ep(replayBase, 1))}
 	r0 := startRouterIndex(t, n, DPWorkerID("w1", 0), 2048)
 	require.NoError(t, r0.ix.SetCapacity(DPWorkerID("w1", 1), 2048))
-	var adapters []*runningAdapter
 	for r := range 2 {
 		cfg := testAdapterConfig(eng, etcd, n)
 		cfg.KVEvents, cfg.KVReplay, cfg.KVTopic = ep(pubBase, 0), ep(replayBase, 0), "kv"
@@ -39,7 +38,6 @@ func TestOverZMQEachDataParallelRankIsAWorkerOfItsOwnWithItsOwnBlocks(t *testing
 		ra := startAdapterReal(t, cfg, etcd, n)
 		testenv.Eventually(t, 10*time.Second, func() bool { return ra.a.ready() == "" }, "adapter ready")
 		pubs[r].do(t, "waitsub")
-		adapters = append(adapters, ra)
 	}
 	a := newPrompt(1, 3, testBS)
 	c := newPrompt(2, 2, testBS)

@@ -16,7 +16,7 @@ import (
 func (a *Adapter) routes() http.Handler {
 	mux := http.NewServeMux()
 	if a.deps.Gatherer != nil {
-		var g prometheus.Gatherer = a.deps.Gatherer
+		g := a.deps.Gatherer
 		if a.tierReg != nil {
 			g = prometheus.Gatherers{a.deps.Gatherer, a.tierReg}
 		}
