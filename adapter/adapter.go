@@ -480,7 +480,7 @@ func (a *Adapter) onInfo(info wire.WorkerInfo) error {
 			return err
 		}
 		for _, t := range a.tiers {
-			if err := t.Configure(Shape{Model: info.Model, BlockSize: info.BlockSize, MaxEntries: max}); err != nil {
+			if err := t.Configure(Shape{Model: info.SaltName(), BlockSize: info.BlockSize, MaxEntries: max}); err != nil {
 				return err
 			}
 		}

@@ -45,8 +45,8 @@ func TestOverZMQEachDataParallelRankIsAWorkerOfItsOwnWithItsOwnBlocks(t *testing
 	pubs[1].addRank(t, 1, vllmArrayStored(c.stored(0, 2)))
 	pubs[0].do(t, "pub 0")
 	pubs[1].do(t, "pub 0")
-	r0.holdsExactly(t, "w1-dp0", a.want(testModel, 3), "rank 0's cache")
-	r0.holdsExactly(t, "w1-dp1", c.want(testModel, 2), "rank 1's cache, kept apart")
+	r0.holdsExactly(t, "w1-dp0", a.want(testSalt, 3), "rank 0's cache")
+	r0.holdsExactly(t, "w1-dp1", c.want(testSalt, 2), "rank 1's cache, kept apart")
 
 	watcher := etcd.Client(t)
 	for r := range 2 {
@@ -91,10 +91,10 @@ func TestARanksLoadIsItsOwnEnginesSeriesOnly(t *testing.T) {
 	text := []byte(vllmMetrics(3, 2, 0.25)) // engine "0": 3 running, 2 waiting; engine "1": 1 running
 	all, err := ParseLoadMetrics(text, FlavorVLLM)
 	require.NoError(t, err)
-	assert.Equal(t, Load{Running: 4, Waiting: 2, KVUsage: 0.25, HasUsage: true}, all)
+	assert.Equal(t, Load{Running: 4, Waiting: 2, KVUsage: 0.25, HasUsage: true, PrefixHitRate: 0.3}, all)
 	for rank, want := range map[string]Load{
-		"0": {Running: 3, Waiting: 2, KVUsage: 0.25, HasUsage: true},
-		"1": {Running: 1, Waiting: 0, KVUsage: 0.25, HasUsage: true},
+		"0": {Running: 3, Waiting: 2, KVUsage: 0.25, HasUsage: true, PrefixHitRate: 0.3}, // 240 of 800
+		"1": {Running: 1, Waiting: 0, KVUsage: 0.25, HasUsage: true, PrefixHitRate: 0.3}, // 120 of 400
 	} {
 		got, err := parseLoadRank(text, FlavorVLLM, rank)
 		require.NoError(t, err)

@@ -61,11 +61,11 @@ func TestOverZMQCPUTierBlocksAreMirroredAsTheWorkersCPUStreamAndGPUBlocksStayApa
 	for i := range 5 {
 		p.do(t, fmt.Sprintf("pub %d", i))
 	}
-	router.holdsExactly(t, "w1", a.want(testModel, 2), "the GPU tier lost the evicted blocks")
-	router.holdsExactly(t, cpu, slices.Concat(a.want(testModel, 4), c.want(testModel, 2)), "the CPU tier holds both engines' styles")
+	router.holdsExactly(t, "w1", a.want(testSalt, 2), "the GPU tier lost the evicted blocks")
+	router.holdsExactly(t, cpu, slices.Concat(a.want(testSalt, 4), c.want(testSalt, 2)), "the CPU tier holds both engines' styles")
 
 	got := map[string]int{}
-	for _, m := range router.ix.Lookup(a.want(testModel, 4), nil) {
+	for _, m := range router.ix.Lookup(a.want(testSalt, 4), nil) {
 		got[m.Worker] = m.Blocks
 	}
 	assert.Equal(t, map[string]int{"w1": 2, cpu: 4}, got, "a lookup sees each tier's depth")
