@@ -17,11 +17,13 @@ type Chat struct {
 	Tools    json.RawMessage
 }
 
+// chatMessage is one chat message; its keys go out in vLLM's order (a
+// template that dumps a message sees the same text either way).
 type chatMessage struct {
 	Role       string         `json:"role"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
 	Content    any            `json:"content,omitempty"`
 	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string         `json:"tool_call_id,omitempty"`
 	Reasoning  string         `json:"reasoning,omitempty"`
 }
 

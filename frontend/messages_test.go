@@ -159,3 +159,37 @@ func TestMessagesRefusalsTakeAnthropicsErrorTypes(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
 	assert.Equal(t, "error", e.Type, "even a wrong method is answered in Anthropic's shape")
 }
+
+func TestAMessagesConversationHashesAsTheSameChatCompletionDoes(t *testing.T) {
+	messages := `{"model":"m","max_tokens":8,"system":"You are terse.","messages":[
+		{"role":"user","content":"Weather in Paris?"},
+		{"role":"assistant","content":[{"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Paris"}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"sunny"}]}],
+		"tools":[{"name":"get_weather","input_schema":{"type":"object"}}]}`
+	chat := `{"model":"m","max_tokens":8,"messages":[
+		{"role":"system","content":"You are terse."},
+		{"role":"user","content":"Weather in Paris?"},
+		{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+		{"role":"tool","tool_call_id":"call_1","content":"sunny"}],
+		"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}`
+	pm, e := parseRequest(endpointMessages, []byte(messages), http.Header{})
+	require.Nil(t, e)
+	pc, e := parseRequest(endpointChat, []byte(chat), http.Header{})
+	require.Nil(t, e)
+	require.Len(t, pm.input.Messages, len(pc.input.Messages))
+	for i := range pc.input.Messages {
+		m, c := pm.input.Messages[i], pc.input.Messages[i]
+		assert.Equal(t, c.Role, m.Role, i)
+		assert.Equal(t, c.Content, m.Content, i)
+		assert.JSONEq(t, string(c.Raw), string(m.Raw), "message %d reaches the chat template as the chat request's does", i)
+	}
+	require.Len(t, pm.input.Tools, 1)
+	assert.JSONEq(t, string(pc.input.Tools[0]), string(pm.input.Tools[0]))
+
+	reg := toyPrompts(t, "m")
+	rm, err := reg.Tokenize(t.Context(), "m", pm.input, nil)
+	require.NoError(t, err)
+	rc, err := reg.Tokenize(t.Context(), "m", pc.input, nil)
+	require.NoError(t, err)
+	assert.Equal(t, rc.Tokens, rm.Tokens, "the same tokens, so the same block hashes and the same cached prefix")
+}
