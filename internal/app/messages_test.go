@@ -125,6 +125,17 @@ func toolsRoundTrip(t *testing.T, cl anthropic.Client) {
 	assert.NotEmpty(t, input.Text)
 	assert.Equal(t, anthropic.StopReasonToolUse, call.StopReason)
 
+	whole, err := cl.Messages.New(ctx, anthropic.MessageNewParams{
+		Model: testModel, MaxTokens: 5, Messages: []anthropic.MessageParam{first},
+		Tools: []anthropic.ToolUnionParam{tool}, ToolChoice: anthropic.ToolChoiceUnionParam{OfAny: &anthropic.ToolChoiceAnyParam{}},
+	})
+	require.NoError(t, err)
+	require.Len(t, whole.Content, 1, "tool_choice any: the simulated engine calls the first tool")
+	assert.Equal(t, "tool_use", whole.Content[0].Type)
+	assert.Equal(t, "get_weather", whole.Content[0].Name)
+	assert.True(t, json.Valid(whole.Content[0].Input), "%s", whole.Content[0].Input)
+	assert.Equal(t, anthropic.StopReasonToolUse, whole.StopReason)
+
 	answer, err := cl.Messages.New(ctx, anthropic.MessageNewParams{
 		Model:     testModel,
 		MaxTokens: 4,
