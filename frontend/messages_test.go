@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"testing"
 
@@ -192,4 +193,32 @@ func TestAMessagesConversationHashesAsTheSameChatCompletionDoes(t *testing.T) {
 	rc, err := reg.Tokenize(t.Context(), "m", pc.input, nil)
 	require.NoError(t, err)
 	assert.Equal(t, rc.Tokens, rm.Tokens, "the same tokens, so the same block hashes and the same cached prefix")
+}
+
+// FuzzParseMessages: parsing arbitrary Messages bodies never panics, every
+// refusal is a described 400, and an accepted request carries a chat form
+// the engine can read.
+func FuzzParseMessages(f *testing.F) {
+	for _, seed := range []string{
+		helloMessages,
+		`{"model":"m","max_tokens":1,"stream":true,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"u"}}]}]}`,
+		`{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"x"}]}]}`,
+		`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"tool","name":"f"}}`,
+		`{"model":`, `[]`, `null`, "",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p, apiErr := parseRequest(endpointMessages, body, http.Header{})
+		if apiErr != nil {
+			if apiErr.Status != http.StatusBadRequest || apiErr.Message == "" ||
+				!errors.Is(apiErr, ErrBadRequest) && !errors.Is(apiErr, ErrAmbiguousBody) {
+				t.Fatalf("refusal is not a described 400: %+v", apiErr)
+			}
+			return
+		}
+		if p.model == "" || p.maxTokens < 1 || p.input == nil || p.messages == nil || !json.Valid(p.messages.chat) || !json.Valid(p.forward) {
+			t.Fatalf("accepted an invalid request: %+v", p)
+		}
+	})
 }
