@@ -88,6 +88,9 @@ type Config struct {
 
 	Overrides Overrides
 	Labels    map[string]string
+	// APIs are the APIs the engine serves beyond OpenAI's, registered as
+	// wire.WorkerInfo.APIs (wire.APIMessages: vLLM from about v0.11.1).
+	APIs []string
 
 	HealthInterval     time.Duration
 	HealthTimeout      time.Duration
@@ -269,6 +272,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 			return err
 		}
 		c.Labels = m
+		return nil
+	})
+	fs.Func(prefix+"engine-apis", "comma-separated APIs the engine serves beyond OpenAI's, registered for routers: anthropic-messages (vLLM >= 0.11.1 serves /v1/messages)", func(s string) error {
+		c.APIs = splitList(s)
+		for _, api := range c.APIs {
+			if api != wire.APIMessages {
+				return fmt.Errorf("unknown API %q (known: %s)", api, wire.APIMessages)
+			}
+		}
 		return nil
 	})
 	fs.DurationVar(&c.HealthInterval, prefix+"health-interval", c.HealthInterval, "engine health probe period")
@@ -511,7 +523,7 @@ func (a *Adapter) Run(ctx context.Context) error {
 	rc := RegistrarConfig{
 		Worker: a.cfg.ID, Cluster: a.cfg.Cluster, URL: a.cfg.EngineURL, Engine: a.cfg.Engine, Labels: a.cfg.Labels,
 		PublishesEvents: a.mirror != nil, Overrides: a.cfg.Overrides, LeaseTTL: a.cfg.LeaseTTL,
-		TierBlocks: a.tierBlocks(), DPRank: a.cfg.DPRank, DPSize: a.cfg.DPSize,
+		TierBlocks: a.tierBlocks(), DPRank: a.cfg.DPRank, DPSize: a.cfg.DPSize, APIs: a.cfg.APIs,
 		ProbeInterval: a.cfg.HealthInterval, ProbeTimeout: a.cfg.HealthTimeout, FailureThreshold: a.cfg.HealthFailures,
 		RediscoverInterval: a.cfg.RediscoverInterval,
 	}

@@ -60,6 +60,9 @@ type RegistrarConfig struct {
 	Tokenizer      *wire.TokenizerSource
 	Overrides      Overrides
 
+	// APIs are registered as is (Config.APIs).
+	APIs []string
+
 	// LeaseTTL is the etcd session's TTL: a killed adapter's registration
 	// disappears within it.
 	LeaseTTL time.Duration
@@ -355,7 +358,7 @@ func (r *Registrar) discover(ctx context.Context, prev *wire.WorkerInfo) (*wire.
 		MaxNumSeqs: pickInt(o.MaxNumSeqs, d.MaxNumSeqs), MaxBatchedTokens: pickInt(o.MaxBatchedTokens, d.MaxBatchedTokens),
 		MaxModelLen: pickInt(o.MaxModelLen, d.MaxModelLen), Labels: r.cfg.Labels,
 		PublishesEvents: r.cfg.PublishesEvents, Tokenizer: r.cfg.Tokenizer,
-		Cards: d.Cards, PrioritySchedules: o.PrioritySchedules,
+		Cards: d.Cards, PrioritySchedules: o.PrioritySchedules, APIs: r.cfg.APIs,
 	}
 	if o.Model == "" || o.Model == d.Model {
 		// Blocks are salted by the engine's root, so every alias of it

@@ -174,6 +174,6 @@ func (x *exchange) reportUsage(t Ticket, u *usage) {
 		return
 	}
 	if ut, ok := t.(UsageTicket); ok {
-		ut.SetUsage(u.PromptTokens + u.CompletionTokens + u.InputTokens + u.OutputTokens)
+		ut.SetUsage(u.PromptTokens + u.CompletionTokens + u.InputTokens + u.OutputTokens + u.CacheRead)
 	}
 }

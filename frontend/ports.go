@@ -60,6 +60,10 @@ type WorkerEntry struct {
 	// DPRank and DPSize: with DPSize > 1 the worker is one rank of a
 	// data-parallel engine, pinned with the X-data-parallel-rank header.
 	DPRank, DPSize int
+	// Messages is set when the engine serves Anthropic's Messages API
+	// itself (wire.APIMessages): the router forwards such requests as
+	// they are, and translates them to chat completions for the others.
+	Messages bool
 }
 
 // saltFor is the name a prompt for model is hashed under on w: a LoRA

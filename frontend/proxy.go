@@ -59,6 +59,9 @@ type usage struct {
 	InputTokensDetails *struct {
 		CachedTokens int `json:"cached_tokens"`
 	} `json:"input_tokens_details"`
+	// CacheRead are a Messages answer's cached prompt tokens, which its
+	// input_tokens leave out.
+	CacheRead int `json:"cache_read_input_tokens"`
 }
 
 // roundTrip is the outcome of one request to a worker.
@@ -82,11 +85,11 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 		x.fb, reqCtx = startFirstByte(ctx, d)
 		defer x.fb.stop()
 	}
-	body := x.p.forward
-	if x.priority != 0 && x.s.prioritySchedules(g.Worker) {
+	path, body := x.upstream(g)
+	if x.priority != 0 && x.s.prioritySchedules(g.Worker) && !x.p.messages.nativeAttempt() {
 		body = enginePriority(body, x.priority)
 	}
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, g.WorkerURL+x.p.endpoint.path(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, g.WorkerURL+path, bytes.NewReader(body))
 	if err != nil {
 		t.Dispatched()
 		t.Finish(true)
@@ -314,7 +317,12 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 				// continuous_usage_stats, put "usage" in every chunk (null,
 				// or a running count beside the token).
 				var usage, usageOnly bool
-				if x.p.endpoint == endpointResponses {
+				if x.p.messages.nativeAttempt() {
+					// Messages events: message_stop ends the stream,
+					// message_delta carries its usage.
+					done, usage = nativeStreamEvent(payload)
+					usageOnly = usage
+				} else if x.p.endpoint == endpointResponses {
 					// Every Responses event embeds the response object (and
 					// its usage, null until the end): only the terminal
 					// event is the usage line.
@@ -529,7 +537,8 @@ func (x *exchange) recordUsage(u *usage) {
 		return
 	}
 	m, labels := x.s.m, []string{x.p.model, x.class}
-	m.PromptTokens.WithLabelValues(labels...).Add(float64(u.PromptTokens + u.InputTokens))
+	m.PromptTokens.WithLabelValues(labels...).Add(float64(u.PromptTokens + u.InputTokens + u.CacheRead))
+	m.CachedTokens.WithLabelValues(labels...).Add(float64(u.CacheRead))
 	m.GeneratedTokens.WithLabelValues(labels...).Add(float64(u.CompletionTokens + u.OutputTokens))
 	if d := u.PromptTokensDetails; d != nil {
 		m.CachedTokens.WithLabelValues(labels...).Add(float64(d.CachedTokens))

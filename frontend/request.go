@@ -23,6 +23,7 @@ const (
 	endpointCompletions
 	endpointEmbeddings
 	endpointResponses
+	endpointMessages // Anthropic's Messages API (messages.go)
 )
 
 func (e endpoint) path() string {
@@ -33,6 +34,8 @@ func (e endpoint) path() string {
 		return "/v1/embeddings"
 	case endpointResponses:
 		return "/v1/responses"
+	case endpointMessages:
+		return "/v1/messages"
 	}
 	return "/v1/completions"
 }
@@ -40,7 +43,7 @@ func (e endpoint) path() string {
 // kind is the prompt form the endpoint carries.
 func (e endpoint) kind() prompt.Kind {
 	switch e {
-	case endpointChat:
+	case endpointChat, endpointMessages:
 		return prompt.KindChat
 	case endpointEmbeddings:
 		return prompt.KindEmbedding
@@ -53,7 +56,7 @@ func (e endpoint) kind() prompt.Kind {
 // promptParam is the body field a prompt-length error names.
 func (e endpoint) promptParam() string {
 	switch e {
-	case endpointChat:
+	case endpointChat, endpointMessages:
 		return "messages"
 	case endpointEmbeddings, endpointResponses:
 		return "input"
@@ -152,12 +155,17 @@ type parsedRequest struct {
 	// the router asked the engine for it (withStreamUsage) and strips the
 	// usage chunk from what the client sees (relayStream).
 	injectedUsage bool
+	// messages is set for an Anthropic Messages request (messages.go).
+	messages *messagesRequest
 }
 
 // parseRequest decodes and validates body for ep. It returns an *APIError
 // for every client mistake. Tokenization is the caller's next step
 // (tokenize), once the model is known to be served.
 func parseRequest(ep endpoint, body []byte, h http.Header) (*parsedRequest, *APIError) {
+	if ep == endpointMessages {
+		return parseMessages(body, h)
+	}
 	var req openAIRequest
 	if !decodeRequest(body, &req) {
 		req = openAIRequest{}

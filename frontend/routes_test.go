@@ -66,6 +66,8 @@ func TestEveryRouteConstantIsTheLabelOfAServedPath(t *testing.T) {
 		{http.MethodPost, "/v1/completions", metrics.RouteCompletions, http.StatusBadRequest},
 		{http.MethodPost, "/v1/embeddings", metrics.RouteEmbeddings, http.StatusBadRequest},
 		{http.MethodPost, "/v1/responses", metrics.RouteResponses, http.StatusBadRequest},
+		{http.MethodPost, "/v1/messages", metrics.RouteMessages, http.StatusBadRequest},
+		{http.MethodPost, "/v1/messages/count_tokens", metrics.RouteMessagesCountTokens, http.StatusBadRequest},
 		{http.MethodGet, "/v1/models", metrics.RouteModels, http.StatusOK},
 		{http.MethodGet, "/healthz", metrics.RouteHealthz, http.StatusOK},
 		{http.MethodGet, "/readyz", metrics.RouteReadyz, http.StatusOK},

@@ -118,6 +118,7 @@ type Server struct {
 	// sessions is Deps.Sessions or a local table (session.go).
 	sessions       *scheduler.SessionTable
 	sessionMetrics *sessionMetrics
+	messages       *messagesMetrics // messages.go: Anthropic's Messages API
 }
 
 // New builds a Server. It starts nothing: Serve or Run do.
@@ -184,6 +185,7 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 		s.sessions = scheduler.NewSessionTable(cfg.MaxSessions, cfg.SessionTTL)
 	}
 	s.sessionMetrics = newSessionMetrics(reg, s.sessions)
+	s.messages = newMessagesMetrics(reg)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.instrument(metrics.RouteChatCompletions, func(w http.ResponseWriter, r *http.Request) int {
 		return s.handleCompletion(w, r, endpointChat)
@@ -197,6 +199,12 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 	s.mux.HandleFunc("POST /v1/responses", s.instrument(metrics.RouteResponses, func(w http.ResponseWriter, r *http.Request) int {
 		return s.handleCompletion(w, r, endpointResponses)
 	}))
+	s.mux.HandleFunc("POST /v1/messages", s.handleMessagesRoute(metrics.RouteMessages, func(w http.ResponseWriter, r *http.Request) int {
+		return s.handleCompletion(w, r, endpointMessages)
+	}))
+	s.mux.HandleFunc("POST /v1/messages/count_tokens", s.handleMessagesRoute(metrics.RouteMessagesCountTokens, s.handleCountTokens))
+	s.mux.HandleFunc("/v1/messages", s.handleMessagesRoute(metrics.RouteOther, s.handleUnknown))
+	s.mux.HandleFunc("/v1/messages/count_tokens", s.handleMessagesRoute(metrics.RouteOther, s.handleUnknown))
 	s.mux.HandleFunc("GET /v1/models", s.instrument(metrics.RouteModels, s.handleModels))
 	s.mux.HandleFunc("GET /healthz", s.instrument(metrics.RouteHealthz, s.handleHealthz))
 	s.mux.HandleFunc("GET /readyz", s.instrument(metrics.RouteReadyz, s.handleReadyz))
@@ -364,7 +372,8 @@ func (s *Server) leave() {
 func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) int {
 	allow := ""
 	switch r.URL.Path {
-	case endpointChat.path(), endpointCompletions.path(), endpointEmbeddings.path(), endpointResponses.path():
+	case endpointChat.path(), endpointCompletions.path(), endpointEmbeddings.path(), endpointResponses.path(),
+		endpointMessages.path(), "/v1/messages/count_tokens":
 		allow = http.MethodPost
 	case "/v1/models", "/healthz", "/readyz", "/debug/cluster", "/metrics":
 		allow = http.MethodGet
@@ -695,6 +704,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 	p, apiErr := parseRequest(ep, body, r.Header)
 	if apiErr != nil {
 		s.bodies.count(apiErr)
+		s.messages.count(ep, apiErr)
 		apiErr.write(w)
 		return apiErr.Status
 	}

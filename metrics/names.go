@@ -66,6 +66,10 @@ const (
 	// Tokenization (prompt.NewRegistry): which path turned each request's
 	// prompt into token ids.
 	NameRouterTokenize = "switchyard_router_tokenize_total"
+	// Anthropic Messages API (frontend/messages.go): requests refused as
+	// invalid by reason, attempts by forward path (native, translated).
+	NameRouterMessagesInvalid   = "switchyard_router_messages_invalid_total"
+	NameRouterMessagesForwarded = "switchyard_router_messages_forwarded_total"
 
 	// Remote admission between replicas (admission/metrics.go): the
 	// switchyard_admission_* metrics, each constant named after its metric
@@ -204,6 +208,12 @@ const (
 	RouteReadyz          = "readyz"
 	RouteDebugCluster    = "debug_cluster"
 	RouteOther           = "other"
+)
+
+// Route label values of Anthropic's Messages API (frontend/messages.go).
+const (
+	RouteMessages            = "messages"
+	RouteMessagesCountTokens = "messages_count_tokens"
 )
 
 // Histogram buckets, in seconds. Each set spans the range its quantity

@@ -62,7 +62,15 @@ type WorkerInfo struct {
 	// the X-data-parallel-rank header.
 	DPRank int `json:"dp_rank,omitempty"`
 	DPSize int `json:"dp_size,omitempty"`
+	// APIs are the APIs the engine serves beyond OpenAI's (APIMessages);
+	// routers translate a request for one it lacks. Absent in records
+	// written before it existed, which read as OpenAI's only.
+	APIs []string `json:"apis,omitempty"`
 }
+
+// APIMessages names Anthropic's Messages API (/v1/messages and
+// /v1/messages/count_tokens) in WorkerInfo.APIs.
+const APIMessages = "anthropic-messages"
 
 // TokenizerSource advertises a model's tokenizer files served over HTTP.
 type TokenizerSource struct {

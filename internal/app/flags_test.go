@@ -103,6 +103,7 @@ func TestEveryFlagOfEverySubcommandChangesTheConfigurationItNames(t *testing.T) 
 		"models":               "alias-a,alias-b",
 		"labels":               "zone=a,rack=b",
 		"http.session-headers": "x-session-id,X-Dynamo-Session-ID",
+		"engine-apis":          "anthropic-messages",
 	}
 	for _, sc := range flagSubcommands() {
 		fs, read := sc.build()

@@ -71,6 +71,10 @@ type WorkerConfig struct {
 	DefaultMaxTokens int
 	// Labels are copied into the workerRegistration record.
 	Labels map[string]string
+	// Messages serves Anthropic's Messages API (/v1/messages and its
+	// count_tokens) and registers it (wire.APIMessages); off, routers
+	// translate Messages requests to chat completions for this worker.
+	Messages bool
 	// Engine configures the simulated engine (WorkerID is set from ID).
 	Engine engine.Config
 	// Protocol is ProtocolNative (the default) or ProtocolVLLM, in which
@@ -106,6 +110,7 @@ func DefaultWorkerConfig() WorkerConfig {
 		DumpChunkBlocks:  4096,
 		MaxBodyBytes:     8 << 20,
 		DefaultMaxTokens: 256,
+		Messages:         true,
 		Engine:           engine.DefaultConfig(),
 		Protocol:         ProtocolNative,
 		VLLM:             defaultVLLMWorkerConfig(),
@@ -182,6 +187,7 @@ func (c *WorkerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.IntVar(&c.DumpChunkBlocks, prefix+"dump-chunk-blocks", c.DumpChunkBlocks, "hashes per KV dump reply chunk")
 	fs.Int64Var(&c.MaxBodyBytes, prefix+"max-body-bytes", c.MaxBodyBytes, "maximum request body size")
 	fs.IntVar(&c.DefaultMaxTokens, prefix+"default-max-tokens", c.DefaultMaxTokens, "max_tokens when a request gives none")
+	fs.BoolVar(&c.Messages, prefix+"messages", c.Messages, "serve Anthropic's Messages API (/v1/messages) and register it; false: routers translate Messages requests to chat completions for this worker")
 	fs.StringVar(&c.Protocol, prefix+"protocol", c.Protocol, "engine protocol: native (etcd and NATS) or vllm (vLLM's ZMQ KV events and metrics; an adapter registers the worker)")
 	c.VLLM.registerFlags(fs, prefix)
 	c.Engine.RegisterFlags(fs, prefix)
@@ -487,6 +493,9 @@ func (w *worker) register(ctx context.Context) (*workerRegistration, error) {
 		MaxNumSeqs: w.cfg.Engine.MaxNumSeqs, MaxBatchedTokens: w.cfg.Engine.MaxNumBatchedTokens,
 		Labels: w.cfg.Labels, PublishesEvents: w.nc != nil,
 		Models: w.cfg.Models, MaxModelLen: w.cfg.Engine.MaxModelLen, Tokenizer: w.tokenizerSource(),
+	}
+	if w.cfg.Messages {
+		info.APIs = []string{wire.APIMessages}
 	}
 	val, err := wire.EncodeWorkerInfo(info)
 	if err != nil {

@@ -97,6 +97,9 @@ func (w *worker) routes() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", w.handle("chat_completions", w.handleGenerate(prompt.KindChat)))
 	mux.HandleFunc("POST /v1/responses", w.handle("responses", w.handleGenerate(prompt.KindResponse)))
 	mux.HandleFunc("POST /v1/embeddings", w.handle("embeddings", w.handleEmbeddings))
+	if w.cfg.Messages {
+		w.messagesRoutes(mux) // worker_messages.go
+	}
 	mux.HandleFunc("POST /tokenize", w.handle("tokenize", w.handleTokenize))
 	mux.HandleFunc("GET /v1/models", w.handleModels)
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(rw, "ok\n") })
@@ -213,6 +216,9 @@ type genRequest struct {
 	N int
 	// Base64 asks for embeddings as base64 little-endian float32.
 	Base64 bool
+	// ToolCall is the function a chat answers by calling (its output
+	// becomes the call's arguments); "" answers with text.
+	ToolCall string
 }
 
 type rawGenRequest struct {
@@ -230,6 +236,9 @@ type rawGenRequest struct {
 	BestOf         *int64 `json:"best_of"`
 	Priority       *int64 `json:"priority"`
 	EncodingFormat string `json:"encoding_format"`
+	// ToolChoice forces a tool call when it names a function or says
+	// "required" (worker_messages.go).
+	ToolChoice json.RawMessage `json:"tool_choice"`
 }
 
 // tokenizeFunc turns a parsed prompt into per-prompt token ids for a model
@@ -267,6 +276,9 @@ func parseGenRequest(body []byte, kind prompt.Kind, tok tokenizeFunc, defaultMax
 	}
 	if req.Prompts, err = tok(raw.Model, in); err != nil {
 		return nil, promptAPIError(err)
+	}
+	if kind == prompt.KindChat {
+		req.ToolCall = forcedTool(raw.ToolChoice, in)
 	}
 	param := map[prompt.Kind]string{prompt.KindChat: "messages", prompt.KindCompletion: "prompt"}[kind]
 	if param == "" {
@@ -366,8 +378,9 @@ type usageOut struct {
 }
 
 type chatContent struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content"`
+	Role      string        `json:"role,omitempty"`
+	Content   string        `json:"content"`
+	ToolCalls []toolCallOut `json:"tool_calls,omitempty"`
 }
 
 type choiceOut struct {
@@ -637,9 +650,13 @@ func (p *responder) complete(r *http.Request) string {
 		fr := "length"
 		co := choiceOut{Index: i, FinishReason: &fr}
 		t := c.text.String()
-		if p.chat() {
+		switch {
+		case p.req.ToolCall != "" && p.chat():
+			fr = "tool_calls"
+			co.Message = &chatContent{Role: "assistant", ToolCalls: []toolCallOut{p.toolCall(i, toolArguments(t))}}
+		case p.chat():
 			co.Message = &chatContent{Role: "assistant", Content: t}
-		} else {
+		default:
 			co.Text = &t
 		}
 		out.Choices = append(out.Choices, co)
@@ -731,6 +748,13 @@ func (p *responder) event(out *bytes.Buffer, i int, c *choiceState, d engine.Del
 	}
 	if p.chat() {
 		co.Delta = &chatContent{Content: piece}
+		if p.req.ToolCall != "" {
+			co.Delta = p.toolCallDelta(i, piece, d.Index == 0, d.Finish != 0)
+			if co.FinishReason != nil {
+				fr := "tool_calls"
+				co.FinishReason = &fr
+			}
+		}
 		if !c.sentRole {
 			co.Delta.Role = "assistant"
 			c.sentRole = true
