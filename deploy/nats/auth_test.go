@@ -164,6 +164,16 @@ func TestTheRouterUsesTheAdmissionSubjectsAndAWrongPasswordIsRefused(t *testing.
 	m, err := entry.Request(subj.Admit("batch"), []byte("admit"), 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, "grant", string(m.Data))
+	// Tenant quotas are leased between routers: a quota owner answers
+	// lease requests and holders answer its recalls.
+	for _, s := range []string{subj.Quota("router-1"), subj.QuotaRecall("router-2")} {
+		_, err = owner.Subscribe(s, func(m *nats.Msg) { _ = m.Respond([]byte("lease")) })
+		require.NoError(t, err)
+		require.NoError(t, owner.Flush())
+		m, err = entry.Request(s, []byte("ask"), 5*time.Second)
+		require.NoError(t, err, s)
+		require.Equal(t, "lease", string(m.Data))
+	}
 
 	opts, err := links.NATS{User: "worker-1", Password: "guess"}.Options(url, tlsconf.Deps{})
 	require.NoError(t, err)

@@ -116,5 +116,7 @@ func TestAWorkerThatLeavesFreesItsSessionsOnEveryReplica(t *testing.T) {
 	}
 	next := sessionTurn(t, rs[1], "agent", "turn two")
 	require.NotEqual(t, first, next)
+	// The move reaches the third replica by gossip, like the first turn did.
+	awaitDebugCluster(t, rs[2].status.HTTPAddr, func(d clusterDoc) bool { return d.SessionsByWorker[next] == 1 }, "the move gossiped")
 	require.Equal(t, next, sessionTurn(t, rs[2], "agent", "turn three"), "the session sticks to its new worker")
 }
