@@ -17,9 +17,19 @@ import (
 // iteration is one change.
 func BenchmarkConvergence5Replicas(b *testing.B) {
 	rs := startCluster(b, 5, nil)
-	var lat []time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
+	lat := convergence(b, rs)
+	b.StopTimer()
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max_ms")
+}
+
+// convergence sets a load at rs[0] b.N times and returns, sorted, how long
+// each change took to reach every other replica.
+func convergence(b *testing.B, rs []*replica) []time.Duration {
+	var lat []time.Duration
 	for i := range b.N {
 		want := WorkerLoad{ActiveRequests: i + 1}
 		start := time.Now()
@@ -34,11 +44,8 @@ func BenchmarkConvergence5Replicas(b *testing.B) {
 		}
 		lat = append(lat, time.Since(start))
 	}
-	b.StopTimer()
 	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
-	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max_ms")
+	return lat
 }
 
 // BenchmarkBandwidth1000Workers measures the bytes each replica writes to

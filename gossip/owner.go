@@ -305,21 +305,31 @@ func (o *owner) reassert(claims map[string]Entry, floor uint64) {
 	}
 }
 
-func (o *owner) handlePrediction(m *predictionMsg, raw []byte) {
-	if m.Origin == o.self {
-		return
+// fresh reports whether a relayed message (a prediction or a session
+// decision) from another replica is new and unexpired, and marks it seen:
+// each is handed on and relayed once.
+func (o *owner) fresh(origin string, id uint64, ts, expires int64) bool {
+	if origin == o.self {
+		return false
 	}
-	k := predKey{m.Origin, m.ID}
+	k := predKey{origin, id}
 	if _, seen := o.seenPreds[k]; seen {
-		return
+		return false
 	}
 	now := o.g.clock.Now()
-	if m.Expires <= now.UnixNano() {
+	if expires <= now.UnixNano() {
 		o.g.m.dropped.WithLabelValues(dropExpired).Inc()
+		return false
+	}
+	o.seenPreds[k] = expires
+	o.g.m.lag.Observe(now.Sub(time.Unix(0, ts)).Seconds())
+	return true
+}
+
+func (o *owner) handlePrediction(m *predictionMsg, raw []byte) {
+	if !o.fresh(m.Origin, m.ID, m.Timestamp, m.Expires) {
 		return
 	}
-	o.seenPreds[k] = m.Expires
-	o.g.m.lag.Observe(now.Sub(time.Unix(0, m.Timestamp)).Seconds())
 	if f := o.g.sink.Load(); f != nil {
 		(*f)(m.Worker, m.Hashes, time.Unix(0, m.Expires))
 	}

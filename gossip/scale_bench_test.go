@@ -2,9 +2,7 @@ package gossip
 
 import (
 	"fmt"
-	"slices"
 	"testing"
-	"time"
 )
 
 // BenchmarkScaleGossip is the scale report's gossip curve: bytes per second
@@ -36,24 +34,9 @@ func BenchmarkScaleConvergence(b *testing.B) {
 	for _, n := range []int{8, 16, 32} {
 		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
 			rs := startCluster(b, n, nil)
-			var lat []time.Duration
 			b.ResetTimer()
-			for i := range b.N {
-				want := WorkerLoad{ActiveRequests: i + 1}
-				start := time.Now()
-				rs[0].SetLocalLoads(map[string]WorkerLoad{"w-conv": want})
-				for _, r := range rs[1:] {
-					for r.RemoteLoad("w-conv") != want {
-						if time.Since(start) > 30*time.Second {
-							b.Fatalf("change %d did not converge within 30s", i)
-						}
-						time.Sleep(200 * time.Microsecond) // pacing the poll of a benchmark, not a test's progress
-					}
-				}
-				lat = append(lat, time.Since(start))
-			}
+			lat := convergence(b, rs)
 			b.StopTimer()
-			slices.Sort(lat)
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "conv_p50_ms")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "conv_p99_ms")
 			b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "conv_max_ms")

@@ -136,20 +136,9 @@ func (o *owner) shareSession(req sessionRequest) {
 // handleSession hands another replica's decision to the sink once and
 // relays it once.
 func (o *owner) handleSession(m *sessionMsg, raw []byte) {
-	if m.Origin == o.self {
+	if !o.fresh(m.Origin, m.ID, m.Timestamp, m.Expires) {
 		return
 	}
-	k := predKey{m.Origin, m.ID}
-	if _, seen := o.seenPreds[k]; seen {
-		return
-	}
-	now := o.g.clock.Now()
-	if m.Expires <= now.UnixNano() {
-		o.g.m.dropped.WithLabelValues(dropExpired).Inc()
-		return
-	}
-	o.seenPreds[k] = m.Expires
-	o.g.m.lag.Observe(now.Sub(time.Unix(0, m.Timestamp)).Seconds())
 	if f := o.g.sessionSink.Load(); f != nil {
 		(*f)(m.Session, m.Worker, time.Unix(0, m.Timestamp), time.Unix(0, m.Expires))
 	}
