@@ -108,6 +108,9 @@ const (
 	NameIndexGaps             = "switchyard_index_event_gaps_total"
 	NameIndexDumps            = "switchyard_index_dumps_total"
 	NameIndexEventLag         = "switchyard_index_event_lag_seconds"
+	// NameRouterKVSilentWorkers counts workers that publish KV events yet
+	// whose computed prompt blocks never reached the index (docs/troubleshooting.md).
+	NameRouterKVSilentWorkers = "switchyard_router_kv_silent_workers"
 
 	// etcd session, registries and class ownership (cluster/; ClassOwned:
 	// internal/app, from the ownership view).
