@@ -93,6 +93,9 @@ type qualityLog struct {
 	next     int
 	totals   QualityTotals
 	byWorker map[string]WorkerCached
+	// served is, per worker, the full prompt blocks it had to compute
+	// (WorkerServedBlocks).
+	served map[string]uint64
 }
 
 // pending is the decision of the attempt in flight, completed by its usage.
@@ -183,6 +186,13 @@ func (x *exchange) recordRealised(u *usage) {
 	}
 	q := &x.s.quality
 	q.mu.Lock()
+	// Without usage the engine may have failed before computing anything.
+	if n := computedBlocks(d, p.blockSize); u != nil && n > 0 {
+		if q.served == nil {
+			q.served = map[string]uint64{}
+		}
+		q.served[d.Worker] += uint64(n)
+	}
 	if reported {
 		q.totals.RealisedTokens += uint64(realised)
 		q.totals.RealisedReports++
@@ -206,6 +216,21 @@ func (x *exchange) recordRealised(u *usage) {
 	}
 	q.next = (q.next + 1) % DecisionLogSize
 	q.mu.Unlock()
+}
+
+// computedBlocks is how many full prompt blocks the engine computed for d
+// and so must have announced as stored KV events: the prompt's blocks less
+// the cached ones (as the engine reported them, else as the router
+// predicted them, which only errs towards fewer).
+func computedBlocks(d Decision, blockSize int) int {
+	if blockSize <= 0 {
+		return 0
+	}
+	cached := d.AchievedTokens
+	if d.RealisedTokens != nil {
+		cached = *d.RealisedTokens
+	}
+	return d.PromptTokens/blockSize - cached/blockSize
 }
 
 // cachedTokens is the usage's cached prompt tokens and whether it reports
@@ -262,6 +287,16 @@ func (s *Server) WorkerCached(worker string) WorkerCached {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.byWorker[worker]
+}
+
+// WorkerServedBlocks returns the full prompt blocks worker computed for the
+// requests this replica routed to it and that completed: blocks an engine
+// publishing KV events announces as stored.
+func (s *Server) WorkerServedBlocks(worker string) uint64 {
+	q := &s.quality
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.served[worker]
 }
 
 // grantCandidates is the decision's candidates as the class owner weighed

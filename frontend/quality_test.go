@@ -153,3 +153,21 @@ func TestADecisionShowsTheOwnersCandidatesOrElseTheOverlapsAndTheWinner(t *testi
 	require.Equal(t, []Candidate{{Worker: "w2", CachedTokens: 80}, {Worker: "w1", CachedTokens: 32}, {Worker: "w0", PredictedTTFTMs: 30}},
 		grantCandidates(req, g, 16), "the entry's overlaps, deepest first, and the winner")
 }
+
+func TestComputedBlocksAreThePromptsFullBlocksLessTheCachedOnes(t *testing.T) {
+	realised := 40
+	cases := []struct {
+		name string
+		d    Decision
+		want int
+	}{
+		{"nothing cached", Decision{PromptTokens: 100}, 6},
+		{"the engine's report wins over the prediction", Decision{PromptTokens: 100, AchievedTokens: 96, RealisedTokens: &realised}, 4},
+		{"without a report, the prediction", Decision{PromptTokens: 100, AchievedTokens: 64}, 2},
+		{"a prompt shorter than a block", Decision{PromptTokens: 15}, 0},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, computedBlocks(c.d, 16), c.name)
+	}
+	require.Zero(t, computedBlocks(Decision{PromptTokens: 100}, 0), "no block size, no blocks")
+}

@@ -88,6 +88,11 @@ type workerState struct {
 	id atomic.Uint32
 	// blocks counts the entries under the current id.
 	blocks atomic.Int64
+	// batches, stored and resets are cumulative, for telling a dead event
+	// path (EventCounts) from a quiet one; lastReset is the ResetReason of
+	// the latest reset (0: none yet).
+	batches, stored, resets atomic.Uint64
+	lastReset               atomic.Uint32
 
 	mu        sync.Mutex
 	capacity  int
@@ -139,6 +144,27 @@ func (w *workerState) digest() Digest {
 	defer w.mu.Unlock()
 	return Digest{Worker: w.name, Instance: w.instance, LastID: w.lastID,
 		Blocks: int(w.blocks.Load()), Synced: w.synced}
+}
+
+// EventCounts is what one worker's KV event stream brought the index since
+// the worker was first seen: batches received (heartbeats included),
+// blocks of stored events applied, and resets with the latest one's reason.
+type EventCounts struct {
+	Batches, Stored, Resets uint64
+	LastReset               string // "" before the first reset
+}
+
+// EventCounts returns worker's counts (zero for a worker never seen).
+func (ix *Index) EventCounts(name string) EventCounts {
+	w := ix.lookupWorker(name)
+	if w == nil {
+		return EventCounts{}
+	}
+	c := EventCounts{Batches: w.batches.Load(), Stored: w.stored.Load(), Resets: w.resets.Load()}
+	if r := w.lastReset.Load(); r > 0 {
+		c.LastReset = ResetReason(r).String()
+	}
+	return c
 }
 
 // ID returns the worker's current interned id.
@@ -193,6 +219,7 @@ func (ix *Index) ApplyBatch(b *wire.KVEventBatch) (Outcome, error) {
 	if err != nil {
 		return OutcomeIgnored, err
 	}
+	w.batches.Add(1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.removed {
@@ -275,6 +302,7 @@ func (ix *Index) applyLocked(w *workerState, b *wire.KVEventBatch, replay bool) 
 				return ix.resetLocked(w, b, ResetOverCapacity)
 			}
 			stored += len(e.Hashes)
+			w.stored.Add(uint64(len(e.Hashes)))
 		case wire.KVRemoved:
 			gone := 0
 			for _, h := range e.Hashes {
@@ -301,6 +329,8 @@ func (ix *Index) resetLocked(w *workerState, b *wire.KVEventBatch, reason ResetR
 	w.synced, w.resyncing = false, true
 	w.buffer = append(w.buffer[:0], b)
 	ix.m.gaps[reason].Inc()
+	w.resets.Add(1)
+	w.lastReset.Store(uint32(reason))
 	ix.log.Info("worker reset, dump needed", zap.String("worker", w.name),
 		zap.Stringer("reason", reason), zap.Uint64("instance", b.Instance),
 		zap.Uint64("first_id", b.FirstID), zap.Uint64("last_applied_id", w.lastID))

@@ -253,3 +253,16 @@ func TestDroppingEntriesWithNoIDLeftFallsBackToAnImmediateScan(t *testing.T) {
 	require.Equal(t, 4, ix.ClearStale(), "only the first restart's entries waited for the scan")
 	require.Equal(t, []Match{{"a", 2}}, ix.Lookup(h, nil))
 }
+
+func TestEventCountsSayWhatAWorkersStreamBroughtAndWhyItWasLastReset(t *testing.T) {
+	ix, _, _ := newTestIndex(t)
+	require.Equal(t, EventCounts{}, ix.EventCounts("a"), "a worker never seen has no counts")
+	h := chain(1, 4)
+	mustApply(t, ix, "a", 9, 1, stored(nil, h[:2]...))
+	mustApply(t, ix, "a", 9, 2) // a heartbeat: a batch, no blocks
+	require.Equal(t, EventCounts{Batches: 2, Stored: 2}, ix.EventCounts("a"))
+
+	// A chain whose parent the index never saw stores nothing.
+	require.Equal(t, OutcomeResync, mustApply(t, ix, "a", 9, 2, stored(ptr(chain(7, 1)[0]), h[2])))
+	require.Equal(t, EventCounts{Batches: 3, Stored: 2, Resets: 1, LastReset: "unknown_parent"}, ix.EventCounts("a"))
+}

@@ -27,6 +27,13 @@ type Config struct {
 	DumpChunkBlocks int
 	// SweepInterval is how often expired predicted entries are removed.
 	SweepInterval time.Duration
+	// SilentWindow and SilentBlocks judge a dead event path (Silence): a
+	// worker publishing events that computed SilentBlocks prompt blocks
+	// within SilentWindow while none reached the index. Two minutes is
+	// many event batches (engines publish within a second) yet short
+	// enough for an alert to catch a worker that never worked.
+	SilentWindow time.Duration
+	SilentBlocks int
 }
 
 // DefaultConfig returns the defaults of every Subscriber setting.
@@ -40,6 +47,8 @@ func DefaultConfig() Config {
 		DumpRetryMax:    10 * time.Second,
 		DumpChunkBlocks: 0,
 		SweepInterval:   time.Second,
+		SilentWindow:    2 * time.Minute,
+		SilentBlocks:    64,
 	}
 }
 
@@ -60,6 +69,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("kvingest: DumpChunkBlocks %d must not be negative", c.DumpChunkBlocks)
 	case c.SweepInterval <= 0:
 		return fmt.Errorf("kvingest: SweepInterval %v must be positive", c.SweepInterval)
+	case c.SilentWindow <= 0:
+		return fmt.Errorf("kvingest: SilentWindow %v must be positive", c.SilentWindow)
+	case c.SilentBlocks < 1:
+		return fmt.Errorf("kvingest: SilentBlocks %d must be positive", c.SilentBlocks)
 	}
 	return nil
 }
@@ -74,4 +87,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.DurationVar(&c.DumpRetryMax, prefix+"dump-retry-max", c.DumpRetryMax, "maximum backoff after failed KV dumps")
 	fs.IntVar(&c.DumpChunkBlocks, prefix+"dump-chunk-blocks", c.DumpChunkBlocks, "blocks per KV dump chunk asked of workers (0: worker default)")
 	fs.DurationVar(&c.SweepInterval, prefix+"sweep-interval", c.SweepInterval, "interval between sweeps of expired predicted entries")
+	fs.DurationVar(&c.SilentWindow, prefix+"silent-window", c.SilentWindow, "window over which a worker's KV events must store a block once it computed -ingest.silent-blocks prompt blocks")
+	fs.IntVar(&c.SilentBlocks, prefix+"silent-blocks", c.SilentBlocks, "prompt blocks a worker computes within -ingest.silent-window before storing none flags its KV events silent")
 }

@@ -41,3 +41,14 @@ func newSubscriberMetrics(reg prometheus.Registerer) *subscriberMetrics {
 		}),
 	}
 }
+
+// newSilenceMetrics exports how many workers s holds silent.
+func newSilenceMetrics(reg prometheus.Registerer, s *Silence) {
+	if reg == nil {
+		return
+	}
+	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{
+		Name: metrics.NameRouterKVSilentWorkers,
+		Help: "Workers registered as publishing KV events whose computed prompt blocks reached the index as no stored block over the silence window.",
+	}, func() float64 { return float64(len(s.Silent())) })
+}

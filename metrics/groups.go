@@ -137,6 +137,13 @@ type Router struct {
 	WorkerActiveRequests *prometheus.GaugeVec
 	WorkerPrefillTokens  *prometheus.GaugeVec
 	WorkerDecodeBlocks   *prometheus.GaugeVec
+	// The engine's own load per worker, from its last load report: what
+	// the engine says it runs and queues, its KV cache use (0..1) and its
+	// prefix-cache hit rate (0..1). A worker without a report has none.
+	WorkerEngineRunning       *prometheus.GaugeVec
+	WorkerEngineWaiting       *prometheus.GaugeVec
+	WorkerEngineKVUsage       *prometheus.GaugeVec
+	WorkerEnginePrefixHitRate *prometheus.GaugeVec
 
 	// DegradedMode is 1 while this replica admits remote classes locally
 	// because NATS is unreachable.
@@ -181,6 +188,18 @@ func NewRouter(reg prometheus.Registerer) *Router {
 		}, worker),
 		WorkerDecodeBlocks: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: NameWorkerDecodeBlocks, Help: "Unique KV blocks booked on the worker.",
+		}, worker),
+		WorkerEngineRunning: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: NameWorkerEngineRunning, Help: "Requests the worker's engine last reported running.",
+		}, worker),
+		WorkerEngineWaiting: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: NameWorkerEngineWaiting, Help: "Requests the worker's engine last reported waiting in its own queue.",
+		}, worker),
+		WorkerEngineKVUsage: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: NameWorkerEngineKVUsage, Help: "Fraction of its KV cache the worker's engine last reported in use.",
+		}, worker),
+		WorkerEnginePrefixHitRate: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: NameWorkerEnginePrefixHitRate, Help: "Prefix-cache hit rate the worker's engine last reported.",
 		}, worker),
 		DegradedMode: f.NewGauge(prometheus.GaugeOpts{
 			Name: NameDegradedMode, Help: "1 while remote classes are admitted locally because NATS is unreachable.",

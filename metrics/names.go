@@ -47,8 +47,13 @@ const (
 	NameWorkerActiveRequests  = "switchyard_router_worker_projected_active_requests"
 	NameWorkerPrefillTokens   = "switchyard_router_worker_projected_prefill_tokens"
 	NameWorkerDecodeBlocks    = "switchyard_router_worker_projected_decode_blocks"
-	NameDegradedMode          = "switchyard_router_degraded_mode"
-	NameHTTPResponses         = "switchyard_http_responses_total"
+	// The engine's own load as the worker (or its adapter) last reported it.
+	NameWorkerEngineRunning       = "switchyard_router_worker_engine_running"
+	NameWorkerEngineWaiting       = "switchyard_router_worker_engine_waiting"
+	NameWorkerEngineKVUsage       = "switchyard_router_worker_engine_kv_usage"
+	NameWorkerEnginePrefixHitRate = "switchyard_router_worker_engine_prefix_hit_rate"
+	NameDegradedMode              = "switchyard_router_degraded_mode"
+	NameHTTPResponses             = "switchyard_http_responses_total"
 
 	// Routing quality (this package: NewRouting, built by NewRouter): per
 	// decision, reachable, achieved and realised cached prompt tokens, and
@@ -112,6 +117,9 @@ const (
 	NameIndexGaps             = "switchyard_index_event_gaps_total"
 	NameIndexDumps            = "switchyard_index_dumps_total"
 	NameIndexEventLag         = "switchyard_index_event_lag_seconds"
+	// NameRouterKVSilentWorkers counts workers that publish KV events yet
+	// whose computed prompt blocks never reached the index (docs/troubleshooting.md).
+	NameRouterKVSilentWorkers = "switchyard_router_kv_silent_workers"
 
 	// etcd session, registries and class ownership (cluster/; ClassOwned:
 	// internal/app, from the ownership view).

@@ -179,6 +179,23 @@ type (
 		// Cached is the cached prompt tokens this replica predicted for
 		// the requests it routed here against those the engine reported.
 		Cached frontend.WorkerCached `json:"cached_tokens"`
+		// KVEvents is the worker's KV event path as this replica sees
+		// it: off (the worker publishes none), ok, or silent (it computed
+		// prompt blocks and its events stored none in the index over
+		// -ingest.silent-window; docs/troubleshooting.md).
+		KVEvents       string      `json:"kv_events"`
+		KVEventsDetail kvEventsDoc `json:"kv_events_detail"`
+	}
+	// kvEventsDoc backs kv_events: since and why while silent, and the
+	// cumulative figures the judgement compares.
+	kvEventsDoc struct {
+		Since        string `json:"since,omitempty"` // RFC 3339
+		Why          string `json:"why,omitempty"`
+		Batches      uint64 `json:"batches"`
+		BlocksStored uint64 `json:"blocks_stored"`
+		Resets       uint64 `json:"resets"`
+		LastReset    string `json:"last_reset,omitempty"`
+		PromptBlocks uint64 `json:"prompt_blocks_computed"`
 	}
 	memberDoc struct {
 		Name     string `json:"name"`
@@ -285,6 +302,17 @@ func (r *replica) clusterInfo(context.Context) (json.RawMessage, error) {
 		}
 		if r.fe != nil {
 			wd.Cached = r.fe.WorkerCached(i.ID)
+			wd.KVEventsDetail.PromptBlocks = r.fe.WorkerServedBlocks(i.ID)
+		}
+		wd.KVEvents = "off"
+		if i.PublishesEvents {
+			ec := r.ix.EventCounts(i.ID)
+			d := &wd.KVEventsDetail
+			d.Batches, d.BlocksStored, d.Resets, d.LastReset = ec.Batches, ec.Stored, ec.Resets, ec.LastReset
+			wd.KVEvents = "ok"
+			if st := r.silence.State(i.ID); st.Silent {
+				wd.KVEvents, d.Since, d.Why = "silent", st.Since.UTC().Format(time.RFC3339), st.Why
+			}
 		}
 		if rep, ok := r.reports.get(i.ID); ok {
 			age := now.Sub(rep.at)

@@ -363,6 +363,7 @@ func (r *replica) syncWorkers() <-chan struct{} {
 			r.router.WorkerActiveRequests.DeleteLabelValues(id)
 			r.router.WorkerPrefillTokens.DeleteLabelValues(id)
 			r.router.WorkerDecodeBlocks.DeleteLabelValues(id)
+			r.deleteEngineLoad(id)
 			r.sessions.DropWorker(id) // its sessions are free to go anywhere
 			delete(r.m.known, id)
 		}
@@ -406,6 +407,27 @@ func (r *replica) syncOwners() (ownersChanged, classesChanged <-chan struct{}) {
 	return ownersChanged, classesChanged
 }
 
+// exportEngineLoad sets worker id's engine-reported load gauges from its
+// last load report; a worker that never reported has no series.
+func (r *replica) exportEngineLoad(id string) {
+	rep, ok := r.reports.get(id)
+	if !ok {
+		r.deleteEngineLoad(id)
+		return
+	}
+	r.router.WorkerEngineRunning.WithLabelValues(id).Set(float64(rep.r.Running))
+	r.router.WorkerEngineWaiting.WithLabelValues(id).Set(float64(rep.r.Waiting))
+	r.router.WorkerEngineKVUsage.WithLabelValues(id).Set(rep.r.KVUsage)
+	r.router.WorkerEnginePrefixHitRate.WithLabelValues(id).Set(rep.r.PrefixHitRate)
+}
+
+func (r *replica) deleteEngineLoad(id string) {
+	r.router.WorkerEngineRunning.DeleteLabelValues(id)
+	r.router.WorkerEngineWaiting.DeleteLabelValues(id)
+	r.router.WorkerEngineKVUsage.DeleteLabelValues(id)
+	r.router.WorkerEnginePrefixHitRate.DeleteLabelValues(id)
+}
+
 // sessionSweepInterval is how often expired sessions leave the table
 // (a lookup drops an expired one itself; the sweep keeps the count honest).
 const sessionSweepInterval = 10 * time.Second
@@ -428,6 +450,7 @@ func (r *replica) publishLoads() {
 		r.router.WorkerActiveRequests.WithLabelValues(id).Set(float64(l.ActiveRequests + o.ActiveRequests))
 		r.router.WorkerPrefillTokens.WithLabelValues(id).Set(float64(l.PrefillTokens + o.PrefillTokens))
 		r.router.WorkerDecodeBlocks.WithLabelValues(id).Set(float64(l.DecodeBlocks + o.DecodeBlocks))
+		r.exportEngineLoad(id)
 	}
 	degraded := 0.0
 	if r.client.Degraded() {

@@ -284,3 +284,28 @@ func TestThePageShowsAClassQueueByPriorityTier(t *testing.T) {
 		  return td.innerText.trim().startsWith('3') && chips.length === 2 && chips[0] === 'p2 2' && chips[1] === 'p0 1'; })()`, 20*time.Second)
 	screenshot(t, ctx, dir, "opspage-5-queue-by-tier.png", 1366, 768)
 }
+
+// A worker whose KV events never reach the index wears a badge on its row,
+// with the replica that judged it and why; the worker whose events flow
+// does not. Each row shows its engine's prefix-cache hit rate.
+func TestThePageBadgesAWorkerWhoseKVEventsAreSilent(t *testing.T) {
+	ctx, _ := browser(t)
+	r := startSilentPair(t)
+	_, n := serveUntilSilent(t, r)
+	// The judgement holds only while the workers keep computing blocks.
+	sctx, stop := context.WithCancel(testenv.Context(t))
+	var serving sync.WaitGroup
+	serving.Go(func() {
+		for i := n + 1; sctx.Err() == nil; i++ {
+			for _, w := range []string{"v1", "v2"} {
+				_ = servePinned(sctx, r, w, i) // ends with sctx; the page shows whether it worked
+			}
+		}
+	})
+	t.Cleanup(func() { stop(); serving.Wait() })
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("http://"+r.status.HTTPAddr+"/")))
+	waitOnPage(t, ctx, "v2's silent badge with why",
+		rowText("worker", "v2")+`.includes('KV events silent') && `+rowText("worker", "v2")+`.includes('r1: since') && `+rowText("worker", "v2")+`.includes('prompt blocks')`, 20*time.Second)
+	waitOnPage(t, ctx, "v1 without the badge and both hit rates",
+		`!`+rowText("worker", "v1")+`.includes('KV events silent') && ['v1', 'v2'].every(id => /%$/.test((document.querySelector('tr[data-worker="' + id + '"] td.hits')||{}).innerText||""))`, 10*time.Second)
+}

@@ -320,6 +320,9 @@ func (r *replica) services() []service.Service {
 		{Name: "membership", Deps: []string{"session", "workers", "replicas", "scheduler", "gossip", "admission_client", "api"},
 			Start: r.join, Run: r.follow},
 		{Name: "load_reports", Deps: []string{"membership"}, Run: r.followLoadReports},
+		// Workers whose KV events never reach the index, for the page
+		// and the alert.
+		{Name: "kv_silence", Deps: []string{"kv_ingest", "api"}, Run: r.watchKVSilence},
 		// On stop: the final counters, then the linger with /metrics up.
 		{Name: "final_metrics", Deps: []string{"membership", "exporter", "api", "api_admin"}, Stop: r.exportFinalMetrics},
 		// cluster/ class ownership: claims once this replica is registered,

@@ -60,7 +60,9 @@ type replica struct {
 	// The KV index, fed from NATS, and gossip.
 	ix     *kvindex.Index
 	ingest *kvingest.Subscriber
-	gossip *gossip.Gossip
+	// silence flags workers whose KV events never reach the index.
+	silence *kvingest.Silence
+	gossip  *gossip.Gossip
 	// sessions is the session → worker table the frontend routes by,
 	// shared with the other replicas through gossip.
 	sessions *scheduler.SessionTable
@@ -173,6 +175,7 @@ func (r *replica) build() error {
 	if r.ingest, err = kvingest.NewSubscriber(cfg.Ingest, r.nc, r.ix, log, reg); err != nil {
 		return fmt.Errorf("kv ingest: %w", err)
 	}
+	r.silence = kvingest.NewSilence(cfg.Ingest.SilentWindow, cfg.Ingest.SilentBlocks, reg)
 	r.gossip.SetPredictionSink(func(worker string, hashes []uint64, expires time.Time) {
 		_ = r.ix.PredictUntil(worker, hashes, expires)
 	})

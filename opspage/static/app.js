@@ -179,7 +179,7 @@ function renderWorkers(docs, self) {
   const rows = [];
   for (const w of self.workers || []) {
     let req = 0, prefill = 0, predicted = 0, reported = 0, reports = 0;
-    const cal = [];
+    const cal = [], silent = [];
     for (const [id, d] of Object.entries(docs).sort(([a], [b]) => a.localeCompare(b))) {
       const x = (d.workers || []).find((y) => y.id === w.id);
       if (!x) continue;
@@ -187,19 +187,26 @@ function renderWorkers(docs, self) {
       const c = x.cached_tokens || {};
       predicted += c.predicted_tokens || 0; reported += c.reported_tokens || 0; reports += c.reports || 0;
       if (x.calibration && x.calibration.marks > 0) cal.push([id, x.calibration]);
+      if (x.kv_events === "silent") silent.push([id, x.kv_events_detail || {}]);
     }
     const cached = !reports ? '<span class="dim">no reports</span>'
       : `${fmt(predicted)} / ${fmt(reported)}` + (predicted > 0 ? ` <span class="dim">(${pct(reported, predicted)})</span>` : "");
     const calCell = cal.map(([id, c]) => `<span class="chip" title="${fmt(c.marks, 1)} first-token marks">${esc(id)} ×${fmt(c.scale, 2)} +${fmt(c.overhead_ms, 1)} ms</span>`).join("") || '<span class="dim">uncalibrated</span>';
     const health = w.health === "healthy" ? badge("healthy", "ok") : w.health === "unhealthy"
       ? badge("unhealthy", "bad") + `<div class="err">no load report for ${fmt((w.reported || {}).age_ms / 1000, 1)} s</div>` : badge("unknown", "dim");
+    // A dead event path, as each replica that judged it silent says why.
+    const events = silent.length ? " " + badge("KV events silent", "warn") + silent.map(([id, k]) =>
+      `<div class="err kv-silent" title="${esc(k.why)}">${esc(id)}: since ${esc(k.since ? new Date(k.since).toLocaleTimeString() : "?")} · ${esc(k.why)}</div>`).join("") : "";
     const rep = w.reported ? `${fmt(w.reported.running)} / ${fmt(w.reported.waiting)}` : "–";
     const kv = w.reported ? pct(w.reported.kv_usage, 1) : "–";
-    rows.push(`<tr data-worker="${esc(w.id)}"><td><b>${esc(w.id)}</b> <span class="dim mono">${esc(w.url.replace(/^https?:\/\//, ""))}</span></td><td class="health">${health}</td>` +
-      `<td>${esc(w.model)}</td><td class="n">${fmt(req)} / ${fmt(prefill)}</td><td class="n">${rep}</td><td class="n">${kv}</td><td class="n">${fmt(w.kv_blocks_indexed)} <span class="dim">of ${fmt(w.kv_blocks)}</span></td>` +
+    const hits = w.reported ? pct(w.reported.prefix_hit_rate, 1) : "–";
+    const sessions = fmt((self.sessions_by_worker || {})[w.id] || 0);
+    rows.push(`<tr data-worker="${esc(w.id)}"><td><b>${esc(w.id)}</b> <span class="dim mono">${esc(w.url.replace(/^https?:\/\//, ""))}</span></td><td class="health">${health}${events}</td>` +
+      `<td>${esc(w.model)}</td><td class="n">${fmt(req)} / ${fmt(prefill)}</td><td class="n engine">${rep}</td><td class="n">${kv}</td><td class="n hits">${hits}</td><td class="n sessions">${sessions}</td><td class="n">${fmt(w.kv_blocks_indexed)} <span class="dim">of ${fmt(w.kv_blocks)}</span></td>` +
       `<td class="n cached">${cached}</td><td class="calibration">${calCell}</td></tr>`);
   }
-  $("#workers tbody").innerHTML = rows.join("") || '<tr><td colspan="9" class="empty">no workers registered</td></tr>';
+  $("#workers-sessions").textContent = self.sessions ? `· ${fmt(self.sessions)} sessions known to ${self.self}` : "";
+  $("#workers tbody").innerHTML = rows.join("") || '<tr><td colspan="11" class="empty">no workers registered</td></tr>';
 }
 
 function sumQuality(docs) {
