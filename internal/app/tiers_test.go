@@ -1,7 +1,6 @@
 package app
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -34,15 +33,7 @@ func TestAPrefixOffloadedToHostMemoryIsIndexedAsTheEnginesCPUTierAndStillWinsThe
 	}
 	r := c.startReplicaWith("r1", "127.0.0.1:0", func(cfg *ReplicaConfig) { cfg.PredictTTL = time.Nanosecond })
 	c.waitOwned([]string{"interactive"}, "r1")
-	testenv.Eventually(t, 15*time.Second, func() bool {
-		resp, err := http.Get("http://" + r.status.HTTPAddr + "/debug/cluster")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return err == nil && strings.Contains(string(b), `"v1"`) && strings.Contains(string(b), `"v2"`)
-	}, "both adapters' workers registered on the router")
+	awaitV1AndV2Registered(t, r)
 
 	cl := r.client()
 	ctx := testenv.Context(t)

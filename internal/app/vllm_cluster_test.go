@@ -123,15 +123,7 @@ func multiTurnChatThroughAdapters(t *testing.T, format func(*VLLMWorkerConfig)) 
 	// a wrong hash would show as a cache miss on the next turn.
 	r := c.startReplicaWith("r1", "127.0.0.1:0", func(cfg *ReplicaConfig) { cfg.PredictTTL = time.Nanosecond })
 	c.waitOwned([]string{"interactive"}, "r1")
-	testenv.Eventually(t, 15*time.Second, func() bool {
-		resp, err := http.Get("http://" + r.status.HTTPAddr + "/debug/cluster")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return err == nil && strings.Contains(string(b), `"v1"`) && strings.Contains(string(b), `"v2"`)
-	}, "both adapters' workers registered on the router")
+	awaitV1AndV2Registered(t, r)
 
 	// The adapters' load reports carry the id of the last KV event each
 	// published: the router's index has caught up with an engine once its
@@ -210,4 +202,19 @@ func multiTurnChatThroughAdapters(t *testing.T, format func(*VLLMWorkerConfig)) 
 			assert.Zero(t, d.Blocks, "the other engine never served the conversation")
 		}
 	}
+}
+
+// awaitV1AndV2Registered waits until r's /debug/cluster lists the workers
+// of both adapters, v1 and v2.
+func awaitV1AndV2Registered(t *testing.T, r *runningReplica) {
+	t.Helper()
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		resp, err := http.Get("http://" + r.status.HTTPAddr + "/debug/cluster")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return err == nil && strings.Contains(string(b), `"v1"`) && strings.Contains(string(b), `"v2"`)
+	}, "both adapters' workers registered on the router")
 }
