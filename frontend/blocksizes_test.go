@@ -92,7 +92,12 @@ func TestWorkersOfOneModelWithDifferentBlockSizesBothGetPrefixHits(t *testing.T)
 		}})
 		require.NoError(t, err)
 	}
-	for id, bs := range map[string]int{"w1": 1, "w2": 16} {
+	// w2 last: the final checks read the last request's hashes.
+	for _, w := range []struct {
+		id string
+		bs int
+	}{{"w1", 1}, {"w2", 16}} {
+		id, bs := w.id, w.bs
 		n := len(tokenizer.Encode(held[id]))
 		require.GreaterOrEqual(t, n, 32, "at least two blocks of 16")
 		status, h, body := post(t, base+"/v1/completions", `{"model":"m","max_tokens":2,"prompt":"`+held[id]+`"}`, nil)
