@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/enginekv"
+	"github.com/switchyard/switchyard/internal/listflag"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -250,14 +251,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.StringVar(&c.AdvertiseURL, prefix+"advertise-url", c.AdvertiseURL, "adapter base URL routers fetch tokenizer files from (default: from the bound address)")
 	c.TLS.RegisterFlags(fs, prefix+"tls.", "the adapter's HTTP port")
 	fs.Func(prefix+"etcd-endpoints", "comma-separated etcd endpoints (default "+strings.Join(c.EtcdEndpoints, ",")+")", func(s string) error {
-		c.EtcdEndpoints = splitList(s)
+		c.EtcdEndpoints = listflag.Split(s)
 		return nil
 	})
 	fs.StringVar(&c.NATSURL, prefix+"nats-url", c.NATSURL, "NATS URL")
 	fs.DurationVar(&c.LeaseTTL, prefix+"lease-ttl", c.LeaseTTL, "etcd lease TTL of the registration (whole seconds)")
 	fs.StringVar(&c.Overrides.Model, prefix+"model", c.Overrides.Model, "served model name (default: discovered)")
 	fs.Func(prefix+"models", "comma-separated further model names served (added to the discovered ones)", func(s string) error {
-		c.Overrides.Models = splitList(s)
+		c.Overrides.Models = listflag.Split(s)
 		return nil
 	})
 	fs.IntVar(&c.Overrides.BlockSize, prefix+"block-size", c.Overrides.BlockSize, "tokens per KV block (0: discovered; openai: 16)")
@@ -275,7 +276,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 		return nil
 	})
 	fs.Func(prefix+"engine-apis", "comma-separated APIs the engine serves beyond OpenAI's, registered for routers: anthropic-messages (vLLM >= 0.11.1 serves /v1/messages)", func(s string) error {
-		c.APIs = splitList(s)
+		c.APIs = listflag.Split(s)
 		for _, api := range c.APIs {
 			if api != wire.APIMessages {
 				return fmt.Errorf("unknown API %q (known: %s)", api, wire.APIMessages)
@@ -299,19 +300,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.StringVar(&c.TokenizerSpec, prefix+"tokenizer-spec", c.TokenizerSpec, "built-in tokenizer to advertise instead, e.g. tiktoken:o200k_base")
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 func parseLabels(s string) (map[string]string, error) {
 	m := map[string]string{}
-	for _, kv := range splitList(s) {
+	for _, kv := range listflag.Split(s) {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
 			return nil, fmt.Errorf("label %q is not key=value", kv)

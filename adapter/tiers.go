@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/enginekv"
+	"github.com/switchyard/switchyard/internal/listflag"
 	"github.com/switchyard/switchyard/kvindex"
 )
 
@@ -119,7 +120,7 @@ func (f tierFanout) Reset(r enginekv.ResetReason) {
 // parseTiers reads -kv-tiers: a comma-separated list of cpu and disk.
 func parseTiers(s string) ([]kvindex.Tier, error) {
 	var out []kvindex.Tier
-	for _, p := range splitList(s) {
+	for _, p := range listflag.Split(s) {
 		var t kvindex.Tier
 		switch strings.ToLower(p) {
 		case "cpu", "host":
@@ -185,7 +186,7 @@ func (a *Adapter) TierMirror(t kvindex.Tier) *Mirror {
 // parseTierBlocks reads -kv-tier-blocks: tier=blocks pairs.
 func parseTierBlocks(s string) (map[string]int, error) {
 	out := map[string]int{}
-	for _, p := range splitList(s) {
+	for _, p := range listflag.Split(s) {
 		k, v, ok := strings.Cut(p, "=")
 		ts, err := parseTiers(k)
 		n, nerr := strconv.Atoi(strings.TrimSpace(v))

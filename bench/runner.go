@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/internal/clock"
+	"github.com/switchyard/switchyard/internal/listflag"
 
 	"go.uber.org/zap"
 )
@@ -113,12 +114,7 @@ func (c RunnerConfig) Validate() error {
 // RegisterFlags registers the runner's flags as <prefix>target, ...
 func (c *RunnerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Func(prefix+"target", "comma-separated OpenAI base URLs, used round-robin (default "+strings.Join(c.Targets, ",")+")", func(s string) error {
-		c.Targets = nil
-		for _, t := range strings.Split(s, ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				c.Targets = append(c.Targets, t)
-			}
-		}
+		c.Targets = listflag.Split(s)
 		return nil
 	})
 	fs.StringVar(&c.Model, prefix+"model", c.Model, "model name sent with each request")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/listflag"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 )
 
@@ -280,12 +281,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.IntVar(&c.SuspectAfter, prefix+"suspect-after", c.SuspectAfter, "consecutive first-byte timeouts that mark a worker suspect on every replica (0: never)")
 	fs.DurationVar(&c.SuspectTTL, prefix+"suspect-ttl", c.SuspectTTL, "how long a suspect worker is skipped unless a request to it succeeds")
 	fs.Func(prefix+"session-headers", fmt.Sprintf("comma-separated headers that name a request's session, first present wins (default %s; e.g. x-session-id,X-Dynamo-Session-ID,x-session-token,X-SMG-Routing-Key)", strings.Join(c.SessionHeaders, ",")), func(s string) error {
-		c.SessionHeaders = nil
-		for _, h := range strings.Split(s, ",") {
-			if h = strings.TrimSpace(h); h != "" {
-				c.SessionHeaders = append(c.SessionHeaders, h)
-			}
-		}
+		c.SessionHeaders = listflag.Split(s)
 		return nil
 	})
 	fs.DurationVar(&c.SessionTTL, prefix+"session-ttl", c.SessionTTL, "how long a session keeps its worker after its last turn")

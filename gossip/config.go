@@ -5,8 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strings"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/listflag"
 )
 
 // Config configures one replica's gossip member. Defaults live in
@@ -210,12 +211,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.StringVar(&c.AdvertiseAddr, prefix+"advertise-addr", c.AdvertiseAddr, "gossip address other replicas dial (default: bound address)")
 	fs.IntVar(&c.AdvertisePort, prefix+"advertise-port", c.AdvertisePort, "gossip port other replicas dial (default: bound port)")
 	fs.Func(prefix+"join", "comma-separated host:port of gossip members to join", func(s string) error {
-		c.Join = nil
-		for _, p := range strings.Split(s, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				c.Join = append(c.Join, p)
-			}
-		}
+		c.Join = listflag.Split(s)
 		return nil
 	})
 	fs.DurationVar(&c.JoinRetryInterval, prefix+"join-retry-interval", c.JoinRetryInterval, "interval between join attempts until one succeeds")

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/switchyard/switchyard/internal/listflag"
 	"github.com/switchyard/switchyard/metrics"
 )
 
@@ -50,7 +51,7 @@ func routerFlags() (*flag.FlagSet, func() (ReplicaConfig, zapcore.Level, error))
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address of the OpenAI API")
 	fs.StringVar(&cfg.AdvertiseHTTP, "advertise-http", cfg.AdvertiseHTTP, "API address other replicas see (default: the bound address)")
 	fs.Func("etcd-endpoints", "comma-separated etcd endpoints (default "+strings.Join(cfg.EtcdEndpoints, ",")+")", func(s string) error {
-		cfg.EtcdEndpoints = splitList(s)
+		cfg.EtcdEndpoints = listflag.Split(s)
 		return nil
 	})
 	fs.StringVar(&cfg.NATSURL, "nats-url", cfg.NATSURL, "NATS URL")

@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/enginekv"
 	"github.com/switchyard/switchyard/internal/clock"
+	"github.com/switchyard/switchyard/internal/listflag"
 	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -169,14 +170,14 @@ func (c *WorkerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.StringVar(&c.Cluster, prefix+"cluster", c.Cluster, "cluster name")
 	fs.StringVar(&c.Model, prefix+"model", c.Model, "model name served")
 	fs.Func(prefix+"served-model-names", "comma-separated further names the worker serves (aliases)", func(s string) error {
-		c.Models = splitList(s)
+		c.Models = listflag.Split(s)
 		return nil
 	})
 	fs.StringVar(&c.Tokenizer, prefix+"tokenizer", c.Tokenizer, "tokenizer spec: a Hugging Face model directory, a tokenizer.json, or tiktoken:o200k_base|cl100k_base (built in)")
 	fs.StringVar(&c.Listen, prefix+"listen", c.Listen, "HTTP listen address")
 	fs.StringVar(&c.AdvertiseURL, prefix+"advertise-url", c.AdvertiseURL, "base URL registered in etcd (default: from the bound address)")
 	fs.Func(prefix+"etcd-endpoints", "comma-separated etcd endpoints (empty: do not register)", func(s string) error {
-		c.EtcdEndpoints = splitList(s)
+		c.EtcdEndpoints = listflag.Split(s)
 		return nil
 	})
 	fs.StringVar(&c.NATSURL, prefix+"nats-url", c.NATSURL, "NATS URL (empty: publish no events or loads)")
@@ -194,17 +195,6 @@ func (c *WorkerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	c.Links.Etcd.RegisterFlags(fs, prefix+"etcd.")
 	c.Links.NATS.RegisterFlags(fs, prefix+"nats.")
 	c.TLS.RegisterFlags(fs, prefix+"tls.", "the worker's HTTP API")
-}
-
-// splitList splits a comma-separated flag value (also used by router.go).
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // applyEnv sets every flag not given on the command line from
