@@ -144,6 +144,9 @@ type Worker struct {
 	BlockSize  int // tokens per KV block; must be > 0
 	KVBlocks   int // KV cache capacity in blocks (0 = unknown: the decode busy check is off)
 	MaxRunning int // concurrent requests (local + remote bookings); 0 = unlimited
+	// Role is the worker's part in a disaggregated fleet (wire.RoleBoth,
+	// wire.RolePrefill, wire.RoleDecode; "" reads as both).
+	Role string
 }
 
 // Overlap is one worker's matched prefix depth for a request, in blocks.

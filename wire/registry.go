@@ -66,6 +66,44 @@ type WorkerInfo struct {
 	// routers translate a request for one it lacks. Absent in records
 	// written before it existed, which read as OpenAI's only.
 	APIs []string `json:"apis,omitempty"`
+	// Role is what the worker does in a disaggregated fleet (RolePrefill,
+	// RoleDecode, or RoleBoth; absent reads as RoleBoth): routers send a
+	// long uncached prompt's prefill to a prefill worker and its decode to
+	// a decode worker, and everything else to a worker of role both.
+	Role string `json:"role,omitempty"`
+	// KVTransfer is the protocol a prefill or decode worker's engine moves
+	// KV between roles with (TransferVLLM or TransferSGLang); required with
+	// a role other than both.
+	KVTransfer string `json:"kv_transfer,omitempty"`
+	// BootstrapPort is an SGLang prefill server's bootstrap port (its
+	// --disaggregation-bootstrap-port; the host is URL's): routers pass it
+	// to both legs as bootstrap_port.
+	BootstrapPort int `json:"bootstrap_port,omitempty"`
+}
+
+// The worker roles of WorkerInfo.Role.
+const (
+	RoleBoth    = "both"
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// The KV transfer protocols of WorkerInfo.KVTransfer.
+const (
+	// TransferVLLM is vLLM's kv_transfer_params in two legs: prefill with
+	// one output token, then decode with the parameters it returned.
+	TransferVLLM = "vllm"
+	// TransferSGLang is SGLang's bootstrap fields (bootstrap_host,
+	// bootstrap_port, bootstrap_room) sent to both servers at once.
+	TransferSGLang = "sglang"
+)
+
+// RoleOf is the worker's role, RoleBoth when the record names none.
+func (w *WorkerInfo) RoleOf() string {
+	if w.Role == "" {
+		return RoleBoth
+	}
+	return w.Role
 }
 
 // APIMessages names Anthropic's Messages API (/v1/messages and
@@ -141,6 +179,14 @@ func (w *WorkerInfo) Validate() error {
 		return fmt.Errorf("%w: worker %s max_model_len %d", ErrMalformed, w.ID, w.MaxModelLen)
 	case w.DPSize < 0 || w.DPRank < 0 || w.DPSize > 0 && w.DPRank >= w.DPSize || w.DPSize == 0 && w.DPRank != 0:
 		return fmt.Errorf("%w: worker %s dp_rank %d of dp_size %d", ErrMalformed, w.ID, w.DPRank, w.DPSize)
+	case w.Role != "" && w.Role != RoleBoth && w.Role != RolePrefill && w.Role != RoleDecode:
+		return fmt.Errorf("%w: worker %s role %q (want prefill, decode or both)", ErrMalformed, w.ID, w.Role)
+	case w.KVTransfer != "" && w.KVTransfer != TransferVLLM && w.KVTransfer != TransferSGLang:
+		return fmt.Errorf("%w: worker %s kv_transfer %q (want vllm or sglang)", ErrMalformed, w.ID, w.KVTransfer)
+	case w.RoleOf() != RoleBoth && w.KVTransfer == "":
+		return fmt.Errorf("%w: worker %s has role %s but no kv_transfer protocol", ErrMalformed, w.ID, w.Role)
+	case w.BootstrapPort < 0 || w.BootstrapPort > 65535:
+		return fmt.Errorf("%w: worker %s bootstrap_port %d", ErrMalformed, w.ID, w.BootstrapPort)
 	}
 	for tier, n := range w.TierBlocks {
 		if (tier != "cpu" && tier != "disk") || n <= 0 {

@@ -38,6 +38,10 @@ func TestDecodeWorkerInfoRejectsUnusableRegistrations(t *testing.T) {
 		"no kv blocks":     {`{"version":1,"id":"w","url":"u","block_size":16}`, ErrMalformed},
 		"negative seqs":    {`{"version":1,"id":"w","url":"u","block_size":16,"kv_blocks":1,"max_num_seqs":-1}`, ErrMalformed},
 		"string for a num": {`{"version":1,"id":"w","url":"u","block_size":"16","kv_blocks":1}`, ErrMalformed},
+		"unknown role":     {`{"version":1,"id":"w","url":"u","block_size":16,"kv_blocks":1,"role":"encode","kv_transfer":"vllm"}`, ErrMalformed},
+		"role no transfer": {`{"version":1,"id":"w","url":"u","block_size":16,"kv_blocks":1,"role":"prefill"}`, ErrMalformed},
+		"unknown transfer": {`{"version":1,"id":"w","url":"u","block_size":16,"kv_blocks":1,"role":"decode","kv_transfer":"nixl"}`, ErrMalformed},
+		"bootstrap port":   {`{"version":1,"id":"w","url":"u","block_size":16,"kv_blocks":1,"bootstrap_port":70000}`, ErrMalformed},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -45,6 +49,16 @@ func TestDecodeWorkerInfoRejectsUnusableRegistrations(t *testing.T) {
 			require.ErrorIs(t, err, c.want)
 		})
 	}
+}
+
+func TestAWorkerWithoutARoleDoesBoth(t *testing.T) {
+	w, err := DecodeWorkerInfo([]byte(`{"version":1,"id":"w","url":"u","block_size":16,"kv_blocks":1}`))
+	require.NoError(t, err)
+	require.Equal(t, RoleBoth, w.RoleOf())
+	w, err = DecodeWorkerInfo([]byte(`{"version":1,"id":"w","url":"u","block_size":16,"kv_blocks":1,"role":"prefill","kv_transfer":"sglang","bootstrap_port":8998}`))
+	require.NoError(t, err)
+	require.Equal(t, RolePrefill, w.RoleOf())
+	require.Equal(t, 8998, w.BootstrapPort)
 }
 
 func TestReplicaInfoRoundTripsAndRejectsBadIDs(t *testing.T) {
