@@ -66,6 +66,8 @@ type workerSlot struct {
 	// tierDepth is the request's prefix depth on each lower tier during a
 	// selection (tiers.go), zero outside one.
 	tierDepth [NumTiers]int32
+	// engine is the worker's fresh engine-reported load (remoteload.go).
+	engine engineSlot
 }
 
 func newWorkerSlot(w Worker, l *workerLedger) workerSlot {
@@ -96,6 +98,7 @@ type Core struct {
 
 	remoteVer   uint64 // LoadVersion the cached remote loads reflect
 	remoteValid bool
+	eng         engineState // engine-reported loads' expiry (remoteload.go)
 	// capEpoch moves whenever capacity may have been freed (a booking ended,
 	// prefill finished, workers, classes or remote load changed). Nothing
 	// else can unblock a waiting class, so blocked classes are not

@@ -2,16 +2,19 @@ package scheduler
 
 import "math"
 
-// refreshRemote brings the cached remote loads up to date. With a
-// VersionedLoadView that is a no-op until the version changes; with a plain
-// LoadView every selection asks it afresh.
+// refreshRemote brings the cached remote loads and engine reports up to
+// date. With a VersionedLoadView that is a no-op until the version changes
+// or a report in use goes stale; with a plain LoadView every selection asks
+// it afresh.
 func (c *Core) refreshRemote() {
-	switch {
-	case c.load == nil:
+	if c.load == nil {
 		return
-	case c.vload != nil:
+	}
+	now := c.clock.Now().UnixNano()
+	stale := c.eng.next != 0 && now >= c.eng.next
+	if c.vload != nil {
 		v := c.vload.LoadVersion()
-		if c.remoteValid && v == c.remoteVer {
+		if c.remoteValid && v == c.remoteVer && !stale {
 			return
 		}
 		c.remoteVer, c.remoteValid = v, true
@@ -19,15 +22,40 @@ func (c *Core) refreshRemote() {
 	}
 	herd := c.herdOn()
 	if herd {
-		c.herdClose(c.clock.Now().UnixNano())
+		c.herdClose(now)
 	}
+	ev, _ := c.load.(EngineLoadView)
+	var maxAge int64
+	if ev != nil {
+		maxAge = int64(ev.EngineMaxAge())
+	}
+	c.eng.next = 0
 	for i := range c.workers {
 		s := &c.workers[i]
+		changed := false
 		if l := c.load.RemoteLoad(s.ID); l != s.remote {
 			if herd && l.ActiveRequests > s.remote.ActiveRequests {
 				c.herd.seen += uint64(l.ActiveRequests - s.remote.ActiveRequests)
 			}
 			s.remote = l
+			changed = true
+		}
+		if ev != nil || s.engine.on {
+			var e engineSlot
+			var exp int64
+			if ev != nil {
+				l, ok := ev.EngineLoad(s.ID)
+				e, exp = c.engineFor(s, l, ok, now, maxAge)
+			}
+			if exp != 0 && (c.eng.next == 0 || exp < c.eng.next) {
+				c.eng.next = exp
+			}
+			if e != s.engine {
+				s.engine = e
+				changed = true
+			}
+		}
+		if changed {
 			c.capAt[i] = c.capEpoch
 			if c.ix.built {
 				c.reindex(i)
@@ -72,8 +100,12 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	})
 	c.noteTiers(r)
 	c.herdBegin(r)
+	sess := c.sessionWorker(r)
 	if !c.scanOnly && c.indexable(r) {
-		idx, ok := c.selectIndexed(r, cfg)
+		if sess >= 0 {
+			c.touched = append(c.touched, sess) // evaluated exactly, like a prefix holder
+		}
+		idx, ok := c.selectIndexed(r, cfg, sess)
 		c.resetOverlaps()
 		return idx, ok
 	}
@@ -83,7 +115,6 @@ func (c *Core) selectWorker(r *Request, cfg *ClassConfig) (int, bool) {
 	lo, hi := 0, n
 	cands := c.cands[:0]
 	restricted := false
-	sess := c.sessionWorker(r)
 	if sess >= 0 && r.Session.Hard {
 		lo, hi = sess, sess+1
 	} else if r.Pinned != "" {
@@ -175,10 +206,11 @@ func (c *Core) resetOverlaps() {
 // overlap and r's private block count there, or false when s is full or busy
 // for this class.
 func (c *Core) workerCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv int) (float64, bool) {
-	load := s.projectLoad()
-	if s.maxRunning > 0 && load.ActiveRequests >= int(s.maxRunning) {
+	booked := s.projectLoad()
+	if s.maxRunning > 0 && booked.ActiveRequests >= int(s.maxRunning) {
 		return 0, false
 	}
+	load := s.costLoad()
 	// The request adds the prompt blocks not already active on the worker.
 	// This ledger knows which of its own bookings' blocks are active. Other
 	// replicas' bookings arrive as a block count without the blocks, so
@@ -194,18 +226,25 @@ func (c *Core) workerCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv
 	if s.remote.ActiveRequests > 0 {
 		held = max(held, ovl)
 	}
-	decode := load.DecodeBlocks + len(hashes) - held + priv
-	if load.ActiveRequests > 0 {
+	if booked.ActiveRequests > 0 { // eligibility on the booked load (engineSlot)
 		if cfg.BusyPrefillTokens > 0 &&
-			load.PrefillTokens+r.PromptTokens-r.cachedFromOverlap(ovl, int(s.blockSize)) > cfg.BusyPrefillTokens {
+			booked.PrefillTokens+r.PromptTokens-r.cachedFromOverlap(ovl, int(s.blockSize)) > cfg.BusyPrefillTokens {
 			return 0, false
 		}
 		if cfg.BusyDecodeFraction > 0 && s.kvBlocks > 0 &&
-			float64(decode)/float64(s.kvBlocks) > cfg.BusyDecodeFraction {
+			float64(booked.DecodeBlocks+len(hashes)-held+priv)/float64(s.kvBlocks) > cfg.BusyDecodeFraction {
 			return 0, false
 		}
 	}
-	adjusted := max(0, float64(load.PrefillTokens+r.PromptTokens)*s.invB-c.cfg.OverlapCredit*float64(ovl))
+	if s.engineRaises() {
+		held = max(held, ovl) // as for remote bookings: the engine's KV may hold the prefix
+	}
+	decode := load.DecodeBlocks + len(hashes) - held + priv
+	credit := c.cfg.OverlapCredit * float64(ovl)
+	if s.inLowerTier() {
+		credit += c.cfg.TTFT.tierCreditBlocks(r, s, r.cachedFromOverlap(ovl, int(s.blockSize)))
+	}
+	adjusted := max(0, float64(load.PrefillTokens+r.PromptTokens)*s.invB-credit)
 	return c.cfg.PrefillScale*adjusted + float64(decode), true
 }
 

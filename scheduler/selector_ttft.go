@@ -316,10 +316,11 @@ func ttftInputsFor(r *Request, s *workerSlot, load WorkerLoad, cached, decode in
 // oversubscribed: the engine admits it only as running requests finish,
 // roughly one generation later per pool's worth of excess.
 func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv int) (float64, bool) {
-	load := s.projectLoad()
-	if s.maxRunning > 0 && load.ActiveRequests >= int(s.maxRunning) {
+	booked := s.projectLoad()
+	if s.maxRunning > 0 && booked.ActiveRequests >= int(s.maxRunning) {
 		return 0, false
 	}
+	load := s.costLoad()
 	scale := 1 + s.ledger.ttftSlow
 	if ovl == 0 && load == (WorkerLoad{}) && !s.inLowerTier() {
 		// An idle worker without the prefix costs the same as every other
@@ -345,17 +346,20 @@ func (c *Core) ttftCost(r *Request, cfg *ClassConfig, s *workerSlot, ovl, priv i
 	if s.remote.ActiveRequests > 0 {
 		held = max(held, ovl) // as workerCost: remote bookings' blocks arrive as counts only
 	}
-	decode := load.DecodeBlocks + len(hashes) - held + priv
 	cached := r.cachedFromOverlap(ovl, int(s.blockSize))
-	if load.ActiveRequests > 0 {
-		if cfg.BusyPrefillTokens > 0 && load.PrefillTokens+r.PromptTokens-cached > cfg.BusyPrefillTokens {
+	if booked.ActiveRequests > 0 { // eligibility on the booked load (engineSlot)
+		if cfg.BusyPrefillTokens > 0 && booked.PrefillTokens+r.PromptTokens-cached > cfg.BusyPrefillTokens {
 			return 0, false
 		}
 		if cfg.BusyDecodeFraction > 0 && s.kvBlocks > 0 &&
-			float64(decode)/float64(s.kvBlocks) > cfg.BusyDecodeFraction {
+			float64(booked.DecodeBlocks+len(hashes)-held+priv)/float64(s.kvBlocks) > cfg.BusyDecodeFraction {
 			return 0, false
 		}
 	}
+	if s.engineRaises() {
+		held = max(held, ovl)
+	}
+	decode := load.DecodeBlocks + len(hashes) - held + priv
 	return c.ttftOffsets(c.ttftLoadedCost(r, s, load, cached, decode)*scale, s, ovl), true
 }
 
@@ -485,23 +489,32 @@ func (m *TTFTModel) queueAndTotal(q, x, d int, u float64) (queue, total float64)
 // as it would be booked now (credit 1: what the engine will really reuse).
 // The Core stores it in the booking and calibrates against the first token.
 func (c *Core) ttftPredict(r *Request, idx int) float64 {
+	// What a waiting request in an engine's queue stands for (engineState),
+	// under either selector: admit calls this once per booking.
+	w := &c.workers[idx]
+	c.eng.noteBooked(r.PrefillTokens(w.ID, w.BlockSize))
 	if c.cfg.Selector != SelectorTTFT {
 		return 0
 	}
-	in := c.ttftPredictInputs(r, idx)
+	in, loadMs := c.ttftPredictInputs(r, idx)
 	m := &c.cfg.TTFT
 	c.ensureIndex()
 	c.ttft.booked(m.prefillTime(in.own, 0, 0), c.ix.queueSum, len(c.workers))
-	return m.ttftPrediction(in)
+	return m.ttftPrediction(in) + loadMs
 }
 
-// ttftPredictInputs are ttftPredict's inputs for r on worker slot idx.
-func (c *Core) ttftPredictInputs(r *Request, idx int) ttftInputs {
+// ttftPredictInputs are ttftPredict's inputs for r on worker slot idx, and
+// the ms of loading its lower-tier prefix there back to the GPU: those
+// tokens are neither prefilled nor free (tierLoad, at the tiers' load time
+// whatever the selector's Weights: the engine really loads them).
+func (c *Core) ttftPredictInputs(r *Request, idx int) (ttftInputs, float64) {
 	s := &c.workers[idx]
-	load := s.projectLoad()
-	ovl := r.OverlapBlocks(s.ID)
-	decode := load.DecodeBlocks + len(r.HashesFor(int(s.blockSize))) + r.privateBlocks(int(s.blockSize))
-	return ttftInputsFor(r, s, load, r.cachedFromOverlap(ovl, int(s.blockSize)), decode)
+	load := s.costLoad()
+	bs := int(s.blockSize)
+	cached := r.cachedFromOverlap(r.OverlapBlocks(s.ID), bs)
+	loaded, loadMs := c.cfg.TTFT.tierLoadAt(r, bs, r.tierDepths(s.ID), cached, false)
+	decode := load.DecodeBlocks + len(r.HashesFor(bs)) + r.privateBlocks(bs)
+	return ttftInputsFor(r, s, load, min(r.PromptTokens, cached+loaded), decode), loadMs
 }
 
 // ttftPeek is ttftPredict without booking anything: what the prediction
@@ -511,7 +524,8 @@ func (c *Core) ttftPeek(r *Request, idx int) time.Duration {
 	if c.cfg.Selector != SelectorTTFT {
 		return 0
 	}
-	return c.workers[idx].ledger.calibrated(c.cfg.TTFT.ttftPrediction(c.ttftPredictInputs(r, idx)))
+	in, loadMs := c.ttftPredictInputs(r, idx)
+	return c.workers[idx].ledger.calibrated(c.cfg.TTFT.ttftPrediction(in) + loadMs)
 }
 
 // idleScale is the calibrated scale an idle worker without the prompt's

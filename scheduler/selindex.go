@@ -109,10 +109,12 @@ func (b *idleBucket) remove(i int) {
 }
 
 // indexable reports whether the index may serve r: the full scan is kept
-// for constrained requests (their candidate lists are short) and for
-// sampling and spread (every worker's exact cost counts there).
+// for constrained requests (their candidate lists are short: a hard
+// session's is its worker) and for sampling and spread (every worker's
+// exact cost counts there). A soft session is served: its worker joins
+// the exactly evaluated candidates (selectIndexed).
 func (c *Core) indexable(r *Request) bool {
-	return r.Pinned == "" && len(r.Allowed) == 0 && r.Session.Worker == "" && c.cfg.Temperature == 0 &&
+	return r.Pinned == "" && len(r.Allowed) == 0 && !(r.Session.Hard && r.Session.Worker != "") && c.cfg.Temperature == 0 &&
 		(c.cfg.Selector != SelectorTTFT || c.cfg.TTFT.Spread == 0)
 }
 
@@ -221,7 +223,7 @@ func (c *Core) file(i int) {
 	l := s.ledger
 	st.slow = l.ttftSlow
 	ix.minSlow = min(ix.minSlow, st.slow)
-	if l.active == 0 && l.load() == (WorkerLoad{}) && s.remote == (WorkerLoad{}) {
+	if l.active == 0 && l.load() == (WorkerLoad{}) && s.remote == (WorkerLoad{}) && !s.engine.on {
 		st.loaded, st.key, st.queue = false, 0, 0
 		st.bucket = c.bucketFor(s.blockSize, s.kvBlocks, max(st.slow, 0)) // keyed as ttftCost prices it
 		st.bucket.add(i)
@@ -295,7 +297,7 @@ func (c *Core) dropBucket(b *idleBucket) {
 // loadedKey is a loaded worker's key (see lowerBound) and, for the TTFT
 // selector, its booked prefill time.
 func (c *Core) loadedKey(s *workerSlot) (key, queue float64) {
-	load := s.projectLoad()
+	load := s.costLoad()
 	if c.cfg.Selector != SelectorTTFT {
 		// cost = PS·max(0, (P + isl)/B − credit·ovl) + D + blocks − held + priv
 		//      ≥ PS·P/B + D  +  PS·isl/B + priv     (ovl = 0, held ≤ blocks)
@@ -360,11 +362,16 @@ func boundExceeds(key, term, best float64) bool {
 }
 
 // selectIndexed is selectWorker for an indexable request. c.ovl holds the
-// request's overlaps (c.touched their indices); the caller resets them.
-func (c *Core) selectIndexed(r *Request, cfg *ClassConfig) (int, bool) {
+// request's overlaps (c.touched their indices, and the session's worker
+// sess when there is one, else -1); the caller resets them.
+func (c *Core) selectIndexed(r *Request, cfg *ClassConfig, sess int) (int, bool) {
 	ix := &c.ix
 	best := math.Inf(1)
+	sessCost, sessOK := 0.0, false
 	consider := func(i int, cost float64) {
+		if i == sess {
+			sessCost, sessOK = cost, true
+		}
 		if cost < best {
 			best = cost
 		}
@@ -439,6 +446,11 @@ func (c *Core) selectIndexed(r *Request, cfg *ClassConfig) (int, bool) {
 		if cost, ok := c.costOf(r, cfg, s, 0, r.privateBlocks(int(s.blockSize))); ok {
 			consider(i, cost)
 		}
+	}
+	// best is the least eligible cost, the full scan's least: the session
+	// sticks as it would there, before any draw.
+	if sessOK && r.Session.sticks(sessCost, best) {
+		return sess, true
 	}
 	return c.pickTied(best)
 }

@@ -114,6 +114,14 @@ func (p *diffPair) request() *Request {
 		w := fmt.Sprintf("w%03d", rng.IntN(len(p.ws)+2)) // sometimes unregistered
 		r.Overlaps = append(r.Overlaps, Overlap{Worker: w, Blocks: rng.IntN(len(r.BlockHashes) + 3)})
 	}
+	if rng.IntN(4) == 0 { // a session, sometimes on an unregistered worker
+		r.Session = SessionAffinity{
+			Worker:      fmt.Sprintf("w%03d", rng.IntN(len(p.ws)+1)),
+			Hard:        rng.IntN(5) == 0,
+			MarginRatio: []float64{0, 0.1, 0.5}[rng.IntN(3)],
+			MarginCost:  []float64{0, 5, 200}[rng.IntN(3)],
+		}
+	}
 	switch rng.IntN(12) {
 	case 0:
 		r.Pinned = p.ws[rng.IntN(len(p.ws))].ID
@@ -163,6 +171,21 @@ func (p *diffPair) storeRemote() {
 		}
 	}
 	p.view.Store(loads)
+	if p.rng.IntN(2) == 0 {
+		return
+	}
+	// Engine reports: some fresh, some about to go stale, some stale.
+	engine := map[string]EngineLoad{}
+	for _, w := range p.ws {
+		if p.rng.IntN(3) == 0 {
+			age := []time.Duration{0, time.Second, DefaultEngineMaxAge - time.Millisecond, 3 * DefaultEngineMaxAge}[p.rng.IntN(4)]
+			engine[w.ID] = EngineLoad{
+				Running: p.rng.IntN(5), Waiting: []int{0, 0, 1, 6}[p.rng.IntN(4)],
+				KVUsage: []float64{0, 0.1, 0.7, 1.2}[p.rng.IntN(4)], At: p.clock.Now().Add(-age),
+			}
+		}
+	}
+	p.view.StoreEngine(engine)
 }
 
 // step applies one random operation to both Cores and compares them.
@@ -178,6 +201,9 @@ func (p *diffPair) step() {
 		p.calls["select"]++
 		if oka && p.a.indexable(r) {
 			p.calls["indexed"]++
+			if r.Session.Worker != "" {
+				p.calls["indexed with a session"]++
+			}
 			if p.a.herd.band > 0 {
 				p.calls["indexed with a herd band"]++
 			}
@@ -236,7 +262,7 @@ func checkIndex(t *testing.T, c *Core) {
 		if st.slow != s.ledger.ttftSlow {
 			t.Fatalf("worker %d filed with scale %v, ledger has %v", i, st.slow, s.ledger.ttftSlow)
 		}
-		idle := s.ledger.active == 0 && s.ledger.load() == (WorkerLoad{}) && s.remote == (WorkerLoad{})
+		idle := s.ledger.active == 0 && s.ledger.load() == (WorkerLoad{}) && s.remote == (WorkerLoad{}) && !s.engine.on
 		if idle == st.loaded {
 			t.Fatalf("worker %d: idle %v but filed loaded %v", i, idle, st.loaded)
 		}
@@ -314,6 +340,7 @@ func TestTheIndexedSelectionChoosesWhatTheFullScanChooses(t *testing.T) {
 	t.Logf("compared: %v", total)
 	require.Greater(t, total["indexed"], trials*steps/10, "the index served too few of the selections")
 	require.Greater(t, total["indexed with a herd band"], trials*steps/100, "too few selections drew in a herd band")
+	require.Greater(t, total["indexed with a session"], trials*steps/100, "too few indexed selections carried a session")
 }
 
 func TestAnIdleFleetTieDrawsAmongAllIdleWorkersAsTheScanDoes(t *testing.T) {

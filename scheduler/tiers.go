@@ -132,15 +132,22 @@ func (s *workerSlot) inLowerTier() bool {
 // the host tier covers the blocks past the GPU's, the disk tier those past
 // both.
 func (m *TTFTModel) tierLoad(r *Request, s *workerSlot, cached int) (tokens int, ms float64) {
-	bs := int(s.blockSize)
+	return m.tierLoadAt(r, int(s.blockSize), s.tierDepth, cached, true)
+}
+
+// tierLoadAt is tierLoad for a worker of block size bs holding depth[t]
+// blocks of the prompt on tier t; weighted applies Weights (the selector's
+// pricing), else every tier is priced by its load time (what the engine
+// really does, for the booked prediction).
+func (m *TTFTModel) tierLoadAt(r *Request, bs int, depth [NumTiers]int32, cached int, weighted bool) (tokens int, ms float64) {
 	have := cached
 	for _, t := range [...]Tier{TierCPU, TierDisk} {
-		upto := r.cachedFromOverlap(int(s.tierDepth[t]), bs)
+		upto := r.cachedFromOverlap(int(depth[t]), bs)
 		n := upto - have
 		if n <= 0 {
 			continue
 		}
-		if w := m.Tiers.Weights[t]; w > 0 {
+		if w := m.Tiers.Weights[t]; weighted && w > 0 {
 			tokens += int(w * float64(n))
 		} else {
 			tokens += n
@@ -149,4 +156,41 @@ func (m *TTFTModel) tierLoad(r *Request, s *workerSlot, cached int) (tokens int,
 		have = upto
 	}
 	return tokens, ms
+}
+
+// tierDepths is the request's effective prefix depth on worker's lower
+// tiers (the deepest report of each), outside a selection.
+func (r *Request) tierDepths(worker string) [NumTiers]int32 {
+	var d [NumTiers]int32
+	for _, o := range r.Overlaps {
+		if o.Tier == TierGPU || o.Tier >= NumTiers || o.Worker != worker {
+			continue
+		}
+		d[o.Tier] = max(d[o.Tier], int32(r.effectiveOverlap(o.Blocks)))
+	}
+	return d
+}
+
+// tierCreditBlocks is the blocks selector's credit, in blocks of s, for
+// r's lower-tier prefix on s beyond cached GPU tokens: a partial hit. The
+// tokens loaded back count as cached less the tokens the engine could have
+// prefilled in their load time (at r's own mean prefill ms per token on an
+// idle engine, under the TTFT model): a host-memory hit is worth most of a
+// GPU hit, a disk hit slower to load than to recompute is worth nothing
+// (never less: the worker can always recompute). Under Weights the
+// weighted tokens count, as for the TTFT selector.
+func (m *TTFTModel) tierCreditBlocks(r *Request, s *workerSlot, cached int) float64 {
+	tokens, ms := m.tierLoad(r, s, cached)
+	if tokens <= 0 {
+		return 0
+	}
+	// The marginal ms per token: loading saves no step's fixed part.
+	n := max(1, r.PromptTokens)
+	steps := (n-1)/m.StepTokens + 1
+	perToken := (m.prefillTime(n, 0, 0) - float64(steps)*m.Prefill[2]) / float64(n)
+	credit := float64(tokens)
+	if ms > 0 && perToken > 0 {
+		credit -= ms / perToken
+	}
+	return max(0, credit) * s.invB
 }

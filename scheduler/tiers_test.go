@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -106,4 +107,66 @@ func TestTierCostsValidateAndZeroMeansTheDefault(t *testing.T) {
 	bad = d
 	bad.HostGBps = -1
 	require.ErrorIs(t, bad.Validate(), ErrInvalidConfig)
+}
+
+func TestTheBlocksSelectorPricesAHostMemoryHitAsAPartialHit(t *testing.T) {
+	h := ttftHarness(t, workers(3, 0), func(c *Config) { c.Selector = SelectorBlocks }, classCfg("c", PolicyFCFS))
+	c := h.core
+	r := req("r", "c", 4096)
+	r.BlockHashes = seqHashes(1, 256)
+	r.Overlaps = []Overlap{{Worker: "w0", Blocks: 240}, {Worker: "w1", Blocks: 240, Tier: TierCPU}, {Worker: "w2", Blocks: 240, Tier: TierDisk}}
+	c.touched = c.touched[:0]
+	r.eachOverlap(func(w string, blocks int) {
+		i := c.workerIdx[w]
+		c.ovl[i] = int32(blocks)
+		c.touched = append(c.touched, i)
+	})
+	c.noteTiers(r)
+	cfg := classCfg("c", PolicyFCFS)
+	cost := map[string]float64{}
+	for i := range c.workers {
+		s := &c.workers[i]
+		x, ok := c.workerCost(r, &cfg, s, int(c.ovl[i]), r.privateBlocks(16))
+		require.True(t, ok)
+		cost[s.ID] = x
+	}
+	c.resetOverlaps()
+	miss := float64(4096/16 + 256 + r.privateBlocks(16))
+	assert.Less(t, cost["w0"], cost["w1"], "a GPU hit is free")
+	assert.Less(t, cost["w1"], miss-100, "a host hit is most of a hit")
+	// 3,840 tokens load in 25.2 ms; the model prefills a token in about
+	// 0.0166 ms at this size, so the load is worth ~1,515 tokens: the
+	// credit is the other ~2,325, 145 blocks.
+	m := DefaultTTFTModel()
+	per := (m.prefillTime(4096, 0, 0) - m.Prefill[2]) / 4096
+	want := (3840 - 3840*m.Tiers.msPerToken(TierCPU)/per) / 16
+	assert.InDelta(t, miss-want, cost["w1"], 1e-6)
+	assert.InDelta(t, miss, cost["w2"], 1e-9, "a disk hit slower to load than to recompute is a miss, never worse")
+
+	c.cfg.TTFT.Tiers.Weights[TierDisk] = 0.25
+	c.noteTiers(r)
+	x, ok := c.workerCost(r, &cfg, &c.workers[2], 0, r.privateBlocks(16))
+	c.touched = append(c.touched, 2)
+	c.resetOverlaps()
+	require.True(t, ok)
+	assert.InDelta(t, miss-960.0/16, x, 1e-9, "weighted as a peer would: a quarter of a hit")
+
+	h.enqueue(func() *Request { x := *r; x.ID = "r1"; x.Overlaps = r.Overlaps[1:]; return &x }())
+	assert.Equal(t, "w1", h.granted("r1").Worker, "the host hit wins over a miss")
+}
+
+func TestTheBookedPredictionCountsALowerTierPrefixAsItsLoadTime(t *testing.T) {
+	h := ttftHarness(t, workers(1, 0), func(c *Config) { c.TTFT.CalibrationWindow = 0 }, classCfg("c", PolicyFCFS))
+	m := DefaultTTFTModel()
+	r := req("a", "c", 4096)
+	r.BlockHashes = seqHashes(1, 256)
+	r.Overlaps = []Overlap{{Worker: "w0", Blocks: 64}, {Worker: "w0", Blocks: 240, Tier: TierCPU}}
+	h.enqueue(r)
+	g := h.granted("a")
+	// 1,024 tokens on GPU, 2,816 more loaded from host memory, 256 prefilled.
+	want := m.prefillTime(256, 0, 0) + 2816*m.Tiers.msPerToken(TierCPU)
+	got := float64(g.PredictedTTFT) / float64(time.Millisecond)
+	require.InDelta(t, want, got, 1e-3)
+	assert.Less(t, got, m.prefillTime(4096-1024, 0, 0), "not a full prefill of the offloaded prefix")
+	assert.Greater(t, got, m.prefillTime(256, 0, 0), "not free either")
 }
