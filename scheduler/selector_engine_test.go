@@ -124,19 +124,25 @@ func TestASoftSessionIsServedByTheIndexAndSticksWithinItsMargin(t *testing.T) {
 
 // BenchmarkSelectorEngineLoad measures a decision over 1,000 workers
 // without engine reports (the selector as before) and with a fresh report
-// on every worker, a tenth of them queueing, in one run.
+// on every worker, a tenth of them queueing, in one run. "uniform": every
+// other engine reports the same load (1,000 exact ties, the worst case for
+// the index's bound); "varied": their KV use differs a little, as real
+// engines' does.
 func BenchmarkSelectorEngineLoad(b *testing.B) {
 	for _, sel := range []Selector{SelectorBlocks, SelectorTTFT} {
-		for _, reports := range []bool{false, true} {
-			b.Run(fmt.Sprintf("selector=%s/reports=%v/workers=1000", sel, reports), func(b *testing.B) {
+		for _, reports := range []string{"none", "uniform", "varied"} {
+			b.Run(fmt.Sprintf("selector=%s/reports=%s/workers=1000", sel, reports), func(b *testing.B) {
 				view := &RemoteLoads{}
 				c := benchCoreWith(b, 1000, 0, view)
 				c.cfg.Selector = sel
-				if reports {
+				if reports != "none" {
 					view.MaxEngineAge.Store(int64(time.Hour)) // the fake clock does not move, but be explicit
 					m := map[string]EngineLoad{}
 					for i := range c.workers {
 						l := EngineLoad{At: c.clock.Now(), Running: 1, KVUsage: 0.05}
+						if reports == "varied" {
+							l.KVUsage += float64(i%97) * 0.001
+						}
 						if i%10 == 3 {
 							l.Running, l.Waiting, l.KVUsage = 8, 4, 0.6
 						}

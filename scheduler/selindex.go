@@ -114,7 +114,7 @@ func (b *idleBucket) remove(i int) {
 // exact cost counts there). A soft session is served: its worker joins
 // the exactly evaluated candidates (selectIndexed).
 func (c *Core) indexable(r *Request) bool {
-	return r.Pinned == "" && len(r.Allowed) == 0 && !(r.Session.Hard && r.Session.Worker != "") && c.cfg.Temperature == 0 &&
+	return r.Pinned == "" && len(r.Allowed) == 0 && (!r.Session.Hard || r.Session.Worker == "") && c.cfg.Temperature == 0 &&
 		(c.cfg.Selector != SelectorTTFT || c.cfg.TTFT.Spread == 0)
 }
 

@@ -444,9 +444,13 @@ func (r *replica) publishLoads() {
 	r.gossip.SetLocalLoads(loads)
 	// Projected load per worker: this replica's bookings plus the others'.
 	remote := map[string]scheduler.WorkerLoad{}
+	engine := map[string]scheduler.EngineLoad{} // the selector ignores stale ones
 	for id := range r.workers.Snapshot().Items {
 		l, o := snap.Workers[id], r.gossip.RemoteLoad(id)
 		remote[id] = scheduler.WorkerLoad{ActiveRequests: o.ActiveRequests, PrefillTokens: o.PrefillTokens, DecodeBlocks: o.DecodeBlocks}
+		if rep, ok := r.reports.get(id); ok {
+			engine[id] = scheduler.EngineLoad{Running: rep.r.Running, Waiting: rep.r.Waiting, KVUsage: rep.r.KVUsage, At: rep.at}
+		}
 		r.router.WorkerActiveRequests.WithLabelValues(id).Set(float64(l.ActiveRequests + o.ActiveRequests))
 		r.router.WorkerPrefillTokens.WithLabelValues(id).Set(float64(l.PrefillTokens + o.PrefillTokens))
 		r.router.WorkerDecodeBlocks.WithLabelValues(id).Set(float64(l.DecodeBlocks + o.DecodeBlocks))
@@ -468,6 +472,7 @@ func (r *replica) publishLoads() {
 		catchUpWithPeers(r.ix, digests, r.gossip.RemoteDigests())
 	}
 	r.remote.Store(remote) // a new version only if some load changed
+	r.remote.StoreEngine(engine)
 	r.actor.Drain()
 	r.exporter.Observe(admissionSnapshot(snap, r.cfg.WorkerType))
 	r.exporter.Observe(r.client.Counts(r.cfg.WorkerType))
