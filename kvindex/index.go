@@ -19,9 +19,10 @@ import (
 // open-addressing tables (table.go) from sequence hash to a worker set; the
 // shard is picked by the hash's low bits (xxh3 output is uniform). A set of
 // up to four workers lives inline in the slot; a hash held by more workers
-// points to a bitset. Prefix sharing is what makes the memory work: a system
-// prompt cached on 500 workers costs one slot and one bitset per block, not
-// 500 entries.
+// points to an interned bitset shared by every hash with the same holders
+// (sets.go). Prefix sharing is what makes the memory work: a system prompt
+// of 64 blocks cached on 500 workers costs 64 slots and one bitset, not
+// 32,000 entries.
 //
 // There is deliberately no per-worker list of hashes: it would double the
 // memory. Dropping a worker's entries retires its id instead, and
@@ -90,7 +91,7 @@ type Index struct {
 	// meanwhile and frees those ids. So the apply path never scans, and a
 	// gap storm costs one scan, not one per worker. clearMu serialises
 	// scans. Lock order: workerState.mu, clearMu, regMu, maskMu; shard
-	// mutexes are innermost.
+	// mutexes, then the holder sets' (sets.go), are innermost.
 	retired []uint16 // guarded by regMu
 	clearMu sync.Mutex
 	maskMu  sync.Mutex

@@ -1,7 +1,6 @@
 package kvindex
 
 import (
-	"math/bits"
 	"sync"
 	"sync/atomic"
 )
@@ -204,13 +203,4 @@ func (st *setStore) memory() int64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.bytes + int64(len(*st.sets.Load()))*8 + int64(st.live)*64
-}
-
-// popcount of a bitset, for tests.
-func popcount(words []uint64) int {
-	n := 0
-	for _, w := range words {
-		n += bits.OnesCount64(w)
-	}
-	return n
 }

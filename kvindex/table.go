@@ -34,14 +34,14 @@ const (
 	// of the fleet benchmark's 256-block lookups had a p99 of 38 µs, at 52%
 	// 22 µs (before lookups loaded ahead as they do now). The price: a
 	// distinct hash costs 21 to 32 B of slots (was 19 to 28 B).
-	loadNum    = 15
-	loadDen    = 20
-	minSlots   = 16
-	lineSlots  = 4 // 16-byte slots per 64-byte cache line
-	growNum    = 3 // grow by half, so the average load stays near 62%
-	growDen    = 2
-	fibonacci  = 0x9E3779B97F4A7C15
-	arenaIndex = 1<<48 - 1
+	loadNum   = 15
+	loadDen   = 20
+	minSlots  = 16
+	lineSlots = 4 // 16-byte slots per 64-byte cache line
+	growNum   = 3 // grow by half, so the average load stays near 62%
+	growDen   = 2
+	fibonacci = 0x9E3779B97F4A7C15
+	setIDMask = 1<<48 - 1
 )
 
 type slot struct {
@@ -181,7 +181,7 @@ func (s *shard) readSet(h uint64, out, mask []uint64, lo, hi int, prev *holderSe
 		ok = v != 0
 		set = nil
 		if ok && isBig(v) {
-			if set = s.sets.get(v & arenaIndex); set == nil {
+			if set = s.sets.get(v & setIDMask); set == nil {
 				continue // freed after we read the slot: the slot moved on
 			}
 			if set == prev {
@@ -236,7 +236,7 @@ func (s *shard) holding(h uint64, ids *[lanes]uint16, n int) uint8 {
 		v := s.tab.Load().get(h)
 		var held uint8
 		if isBig(v) {
-			set := s.sets.get(v & arenaIndex)
+			set := s.sets.get(v & setIDMask)
 			if set == nil {
 				continue // freed after we read the slot: the slot moved on
 			}
@@ -281,7 +281,7 @@ func (s *shard) holdsLocked(h uint64, id uint16) bool {
 
 func (s *shard) valHolds(v uint64, id uint16) bool {
 	if isBig(v) {
-		return s.sets.get(v & arenaIndex).has(id)
+		return s.sets.get(v & setIDMask).has(id)
 	}
 	for l := 0; l < lanes; l++ {
 		if uint16(v>>(16*l)) == id {
@@ -310,7 +310,7 @@ func (s *shard) addLocked(h uint64, id uint16) bool {
 	sl := &t.slots[i]
 	v := sl.val.Load()
 	if isBig(v) {
-		old := s.sets.get(v & arenaIndex)
+		old := s.sets.get(v & setIDMask)
 		if old.has(id) {
 			return false
 		}
@@ -385,7 +385,7 @@ func (s *shard) removeAt(t *table, i int, id uint16) bool {
 		s.end()
 		return true
 	}
-	old := s.sets.get(v & arenaIndex)
+	old := s.sets.get(v & setIDMask)
 	if !old.has(id) {
 		return false
 	}
@@ -524,7 +524,7 @@ func (s *shard) firstMasked(v uint64, mask []uint64) (uint16, bool) {
 		}
 		return 0, false
 	}
-	set := s.sets.get(v & arenaIndex)
+	set := s.sets.get(v & setIDMask)
 	for wi := 0; wi < len(set.words) && wi < len(mask); wi++ {
 		if hit := set.words[wi] & mask[wi]; hit != 0 {
 			return uint16(wi*64 + bits.TrailingZeros64(hit)), true
