@@ -161,3 +161,57 @@ func TestLookupBeyondTheStackSetsUsesPooledScratch(t *testing.T) {
 		require.Empty(t, ix.Lookup(chain(8, 4), nil))
 	}
 }
+
+// TestLookupsSeeStableHoldersWhileSharedSetsChurn runs lookups while other
+// workers keep joining and leaving the same blocks, so the blocks' shared
+// sets are replaced, freed and their ids reused all the time. Six workers
+// hold the whole prefix throughout: every lookup must find each of them at
+// full depth (a reader that read a freed or reused set would miss them).
+func TestLookupsSeeStableHoldersWhileSharedSetsChurn(t *testing.T) {
+	ix, _, _ := newTestIndex(t)
+	sys := chain(11, 32)
+	const stable, churners = 6, 8
+	for w := 0; w < stable; w++ {
+		mustApply(t, ix, fmt.Sprintf("s%d", w), 1, 1, stored(nil, sys...))
+	}
+	done := make(chan struct{})
+	errs := make(chan error, churners)
+	for c := 0; c < churners; c++ {
+		go func(c int) {
+			rng := rand.New(rand.NewPCG(uint64(c), 7))
+			id := uint64(1)
+			name := fmt.Sprintf("c%d", c)
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				k := rng.IntN(len(sys))
+				ev := stored(nil, sys[k:]...)
+				if id%2 == 0 {
+					ev = removed(sys[k:]...)
+				}
+				if o, err := ix.ApplyBatch(batch(name, 1, id, ev)); err != nil || o != OutcomeApplied {
+					errs <- fmt.Errorf("%s: %v %w", name, o, err)
+					return
+				}
+				id++
+			}
+		}(c)
+	}
+	for i := 0; i < 20000; i++ {
+		got := map[string]int{}
+		for _, m := range ix.Lookup(sys, nil) {
+			got[m.Worker] = m.Blocks
+		}
+		for w := 0; w < stable; w++ {
+			require.Equal(t, len(sys), got[fmt.Sprintf("s%d", w)], "lookup %d: %v", i, got)
+		}
+	}
+	close(done)
+	for c := 0; c < churners; c++ {
+		require.NoError(t, <-errs)
+	}
+}
