@@ -28,8 +28,8 @@
 // interned id is retired (masked out of lookups at once) and the worker
 // continues under a fresh id; one ClearStale scan later reclaims every
 // retired id together. Lock order: worker mutex, clear mutex, registry
-// mutex, mask mutex; shard mutexes are innermost. The Index starts no
-// goroutine.
+// mutex, mask mutex; then shard mutexes, and the holder sets' mutex
+// innermost. The Index starts no goroutine.
 //
 // # Lookup cost
 //
@@ -44,7 +44,12 @@
 // branch per slot (table.get); once at most four workers still match, the
 // walk tracks them as a list of ids instead of a bitset (walkFew); and the
 // index has 32 large tables that the kernel is asked to back with 2 MiB
-// pages (hugepage_linux.go). BenchmarkLookup measures it.
+// pages (hugepage_linux.go). A fifth keeps a lookup's cost from growing
+// with the number of holders: the holder sets of hashes held by more than
+// four workers are immutable and interned, shared by every block with the
+// same holders, so a walk through a prefix cached by hundreds of workers
+// intersects one set, not one per block (sets.go). BenchmarkLookup and
+// bench's BenchmarkScaleIndex measure it.
 //
 // # Offloaded tiers
 //

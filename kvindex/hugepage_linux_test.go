@@ -22,7 +22,7 @@ func TestLargeTablesAreAdvisedToUseHugePages(t *testing.T) {
 		t.Skipf("skipped: this kernel has no transparent huge pages (%v)", err)
 	}
 	var s shard
-	s.init(1)
+	s.init(newSetStore(1))
 	s.mu.Lock()
 	for _, h := range chain(8, 600_000) { // grows to about 12 MiB of slots
 		s.addLocked(h, 1)

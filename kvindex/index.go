@@ -19,9 +19,10 @@ import (
 // open-addressing tables (table.go) from sequence hash to a worker set; the
 // shard is picked by the hash's low bits (xxh3 output is uniform). A set of
 // up to four workers lives inline in the slot; a hash held by more workers
-// points to a bitset. Prefix sharing is what makes the memory work: a system
-// prompt cached on 500 workers costs one slot and one bitset per block, not
-// 500 entries.
+// points to an interned bitset shared by every hash with the same holders
+// (sets.go). Prefix sharing is what makes the memory work: a system prompt
+// of 64 blocks cached on 500 workers costs 64 slots and one bitset, not
+// 32,000 entries.
 //
 // There is deliberately no per-worker list of hashes: it would double the
 // memory. Dropping a worker's entries retires its id instead, and
@@ -67,6 +68,10 @@ type Index struct {
 	m     *indexMetrics
 
 	shards [numShards]shard
+	sets   setStore // holder sets of more than four workers (sets.go)
+	// scratch holds lookups' active sets when they are wider than the
+	// stack arrays (more than 4096 interned ids).
+	scratch sync.Pool
 
 	// regMu guards the worker registry below; names is its copy-on-write
 	// id → name table read by Lookup without locks.
@@ -86,7 +91,7 @@ type Index struct {
 	// meanwhile and frees those ids. So the apply path never scans, and a
 	// gap storm costs one scan, not one per worker. clearMu serialises
 	// scans. Lock order: workerState.mu, clearMu, regMu, maskMu; shard
-	// mutexes are innermost.
+	// mutexes, then the holder sets' (sets.go), are innermost.
 	retired []uint16 // guarded by regMu
 	clearMu sync.Mutex
 	maskMu  sync.Mutex
@@ -117,8 +122,9 @@ func New(cfg Config, clk clock.Clock, log *zap.Logger, reg prometheus.Registerer
 		byID:   make([]*workerState, 1), // id 0 is never used
 		resync: make(chan struct{}, 1),
 	}
+	ix.sets.init(idWords(cfg))
 	for i := range ix.shards {
-		ix.shards[i].init(idWords(cfg))
+		ix.shards[i].init(&ix.sets)
 	}
 	ix.pred.init()
 	noMask := make([]uint64, idWords(cfg))
@@ -401,12 +407,25 @@ func (ix *Index) lookupExact(seqHashes []uint64, names []string, dst []Match) []
 	if nw <= len(stackA) {
 		active, next = stackA[:nw], stackB[:nw]
 	} else {
-		active, next = make([]uint64, nw), make([]uint64, nw)
+		// Beyond 4096 ids, pooled scratch: allocating two 1.5 kB sets
+		// per lookup at 10,000 workers was a sixth of the lookup's CPU
+		// once sets were interned (makeslice and memclr in the profile).
+		sc, _ := ix.scratch.Get().(*[]uint64)
+		if sc == nil || len(*sc) < 2*nw {
+			b := make([]uint64, 2*nw)
+			sc = &b
+		}
+		defer ix.scratch.Put(sc)
+		active, next = (*sc)[:nw], (*sc)[nw:2*nw] // readSet clears active
 	}
 	lo, hi := 0, -1 // range of possibly non-zero words of active
 	pl := preloader{hs: seqHashes}
 	pl.at(ix, 0)
-	if ix.readInto(seqHashes[0], active, nil, 0, nw-1) {
+	// last is the interned set active was last intersected with: a block
+	// that points to the same set leaves active as it is (sets.go), so a
+	// shared prefix costs one intersection, not one per block.
+	present, last, _ := ix.shardOf(seqHashes[0]).readSet(seqHashes[0], active, nil, 0, nw-1, nil)
+	if present {
 		masked := *ix.masked.Load()
 		for wi := range active {
 			active[wi] &^= masked[wi]
@@ -419,7 +438,12 @@ func (ix *Index) lookupExact(seqHashes []uint64, names []string, dst []Match) []
 			return ix.walkFew(&pl, depth, ids, n, names, dst)
 		}
 		pl.at(ix, depth)
-		ix.readInto(seqHashes[depth], next, active, lo, hi)
+		h := seqHashes[depth]
+		_, set, same := ix.shardOf(h).readSet(h, next, active, lo, hi, last)
+		if same {
+			continue
+		}
+		last = set
 		for wi := lo; wi <= hi; wi++ {
 			gone := active[wi] &^ next[wi]
 			for gone != 0 {
@@ -578,12 +602,6 @@ func (ix *Index) preload(hs []uint64) {
 	}
 }
 
-// readInto sets out[lo..hi] to the set of h, intersected with mask when mask
-// is non-nil. It reports whether h is present at all.
-func (ix *Index) readInto(h uint64, out, mask []uint64, lo, hi int) bool {
-	return ix.shardOf(h).readInto(h, out, mask, lo, hi)
-}
-
 // trim narrows [lo, hi] to the non-zero words of a (hi < lo when none).
 func trim(a []uint64, lo, hi int) (int, int) {
 	for lo <= hi && a[lo] == 0 {
@@ -646,9 +664,9 @@ func (ix *Index) WorkerHashes(name string, dst []uint64) []uint64 {
 	return dst
 }
 
-// Memory returns the bytes held by the exact index's tables and bitsets.
+// Memory returns the bytes held by the exact index's tables and holder sets.
 func (ix *Index) Memory() int64 {
-	var n int64
+	n := ix.sets.memory()
 	for i := range ix.shards {
 		s := &ix.shards[i]
 		s.mu.Lock()

@@ -21,9 +21,9 @@ import (
 // Writers serialise on mu and make seq odd around every mutation.
 //
 // A slot's value packs up to four 16-bit worker ids (0 = empty lane), or,
-// with bigTag in the top lane, the index of a fixed-width bitset in the
-// shard's arena, for hashes held by more workers. A slot is empty when its
-// value is 0.
+// with bigTag in the top lane, the id of an interned holder set in the
+// index's setStore (sets.go), for hashes held by more workers. A slot is
+// empty when its value is 0.
 const (
 	bigTag = 0xFFFF
 	lanes  = 4
@@ -34,14 +34,14 @@ const (
 	// of the fleet benchmark's 256-block lookups had a p99 of 38 µs, at 52%
 	// 22 µs (before lookups loaded ahead as they do now). The price: a
 	// distinct hash costs 21 to 32 B of slots (was 19 to 28 B).
-	loadNum    = 15
-	loadDen    = 20
-	minSlots   = 16
-	lineSlots  = 4 // 16-byte slots per 64-byte cache line
-	growNum    = 3 // grow by half, so the average load stays near 62%
-	growDen    = 2
-	fibonacci  = 0x9E3779B97F4A7C15
-	arenaIndex = 1<<48 - 1
+	loadNum   = 15
+	loadDen   = 20
+	minSlots  = 16
+	lineSlots = 4 // 16-byte slots per 64-byte cache line
+	growNum   = 3 // grow by half, so the average load stays near 62%
+	growDen   = 2
+	fibonacci = 0x9E3779B97F4A7C15
+	setIDMask = 1<<48 - 1
 )
 
 type slot struct {
@@ -54,24 +54,26 @@ type table struct {
 }
 
 type shard struct {
-	mu    sync.Mutex // serialises writers
-	seq   atomic.Uint64
-	tab   atomic.Pointer[table]
-	arena atomic.Pointer[[]atomic.Uint64]
+	mu   sync.Mutex // serialises writers
+	seq  atomic.Uint64
+	tab  atomic.Pointer[table]
+	sets *setStore // shared by the index's shards
 
 	// Writer-only state, guarded by mu.
-	words     int // bitset width in words, fixed per index
-	count     int // occupied slots
-	arenaUsed int // bitsets handed out (free ones included)
-	free      []uint64
-	_         [64]byte // keep neighbouring shards' hot fields apart
+	count int      // occupied slots
+	_     [64]byte // keep neighbouring shards' hot fields apart
 }
 
-func (s *shard) init(words int) {
-	s.words = words
+func (s *shard) init(sets *setStore) {
+	s.sets = sets
 	s.tab.Store(&table{slots: make([]slot, minSlots)})
-	arena := make([]atomic.Uint64, 0)
-	s.arena.Store(&arena)
+}
+
+// newSetStore returns a store of sets words wide.
+func newSetStore(words int) *setStore {
+	st := &setStore{}
+	st.init(words)
+	return st
 }
 
 func isBig(v uint64) bool { return v>>48 == bigTag }
@@ -159,6 +161,14 @@ func (s *shard) end()   { s.seq.Add(1) }
 // readInto sets out[lo..hi] to h's worker set (intersected with mask when it
 // is non-nil) without locking, and reports whether h is present.
 func (s *shard) readInto(h uint64, out, mask []uint64, lo, hi int) bool {
+	ok, _, _ := s.readSet(h, out, mask, lo, hi, nil)
+	return ok
+}
+
+// readSet is readInto that also returns h's interned set (nil when h has
+// at most four holders or is absent). When that set is prev it leaves out
+// untouched and reports same: the caller already has the set's words.
+func (s *shard) readSet(h uint64, out, mask []uint64, lo, hi int, prev *holderSet) (ok bool, set *holderSet, same bool) {
 	for spins := 0; ; spins++ {
 		v1 := s.seq.Load()
 		if v1&1 != 0 {
@@ -167,20 +177,27 @@ func (s *shard) readInto(h uint64, out, mask []uint64, lo, hi int) bool {
 			}
 			continue
 		}
+		v := s.tab.Load().get(h)
+		ok = v != 0
+		set = nil
+		if ok && isBig(v) {
+			if set = s.sets.get(v & setIDMask); set == nil {
+				continue // freed after we read the slot: the slot moved on
+			}
+			if set == prev {
+				if s.seq.Load() == v1 {
+					return true, set, true
+				}
+				continue
+			}
+		}
 		for i := lo; i <= hi; i++ {
 			out[i] = 0
 		}
-		v := s.tab.Load().get(h)
-		ok := v != 0
-		if ok && isBig(v) {
-			arena := *s.arena.Load()
-			base := int(v&arenaIndex) * s.words
-			if base+s.words > len(arena) {
-				continue // a newer arena than we loaded; retry
-			}
-			top := min(hi, s.words-1)
+		if set != nil {
+			top := min(hi, len(set.words)-1)
 			for wi := lo; wi <= top; wi++ {
-				w := arena[base+wi].Load()
+				w := set.words[wi]
 				if mask != nil {
 					w &= mask[wi]
 				}
@@ -200,7 +217,7 @@ func (s *shard) readInto(h uint64, out, mask []uint64, lo, hi int) bool {
 			}
 		}
 		if s.seq.Load() == v1 {
-			return ok
+			return ok, set, false
 		}
 	}
 }
@@ -219,14 +236,12 @@ func (s *shard) holding(h uint64, ids *[lanes]uint16, n int) uint8 {
 		v := s.tab.Load().get(h)
 		var held uint8
 		if isBig(v) {
-			arena := *s.arena.Load()
-			base := int(v&arenaIndex) * s.words
-			if base+s.words > len(arena) {
-				continue // a newer arena than we loaded; retry
+			set := s.sets.get(v & setIDMask)
+			if set == nil {
+				continue // freed after we read the slot: the slot moved on
 			}
 			for k := 0; k < n; k++ {
-				id := ids[k]
-				if arena[base+int(id)/64].Load()&(1<<(id%64)) != 0 {
+				if set.has(ids[k]) {
 					held |= 1 << k
 				}
 			}
@@ -266,9 +281,7 @@ func (s *shard) holdsLocked(h uint64, id uint16) bool {
 
 func (s *shard) valHolds(v uint64, id uint16) bool {
 	if isBig(v) {
-		arena := *s.arena.Load()
-		w := arena[int(v&arenaIndex)*s.words+int(id)/64].Load()
-		return w&(1<<(id%64)) != 0
+		return s.sets.get(v & setIDMask).has(id)
 	}
 	for l := 0; l < lanes; l++ {
 		if uint16(v>>(16*l)) == id {
@@ -297,16 +310,11 @@ func (s *shard) addLocked(h uint64, id uint16) bool {
 	sl := &t.slots[i]
 	v := sl.val.Load()
 	if isBig(v) {
-		arena := *s.arena.Load()
-		w := &arena[int(v&arenaIndex)*s.words+int(id)/64]
-		bit := uint64(1) << (id % 64)
-		old := w.Load()
-		if old&bit != 0 {
+		old := s.sets.get(v & setIDMask)
+		if old.has(id) {
 			return false
 		}
-		s.begin()
-		w.Store(old | bit)
-		s.end()
+		s.swapSet(sl, old, s.sets.with(old, id))
 		return true
 	}
 	free := -1
@@ -325,21 +333,24 @@ func (s *shard) addLocked(h uint64, id uint16) bool {
 		s.end()
 		return true
 	}
-	// Promote the set to a bitset.
-	idx := s.allocBitset()
-	arena := *s.arena.Load()
-	base := int(idx) * s.words
-	s.begin()
-	for l := 0; l < lanes; l++ {
-		x := uint16(v >> (16 * l))
-		w := &arena[base+int(x)/64]
-		w.Store(w.Load() | 1<<(x%64))
-	}
-	w := &arena[base+int(id)/64]
-	w.Store(w.Load() | 1<<(id%64))
-	sl.val.Store(bigTag<<48 | idx)
-	s.end()
+	// Promote to an interned set.
+	ids := [lanes + 1]uint16{id, uint16(v), uint16(v >> 16), uint16(v >> 32), uint16(v >> 48)}
+	s.swapSet(sl, nil, s.sets.fromIDs(ids[:]))
 	return true
+}
+
+// swapSet points sl to the set n (a reference the caller took) and then
+// drops the slot's reference to old (nil: the slot held inline ids).
+// Releasing only after the slot has moved on matters: a released set's id
+// may be reused by another shard's writer at once, and a reader of this
+// shard must not find the reused id here with this shard's seq unchanged.
+func (s *shard) swapSet(sl *slot, old, n *holderSet) {
+	s.begin()
+	sl.val.Store(bigTag<<48 | uint64(n.id))
+	s.end()
+	if old != nil {
+		s.sets.release(old)
+	}
 }
 
 // removeLocked takes id out of h's set and reports whether it was there.
@@ -374,42 +385,37 @@ func (s *shard) removeAt(t *table, i int, id uint16) bool {
 		s.end()
 		return true
 	}
-	idx := v & arenaIndex
-	arena := *s.arena.Load()
-	base := int(idx) * s.words
-	w := &arena[base+int(id)/64]
-	bit := uint64(1) << (id % 64)
-	if w.Load()&bit == 0 {
+	old := s.sets.get(v & setIDMask)
+	if !old.has(id) {
 		return false
 	}
-	s.begin()
-	w.Store(w.Load() &^ bit)
+	if old.pop-1 > demoteAt {
+		s.swapSet(sl, old, s.sets.without(old, id))
+		return true
+	}
 	// Demote when few enough remain; below the promotion point so a set
 	// hovering there does not flap.
-	pop := 0
-	for wi := 0; wi < s.words && pop <= demoteAt; wi++ {
-		pop += bits.OnesCount64(arena[base+wi].Load())
+	var nv uint64
+	l := 0
+	for wi, word := range old.words {
+		if wi == int(id)/64 {
+			word &^= 1 << (id % 64)
+		}
+		for word != 0 {
+			b := bits.TrailingZeros64(word)
+			word &= word - 1
+			nv |= uint64(wi*64+b) << (16 * l)
+			l++
+		}
 	}
-	if pop <= demoteAt {
-		var nv uint64
-		l := 0
-		for wi := 0; wi < s.words; wi++ {
-			word := arena[base+wi].Swap(0)
-			for word != 0 {
-				b := bits.TrailingZeros64(word)
-				word &= word - 1
-				nv |= uint64(wi*64+b) << (16 * l)
-				l++
-			}
-		}
-		s.free = append(s.free, idx)
-		if nv == 0 {
-			s.deleteAt(t, i)
-		} else {
-			sl.val.Store(nv)
-		}
+	s.begin()
+	if nv == 0 {
+		s.deleteAt(t, i)
+	} else {
+		sl.val.Store(nv)
 	}
 	s.end()
+	s.sets.release(old)
 	return true
 }
 
@@ -463,28 +469,6 @@ func (s *shard) grow(old *table) *table {
 	return t
 }
 
-// allocBitset returns a zeroed bitset index, growing the arena if needed.
-func (s *shard) allocBitset() uint64 {
-	if n := len(s.free); n > 0 {
-		idx := s.free[n-1]
-		s.free = s.free[:n-1]
-		return idx
-	}
-	idx := uint64(s.arenaUsed)
-	s.arenaUsed++
-	arena := *s.arena.Load()
-	if need := s.arenaUsed * s.words; need > len(arena) {
-		grown := make([]atomic.Uint64, max(need, len(arena)*2))
-		for i := range arena {
-			grown[i].Store(arena[i].Load())
-		}
-		s.begin()
-		s.arena.Store(&grown)
-		s.end()
-	}
-	return idx
-}
-
 // clearLocked removes id from every set of the shard and returns how many
 // it was in.
 func (s *shard) clearLocked(id uint16) int {
@@ -502,9 +486,9 @@ func (s *shard) clearLocked(id uint16) int {
 	return removed
 }
 
-// bytes is the shard's memory: slots and bitset arena.
+// bytes is the shard's memory: its slots (the sets are the store's).
 func (s *shard) bytes() int64 {
-	return int64(len(s.tab.Load().slots))*16 + int64(len(*s.arena.Load()))*8
+	return int64(len(s.tab.Load().slots)) * 16
 }
 
 // clearSetLocked removes every worker whose bit is set in mask from every
@@ -540,10 +524,9 @@ func (s *shard) firstMasked(v uint64, mask []uint64) (uint16, bool) {
 		}
 		return 0, false
 	}
-	arena := *s.arena.Load()
-	base := int(v&arenaIndex) * s.words
-	for wi := 0; wi < s.words && wi < len(mask); wi++ {
-		if hit := arena[base+wi].Load() & mask[wi]; hit != 0 {
+	set := s.sets.get(v & setIDMask)
+	for wi := 0; wi < len(set.words) && wi < len(mask); wi++ {
+		if hit := set.words[wi] & mask[wi]; hit != 0 {
 			return uint16(wi*64 + bits.TrailingZeros64(hit)), true
 		}
 	}

@@ -13,7 +13,7 @@ import (
 // against a map model as it goes.
 func TestShardTableAgreesWithAMapUnderRandomOperations(t *testing.T) {
 	var s shard
-	s.init(2) // ids below 128
+	s.init(newSetStore(2)) // ids below 128
 	rng := rand.New(rand.NewPCG(3, 4))
 	keys := chain(77, 2000)
 	model := map[uint64]map[uint16]bool{}
@@ -98,7 +98,7 @@ func keysHomedAt(seed uint64, size, want, n int) []uint64 {
 // an empty slot's key.
 func TestGetFindsKeysPushedPastTheirHomeLineAndAcrossTheTableEnd(t *testing.T) {
 	var s shard
-	s.init(1)
+	s.init(newSetStore(1))
 	size := len(s.tab.Load().slots)
 	last := size - lineSlots
 	keys := keysHomedAt(5, size, last, 9)
@@ -174,7 +174,7 @@ func TestLaneHoldsAgreesWithComparingEachLane(t *testing.T) {
 // by seven (a bitset), for every subset of four query workers.
 func TestHoldingReportsEachOfAFewWorkersForInlineAndBitsetSets(t *testing.T) {
 	var s shard
-	s.init(2)
+	s.init(newSetStore(2))
 	inline, big := chain(6, 2)[0], chain(6, 2)[1]
 	holders := map[uint64][]uint16{inline: {3, 70, 100}, big: {1, 3, 64, 65, 70, 99, 127}}
 	s.mu.Lock()
