@@ -451,6 +451,8 @@ func (s *Server) enqueueLeased(class string, m *nats.Msg, req *scheduler.Request
 			// Its cancel overtook it (cancelled.go): the entry will never
 			// use this grant. Rolled back and counted cancelled; no reply.
 			s.m.cancelledGrants.Inc()
+			s.log.Info("grant withdrawn: its cancel arrived before the admit request",
+				zap.String("request_id", req.ID), zap.Int("attempt", req.Attempt), zap.String("worker", g.Worker))
 			return false
 		}
 		out := &wire.AdmitReply{Owner: s.replica, Epoch: epoch}
