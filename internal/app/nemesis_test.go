@@ -51,7 +51,7 @@ var (
 	nemesisRate     = flag.Float64("nemesis.rate", 12, "nemesis: requests per second, open loop over every replica")
 	nemesisFaultGap = flag.Duration("nemesis.fault-gap", 2500*time.Millisecond, "nemesis: mean time between two fault injections")
 	nemesisProgress = flag.Duration("nemesis.progress", 0, "nemesis: print a progress line this often (0: never)")
-	nemesisAck      = flag.Duration("nemesis.ack-timeout", 0, "nemesis: the owners' AckTimeout (0: the default, 2 s)")
+	nemesisAck      = flag.Duration("nemesis.ack-timeout", 0, "nemesis: the owners' AckTimeout (0: the default, 30 s)")
 	nemesisLog      = flag.String("nemesis.log", "", "nemesis: replicas' and workers' log level into the test log (empty: no logs)")
 )
 
