@@ -38,18 +38,21 @@ type cancelledAttempts struct {
 }
 
 // add remembers (id, attempt) as cancelled at now and forgets the entries
-// older than cancelMemory.
+// older than cancelMemory. Pruning walks from the oldest, so it costs the
+// entries it forgets.
 func (c *cancelledAttempts) add(id string, attempt int, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.at == nil {
 		c.at = map[cancelKey]time.Time{}
 	}
+	// A second cancel of the same attempt keeps the first one's time, so
+	// that the order below stays the order of the times.
 	k := cancelKey{id, attempt}
 	if _, ok := c.at[k]; !ok {
 		c.order = append(c.order, k)
+		c.at[k] = now
 	}
-	c.at[k] = now
 	n := 0
 	for n < len(c.order) {
 		if t, ok := c.at[c.order[n]]; ok && now.Sub(t) < cancelMemory {
