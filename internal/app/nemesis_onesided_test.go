@@ -534,6 +534,7 @@ func (r *nemesisRun) sampleLedger(quiet bool) {
 		return
 	}
 	booked := map[string]int{}
+	by := map[string][]string{} // worker -> "replica n" with bookings there, for the message
 	for _, s := range r.slots {
 		cur := s.current()
 		if cur == nil {
@@ -547,6 +548,9 @@ func (r *nemesisRun) sampleLedger(quiet bool) {
 		}
 		for w, l := range snap.Workers {
 			booked[w] += l.ActiveRequests
+			if l.ActiveRequests > 0 {
+				by[w] = append(by[w], fmt.Sprintf("%s %d", s.id, l.ActiveRequests))
+			}
 		}
 	}
 	if !r.quiet() { // a fault began while the ledgers were read
@@ -568,8 +572,8 @@ func (r *nemesisRun) sampleLedger(quiet bool) {
 			st.over[w]++
 			st.under[w] = 0
 			if st.over[w] == ledgerLeakPersist {
-				r.violate("ledger_matches_streams", "the ledgers book %d requests on %s but it holds %d, for %d samples at %v",
-					booked[w], w, live, ledgerLeakPersist, r.elapsed())
+				r.violate("ledger_matches_streams", "the ledgers book %d requests on %s (%s) but it holds %d, for %d samples at %v",
+					booked[w], w, strings.Join(by[w], ", "), live, ledgerLeakPersist, r.elapsed())
 			}
 		default:
 			st.under[w], st.over[w] = 0, 0
