@@ -538,3 +538,48 @@ func TestAnAdoptWaitingOnABusyActorEndsWhenTheServerStops(t *testing.T) {
 	require.NotEmpty(t, out.Error)
 	srv.Disown("gold")
 }
+
+// The owner handles cancels and admit requests on two subscriptions, so a
+// cancel can be handled before its admit (after a NATS cut the client's
+// reconnect buffer delivers them back to back). Such a grant would go to an
+// inbox nobody waits on and hold its worker slot for the whole AckTimeout
+// with nothing running there; it is withdrawn instead, counted cancelled.
+func TestAGrantWhoseCancelArrivedFirstIsWithdrawnAtOnce(t *testing.T) {
+	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, workers(1, 1))
+	a := h.start("a", nil)
+	h.own("gold", "a", 1)
+	ctx := testenv.Context(t)
+	busy := occupy(t, ctx, a)
+	nc := rawConn(t, h)
+
+	// A queued probe: its cancel, published after the late request's on
+	// the same subject, is handled after it, which the probe's reply shows.
+	probe := wireRequest(request("gold", 0))
+	probeReply := asyncRawAdmit(t, nc, probe)
+	waitQueued(t, a, "gold", 1)
+	late := wireRequest(request("gold", 0))
+	late.Attempt = 1
+	publishCancel(t, nc, "gold", &wire.CancelRequest{ID: late.ID, Attempt: 1, Entry: "entry", Owner: "a"})
+	publishCancel(t, nc, "gold", &wire.CancelRequest{ID: probe.ID, Entry: "entry", Owner: "a"})
+	select {
+	case <-probeReply:
+	case <-ctx.Done():
+		t.Fatal("the probe's cancel was not handled")
+	}
+	require.Equal(t, uint64(1), a.counters(t, "gold").Cancelled)
+
+	// The admit request whose cancel was handled above arrives now, and
+	// the worker is free: it must not hold the worker.
+	busy.Finish(false)
+	b, err := wire.EncodeAdmission(late)
+	require.NoError(t, err)
+	require.NoError(t, nc.Publish(wire.NewSubjects(cluster).Admit("gold"), b)) // no reply wanted: the entry gave up on it
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		c := a.counters(t, "gold")
+		return c.Retried == 1 && c.Cancelled+c.Admitted >= 3
+	}, "the late attempt was not decided")
+	c := a.counters(t, "gold")
+	require.Equal(t, uint64(2), c.Cancelled, "the late attempt's grant must be withdrawn: %+v", c)
+	require.Equal(t, 0, a.snapshot(t).Workers["w0"].ActiveRequests, "a grant nobody will use holds the worker until the ack timeout")
+	require.InDelta(t, 1, testutil.ToFloat64(a.server.m.cancelledGrants), 0)
+}

@@ -21,6 +21,7 @@ type Metrics struct {
 	etcdDegraded      prometheus.Gauge
 	decodeErrors      *prometheus.CounterVec
 	staleLifeMarks    prometheus.Counter
+	cancelledGrants   prometheus.Counter
 	adopted           prometheus.Counter
 	rehomed           prometheus.Counter
 	entryRejected     *prometheus.CounterVec
@@ -87,6 +88,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		staleLifeMarks: f.NewCounter(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionStaleLifeMarks,
 			Help: "Lifecycle marks dropped because they name another instance of this owner (its previous life).",
+		}),
+		cancelledGrants: f.NewCounter(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionCancelledGrants,
+			Help: "Grants withdrawn (rolled back, counted cancelled) because the entry's cancel of the attempt had arrived before its admit request.",
 		}),
 		adopted: f.NewCounter(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionAdoptedBookings,

@@ -57,6 +57,11 @@ type Server struct {
 	// quota leases tenants' quotas across the class owners (NewQuota
 	// installs it before Run; nil: each owner enforces them alone).
 	quota *Quota
+
+	// cancelled are the attempts entries cancelled here, so that a grant
+	// of one whose admit arrived after its cancel is withdrawn
+	// (cancelled.go).
+	cancelled cancelledAttempts
 }
 
 type ownedClass struct {
@@ -442,6 +447,14 @@ func (s *Server) enqueueLeased(class string, m *nats.Msg, req *scheduler.Request
 		if moved {
 			return s.handOff(outgoingReply{m: m, out: movedReply()})
 		}
+		if err == nil && s.cancelled.has(req.ID, req.Attempt) {
+			// Its cancel overtook it (cancelled.go): the entry will never
+			// use this grant. Rolled back and counted cancelled; no reply.
+			s.m.cancelledGrants.Inc()
+			s.log.Info("grant withdrawn: its cancel arrived before the admit request",
+				zap.String("request_id", req.ID), zap.Int("attempt", req.Attempt), zap.String("worker", g.Worker))
+			return false
+		}
 		out := &wire.AdmitReply{Owner: s.replica, Epoch: epoch}
 		if err != nil {
 			fillRejection(out, err)
@@ -512,6 +525,10 @@ func (s *Server) onCancel(m *nats.Msg) {
 	if in.Owner != s.replica {
 		return // meant for the class's previous owner
 	}
+	// Remembered before the actor's turn: a grant of this attempt made
+	// before the mark is freed by CancelAttempt (an unacknowledged
+	// grant), one made after it sees the mark (enqueueLeased).
+	s.cancelled.add(in.ID, in.Attempt, s.clock.Now())
 	s.actor.CancelAttempt(in.ID, in.Attempt)
 }
 

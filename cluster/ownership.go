@@ -313,6 +313,29 @@ func (o *Ownership) Owner(class string) (Owner, bool) {
 	return v, ok && v.Replica != ""
 }
 
+// Claimant is the replica placement lets claim class while it has no owner
+// key: the rendezvous winner among the replicas registered ready, the list
+// reconcile claims from. A replica that crashed or is cut from etcd stays
+// registered (ready, if it was) until its lease expires, and every other
+// replica leaves the class to it meanwhile: etcd's lease is the only
+// liveness ownership trusts (docs/architecture.md, "A second fault on the
+// successor"). "" when no replica is registered ready. Observability and
+// tests read it; reconcile does not call it.
+func (o *Ownership) Claimant(class string) string {
+	return Place(class, readyReplicas(o.replicas.Snapshot()))
+}
+
+// readyReplicas is the ids of the replicas registered ready, sorted.
+func readyReplicas(reps *Snapshot[Replica]) []string {
+	var ready []string
+	for _, id := range sortedKeys(reps.Items) {
+		if reps.Items[id].Info.Ready {
+			ready = append(ready, id)
+		}
+	}
+	return ready
+}
+
 // NewestEpoch is the newest epoch this replica has seen for class, also
 // after the owner let go of it; 0 if none. A grant with an older epoch is
 // stale (design §4 step 8).
@@ -472,14 +495,11 @@ func (o *Ownership) reconcile(ctx context.Context, lease clientv3.LeaseID, owner
 	self := o.cfg.ReplicaID
 	me, ok := reps.Items[self]
 	selfReady := ok && me.Info.Ready && me.Lease == lease
-	var ready, settled []string
+	ready := readyReplicas(reps)
+	var settled []string
 	wake := time.Duration(-1)
-	for _, id := range sortedKeys(reps.Items) {
+	for _, id := range ready {
 		r := reps.Items[id]
-		if !r.Info.Ready {
-			continue
-		}
-		ready = append(ready, id)
 		if left := o.cfg.SettlePeriod - now.Sub(r.ReadySince); left <= 0 {
 			settled = append(settled, id)
 		} else if wake < 0 || left < wake {

@@ -504,3 +504,59 @@ func TestTheAppLearnsAClassBeforeItIsClaimedAndLosesItOnlyAfterItIsReleased(t *t
 	require.Less(t, at("policy:alpha,beta"), at("acquire:beta"), "the Core must know beta before the replica claims it (else 400 unknown_class): %v", events)
 	require.Less(t, at("release:alpha"), at("policy:beta"), "ownership of alpha must be released before the Core drops alpha: %v", events)
 }
+
+// A class whose owner crashed waits for its rendezvous successor while that
+// successor is registered ready, even when the successor is cut from etcd
+// and will never claim: its registration (and readiness) lasts until its
+// own lease expires, and only then does the next replica claim. Claimant
+// names the replica the class waits for, from the same list reconcile
+// claims from, so a checker can tell this second fault from a stall.
+func TestAClassWaitsForItsRegisteredSuccessorUntilTheSuccessorsLeaseExpires(t *testing.T) {
+	const ttl = 3 * time.Second
+	// A class that a wins among a, b, c, and b among b, c.
+	var class string
+	for _, c := range classNames(64) {
+		if Place(c, []string{"a", "b", "c"}) == "a" && Place(c, []string{"b", "c"}) == "b" {
+			class = c
+			break
+		}
+	}
+	require.NotEmpty(t, class, "no class of 64 is a's with b as its successor")
+	h := newTestCluster(t, ttl, testSettle, []string{class})
+	a := h.start("a", nodeOpts{})
+	b := h.start("b", nodeOpts{proxied: true})
+	c := h.start("c", nodeOpts{})
+	testenv.Eventually(t, converge, func() bool {
+		o, ok := c.own.Owner(class)
+		_, held := a.heldClasses()[class]
+		return ok && o.Replica == "a" && held
+	}, "a never owned %s", class)
+	require.Equal(t, "a", c.own.Claimant(class))
+
+	a.kill()
+	// b is cut after a's crash, before a's lease runs out: b fences and
+	// never claims, but stays registered ready until its own lease expires,
+	// about 1.5 s after a's.
+	time.Sleep(ttl / 2)
+	b.proxy.Cut()
+	cutAt := time.Now()
+
+	waitedOnB := false
+	testenv.Eventually(t, 2*ttl+converge, func() bool {
+		if _, held := c.heldClasses()[class]; held {
+			return true
+		}
+		if _, owned := c.own.Owner(class); !owned && c.own.Claimant(class) == "b" {
+			waitedOnB = true
+		}
+		return false
+	}, "c never claimed %s", class)
+	claimedAfter := time.Since(cutAt)
+	require.True(t, waitedOnB, "with a's key gone and b still registered, %s was not seen waiting on b", class)
+	_, bRegistered := c.reps.Snapshot().Items["b"]
+	require.False(t, bRegistered, "c claimed %s while b, the rendezvous successor, was still registered", class)
+	require.Equal(t, "c", c.own.Claimant(class))
+	t.Logf("%s claimed by c %v after b's cut (ttl %v)", class, claimedAfter, ttl)
+	require.Empty(t, b.heldClasses())
+	h.tl.requireNoOverlap(t)
+}

@@ -106,7 +106,10 @@ const (
 
 	NameAdmissionDecodeErrors   = "switchyard_admission_decode_errors_total"
 	NameAdmissionStaleLifeMarks = "switchyard_admission_stale_life_marks_total"
-	NameClusterAcquireErrors    = "switchyard_cluster_ownership_acquire_errors_total"
+	// NameAdmissionCancelledGrants counts grants withdrawn because their
+	// cancel had overtaken their admit request (admission/cancelled.go).
+	NameAdmissionCancelledGrants = "switchyard_admission_cancelled_grants_total"
+	NameClusterAcquireErrors     = "switchyard_cluster_ownership_acquire_errors_total"
 
 	// KV index (kvindex/metrics.go).
 	NameIndexBlocks           = "switchyard_index_blocks"

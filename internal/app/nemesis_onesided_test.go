@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/cluster"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/tenant"
 )
@@ -463,27 +462,26 @@ func (r *nemesisRun) etcdBackAfter(t time.Time) bool {
 	return false
 }
 
-// waitingOn is the replica class waits for, as the live, connected
-// replicas see it: its registered owner, or with none the rendezvous
-// choice among the replicas still registered as ready (up, not withdrawn
-// for a NATS cut; one cut from etcd stays registered until its lease
-// expires, and the others leave the class to it meanwhile).
+// waitingOn is the replica class waits for, as the first live, connected
+// replica sees it: its registered owner, or with none the replica its
+// ownership would let claim (Ownership.Claimant: the rendezvous winner
+// among the replicas registered ready). That is the tier's own placement,
+// not one computed from the harness's slots: a replica that crashed, or is
+// cut from etcd, stays registered ready until its lease expires, and the
+// others leave the class to it meanwhile, whatever state its slot is in
+// (the soak's silver at 19m8s waited on n5, crashed with its etcd link
+// broken before it could write itself not ready, which slots not stopping
+// and not cut from NATS did not name).
 func (r *nemesisRun) waitingOn(class string, healthy []*nemesisSlot) string {
 	for _, h := range healthy {
 		if cur := h.current(); cur != nil {
 			if o := cur.status.Owners()[class].Replica; o != "" {
 				return o
 			}
-			break
+			return cur.status.own.Claimant(class)
 		}
 	}
-	var ready []string
-	for _, s := range r.slots {
-		if cur := s.current(); cur != nil && !cur.stopping.Load() && s.natsCuts.Load() == 0 {
-			ready = append(ready, s.id)
-		}
-	}
-	return cluster.Place(class, ready)
+	return ""
 }
 
 // liveOn is the requests a worker holds now (running and waiting).
@@ -536,6 +534,7 @@ func (r *nemesisRun) sampleLedger(quiet bool) {
 		return
 	}
 	booked := map[string]int{}
+	by := map[string][]string{} // worker -> "replica n" with bookings there, for the message
 	for _, s := range r.slots {
 		cur := s.current()
 		if cur == nil {
@@ -549,6 +548,9 @@ func (r *nemesisRun) sampleLedger(quiet bool) {
 		}
 		for w, l := range snap.Workers {
 			booked[w] += l.ActiveRequests
+			if l.ActiveRequests > 0 {
+				by[w] = append(by[w], fmt.Sprintf("%s %d", s.id, l.ActiveRequests))
+			}
 		}
 	}
 	if !r.quiet() { // a fault began while the ledgers were read
@@ -570,8 +572,8 @@ func (r *nemesisRun) sampleLedger(quiet bool) {
 			st.over[w]++
 			st.under[w] = 0
 			if st.over[w] == ledgerLeakPersist {
-				r.violate("ledger_matches_streams", "the ledgers book %d requests on %s but it holds %d, for %d samples at %v",
-					booked[w], w, live, ledgerLeakPersist, r.elapsed())
+				r.violate("ledger_matches_streams", "the ledgers book %d requests on %s (%s) but it holds %d, for %d samples at %v",
+					booked[w], w, strings.Join(by[w], ", "), live, ledgerLeakPersist, r.elapsed())
 			}
 		default:
 			st.under[w], st.over[w] = 0, 0
