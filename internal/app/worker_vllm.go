@@ -156,10 +156,14 @@ func (s *vllmEventSink) PublishKVEvents(b *wire.KVEventBatch) { s.PublishKVEvent
 func (s *vllmEventSink) PublishKVEventsWithTokens(b *wire.KVEventBatch, tokens [][]uint32) {
 	out := enginekv.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: make([]enginekv.Event, 0, len(b.Events))}
 	medium := "GPU"
-	if _, t := kvindex.SplitTier(b.Worker); t == kvindex.TierCPU {
+	switch _, t := kvindex.SplitTier(b.Worker); t {
+	case kvindex.TierCPU:
 		// The engine's host tier (engine/host.go): vLLM's offloading
 		// connector reports it as medium CPU, without tokens or parents.
 		medium = "CPU"
+	case kvindex.TierDisk:
+		// The disk tier below it (engine/disk.go): medium DISK.
+		medium = "DISK"
 	}
 	for i, ev := range b.Events {
 		hs := make([]uint64, len(ev.Hashes))
