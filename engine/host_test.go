@@ -171,14 +171,14 @@ func TestBlocksEvictedFromTheHostTierGoToTheDiskTierAndLoadBackAtTheDisksCost(t 
 	h.runIdle()
 	h.submit("d", prompt(12, 20*16), 2, 0)
 	h.runIdle()
-	gpu, host, onDisk := where()
+	_, host, onDisk := where()
 	require.Positive(t, host, "GPU → host first")
 	require.Zero(t, onDisk)
 	for i := range 4 {
 		h.submit(string(rune('e'+i)), prompt(uint32(20+i), 20*16), 2, 0)
 		h.runIdle()
 	}
-	gpu, host, onDisk = where()
+	gpu, host, onDisk := where()
 	require.Equal(t, [3]int{0, 0, 20}, [3]int{gpu, host, onDisk}, "host → disk: a's blocks were written down")
 
 	start := h.clock.now

@@ -103,7 +103,7 @@ func startDPEngine(ctx context.Context, grp *errgroup.Group, cfg UpConfig, i int
 }
 
 // errBadRank is the API server's answer to a rank header out of range.
-var errBadRank = errors.New("X-data-parallel-rank is not a rank of this engine")
+var errBadRank = errors.New("the X-data-parallel-rank header names no rank of this engine")
 
 // runDPFront serves the API server of a data-parallel engine on listen
 // until ctx ends: a request with X-data-parallel-rank goes to that rank,
@@ -161,6 +161,8 @@ func runDPFront(ctx context.Context, listen string, ranks []string, ready func(s
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
-	<-done
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
 	return nil
 }
