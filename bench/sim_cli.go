@@ -149,6 +149,8 @@ func (c *simCLI) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&b.Engine.Speedup, "sim-engine-speedup", b.Engine.Speedup, "sim: divide every engine step time by this factor")
 	fs.IntVar(&b.Engine.HostBlocks, "sim-host-blocks", b.Engine.HostBlocks, "sim: engine host-memory KV tier in blocks (0: none): GPU-evicted blocks go there and load back at -sim-host-load-ms-per-token")
 	fs.Float64Var(&b.Engine.HostLoadMsPerToken, "sim-host-load-ms-per-token", b.Engine.HostLoadMsPerToken, "sim: ms a token's KV takes to load back from the host tier")
+	fs.IntVar(&b.Engine.DiskBlocks, "sim-disk-blocks", b.Engine.DiskBlocks, "sim: engine disk KV tier in blocks below the host tier (0: none; needs -sim-host-blocks): blocks the host tier evicts go there and load back at -sim-disk-load-ms-per-token")
+	fs.Float64Var(&b.Engine.DiskLoadMsPerToken, "sim-disk-load-ms-per-token", b.Engine.DiskLoadMsPerToken, "sim: ms a token's KV takes to load back from the disk tier")
 	listFlag(fs, "sim-engine-speedups", "sim: per-worker engine speedups, assigned round-robin (e.g. 0.5,1: half the workers twice as slow)", &b.EngineSpeedups, func(s string) (float64, error) {
 		return strconv.ParseFloat(s, 64)
 	})

@@ -80,6 +80,8 @@ type SimConfigInfo struct {
 	EngineSpeedups  []float64 `json:"engine_speedups,omitempty"`
 	HostBlocks      int       `json:"host_blocks,omitempty"`
 	HostLoadMsPerTk float64   `json:"host_load_ms_per_token,omitempty"`
+	DiskBlocks      int       `json:"disk_blocks,omitempty"`
+	DiskLoadMsPerTk float64   `json:"disk_load_ms_per_token,omitempty"`
 	TierWeights     []float64 `json:"tier_weights,omitempty"`
 }
 
@@ -92,7 +94,9 @@ type SimWorkerReport struct {
 	CachedTokens uint64  `json:"cached_tokens"`
 	HitRate      float64 `json:"hit_rate"`
 	// HostCachedTokens of CachedTokens were loaded back from the host tier.
-	HostCachedTokens uint64  `json:"host_cached_tokens,omitempty"`
+	HostCachedTokens uint64 `json:"host_cached_tokens,omitempty"`
+	// DiskCachedTokens of CachedTokens were loaded back from the disk tier.
+	DiskCachedTokens uint64  `json:"disk_cached_tokens,omitempty"`
 	BusyS            float64 `json:"busy_s"`
 	Steps            uint64  `json:"steps"`
 	Preemptions      uint64  `json:"preemptions"`
@@ -144,7 +148,8 @@ func (s *simulation) report() *SimReport {
 			QueueLimit: cfg.Class.Limits.Requests, BlockSize: cfg.Engine.BlockSize, KVBlocks: cfg.Engine.NumBlocks,
 			MaxBatchedTok: cfg.Engine.MaxNumBatchedTokens, MaxNumSeqs: cfg.Engine.MaxNumSeqs, EngineSpeedup: cfg.Engine.Speedup,
 			EngineSpeedups: cfg.EngineSpeedups,
-			HostBlocks:     cfg.Engine.HostBlocks, HostLoadMsPerTk: hostLoad(cfg), TierWeights: tierWeights(cfg),
+			HostBlocks:     cfg.Engine.HostBlocks, HostLoadMsPerTk: hostLoad(cfg),
+			DiskBlocks: cfg.Engine.DiskBlocks, DiskLoadMsPerTk: diskLoad(cfg), TierWeights: tierWeights(cfg),
 		},
 		Summary:    sum,
 		Events:     s.nEvents,
@@ -174,7 +179,8 @@ func (s *simulation) report() *SimReport {
 		rep.Workers = append(rep.Workers, SimWorkerReport{
 			ID: w.id, Requests: w.reqs, PeakActive: w.peak, PromptTokens: st.PromptTokens,
 			CachedTokens: st.CachedTokens, HitRate: st.PrefixHitRate, BusyS: st.BusyTime.Seconds(), HostCachedTokens: st.HostCachedTokens,
-			Steps: st.Steps, Preemptions: st.Preemptions, Evicted: st.BlocksEvicted, IndexResyncs: w.resyncs,
+			DiskCachedTokens: st.DiskCachedTokens,
+			Steps:            st.Steps, Preemptions: st.Preemptions, Evicted: st.BlocksEvicted, IndexResyncs: w.resyncs,
 			TTFTScale: s.replicas[0].core.TTFTScale(w.id),
 		})
 	}

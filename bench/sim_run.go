@@ -143,6 +143,7 @@ type simRequest struct {
 	res     Result
 	done    bool
 	host    int         // prompt tokens loaded back from the host tier (sim_tiers.go)
+	disk    int         // prompt tokens loaded back from the disk tier (sim_tiers.go)
 	dec     simDecision // the grant's routing figures until the engine reports (sim_quality.go)
 	// sessionPrev is the worker the entry replica's session table named
 	// ("": none, or affinity off; sim_sessions.go).
@@ -339,7 +340,7 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 	}
 	for r := range s.replicas {
 		icfg := kvindex.DefaultConfig()
-		icfg.MaxWorkers = max(icfg.MaxWorkers, 2*cfg.Workers) // a host tier is one more stream each
+		icfg.MaxWorkers = max(icfg.MaxWorkers, 3*cfg.Workers) // host and disk tiers are one more stream each
 		// Predictions live PredictTTL; room for every prompt block routed
 		// in that window keeps them from being dropped.
 		icfg.MaxPredictedEntries = 1 << 24
@@ -353,6 +354,11 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 			}
 			if st := w.eng.HostTierStream(); st != "" {
 				if err := ix.SetCapacity(st, cfg.Engine.HostBlocks); err != nil {
+					return nil, fmt.Errorf("sim index capacity: %w", err)
+				}
+			}
+			if st := w.eng.DiskTierStream(); st != "" {
+				if err := ix.SetCapacity(st, cfg.Engine.DiskBlocks); err != nil {
 					return nil, fmt.Errorf("sim index capacity: %w", err)
 				}
 			}
@@ -744,7 +750,7 @@ func (s *simulation) delta(i int, d engine.Delta) {
 		return
 	}
 	q.res.PromptTokens, q.res.CachedTokens = d.PromptTokens, d.CachedTokens
-	q.host = d.HostCachedTokens
+	q.host, q.disk = d.HostCachedTokens, d.DiskCachedTokens
 	s.realised(q, d.CachedTokens)
 	q.res.E2E = time.Duration(at - q.arrival)
 	q.res.ITL = q.itl
@@ -768,7 +774,7 @@ func (s *simulation) deliverKV(e simEvent) {
 		}
 		if o == kvindex.OutcomeResync {
 			if e.batch.Worker != s.workers[e.a].id {
-				// A host tier's stream has no dump: its batches arrive in
+				// A tier's stream (host or disk) has no dump: its batches arrive in
 				// order and complete, so a resync is a simulator bug.
 				s.log.Warn("host tier stream resync", zap.String("stream", e.batch.Worker))
 				s.tierResyncs++

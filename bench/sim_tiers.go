@@ -6,8 +6,9 @@ import (
 )
 
 // The host tier in the simulator: every engine keeps -sim-host-blocks of
-// GPU-evicted blocks in host memory (engine/host.go) and publishes them as
-// its tier stream; each replica's index holds that stream beside the
+// GPU-evicted blocks in host memory (engine/host.go), and with
+// -sim-disk-blocks the blocks the host tier evicts on disk below it
+// (engine/disk.go), and publishes each as its tier stream; each replica's index holds that stream beside the
 // worker's, and the KV-aware policy hands the scheduler both depths, priced
 // by the TTFT selector's tier costs (-sim-ttft-host-gbps,
 // -sim-ttft-cpu-weight, ...).
@@ -24,13 +25,16 @@ func tierOverlap(m kvindex.Match) scheduler.Overlap {
 // tier their prefix was served from.
 type SimTierReport struct {
 	PromptTokens uint64 `json:"prompt_tokens"`
-	// GPUHitRate and HostHitRate split the run's hit rate: prompt tokens
-	// reused from the GPU cache and loaded back from host memory.
+	// GPUHitRate, HostHitRate and DiskHitRate split the run's hit rate:
+	// prompt tokens reused from the GPU cache, loaded back from host
+	// memory and loaded back from disk (0 without a disk tier).
 	GPUHitRate  float64 `json:"gpu_hit_rate"`
 	HostHitRate float64 `json:"host_hit_rate"`
-	// TTFTHost: requests with any prompt token loaded from the host tier;
-	// TTFTGPU: the other requests with a cached prefix; TTFTMiss: none
-	// cached (ms).
+	DiskHitRate float64 `json:"disk_hit_rate"`
+	// TTFTDisk: requests with any prompt token loaded from the disk tier;
+	// TTFTHost: the others with any loaded from the host tier; TTFTGPU:
+	// the other requests with a cached prefix; TTFTMiss: none cached (ms).
+	TTFTDisk Stats `json:"ttft_disk_ms"`
 	TTFTHost Stats `json:"ttft_host_ms"`
 	TTFTGPU  Stats `json:"ttft_gpu_ms"`
 	TTFTMiss Stats `json:"ttft_miss_ms"`
@@ -45,8 +49,8 @@ func (s *simulation) tierReport(results []Result) *SimTierReport {
 		return nil
 	}
 	rep := &SimTierReport{IndexResyncs: s.tierResyncs}
-	var cached, host uint64
-	var th, tg, tm []float64
+	var cached, host, disk uint64
+	var td, th, tg, tm []float64
 	for i := range s.reqs {
 		q := &s.reqs[i]
 		r := &results[i]
@@ -56,8 +60,11 @@ func (s *simulation) tierReport(results []Result) *SimTierReport {
 		rep.PromptTokens += uint64(r.PromptTokens)
 		cached += uint64(r.CachedTokens)
 		host += uint64(q.host)
+		disk += uint64(q.disk)
 		ms := float64(r.TTFT) / 1e6
 		switch {
+		case q.disk > 0:
+			td = append(td, ms)
 		case q.host > 0:
 			th = append(th, ms)
 		case r.CachedTokens > 0:
@@ -67,9 +74,11 @@ func (s *simulation) tierReport(results []Result) *SimTierReport {
 		}
 	}
 	if rep.PromptTokens > 0 {
-		rep.GPUHitRate = float64(cached-host) / float64(rep.PromptTokens)
+		rep.GPUHitRate = float64(cached-host-disk) / float64(rep.PromptTokens)
 		rep.HostHitRate = float64(host) / float64(rep.PromptTokens)
+		rep.DiskHitRate = float64(disk) / float64(rep.PromptTokens)
 	}
+	rep.TTFTDisk = StatsOf(td)
 	rep.TTFTHost, rep.TTFTGPU, rep.TTFTMiss = StatsOf(th), StatsOf(tg), StatsOf(tm)
 	return rep
 }
@@ -79,6 +88,13 @@ func hostLoad(cfg SimConfig) float64 {
 		return 0
 	}
 	return cfg.Engine.HostLoadMsPerToken
+}
+
+func diskLoad(cfg SimConfig) float64 {
+	if cfg.Engine.DiskBlocks == 0 {
+		return 0
+	}
+	return cfg.Engine.DiskLoadMsPerToken
 }
 
 // tierWeights records constant tier weights when a run prices by them.

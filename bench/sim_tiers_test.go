@@ -41,3 +41,27 @@ func TestSimHostTierServesEvictedPrefixesAndTheRouterFindsThem(t *testing.T) {
 	assert.Less(t, with.Tiers.TTFTHost.Mean, with.Tiers.TTFTMiss.Mean, "loading back beats recomputing")
 	assert.Zero(t, without.Summary.CachedTokens, "without the tier both repeats recompute")
 }
+
+// The same trace with a host tier too small for one prefix and a disk tier
+// below it: the evicted prefixes pass through host memory to disk, the
+// repeats load from disk, and the report splits hits and TTFT by tier.
+func TestSimDiskTierServesPrefixesTheHostTierEvicted(t *testing.T) {
+	cfg := simTestConfig()
+	cfg.Engine.NumBlocks = 66
+	cfg.Engine.HostBlocks = 16
+	hostOnly := runSim(t, cfg, evictingTrace())
+	require.NotNil(t, hostOnly.Tiers)
+	assert.Zero(t, hostOnly.Tiers.DiskHitRate)
+
+	cfg.Engine.DiskBlocks = 1024
+	cfg.Engine.DiskLoadMsPerToken = 0.002 // a fast disk: loading beats recomputing
+	rep := runSim(t, cfg, evictingTrace())
+	require.NotNil(t, rep.Tiers)
+	assert.Zero(t, rep.Tiers.IndexResyncs, "the disk streams arrive complete")
+	assert.Equal(t, 6, rep.Summary.OK)
+	assert.Positive(t, rep.Tiers.DiskHitRate, "repeats load from disk")
+	assert.Positive(t, rep.Tiers.TTFTDisk.Count, "a repeat loads from disk")
+	assert.Less(t, rep.Tiers.TTFTDisk.Mean, rep.Tiers.TTFTMiss.Mean, "loading back from a fast disk beats recomputing 1024 tokens")
+	assert.Greater(t, rep.Summary.CachedTokens, hostOnly.Summary.CachedTokens, "the disk tier keeps what the small host tier drops")
+	assert.Equal(t, 1024, rep.Config.DiskBlocks)
+}

@@ -91,6 +91,7 @@ type seq struct {
 	started    bool
 	cached     int
 	hostCached int // of cached, loaded back from the host tier
+	diskCached int // of cached, loaded back from the disk tier
 	inBatch    int // 1 + index in Engine.batch, 0 when not scheduled
 	heapIdx    int
 	outBase    uint64
@@ -139,6 +140,10 @@ type Stats struct {
 	// tier (part of CachedTokens), in HostLoads blocks.
 	HostCachedTokens uint64
 	HostLoads        uint64
+	// DiskCachedTokens are the cached tokens loaded back from the disk
+	// tier (part of CachedTokens), in DiskLoads blocks.
+	DiskCachedTokens uint64
+	DiskLoads        uint64
 }
 
 // New builds an engine. It starts nothing. Submit stamps arrivals with clk's
@@ -173,9 +178,7 @@ func New(cfg Config, clk clock.Clock) (*Engine, error) {
 	}
 	e.watermark = int(cfg.WatermarkFraction * float64(cfg.NumBlocks))
 	e.pool = newPool(cfg.NumBlocks, e.evicted)
-	if cfg.HostBlocks > 0 {
-		e.host = newHostTier(cfg.HostBlocks, cfg.WorkerID, e.instance)
-	}
+	e.host = newTiers(&cfg, e.instance)
 	return e, nil
 }
 

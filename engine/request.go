@@ -69,6 +69,8 @@ type Delta struct {
 	CachedTokens int
 	// HostCachedTokens of CachedTokens were loaded back from the host tier.
 	HostCachedTokens int
+	// DiskCachedTokens of CachedTokens were loaded back from the disk tier.
+	DiskCachedTokens int
 	// Finish is non-zero on the last delivery.
 	Finish FinishReason
 }

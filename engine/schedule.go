@@ -101,7 +101,7 @@ func (e *Engine) schedule(now time.Time) {
 		}
 		if !s.started {
 			s.started = true
-			s.cached, s.hostCached = cached, host*bs
+			s.cached = cached // loadFromHost split its offloaded part
 			e.st.PromptTokens += uint64(s.nPrompt)
 			e.st.CachedTokens += uint64(cached)
 		}
@@ -200,7 +200,8 @@ func (e *Engine) complete(end time.Time) {
 		s.nOut++
 		e.st.OutputTokens++
 		d := Delta{Time: end, Token: tok, HasToken: true, Index: s.nOut - 1,
-			PromptTokens: s.nPrompt, CachedTokens: s.cached, HostCachedTokens: s.hostCached}
+			PromptTokens: s.nPrompt, CachedTokens: s.cached, HostCachedTokens: s.hostCached,
+			DiskCachedTokens: s.diskCached}
 		if s.nOut >= s.req.MaxTokens {
 			e.st.Finished++
 			d.Finish = FinishLength

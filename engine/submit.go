@@ -125,7 +125,7 @@ func (e *Engine) end(s *seq, d Delta) {
 	s.state = stateDone
 	s.inBatch = 0
 	delete(e.seqs, s.req.ID)
-	d.PromptTokens, d.CachedTokens, d.HostCachedTokens = s.nPrompt, s.cached, s.hostCached
+	d.PromptTokens, d.CachedTokens, d.HostCachedTokens, d.DiskCachedTokens = s.nPrompt, s.cached, s.hostCached, s.diskCached
 	e.deliver(s, d)
 }
 

@@ -48,9 +48,12 @@ type (
 		// Owned are the classes this replica owns; Classes has the
 		// actor's counters of every class it knows, and only an owner's
 		// (or a degraded replica's) move.
-		Owned      []string               `json:"owned"`
-		Classes    map[string]classDoc    `json:"classes"`
-		Workers    []workerDoc            `json:"workers"`
+		Owned   []string            `json:"owned"`
+		Classes map[string]classDoc `json:"classes"`
+		Workers []workerDoc         `json:"workers"`
+		// Engines groups the workers by engine: a data-parallel engine's
+		// ranks (each a worker, a routing target of its own) under one row.
+		Engines    []engineDoc            `json:"engines"`
 		Members    []memberDoc            `json:"gossip_members"`
 		Quality    frontend.QualityTotals `json:"quality"`
 		Decisions  []frontend.Decision    `json:"decisions"`
@@ -155,9 +158,22 @@ type (
 		PrefixHitRate float64 `json:"prefix_hit_rate"`
 		AgeMs         int64   `json:"age_ms"`
 	}
+	// engineDoc is one engine: its ranks' worker ids (one, itself,
+	// without data parallelism), in rank order.
+	engineDoc struct {
+		ID     string   `json:"id"`
+		URL    string   `json:"url"`
+		DPSize int      `json:"dp_size"` // 0 or 1: not data-parallel
+		Ranks  []string `json:"ranks"`
+	}
 	workerDoc struct {
-		ID        string   `json:"id"`
-		URL       string   `json:"url"`
+		ID  string `json:"id"`
+		URL string `json:"url"`
+		// Engine is the engine the worker is a rank of (its own id
+		// without data parallelism); DPRank its rank of DPSize.
+		Engine    string   `json:"engine"`
+		DPRank    int      `json:"dp_rank"`
+		DPSize    int      `json:"dp_size"`
 		Model     string   `json:"model"`
 		Models    []string `json:"models,omitempty"`
 		BlockSize int      `json:"block_size"`
@@ -290,7 +306,7 @@ func (r *replica) clusterInfo(context.Context) (json.RawMessage, error) {
 		registered[i.ID] = true
 		local, remote := snap.Workers[i.ID], r.gossip.RemoteLoad(i.ID)
 		wd := workerDoc{
-			ID: i.ID, URL: i.URL, Model: i.Model, Models: i.Models, BlockSize: i.BlockSize, KVBlocks: i.KVBlocks,
+			ID: i.ID, URL: i.URL, Engine: engineOf(i.ID, i.DPRank, i.DPSize), DPRank: i.DPRank, DPSize: i.DPSize, Model: i.Model, Models: i.Models, BlockSize: i.BlockSize, KVBlocks: i.KVBlocks,
 			Indexed:         r.ix.Blocks(i.ID),
 			Booked:          loadDoc{local.ActiveRequests, local.PrefillTokens, local.DecodeBlocks},
 			BookedElsewhere: loadDoc{remote.ActiveRequests, remote.PrefillTokens, remote.DecodeBlocks},
@@ -327,6 +343,7 @@ func (r *replica) clusterInfo(context.Context) (json.RawMessage, error) {
 	}
 	r.reports.forget(registered)
 	sort.Slice(doc.Workers, func(i, j int) bool { return doc.Workers[i].ID < doc.Workers[j].ID })
+	doc.Engines = groupEngines(doc.Workers)
 	for _, m := range r.gossip.Members() {
 		doc.Members = append(doc.Members, memberDoc{Name: m.Name, Addr: m.Addr, HTTPAddr: m.Meta.HTTPAddr, Version: m.Meta.Version})
 	}
@@ -466,5 +483,43 @@ func (r *replica) degradedQuotasDoc() degradedQuotasDoc {
 				TokensPerMinute: q.TokensPerMinute, Closed: closed}
 		}
 	}
+	return out
+}
+
+// engineOf is the engine a worker is a rank of: an adapter registers rank
+// r of engine E as E-dp<r> (adapter.DPWorkerID) when dpSize > 1; any
+// other worker is an engine of its own.
+func engineOf(id string, rank, dpSize int) string {
+	if dpSize <= 1 {
+		return id
+	}
+	if e, ok := strings.CutSuffix(id, "-dp"+strconv.Itoa(rank)); ok && e != "" {
+		return e
+	}
+	return id
+}
+
+// groupEngines lists the engines of ws (sorted by id), each with its
+// ranks in rank order.
+func groupEngines(ws []workerDoc) []engineDoc {
+	at := map[string]int{}
+	var out []engineDoc
+	for _, w := range ws {
+		i, ok := at[w.Engine]
+		if !ok {
+			i = len(out)
+			at[w.Engine] = i
+			out = append(out, engineDoc{ID: w.Engine, URL: w.URL, DPSize: w.DPSize})
+		}
+		out[i].Ranks = append(out[i].Ranks, w.ID)
+	}
+	rank := map[string]int{}
+	for _, w := range ws {
+		rank[w.ID] = w.DPRank
+	}
+	for _, e := range out {
+		sort.Slice(e.Ranks, func(a, b int) bool { return rank[e.Ranks[a]] < rank[e.Ranks[b]] })
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
 	return out
 }

@@ -74,3 +74,39 @@ func TestAPrefixOffloadedToHostMemoryIsIndexedAsTheEnginesCPUTierAndStillWinsThe
 	require.True(t, ok)
 	assert.Positive(t, d.Blocks, "the loaded blocks are GPU blocks again")
 }
+
+// The simulated engine's disk tier below its host tier, published with
+// medium DISK: an adapter with -kv-tiers cpu,disk mirrors it as the
+// worker's --disk stream, and routers index it there. The engine's GPU
+// pool and host tier are small, so a conversation's blocks pass through
+// host memory to disk.
+func TestBlocksTheHostTierEvictsReachTheRouterAsTheEnginesDiskTier(t *testing.T) {
+	c := newTestCluster(t, 0)
+	small := func(w *WorkerConfig) {
+		w.Engine.NumBlocks, w.Engine.HostBlocks, w.Engine.DiskBlocks = 96, 32, 4096
+	}
+	tiers := func(a *adapter.Config) { a.KVTiers = "cpu,disk" }
+	e := startVLLMEngine(t, c, "v1", small, tiers)
+	r := c.startReplicaWith("r1", "127.0.0.1:0", nil)
+	c.waitOwned([]string{"interactive"}, "r1")
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		n, err := r.status.SchedulableWorkers(testenv.Context(t))
+		return err == nil && n == 1
+	}, "v1 registered")
+
+	for i := range 6 {
+		other := make([]uint32, 80*16)
+		for j := range other {
+			other[j] = uint32(20000 + 5000*i + j)
+		}
+		complete(t, e.worker.url, other)
+	}
+	disk := kvindex.TierStream("v1", kvindex.TierDisk)
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		d, ok := r.status.ix.Digest(disk)
+		return ok && d.Blocks > 0
+	}, "the router indexes %s", disk)
+	d, ok := r.status.ix.Digest(kvindex.TierStream("v1", kvindex.TierCPU))
+	require.True(t, ok)
+	assert.LessOrEqual(t, d.Blocks, 32, "the host tier stays bounded")
+}

@@ -63,6 +63,10 @@ type UpConfig struct {
 	// encrypted either way; the engines' ZMQ events stay plaintext on the
 	// host.
 	TLS bool
+	// DPSize > 1 runs every simulated engine with data parallelism: N
+	// ranks behind one API server, an adapter per rank (up_dp.go). It
+	// needs ProtocolVLLM.
+	DPSize int
 }
 
 // DefaultUpConfig is the embedded default of `make up`.
@@ -103,6 +107,16 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, _ = fmt.Fprintf(stderr, "up: with %d workers the workers', adapters' and ZeroMQ ports overlap: set -adapter-port and -zmq-port\n", cfg.Workers)
 		return ErrUsage
 	}
+	if cfg.DPSize > 1 && (cfg.Protocol != ProtocolVLLM || cfg.TLS) {
+		// Ranks are vLLM's: their adapters register them. The rank API
+		// server (up_dp.go) proxies in plaintext only.
+		_, _ = fmt.Fprintln(stderr, "up: -dp-size needs -protocol vllm and no -tls")
+		return ErrUsage
+	}
+	if cfg.DPSize < 0 || cfg.DPSize > 64 {
+		_, _ = fmt.Fprintf(stderr, "up: -dp-size %d must be in [0, 64]\n", cfg.DPSize)
+		return ErrUsage
+	}
 	if cfg.Protocol == ProtocolVLLM && cfg.ZMQPort == 0 {
 		// The adapters must know where their engines publish.
 		_, _ = fmt.Fprintln(stderr, "up: -protocol vllm needs a -zmq-port")
@@ -141,6 +155,7 @@ func upFlags() (*flag.FlagSet, func() (UpConfig, zapcore.Level, error)) {
 	fs.IntVar(&cfg.AdapterPort, "adapter-port", cfg.AdapterPort, "with -protocol vllm: the first adapter's HTTP port; the others use the next ports (default: -worker-port + 100)")
 	fs.DurationVar(&cfg.Replica.DrainDelay, "shutdown-drain-delay", cfg.Replica.DrainDelay, "on Ctrl-C each router fails /readyz, hands its classes off and keeps serving this long (lame duck) before draining its streams")
 	fs.DurationVar(&cfg.Replica.Frontend.ShutdownGrace, "shutdown-grace", cfg.Replica.Frontend.ShutdownGrace, "how long each router then waits for its in-flight requests and streams")
+	fs.IntVar(&cfg.DPSize, "dp-size", cfg.DPSize, "with -protocol vllm: run every simulated engine with this many data-parallel ranks behind one API server, an adapter per rank (0 or 1: none)")
 	fs.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run every link over TLS with credentials, from a CA made for this run (docs/security.md)")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML (default: deploy/policy.yaml, built in)")
@@ -200,7 +215,17 @@ func vllmBanner(cfg UpConfig) string {
 	}
 	return fmt.Sprintf("  workers speak vLLM's protocol: engines on %s, their ZeroMQ KV events and replay on %s (in pairs),\n"+
 		"  each joined by a switchyard adapter (/metrics, /readyz) on %s\n",
-		span(cfg.WorkerPort, cfg.Workers), span(cfg.ZMQPort, 2*cfg.Workers), span(cfg.AdapterPort, cfg.Workers))
+		span(cfg.WorkerPort, cfg.Workers), span(cfg.ZMQPort, 2*cfg.Workers*cfg.dpRanks()), span(cfg.AdapterPort, cfg.Workers*cfg.dpRanks())) +
+		dpBanner(cfg)
+}
+
+// dpBanner says how -dp-size split the engines into ranks.
+func dpBanner(cfg UpConfig) string {
+	if cfg.DPSize <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("  each engine runs %d data-parallel ranks behind its API server: %d routing targets (worker-N-dp<rank>),\n"+
+		"  each rank with its own KV cache and events, pinned by X-data-parallel-rank\n", cfg.DPSize, cfg.Workers*cfg.DPSize)
 }
 
 // upPorts names the fixed ports up is about to listen on (port 0: any).
@@ -220,8 +245,8 @@ func upPorts(cfg UpConfig) map[int]string {
 		ports[cfg.NATSPort] = "embedded NATS"
 	}
 	if cfg.Protocol == ProtocolVLLM {
-		add(cfg.AdapterPort, cfg.Workers, "worker-%d's adapter")
-		add(cfg.ZMQPort, 2*cfg.Workers, "ZeroMQ port %d of the vLLM workers' event and replay pairs")
+		add(cfg.AdapterPort, cfg.Workers*cfg.dpRanks(), "worker-%d's adapter")
+		add(cfg.ZMQPort, 2*cfg.Workers*cfg.dpRanks(), "ZeroMQ port %d of the vLLM workers' event and replay pairs")
 	}
 	return ports
 }
@@ -238,10 +263,10 @@ func upPortCount(cfg UpConfig) int {
 	}
 	if cfg.Protocol == ProtocolVLLM {
 		if cfg.AdapterPort != 0 {
-			n += cfg.Workers
+			n += cfg.Workers * cfg.dpRanks()
 		}
 		if cfg.ZMQPort != 0 {
-			n += 2 * cfg.Workers
+			n += 2 * cfg.Workers * cfg.dpRanks()
 		}
 	}
 	return n
@@ -357,6 +382,10 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		wc.Cluster = cfg.Replica.Cluster
 		wc.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.WorkerPort, i)))
 		wc.Engine.Speedup = cfg.Speedup
+		if cfg.Protocol == ProtocolVLLM && cfg.DPSize > 1 {
+			startDPEngine(gctx, grp, cfg, i, wc, etcdURL, natsURL, log)
+			continue
+		}
 		if cfg.Protocol == ProtocolVLLM {
 			startVLLMWorkerAndAdapter(gctx, grp, cfg, i, wc, etcdURL, natsURL, pki, log)
 			continue
@@ -464,7 +493,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 			if err != nil {
 				return grp.Wait()
 			}
-			if n >= cfg.Workers {
+			if n >= cfg.Workers*cfg.dpRanks() {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -360,7 +360,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	}
 	handler := w.routes()
 	if vllmReg != nil {
-		vllmReg.MustRegister(newVLLMCollector(w.eng, cfg.Engine, cfg.Model))
+		vllmReg.MustRegister(newVLLMCollector(w.eng, cfg.Engine, cfg.Model, cfg.VLLM.DPRank))
 		gs := prometheus.Gatherers{vllmReg}
 		if w.gatherer != nil {
 			gs = append(gs, w.gatherer)

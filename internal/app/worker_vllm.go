@@ -56,6 +56,10 @@ type VLLMWorkerConfig struct {
 	// per process, as vLLM does without PYTHONHASHSEED: the hashes are
 	// opaque and differ across restarts.
 	HashSeed uint64
+	// DPRank is the data-parallel rank this engine plays (`up -dp-size`
+	// runs one engine per rank, no flag): stamped in every batch as vLLM's
+	// data_parallel_rank, and the engine label of its metrics.
+	DPRank int
 }
 
 func defaultVLLMWorkerConfig() VLLMWorkerConfig {
@@ -92,7 +96,7 @@ func (c *VLLMWorkerConfig) publisherConfig() (enginekv.PublisherConfig, error) {
 	}
 	pc.Endpoint, pc.ReplayEndpoint, pc.Topic = c.EventsBind, c.ReplayBind, c.Topic
 	pc.Encoding = enginekv.Encoding{Layout: layout, Hashes: hashes}
-	pc.ReplyWithTopic, pc.BufferSteps, pc.DPRank = c.ReplyWithTopic, c.BufferSteps, 0
+	pc.ReplyWithTopic, pc.BufferSteps, pc.DPRank = c.ReplyWithTopic, c.BufferSteps, c.DPRank
 	return pc, pc.Validate()
 }
 
@@ -156,10 +160,14 @@ func (s *vllmEventSink) PublishKVEvents(b *wire.KVEventBatch) { s.PublishKVEvent
 func (s *vllmEventSink) PublishKVEventsWithTokens(b *wire.KVEventBatch, tokens [][]uint32) {
 	out := enginekv.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: make([]enginekv.Event, 0, len(b.Events))}
 	medium := "GPU"
-	if _, t := kvindex.SplitTier(b.Worker); t == kvindex.TierCPU {
+	switch _, t := kvindex.SplitTier(b.Worker); t {
+	case kvindex.TierCPU:
 		// The engine's host tier (engine/host.go): vLLM's offloading
 		// connector reports it as medium CPU, without tokens or parents.
 		medium = "CPU"
+	case kvindex.TierDisk:
+		// The disk tier below it (engine/disk.go): medium DISK.
+		medium = "DISK"
 	}
 	for i, ev := range b.Events {
 		hs := make([]uint64, len(ev.Hashes))
@@ -240,7 +248,7 @@ var (
 	vllmDescHits    = prometheus.NewDesc("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", vllmLabelNames, nil)
 )
 
-func newVLLMCollector(eng *engine.Engine, cfg engine.Config, model string) *vllmCollector {
+func newVLLMCollector(eng *engine.Engine, cfg engine.Config, model string, rank int) *vllmCollector {
 	// vLLM's cache_config_info carries every CacheConfig field as a string
 	// label (Python's str() of the value) plus the engine index; these are
 	// the fields of vLLM's CacheConfig that mean something here, with
@@ -250,9 +258,9 @@ func newVLLMCollector(eng *engine.Engine, cfg engine.Config, model string) *vllm
 		"num_cpu_blocks": "None", "num_gpu_blocks_override": "None", "gpu_memory_utilization": "0.9",
 		"swap_space": "4", "cache_dtype": "auto", "is_attention_free": "False", "sliding_window": "None",
 		"enable_prefix_caching": "True", "prefix_caching_hash_algo": "sha256", "cpu_offload_gb": "0",
-		"calculate_kv_scales": "False", "engine": "0",
+		"calculate_kv_scales": "False", "engine": strconv.Itoa(rank),
 	}
-	return &vllmCollector{eng: eng, cfg: cfg, labels: []string{"0", model},
+	return &vllmCollector{eng: eng, cfg: cfg, labels: []string{strconv.Itoa(rank), model},
 		info: prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", nil, info)}
 }
 

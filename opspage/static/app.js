@@ -175,9 +175,29 @@ function renderTenants(tier, docs) {
   $("#tenants tbody").innerHTML = rows.join("") || '<tr><td colspan="5" class="empty">no tenants: the API is open (no keys file)</td></tr>';
 }
 
+// workerOrder is self's workers grouped by engine (/debug/cluster's
+// engines): a data-parallel engine gets a row of its own with its ranks
+// beneath it, in rank order; any other engine is its one worker's row.
+function workerOrder(self) {
+  const byId = new Map((self.workers || []).map((w) => [w.id, w]));
+  if (!self.engines) return (self.workers || []).map((w) => ({ w }));
+  const out = [];
+  for (const e of self.engines) {
+    if (e.dp_size > 1) out.push({ engine: e });
+    for (const id of e.ranks || []) if (byId.has(id)) out.push({ w: byId.get(id), rank: e.dp_size > 1 });
+  }
+  return out;
+}
+
 function renderWorkers(docs, self) {
   const rows = [];
-  for (const w of self.workers || []) {
+  for (const item of workerOrder(self)) {
+    if (item.engine) {
+      const e = item.engine;
+      rows.push(`<tr class="dp-engine" data-engine="${esc(e.id)}"><td colspan="11"><b>${esc(e.id)}</b> <span class="dim mono">${esc(e.url.replace(/^https?:\/\//, ""))}</span> · ${fmt(e.dp_size)} data-parallel ranks, each a routing target pinned by X-data-parallel-rank</td></tr>`);
+      continue;
+    }
+    const w = item.w;
     let req = 0, prefill = 0, predicted = 0, reported = 0, reports = 0;
     const cal = [], silent = [];
     for (const [id, d] of Object.entries(docs).sort(([a], [b]) => a.localeCompare(b))) {
@@ -201,7 +221,8 @@ function renderWorkers(docs, self) {
     const kv = w.reported ? pct(w.reported.kv_usage, 1) : "–";
     const hits = w.reported ? pct(w.reported.prefix_hit_rate, 1) : "–";
     const sessions = fmt((self.sessions_by_worker || {})[w.id] || 0);
-    rows.push(`<tr data-worker="${esc(w.id)}"><td><b>${esc(w.id)}</b> <span class="dim mono">${esc(w.url.replace(/^https?:\/\//, ""))}</span></td><td class="health">${health}${events}</td>` +
+    const where = item.rank ? `<span class="dim">rank ${fmt(w.dp_rank)}</span>` : `<span class="dim mono">${esc(w.url.replace(/^https?:\/\//, ""))}</span>`;
+    rows.push(`<tr data-worker="${esc(w.id)}"${item.rank ? ` class="dp-rank" data-engine="${esc(w.engine)}"` : ""}><td><b>${esc(w.id)}</b> ${where}</td><td class="health">${health}${events}</td>` +
       `<td>${esc(w.model)}</td><td class="n">${fmt(req)} / ${fmt(prefill)}</td><td class="n engine">${rep}</td><td class="n">${kv}</td><td class="n hits">${hits}</td><td class="n sessions">${sessions}</td><td class="n">${fmt(w.kv_blocks_indexed)} <span class="dim">of ${fmt(w.kv_blocks)}</span></td>` +
       `<td class="n cached">${cached}</td><td class="calibration">${calCell}</td></tr>`);
   }
