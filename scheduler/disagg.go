@@ -424,3 +424,16 @@ func pairOutput(b *booking) int {
 	}
 	return b.output
 }
+
+// ParseDecision is the inverse of Decision.String ("" is DecisionNone).
+func ParseDecision(s string) (Decision, error) {
+	if s == "" {
+		return DecisionNone, nil
+	}
+	for _, d := range Decisions {
+		if d.String() == s {
+			return d, nil
+		}
+	}
+	return DecisionNone, fmt.Errorf("%w: unknown decision %q", ErrInvalidConfig, s)
+}
