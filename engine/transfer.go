@@ -35,9 +35,11 @@ type Transfer struct {
 	// prefill engine (capped at len(Prompt)−1; tokens the engine already
 	// caches itself are not pulled).
 	Tokens int
-	// Delay is how long the pull takes once blocks are allocated; callers
-	// usually set Config.TransferTime of the pulled tokens.
+	// Delay is how long the pull takes once blocks are allocated.
 	Delay time.Duration
+	// Modeled ignores Delay: the pull takes Config.TransferTime of the
+	// tokens actually pulled (those after the engine's own prefix hit).
+	Modeled bool
 }
 
 // The model shape and link behind Config.TransferTime's defaults: Llama 3.1
@@ -64,14 +66,14 @@ const (
 
 // KVBytesPerToken is layers × KV heads × head dimension × 2 (K and V) ×
 // dtype bytes: what one token's KV weighs on the wire.
-func (c *Config) KVBytesPerToken() int64 {
+func (c Config) KVBytesPerToken() int64 {
 	return int64(c.ModelLayers) * int64(c.KVHeads) * int64(c.HeadDim) * transferKVTensorsPerLayer * int64(c.KVDTypeBytes)
 }
 
 // TransferTime is the time to pull tokens' KV from a prefill engine:
 // TransferSetupMs + tokens × KVBytesPerToken ÷ TransferGbps. Zero tokens
 // cost nothing (nothing is pulled).
-func (c *Config) TransferTime(tokens int) time.Duration {
+func (c Config) TransferTime(tokens int) time.Duration {
 	if tokens <= 0 {
 		return 0
 	}
@@ -86,7 +88,7 @@ func (c *Config) TransferTime(tokens int) time.Duration {
 // batch: TransferTime(T) < prefill(T) − prefill(0) of the Polynomial model
 // (the step's fixed cost is paid by the decode batch either way), scaled by
 // Speedup. It returns 0 when no T up to MaxModelLen pays.
-func (c *Config) DisaggThreshold() int {
+func (c Config) DisaggThreshold() int {
 	sp := c.Speedup
 	if !(sp > 0) {
 		sp = 1
@@ -151,7 +153,11 @@ func (e *Engine) admitPull(s *seq, now time.Time, hits, hitFree int) (parked, bl
 	}
 	s.pull = pulling
 	s.pullTokens = upto
-	s.pullReady = now.Add(max(s.req.Transfer.Delay, 0))
+	delay := s.req.Transfer.Delay
+	if s.req.Transfer.Modeled {
+		delay = e.cfg.TransferTime(s.transferred)
+	}
+	s.pullReady = now.Add(max(delay, 0))
 	s.state = statePulling
 	e.pulls = append(e.pulls, s)
 	e.st.Transferring = len(e.pulls)

@@ -195,3 +195,13 @@ func TestConfigValidateNamesABadTransferField(t *testing.T) {
 		assert.Contains(t, err.Error(), name)
 	}
 }
+
+func TestAModeledTransferTakesTheTransferTimeOfThePulledTokens(t *testing.T) {
+	h := newHarness(t, smallConfig())
+	h.e.timing = &recordingTiming{}
+	start := h.clock.now
+	h.submitTransfer("d", prompt(9, 20*16+1), 1, Transfer{Tokens: 20 * 16, Delay: time.Hour, Modeled: true})
+	h.runIdle()
+	want := h.e.Config().TransferTime(20*16) + 10*time.Millisecond
+	assert.Equal(t, want, firstTokenAt(t, h, "d").Sub(start))
+}
