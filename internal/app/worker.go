@@ -200,6 +200,7 @@ func (c *WorkerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	c.VLLM.registerFlags(fs, prefix)
 	c.PD.registerFlags(fs, prefix)
 	c.Engine.RegisterFlags(fs, prefix)
+	c.Engine.RegisterTransferFlags(fs, prefix)
 	c.Links.Etcd.RegisterFlags(fs, prefix+"etcd.")
 	c.Links.NATS.RegisterFlags(fs, prefix+"nats.")
 	c.TLS.RegisterFlags(fs, prefix+"tls.", "the worker's HTTP API")

@@ -500,10 +500,17 @@ func (w *worker) handleGenerate(kind prompt.Kind) func(http.ResponseWriter, *htt
 		}
 		resp := &responder{w: w, rw: rw, kind: kind, req: req, id: id, created: time.Now().Unix()}
 		seed := kvindex.ModelSeed(req.Model)
+		var transfer *engine.Transfer
 		if req.PD != nil {
-			if _, apiErr := w.pdPrepare(r, req); apiErr != nil {
+			kv, apiErr := w.pdPrepare(r, req)
+			if apiErr != nil {
 				writeWorkerError(rw, apiErr)
 				return "bad_request"
+			}
+			if kv != nil {
+				// The pulled prompt's KV lands after the transfer model's
+				// time for the tokens this engine does not cache itself.
+				transfer = &engine.Transfer{Tokens: kv.PromptTokens, Modeled: true}
 			}
 			if req.PD.Bootstrap != nil && w.cfg.PD.Role == wire.RolePrefill {
 				req.MaxTokens = 1 // SGLang's prefill server runs the prompt and its first token
@@ -525,7 +532,7 @@ func (w *worker) handleGenerate(kind prompt.Kind) func(http.ResponseWriter, *htt
 			if i > 0 {
 				sid = id + "-" + strconv.Itoa(i)
 			}
-			stream, err := w.eng.Submit(&engine.Request{ID: sid, Prompt: p, MaxTokens: engineMax, Priority: req.Priority, HashSeed: seed})
+			stream, err := w.eng.Submit(&engine.Request{ID: sid, Prompt: p, MaxTokens: engineMax, Priority: req.Priority, HashSeed: seed, Transfer: transfer})
 			if err != nil {
 				for _, c := range resp.choices {
 					w.eng.Cancel(c.id)

@@ -167,12 +167,15 @@ func parsePD(raw *rawGenRequest) (*pdRequest, *workerAPIError) {
 // prompt (as block hashes, which the engine's transfer moves) until the
 // decode pulls it or the hold expires.
 type heldKV struct {
-	EngineID     string   `json:"engine_id"`
-	RequestID    string   `json:"request_id"`
-	PromptTokens int      `json:"prompt_tokens"`
-	BlockSize    int      `json:"block_size"`
-	Blocks       []uint64 `json:"blocks"`
-	expires      time.Time
+	EngineID     string `json:"engine_id"`
+	RequestID    string `json:"request_id"`
+	PromptTokens int    `json:"prompt_tokens"`
+	BlockSize    int    `json:"block_size"`
+	// NumBlocks counts the prompt's blocks, the last one partial
+	// (remote_block_ids); Blocks are the full blocks' hashes.
+	NumBlocks int      `json:"num_blocks"`
+	Blocks    []uint64 `json:"blocks"`
+	expires   time.Time
 }
 
 // kvHolds is a prefill's held KV by request id (vLLM) or room (SGLang).
@@ -335,11 +338,11 @@ func (w *worker) pullVLLM(r *http.Request, req *genRequest) (*heldKV, *workerAPI
 	if apiErr != nil {
 		return nil, apiErr
 	}
-	if kv.EngineID != *p.RemoteEngineID || len(kv.Blocks) != len(p.RemoteBlockIDs) {
+	if kv.EngineID != *p.RemoteEngineID || kv.NumBlocks != len(p.RemoteBlockIDs) {
 		count(kvMalformed)
 		return nil, workerBadRequest("kv_transfer_params", "invalid_kv_transfer_params",
 			fmt.Sprintf("the prefill's KV (engine %s, %d blocks) does not match the parameters (engine %s, %d blocks)",
-				kv.EngineID, len(kv.Blocks), *p.RemoteEngineID, len(p.RemoteBlockIDs)))
+				kv.EngineID, kv.NumBlocks, *p.RemoteEngineID, len(p.RemoteBlockIDs)))
 	}
 	return w.checkPulled(req, kv)
 }
@@ -417,7 +420,8 @@ func (w *worker) pdHold(req *genRequest, id string, finish string, hashes []uint
 		return nil
 	}
 	kv := &heldKV{EngineID: w.pdEngineID(), RequestID: id, PromptTokens: len(req.Prompts[0]),
-		BlockSize: w.cfg.Engine.BlockSize, Blocks: hashes, expires: w.now().Add(w.cfg.PD.HoldTimeout)}
+		BlockSize: w.cfg.Engine.BlockSize, Blocks: hashes,
+		NumBlocks: (len(req.Prompts[0]) + w.cfg.Engine.BlockSize - 1) / w.cfg.Engine.BlockSize, expires: w.now().Add(w.cfg.PD.HoldTimeout)}
 	if pd.Bootstrap != nil {
 		// SGLang's prefill transfers whatever ended the sequence: its decode
 		// waits for the room either way.
@@ -431,7 +435,7 @@ func (w *worker) pdHold(req *genRequest, id string, finish string, hashes []uint
 	w.holds.put(id, kv)
 	w.metrics.kvTransfers.WithLabelValues(w.cfg.PD.Role, kvHeld).Inc()
 	host, port := w.sideChannel()
-	ids := make([]int64, len(hashes))
+	ids := make([]int64, kv.NumBlocks)
 	for i := range ids {
 		ids[i] = int64(i)
 	}
