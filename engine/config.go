@@ -42,6 +42,19 @@ type Config struct {
 	HostBlocks         int
 	HostLoadMsPerToken float64
 
+	// The KV transfer model of disaggregated serving (transfer.go):
+	// KVBytesPerToken is ModelLayers × KVHeads × HeadDim × 2 × KVDTypeBytes
+	// and TransferTime(tokens) is TransferSetupMs + tokens ×
+	// KVBytesPerToken over a TransferGbps link. Defaults: Llama 3.1 8B in
+	// bf16 (32 × 8 × 128 × 2 × 2 = 128 KiB per token) over a 200 Gb/s
+	// RDMA link with 1 ms setup per pull.
+	ModelLayers     int
+	KVHeads         int
+	HeadDim         int
+	KVDTypeBytes    int
+	TransferGbps    float64
+	TransferSetupMs float64
+
 	// Timing computes step durations; nil means Polynomial{Speedup}.
 	Timing TimingModel `json:"-"`
 	// Events receives KV event batches; nil discards them (ids still
@@ -63,6 +76,12 @@ func DefaultConfig() Config {
 		WatermarkFraction:   0.01,
 		Speedup:             1,
 		HostLoadMsPerToken:  131072.0 / 20e6,
+		ModelLayers:         DefaultModelLayers,
+		KVHeads:             DefaultKVHeads,
+		HeadDim:             DefaultHeadDim,
+		KVDTypeBytes:        DefaultKVDTypeBytes,
+		TransferGbps:        DefaultTransferGbps,
+		TransferSetupMs:     DefaultTransferSetupMs,
 	}
 }
 
@@ -92,7 +111,7 @@ func (c *Config) Validate() error {
 	case !(c.HostLoadMsPerToken >= 0) || c.HostLoadMsPerToken > 1e3:
 		return fmt.Errorf("engine config: HostLoadMsPerToken %v must be in [0, 1000]", c.HostLoadMsPerToken)
 	}
-	return nil
+	return c.validateTransfer()
 }
 
 // RegisterFlags registers the engine's flags under prefix (e.g. "engine.").
@@ -108,4 +127,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Uint64Var(&c.Seed, prefix+"seed", c.Seed, "seed of the synthetic output tokens")
 	fs.IntVar(&c.HostBlocks, prefix+"host-blocks", c.HostBlocks, "host-memory KV tier in blocks: GPU-evicted blocks are copied there and load back at -host-load-ms-per-token (0: no host tier)")
 	fs.Float64Var(&c.HostLoadMsPerToken, prefix+"host-load-ms-per-token", c.HostLoadMsPerToken, "ms a token's KV takes to load back from the host tier")
+}
+
+// RegisterTransferFlags registers the KV transfer model's flags under
+// prefix: the flags of a worker that serves a disaggregated role (the plain
+// RegisterFlags leaves them out, so an aggregated worker does not grow them).
+func (c *Config) RegisterTransferFlags(fs *flag.FlagSet, prefix string) {
+	fs.IntVar(&c.ModelLayers, prefix+"model-layers", c.ModelLayers, "model layers, for the KV bytes per token of a transfer")
+	fs.IntVar(&c.KVHeads, prefix+"kv-heads", c.KVHeads, "KV heads per layer, for the KV bytes per token of a transfer")
+	fs.IntVar(&c.HeadDim, prefix+"head-dim", c.HeadDim, "attention head dimension, for the KV bytes per token of a transfer")
+	fs.IntVar(&c.KVDTypeBytes, prefix+"kv-dtype-bytes", c.KVDTypeBytes, "bytes per KV element (2: bf16/fp16, 1: fp8)")
+	fs.Float64Var(&c.TransferGbps, prefix+"transfer-gbps", c.TransferGbps, "prefill-to-decode KV link bandwidth in Gb/s")
+	fs.Float64Var(&c.TransferSetupMs, prefix+"transfer-setup-ms", c.TransferSetupMs, "fixed cost of one KV transfer in ms")
 }
