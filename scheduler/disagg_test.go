@@ -215,3 +215,32 @@ func TestPlacementRoundTrip(t *testing.T) {
 	linear.Prefill[0] = 0
 	require.Equal(t, math.MaxInt, DefaultDisaggMinTokens(linear, DisaggConfig{TransferSetupMs: 1, TransferMsPerToken: 1}))
 }
+
+// BenchmarkPlacement compares the decider's pair selection with today's
+// single selection on the same fleet size: 8 both-workers (single) against
+// 2 both + 3 prefill + 3 decode (pair), a 2,048-token prompt with a
+// 1,024-token prefix cached on one worker of each.
+func BenchmarkPlacement(b *testing.B) {
+	prompt := 2048
+	hashes := make([]uint64, prompt/16)
+	for i := range hashes {
+		hashes[i] = uint64(i + 1)
+	}
+	run := func(b *testing.B, ws []Worker, cached string) {
+		c := NewCore(DefaultConfig(), nil, nil, nil)
+		c.SetWorkers(ws)
+		cls := classCfg("c", PolicyFCFS)
+		c.SetClasses([]ClassConfig{cls})
+		r := &Request{ID: "r", Class: "c", PromptTokens: prompt, BlockHashes: hashes, ExpectedOutputTokens: 128,
+			Overlaps: []Overlap{{Worker: cached, Blocks: 64}}}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			if _, ok := c.selectPlacement(r, &cls); !ok {
+				b.Fatal("no placement")
+			}
+		}
+	}
+	b.Run("single", func(b *testing.B) { run(b, pdFleet(8, 0, 0, 0), "b3") })
+	b.Run("pair", func(b *testing.B) { run(b, pdFleet(2, 3, 3, 0), "p1") })
+}
