@@ -136,13 +136,13 @@ func TestPairCancelAndExpiryFreeBoth(t *testing.T) {
 	require.Zero(t, h.core.Bookings())
 
 	h.enqueue(req("lost", "c", 1000))
-	g := h.granted("lost")
+	require.True(t, h.granted("lost").Disaggregated())
 	require.Equal(t, 2, h.core.Bookings())
 	h.core.CancelAttempt("lost", 0)
 	require.Zero(t, h.core.Bookings())
 
 	h.enqueue(req("late", "c", 1000))
-	g = h.granted("late")
+	g := h.granted("late")
 	h.core.Ack(g.Booking)
 	h.clock.Advance(h.core.Config().BookingExpiry / 2)
 	h.core.Renew([]BookingID{g.Booking}) // renews both
