@@ -14,6 +14,7 @@ func (c *Client) track(r *scheduler.Request, g scheduler.Grant, owner Owner, ins
 			RequestID: r.ID, Class: r.Class, Worker: g.Worker, BlockHashes: r.HashesFor(g.BlockSize),
 			PromptTokens: r.PromptTokens, CachedTokens: g.CachedTokens,
 			ExpectedOutputTokens: r.ExpectedOutputTokens, Sequences: r.Sequences, Tenant: r.Tenant.ID,
+			Decode: decodeRecord(r, g),
 		},
 		used: -1,
 	}

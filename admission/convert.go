@@ -96,6 +96,7 @@ func grantFromReply(in *wire.AdmitReply, requestID string) (scheduler.Grant, err
 		ReachableTokens: max(in.Reachable, in.CachedTokens), Shortfall: short,
 		PredictedTTFT: time.Duration(max(in.PredictedTTFTNano, 0)),
 	}
+	decodeFromWire(in, &g)
 	for _, c := range in.Candidates[:min(len(in.Candidates), scheduler.MaxGrantCandidates)] {
 		g.Candidates[g.NumCandidates] = scheduler.GrantCandidate{Worker: c.Worker, CachedTokens: c.CachedTokens, PredictedTTFT: time.Duration(c.PredictedTTFTNano)}
 		g.NumCandidates++
@@ -108,6 +109,7 @@ func recordToWire(rec *scheduler.BookingRecord) wire.AdoptedBooking {
 		RequestID: rec.RequestID, Worker: rec.Worker, BlockHashes: rec.BlockHashes,
 		PromptTokens: rec.PromptTokens, CachedTokens: rec.CachedTokens,
 		ExpectedOutput: rec.ExpectedOutputTokens, Sequences: rec.Sequences, FirstTokenSeen: rec.FirstTokenSeen, Tenant: rec.Tenant,
+		Decode: adoptedDecodeToWire(rec.Decode),
 	}
 }
 
@@ -116,5 +118,6 @@ func recordFromWire(class string, in *wire.AdoptedBooking) scheduler.BookingReco
 		RequestID: in.RequestID, Class: class, Worker: in.Worker, BlockHashes: in.BlockHashes,
 		PromptTokens: in.PromptTokens, CachedTokens: in.CachedTokens,
 		ExpectedOutputTokens: in.ExpectedOutput, Sequences: in.Sequences, FirstTokenSeen: in.FirstTokenSeen, Tenant: in.Tenant,
+		Decode: adoptedDecodeFromWire(in.Decode),
 	}
 }

@@ -469,6 +469,7 @@ func (s *Server) enqueueLeased(class string, m *nats.Msg, req *scheduler.Request
 			for _, c := range g.CandidateList() {
 				out.Candidates = append(out.Candidates, wire.Candidate{Worker: c.Worker, CachedTokens: c.CachedTokens, PredictedTTFTNano: int64(c.PredictedTTFT)})
 			}
+			out.Decode, out.Decision = decodeToWire(g)
 		}
 		return s.handOff(outgoingReply{m: m, out: out, booking: g.Booking})
 	})

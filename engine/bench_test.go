@@ -18,15 +18,18 @@ type closedLoop struct {
 	prefixes [][]uint32
 	next     int
 	finished int
+	// pull makes every request a decode-role one whose prompt but its last
+	// token arrives by transfer (transfer_bench_test.go).
+	pull bool
 }
 
-func newClosedLoop(b *testing.B, cfg Config, concurrency int) *closedLoop {
+func newClosedLoop(b *testing.B, cfg Config, concurrency int, pull ...bool) *closedLoop {
 	clock := &virtualClock{now: time.Unix(0, 0)}
 	e, err := New(cfg, clock)
 	if err != nil {
 		b.Fatal(err)
 	}
-	l := &closedLoop{e: e, clock: clock}
+	l := &closedLoop{e: e, clock: clock, pull: len(pull) > 0 && pull[0]}
 	for g := range 8 {
 		l.prefixes = append(l.prefixes, prompt(uint32(g), 1024))
 	}
@@ -44,10 +47,16 @@ func (l *closedLoop) submit(b *testing.B) {
 	for k := range 1024 {
 		p = append(p, uint32(256+(i*1024+k)%49000))
 	}
+	var tr *Transfer
+	if l.pull {
+		cfg := l.e.Config()
+		tr = &Transfer{Tokens: len(p) - 1, Delay: cfg.TransferTime(len(p) - 1)}
+	}
 	_, err := l.e.Submit(&Request{
 		ID:        fmt.Sprint("r", i),
 		Prompt:    p,
 		MaxTokens: 128 + i%128,
+		Transfer:  tr,
 		OnDelta: func(d Delta) {
 			if d.Finish != 0 {
 				l.finished++

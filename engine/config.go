@@ -48,6 +48,19 @@ type Config struct {
 	DiskBlocks         int
 	DiskLoadMsPerToken float64
 
+	// The KV transfer model of disaggregated serving (transfer.go):
+	// KVBytesPerToken is ModelLayers × KVHeads × HeadDim × 2 × KVDTypeBytes
+	// and TransferTime(tokens) is TransferSetupMs + tokens ×
+	// KVBytesPerToken over a TransferGbps link. Defaults: Llama 3.1 8B in
+	// bf16 (32 × 8 × 128 × 2 × 2 = 128 KiB per token) over a 200 Gb/s
+	// RDMA link with 1 ms setup per pull.
+	ModelLayers     int
+	KVHeads         int
+	HeadDim         int
+	KVDTypeBytes    int
+	TransferGbps    float64
+	TransferSetupMs float64
+
 	// Timing computes step durations; nil means Polynomial{Speedup}.
 	Timing TimingModel `json:"-"`
 	// Events receives KV event batches; nil discards them (ids still
@@ -70,6 +83,12 @@ func DefaultConfig() Config {
 		Speedup:             1,
 		HostLoadMsPerToken:  131072.0 / 20e6,
 		DiskLoadMsPerToken:  131072.0 / 2e6,
+		ModelLayers:         DefaultModelLayers,
+		KVHeads:             DefaultKVHeads,
+		HeadDim:             DefaultHeadDim,
+		KVDTypeBytes:        DefaultKVDTypeBytes,
+		TransferGbps:        DefaultTransferGbps,
+		TransferSetupMs:     DefaultTransferSetupMs,
 	}
 }
 
@@ -105,7 +124,7 @@ func (c *Config) Validate() error {
 	case !(c.DiskLoadMsPerToken >= 0) || c.DiskLoadMsPerToken > 1e3:
 		return fmt.Errorf("engine config: DiskLoadMsPerToken %v must be in [0, 1000]", c.DiskLoadMsPerToken)
 	}
-	return nil
+	return c.validateTransfer()
 }
 
 // RegisterFlags registers the engine's flags under prefix (e.g. "engine.").
@@ -123,4 +142,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Float64Var(&c.HostLoadMsPerToken, prefix+"host-load-ms-per-token", c.HostLoadMsPerToken, "ms a token's KV takes to load back from the host tier")
 	fs.IntVar(&c.DiskBlocks, prefix+"disk-blocks", c.DiskBlocks, "disk KV tier in blocks, below the host tier: blocks the host tier evicts are written there and load back at -disk-load-ms-per-token (0: no disk tier; needs -host-blocks)")
 	fs.Float64Var(&c.DiskLoadMsPerToken, prefix+"disk-load-ms-per-token", c.DiskLoadMsPerToken, "ms a token's KV takes to load back from the disk tier")
+}
+
+// RegisterTransferFlags registers the KV transfer model's flags under
+// prefix: the flags of a worker that serves a disaggregated role (the plain
+// RegisterFlags leaves them out, so an aggregated worker does not grow them).
+func (c *Config) RegisterTransferFlags(fs *flag.FlagSet, prefix string) {
+	fs.IntVar(&c.ModelLayers, prefix+"model-layers", c.ModelLayers, "model layers, for the KV bytes per token of a transfer")
+	fs.IntVar(&c.KVHeads, prefix+"kv-heads", c.KVHeads, "KV heads per layer, for the KV bytes per token of a transfer")
+	fs.IntVar(&c.HeadDim, prefix+"head-dim", c.HeadDim, "attention head dimension, for the KV bytes per token of a transfer")
+	fs.IntVar(&c.KVDTypeBytes, prefix+"kv-dtype-bytes", c.KVDTypeBytes, "bytes per KV element (2: bf16/fp16, 1: fp8)")
+	fs.Float64Var(&c.TransferGbps, prefix+"transfer-gbps", c.TransferGbps, "prefill-to-decode KV link bandwidth in Gb/s")
+	fs.Float64Var(&c.TransferSetupMs, prefix+"transfer-setup-ms", c.TransferSetupMs, "fixed cost of one KV transfer in ms")
 }

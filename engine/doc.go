@@ -18,7 +18,9 @@
 // (Submit, Cancel, Stop and delivery), run.go (Step and the wall-clock Run
 // loop), schedule.go (one step's batch: budget, admission, preemption,
 // completion), kvevents.go (committing blocks and the KV event stream),
-// queue.go (the waiting and running order) and dump.go (Dump and Stats);
+// queue.go (the waiting and running order), transfer.go (disaggregated
+// serving: a decode-role request's KV pulled from a prefill engine, and the
+// transfer time model) and dump.go (Dump and Stats);
 // pool.go, timing.go and request.go hold the rest.
 //
 // Concurrency: every exported method is safe for concurrent use; one mutex

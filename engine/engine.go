@@ -48,6 +48,9 @@ type Engine struct {
 	nextSeqNo uint64
 	cursor    int // rotates the decode start for fairness under a small budget
 
+	pulls  []*seq // transfers in flight (transfer.go)
+	landed int    // waiting requests holding the blocks of a landed transfer
+
 	batch    []batchEntry
 	batchEnd time.Time
 	inflight bool
@@ -72,6 +75,7 @@ type seqState uint8
 const (
 	stateWaiting seqState = iota + 1
 	stateRunning
+	statePulling // its transfer's KV is arriving (transfer.go)
 	stateDone
 )
 
@@ -95,7 +99,21 @@ type seq struct {
 	inBatch    int // 1 + index in Engine.batch, 0 when not scheduled
 	heapIdx    int
 	outBase    uint64
+
+	pull        pullState
+	pullTokens  int       // the prompt prefix computed once the pull lands
+	pullReady   time.Time // when it lands
+	transferred int       // prompt tokens that arrived by transfer
 }
+
+type pullState uint8
+
+const (
+	noPull      pullState = iota
+	pullPending           // Request.Transfer set, not yet admitted
+	pulling
+	pullDone
+)
 
 type batchEntry struct {
 	s      *seq
@@ -144,6 +162,12 @@ type Stats struct {
 	// tier (part of CachedTokens), in DiskLoads blocks.
 	DiskCachedTokens uint64
 	DiskLoads        uint64
+	// Transfers counts landed KV transfers (Request.Transfer), which
+	// brought TransferredTokens prompt tokens; Transferring are in flight
+	// now (those requests are neither running nor waiting).
+	Transfers         uint64
+	TransferredTokens uint64
+	Transferring      int
 }
 
 // New builds an engine. It starts nothing. Submit stamps arrivals with clk's

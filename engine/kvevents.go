@@ -102,7 +102,7 @@ func (e *Engine) flush() {
 func (e *Engine) ResetPrefixCache() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.running) > 0 || e.inflight {
+	if len(e.running) > 0 || e.inflight || len(e.pulls) > 0 || e.landed > 0 {
 		return ErrBusy
 	}
 	e.pool.clear()

@@ -23,6 +23,11 @@ type Request struct {
 	// HashSeed is the kvindex seed of the request's cache namespace; zero
 	// means kvindex.BaseSeed.
 	HashSeed uint64
+	// Transfer, when set, makes this a decode-role request whose prompt
+	// prefix arrives as KV from a prefill engine instead of being computed
+	// here (transfer.go). A prefill-role request needs no field: it is an
+	// ordinary request with MaxTokens 1.
+	Transfer *Transfer
 	// OnDelta, when set, receives every delivery synchronously inside Step
 	// with the engine's lock held: it must not block and must not call the
 	// Engine. The returned Stream then stays empty. A simulator uses this to
@@ -71,6 +76,9 @@ type Delta struct {
 	HostCachedTokens int
 	// DiskCachedTokens of CachedTokens were loaded back from the disk tier.
 	DiskCachedTokens int
+	// TransferredTokens of the prompt arrived by Request.Transfer (not part
+	// of CachedTokens, and not computed here).
+	TransferredTokens int
 	// Finish is non-zero on the last delivery.
 	Finish FinishReason
 }

@@ -9,7 +9,8 @@ import (
 // now, Step does nothing and returns its end. Otherwise it completes that
 // batch (tokens are delivered stamped with its end time), schedules the next
 // batch starting at now, publishes the step's KV events, and returns when
-// that batch ends; the zero time means the engine is idle until Submit.
+// that batch ends (or, idle, when the next KV transfer lands); the zero time
+// means the engine is idle until Submit.
 func (e *Engine) Step(now time.Time) time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -30,7 +31,7 @@ func (e *Engine) Step(now time.Time) time.Time {
 		signal(e.changed)
 	}
 	if !e.inflight {
-		return time.Time{}
+		return e.nextPull() // zero when idle until Submit
 	}
 	return e.batchEnd
 }
@@ -41,10 +42,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	for {
 		next := e.Step(e.clock.Now())
 		var timer <-chan time.Time
-		var wake <-chan struct{}
-		if next.IsZero() {
-			wake = e.wake // idle: only a Submit can create work
-		} else {
+		wake := e.wake // a Submit may also end a wait for a transfer
+		if !next.IsZero() {
 			d := next.Sub(e.clock.Now())
 			if d <= 0 {
 				if ctx.Err() != nil {

@@ -11,6 +11,7 @@ func (s *seq) decoding() bool { return s.nOut > 0 && s.computed == len(s.tokens)
 
 func (e *Engine) schedule(now time.Time) {
 	e.batch = e.batch[:0]
+	e.landPulls(now)
 	budget := e.cfg.MaxNumBatchedTokens
 	var load time.Duration // of blocks copied back from the host tier
 
@@ -65,6 +66,12 @@ func (e *Engine) schedule(now time.Time) {
 	// that is the engine's backpressure; admission never preempts.
 	for budget > 0 && len(e.running) < e.cfg.MaxNumSeqs && e.waiting.Len() > 0 {
 		s := e.waiting[0]
+		if len(s.blocks) > 0 { // a landed transfer: its blocks are held
+			if !e.admitLanded(s, &budget) {
+				break
+			}
+			continue
+		}
 		bs := e.cfg.BlockSize
 		maxHit := (len(s.tokens) - 1) / bs // always compute at least one token
 		hits, hitFree := 0, 0
@@ -77,6 +84,15 @@ func (e *Engine) schedule(now time.Time) {
 				hitFree++
 			}
 			hits++
+		}
+		if s.pull == pullPending {
+			parked, blocked := e.admitPull(s, now, hits, hitFree)
+			if blocked {
+				break
+			}
+			if parked {
+				continue
+			}
 		}
 		host := e.hostHits(s, hits, maxHit)
 		cached := (hits + host) * bs
@@ -137,6 +153,28 @@ func (e *Engine) schedule(now time.Time) {
 	e.st.BusyTime += d
 	e.st.PrefillTokens += uint64(shape.PrefillTokens)
 	e.st.DecodeTokens += uint64(shape.DecodeTokens)
+}
+
+// admitLanded moves s, whose transfer landed, into the running set to
+// prefill the rest of its prompt, or reports false when the pool cannot
+// hold the blocks of its first chunk.
+func (e *Engine) admitLanded(s *seq, budget *int) bool {
+	n := min(len(s.tokens)-s.computed, *budget)
+	need := e.blocksFor(s.computed+n) - len(s.blocks)
+	if e.pool.nFree < need+e.watermark {
+		return false
+	}
+	heap.Pop(&e.waiting)
+	e.landed--
+	for i := 0; i < need; i++ {
+		s.blocks = append(s.blocks, e.pool.allocate())
+	}
+	s.state = stateRunning
+	e.insertRunning(s)
+	e.st.PeakRunning = max(e.st.PeakRunning, len(e.running))
+	e.add(s, n, false)
+	*budget -= n
+	return true
 }
 
 func (e *Engine) add(s *seq, n int, decode bool) {
@@ -201,7 +239,7 @@ func (e *Engine) complete(end time.Time) {
 		e.st.OutputTokens++
 		d := Delta{Time: end, Token: tok, HasToken: true, Index: s.nOut - 1,
 			PromptTokens: s.nPrompt, CachedTokens: s.cached, HostCachedTokens: s.hostCached,
-			DiskCachedTokens: s.diskCached}
+			DiskCachedTokens: s.diskCached, TransferredTokens: s.transferred}
 		if s.nOut >= s.req.MaxTokens {
 			e.st.Finished++
 			d.Finish = FinishLength

@@ -20,6 +20,8 @@ func (e *Engine) Submit(req *Request) (*Stream, error) {
 		return nil, fmt.Errorf("%w: empty prompt", ErrInvalidRequest)
 	case req.MaxTokens <= 0:
 		return nil, fmt.Errorf("%w: max_tokens %d must be positive", ErrInvalidRequest, req.MaxTokens)
+	case req.Transfer != nil && (req.Transfer.Tokens < 0 || req.Transfer.Delay < 0):
+		return nil, fmt.Errorf("%w: transfer of %d tokens in %v", ErrInvalidRequest, req.Transfer.Tokens, req.Transfer.Delay)
 	}
 	total := len(req.Prompt) + req.MaxTokens
 	if total > e.cfg.MaxModelLen {
@@ -41,6 +43,10 @@ func (e *Engine) Submit(req *Request) (*Stream, error) {
 		seed:    seed,
 		state:   stateWaiting,
 		outBase: xxh3.HashStringSeed(req.ID, e.cfg.Seed),
+	}
+	if req.Transfer != nil && req.Transfer.Tokens > 0 {
+		t := *req.Transfer
+		s.req.Transfer, s.pull = &t, pullPending
 	}
 	copy(s.tokens, req.Prompt)
 	s.req.Prompt = nil // the engine keeps its own copy
@@ -117,6 +123,13 @@ func (e *Engine) end(s *seq, d Delta) {
 	switch s.state {
 	case stateWaiting:
 		heap.Remove(&e.waiting, s.heapIdx)
+		if len(s.blocks) > 0 { // a landed transfer's
+			e.landed--
+			e.pool.releaseAll(s.blocks)
+			s.blocks = s.blocks[:0]
+		}
+	case statePulling:
+		e.dropPull(s)
 	case stateRunning:
 		e.removeRunning(s)
 		e.pool.releaseAll(s.blocks)
@@ -126,6 +139,7 @@ func (e *Engine) end(s *seq, d Delta) {
 	s.inBatch = 0
 	delete(e.seqs, s.req.ID)
 	d.PromptTokens, d.CachedTokens, d.HostCachedTokens, d.DiskCachedTokens = s.nPrompt, s.cached, s.hostCached, s.diskCached
+	d.TransferredTokens = s.transferred
 	e.deliver(s, d)
 }
 

@@ -90,6 +90,9 @@ type classFile struct {
 	DeadlineMS   int64      `yaml:"deadline_ms"`
 	Limits       limitsFile `yaml:"limits"`
 	Busy         busyFile   `yaml:"busy"`
+	// DisaggMinTokens is the class's disaggregation threshold
+	// (scheduler.ClassConfig.DisaggMinTokens).
+	DisaggMinTokens int `yaml:"disagg_min_tokens"`
 }
 
 type limitsFile struct {
@@ -174,6 +177,7 @@ func ParsePolicy(doc []byte) (*Policy, error) {
 			},
 			BusyPrefillTokens:  c.Busy.PrefillTokens,
 			BusyDecodeFraction: c.Busy.DecodeFraction,
+			DisaggMinTokens:    c.DisaggMinTokens,
 		}
 		if err := cc.Validate(); err != nil {
 			bad("%s (%s): %v", field, c.Name, err)

@@ -64,6 +64,14 @@ type WorkerEntry struct {
 	// itself (wire.APIMessages): the router forwards such requests as
 	// they are, and translates them to chat completions for the others.
 	Messages bool
+	// Role is the worker's part in a disaggregated fleet (wire.RoleBoth,
+	// "" reads as both; wire.RolePrefill, wire.RoleDecode), KVTransfer the
+	// protocol its engine moves KV with (wire.TransferVLLM,
+	// wire.TransferSGLang) and BootstrapPort an SGLang prefill server's
+	// bootstrap port (disagg.go).
+	Role          string
+	KVTransfer    string
+	BootstrapPort int
 }
 
 // saltFor is the name a prompt for model is hashed under on w: a LoRA

@@ -35,6 +35,7 @@ type exchange struct {
 	// priority is the request's strict priority, passed to engines that
 	// schedule by it (enginePriority).
 	priority int32
+	pair     pairLegs // the attempt's disaggregated legs (disagg.go)
 }
 
 // usageBody is the part of a response the router reads for metrics: the
@@ -79,6 +80,17 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 	ctx := x.r.Context()
 	// The request to the worker runs under the attempt's first-byte timer
 	// (hung.go); the client's own context still decides "client gone".
+	x.s.disagg.decided(x.p.model, g)
+	if g.Disaggregated() {
+		// Two legs (disagg.go): the prefill leg runs here; the decode leg
+		// is the request below, sent to the decode worker.
+		defer x.pairDone()
+		var stop bool
+		if g, status, stop, retry = x.pairPrefill(t, g); stop {
+			return status, retry
+		}
+		defer x.pairRetry(g.Worker, &retry)
+	}
 	reqCtx := ctx
 	x.fb = nil
 	if d := x.firstByteTimeout(g); d > 0 {
@@ -86,6 +98,7 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 		defer x.fb.stop()
 	}
 	path, body := x.upstream(g)
+	body = x.pairBody(body)
 	if x.priority != 0 && x.s.prioritySchedules(g.Worker) && !x.p.messages.nativeAttempt() {
 		body = enginePriority(body, x.priority)
 	}

@@ -118,6 +118,7 @@ type Server struct {
 	// sessions is Deps.Sessions or a local table (session.go).
 	sessions       *scheduler.SessionTable
 	sessionMetrics *sessionMetrics
+	disagg         *disaggMetrics
 	messages       *messagesMetrics // messages.go: Anthropic's Messages API
 }
 
@@ -185,6 +186,7 @@ func New(cfg Config, deps Deps, log *zap.Logger, reg prometheus.Registerer) (*Se
 		s.sessions = scheduler.NewSessionTable(cfg.MaxSessions, cfg.SessionTTL)
 	}
 	s.sessionMetrics = newSessionMetrics(reg, s.sessions)
+	s.disagg = newDisaggMetrics(reg)
 	s.messages = newMessagesMetrics(reg)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.instrument(metrics.RouteChatCompletions, func(w http.ResponseWriter, r *http.Request) int {
@@ -827,6 +829,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 			return status
 		}
 		failed = append(failed, g.Worker)
+		failed = append(failed, x.takeExcluded()...) // disagg.go
 		if attempt+1 >= s.cfg.MaxAttempts {
 			e := &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_failed",
 				Message: fmt.Sprintf("%d workers failed before responding", len(failed)), err: ErrUpstream}

@@ -36,6 +36,13 @@ const (
 	NameDecision           = "switchyard_router_admission_decision_seconds"
 	NameDegradedAdmissions = "switchyard_router_degraded_admissions_total"
 
+	// Disaggregated prefill and decode (frontend: newDisaggMetrics).
+	NameDisaggDecisions  = "switchyard_router_disagg_decisions_total"
+	NameDisaggRecomputes = "switchyard_router_disagg_recomputes_total"
+	NameDisaggPrefillLeg = "switchyard_router_disagg_prefill_leg_seconds"
+	NameDisaggTransfer   = "switchyard_router_disagg_transfer_predicted_seconds"
+	NameDisaggLegErrors  = "switchyard_router_disagg_leg_errors_total"
+
 	// Requests, streams and worker load (this package: NewRouter).
 	NameTTFT                  = "switchyard_router_ttft_seconds"
 	NameITL                   = "switchyard_router_itl_seconds"

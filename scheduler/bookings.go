@@ -38,6 +38,10 @@ func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, p
 }
 
 func (c *Core) free(b *booking) {
+	if p := b.pair; p != nil { // a pair is one grant: free both (disagg.go)
+		b.pair, p.pair = nil, nil
+		c.free(p)
+	}
 	c.forgetUnacked(b)
 	c.capFreed(b.ledger)
 	c.tenantFreed(b)
@@ -56,6 +60,13 @@ func (c *Core) free(b *booking) {
 
 // acknowledge makes a booking final and restarts its renewal window.
 func (c *Core) acknowledge(b *booking) {
+	if p := b.pair; p != nil {
+		c.acknowledgeOne(p)
+	}
+	c.acknowledgeOne(b)
+}
+
+func (c *Core) acknowledgeOne(b *booking) {
 	c.forgetUnacked(b)
 	b.acked = true
 	b.deadline = c.clock.Now().Add(c.cfg.BookingExpiry).UnixNano()
@@ -131,9 +142,14 @@ func (c *Core) Adopt(rec BookingRecord) BookingID {
 	if i, ok := c.workerIdx[rec.Worker]; ok {
 		blockSize = c.workers[i].BlockSize
 	}
+	output := max(0, rec.ExpectedOutputTokens)
+	if rec.Decode.Worker != "" {
+		output = 0 // a pair's output runs on its decode worker (adoptPair)
+	}
 	b := c.book(rec.RequestID, rec.Class, rec.Worker, blockSize, rec.BlockHashes,
-		max(0, rec.PromptTokens), max(0, rec.CachedTokens), max(0, rec.ExpectedOutputTokens), rec.Sequences, rec.FirstTokenSeen, c.clock.Now())
+		max(0, rec.PromptTokens), max(0, rec.CachedTokens), output, rec.Sequences, rec.FirstTokenSeen, c.clock.Now())
 	c.tenantAdopted(b, rec.Tenant)
+	c.adoptPair(rec, b)
 	c.acknowledge(b)
 	return b.id
 }
@@ -146,8 +162,8 @@ func (c *Core) Booking(id BookingID) (BookingRecord, bool) {
 	}
 	return BookingRecord{
 		RequestID: b.requestID, Class: b.class, Worker: b.worker, BlockHashes: b.hashes,
-		PromptTokens: b.prompt, CachedTokens: b.cached, ExpectedOutputTokens: b.output, Sequences: b.seqs,
-		FirstTokenSeen: b.prefill == 0, Tenant: b.tenantID(),
+		PromptTokens: b.prompt, CachedTokens: b.cached, ExpectedOutputTokens: pairOutput(b), Sequences: b.seqs,
+		FirstTokenSeen: b.prefill == 0, Tenant: b.tenantID(), Decode: pairRecord(b),
 	}, true
 }
 

@@ -53,7 +53,7 @@ func (c *Core) walkQueue(cls *class, q []*entry) (*entry, int) {
 		front[j] = front[len(front)-1]
 		front = front[:len(front)-1]
 		e := q[qi]
-		if idx, ok := c.selectWorker(e.req, &cls.cfg); ok {
+		if idx, ok := c.selectPlacement(e.req, &cls.cfg); ok {
 			c.front, cls.blockedOn = front, deps
 			return e, idx
 		}

@@ -43,6 +43,9 @@ type Config struct {
 	Selector Selector
 	// TTFT is the timing model SelectorTTFT predicts with.
 	TTFT TTFTModel
+	// Disagg is the prefill/decode decider's transfer model and default
+	// threshold (disagg.go).
+	Disagg DisaggConfig
 }
 
 // DefaultConfig returns the defaults: the ttft selector with
@@ -58,6 +61,7 @@ func DefaultConfig() Config {
 		SnapshotInterval: 100 * time.Millisecond,
 		Selector:         SelectorTTFT,
 		TTFT:             DefaultTTFTModel(),
+		Disagg:           DefaultDisaggConfig(),
 	}
 }
 
@@ -79,6 +83,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: SnapshotInterval must be > 0, got %v", ErrInvalidConfig, c.SnapshotInterval)
 	case c.Selector != SelectorBlocks && c.Selector != SelectorTTFT:
 		return fmt.Errorf("%w: Selector must be blocks or ttft, got %d", ErrInvalidConfig, int(c.Selector))
+	}
+	if err := c.Disagg.Validate(); err != nil {
+		return err
 	}
 	return c.TTFT.Validate()
 }

@@ -170,6 +170,8 @@ type Core struct {
 	herd     herdState
 	freeEnt  []*entry
 	freeBook []*booking
+
+	disagg disaggState // disagg.go
 }
 
 // NewCore returns an empty Core: no classes, no workers. load may be nil (no
@@ -233,7 +235,7 @@ func sanitize(cfg Config) Config {
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = d.SnapshotInterval
 	}
-	return sanitizeSelector(cfg)
+	return sanitizeSelector(sanitizeDisagg(cfg))
 }
 
 // Config returns the configuration in use.

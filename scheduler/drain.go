@@ -40,12 +40,17 @@ func (c *Core) Drain() {
 // roll back when the requester is gone. e is released.
 func (c *Core) admit(e *entry, idx int, now time.Time) {
 	r, cls, respond, enqueuedAt := e.req, e.cold.cls, e.cold.respond, e.cold.enqueuedAt
+	idx, decode, decision := unplace(idx)
 	w := &c.workers[idx]
+	output := r.ExpectedOutputTokens
+	if decode >= 0 {
+		output = 0 // the output runs on the decode worker (admitPair)
+	}
 	ovl := r.OverlapBlocks(w.ID)
 	cached := r.cachedFromOverlap(ovl, w.BlockSize)
 	pred := c.ttftPredict(r, idx)
 	c.herdDecided(now.UnixNano())
-	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.HashesFor(w.BlockSize), r.PromptTokens, cached, r.ExpectedOutputTokens, r.Sequences, false, now)
+	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.HashesFor(w.BlockSize), r.PromptTokens, cached, output, r.Sequences, false, now)
 	b.grantedAt, b.predMs = now.UnixNano(), pred
 	c.tenantBooked(b, r, now)
 	b.attempt = r.Attempt
@@ -54,6 +59,10 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id, BlockSize: w.BlockSize,
 		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
 		PredictedTTFT: b.ledger.calibrated(pred),
+	}
+	g.Decision = decision
+	if decode >= 0 {
+		c.admitPair(r, b, decode, &g, now)
 	}
 	g.ReachableTokens, g.Shortfall = c.routingQuality(r, cached)
 	c.grantCandidates(r, idx, &g)
@@ -67,5 +76,6 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 	}
 	if !r.Probe {
 		cls.counters.Admitted++
+		c.disagg.counts[decision]++
 	}
 }

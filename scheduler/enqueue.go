@@ -56,7 +56,7 @@ func (c *Core) Enqueue(r *Request, respond Responder) {
 	e := c.newEntry(r, respond, cls, now)
 	if lim := cls.cfg.Limits.zero(); lim != "" {
 		// Zero-limit carve-out: such a class can never hold a queued entry.
-		idx, ok := c.selectWorker(r, &cls.cfg)
+		idx, ok := c.selectPlacement(r, &cls.cfg)
 		if !ok {
 			c.release(e)
 			c.reject(cls, r, respond, ReasonQueueFull, lim, "zero-limit class and no worker is free")

@@ -68,6 +68,10 @@ type booking struct {
 	// (nil: none) and the tokens charged to its bucket at booking
 	tenant   *tenantState
 	estimate int64
+	// disagg.go: the other booking of a prefill/decode pair (nil: none);
+	// decodeSide marks the decode worker's.
+	pair       *booking
+	decodeSide bool
 }
 
 func (b *booking) tenantID() string {

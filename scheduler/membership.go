@@ -30,6 +30,7 @@ func (c *Core) SetWorkers(ws []Worker) {
 			delete(c.ledgers, id)
 		}
 	}
+	c.noteRoles()
 	c.remoteValid = false
 	c.ix.built = false
 	c.capEpoch++

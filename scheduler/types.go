@@ -113,6 +113,10 @@ type ClassConfig struct {
 	// BusyDecodeFraction marks a worker busy for this class when its projected
 	// decode blocks divided by its KV blocks exceed it. 0 turns the check off.
 	BusyDecodeFraction float64
+	// DisaggMinTokens overrides Config.Disagg.MinTokens for this class's
+	// requests (disagg.go): 0 keeps it, -1 never disaggregates while a
+	// both-worker serves the model.
+	DisaggMinTokens int
 }
 
 // Validate reports the first bad field.
@@ -132,6 +136,8 @@ func (c ClassConfig) Validate() error {
 		return fmt.Errorf("%w: class %s: Limits.CachedTokens must be -1 or >= 0, got %d", ErrInvalidConfig, c.Name, c.Limits.CachedTokens)
 	case c.BusyPrefillTokens < 0:
 		return fmt.Errorf("%w: class %s: BusyPrefillTokens must be >= 0, got %d", ErrInvalidConfig, c.Name, c.BusyPrefillTokens)
+	case c.DisaggMinTokens < -1:
+		return fmt.Errorf("%w: class %s: DisaggMinTokens must be -1 or >= 0, got %d", ErrInvalidConfig, c.Name, c.DisaggMinTokens)
 	case c.BusyDecodeFraction < 0 || c.BusyDecodeFraction != c.BusyDecodeFraction:
 		return fmt.Errorf("%w: class %s: BusyDecodeFraction must be >= 0, got %v", ErrInvalidConfig, c.Name, c.BusyDecodeFraction)
 	}
@@ -398,6 +404,26 @@ type Grant struct {
 	// are set (CandidateList); an array, so a grant allocates nothing.
 	Candidates    [MaxGrantCandidates]GrantCandidate
 	NumCandidates int
+	// Decode is the decode worker of a disaggregated grant (zero:
+	// aggregated; disagg.go): Worker then prefills and Decode.Worker
+	// decodes. Decision is why (DecisionNone in a fleet without roles).
+	Decode   GrantDecode
+	Decision Decision
+}
+
+// Disaggregated reports whether the grant is a prefill/decode pair.
+func (g Grant) Disaggregated() bool { return g.Decode.Worker != "" }
+
+// GrantDecode is the decode half of a disaggregated grant.
+type GrantDecode struct {
+	Worker, URL string
+	BlockSize   int
+	// Booking is the decode worker's booking, linked to Grant.Booking:
+	// marks name Grant.Booking, and free or keep both.
+	Booking BookingID
+	// Transfer is the timing model's KV transfer time (included in
+	// Grant.PredictedTTFT).
+	Transfer time.Duration
 }
 
 // CandidateList returns the set part of g.Candidates.
@@ -429,6 +455,15 @@ type BookingRecord struct {
 	FirstTokenSeen       bool // prefill already done: no prefill load remains
 	// Tenant holds one of the tenant's concurrency slots at the new owner.
 	Tenant string
+	// Decode is the decode side of a disaggregated grant (zero: none):
+	// adopted with the booking, as one.
+	Decode DecodeRecord
+}
+
+// DecodeRecord is the decode worker's booking of a pair (BookingRecord).
+type DecodeRecord struct {
+	Worker      string
+	BlockHashes []uint64 // the prompt at the decode worker's block size
 }
 
 // Reason is why a request was rejected. Values start at one.

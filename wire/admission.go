@@ -112,6 +112,10 @@ type AdmitReply struct {
 	// Candidates are the workers the decision weighed, the winner first
 	// (at most MaxCandidates), for the operators' page.
 	Candidates []Candidate `json:"cands,omitempty"`
+	// Decode is the decode worker of a disaggregated grant (nil:
+	// aggregated); Decision is the decider's label (scheduler.Decision).
+	Decode   *AdmitDecode `json:"decode,omitempty"`
+	Decision string       `json:"decision,omitempty"`
 	// Reason is the scheduler's rejection reason label (e.g. "queue_full").
 	Reason string `json:"reason,omitempty"`
 	Limit  string `json:"limit,omitempty"`
@@ -187,6 +191,24 @@ type LifeUsage struct {
 	Tokens  int    `json:"t"`
 }
 
+// AdmitDecode is the decode half of a disaggregated grant: the decode
+// worker and its booking, linked to the reply's (prefill) booking.
+type AdmitDecode struct {
+	Worker    string `json:"worker"`
+	URL       string `json:"url,omitempty"`
+	BlockSize int    `json:"bs,omitempty"`
+	Booking   uint64 `json:"booking,omitempty"`
+	// TransferNano is the owner's predicted KV transfer time.
+	TransferNano int64 `json:"xfer,omitempty"`
+}
+
+// AdoptedDecode is the decode side of an adopted pair: re-homed with its
+// booking, as one.
+type AdoptedDecode struct {
+	Worker      string   `json:"worker"`
+	BlockHashes []uint64 `json:"blocks,omitempty"`
+}
+
 // AdoptedBooking describes one in-flight request whose booking moves to a new
 // owner, so its load stays on the ledger.
 type AdoptedBooking struct {
@@ -200,6 +222,8 @@ type AdoptedBooking struct {
 	FirstTokenSeen bool     `json:"first_token,omitempty"` // no prefill load remains
 	// Tenant holds one of the tenant's concurrency slots at the new owner.
 	Tenant string `json:"tenant,omitempty"`
+	// Decode is the decode side of a disaggregated grant (nil: none).
+	Decode *AdoptedDecode `json:"decode,omitempty"`
 }
 
 // AdoptRequest re-homes bookings to the owner of Class.
@@ -357,6 +381,9 @@ func DecodeAdmitReply(p []byte) (*AdmitReply, error) {
 			return nil, fmt.Errorf("%w: admit reply has a bad candidate", ErrMalformed)
 		}
 	}
+	if d := m.Decode; d != nil && (!m.OK || d.Worker == "" || d.BlockSize < 0 || d.TransferNano < 0) {
+		return nil, fmt.Errorf("%w: admit reply has a bad decode worker", ErrMalformed)
+	}
 	return &m, nil
 }
 
@@ -421,6 +448,9 @@ func DecodeAdoptRequest(p []byte) (*AdoptRequest, error) {
 		}
 		if b.Tenant != "" && !ValidName(b.Tenant) {
 			return nil, fmt.Errorf("%w: adopt request booking %s tenant %q", ErrMalformed, b.RequestID, b.Tenant)
+		}
+		if b.Decode != nil && (b.Decode.Worker == "" || b.Decode.Worker == b.Worker) {
+			return nil, fmt.Errorf("%w: adopt request booking %s has a bad decode worker", ErrMalformed, b.RequestID)
 		}
 	}
 	return &m, nil

@@ -103,8 +103,15 @@ func FuzzDecodeAdmitReply(f *testing.F) {
 	cands, _ := EncodeAdmission(&AdmitReply{OK: true, Worker: "w", Booking: 1, Owner: "o", Epoch: 3,
 		Candidates: []Candidate{{Worker: "w", PredictedTTFTNano: 5e6}, {Worker: "v", CachedTokens: 64, PredictedTTFTNano: 2e6}}})
 	f.Add(cands)
+	pair, _ := EncodeAdmission(&AdmitReply{OK: true, Worker: "p", Booking: 1, Owner: "o", Epoch: 3, Decision: "long_prefill",
+		Decode: &AdmitDecode{Worker: "d", URL: "http://d", BlockSize: 16, Booking: 2, TransferNano: 7e6}})
+	f.Add(pair)
+	f.Add([]byte(`{"v":1,"ok":true,"worker":"p","booking":1,"decode":{"worker":""}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeAdmitReply(b)
+		if err == nil && m.Decode != nil && (m.Decode.Worker == "" || !m.OK || m.Decode.TransferNano < 0) {
+			t.Fatalf("a bad decode worker decoded: %+v", m.Decode)
+		}
 		if err != nil {
 			return
 		}
@@ -149,6 +156,9 @@ func FuzzDecodeAdoptRequest(f *testing.F) {
 	f.Add(done)
 	f.Add([]byte(`{"v":1,"entry":"e","class":"c","bookings":null,"done":true}`))
 	f.Add([]byte(`{"v":1,"entry":"e","class":"c","epoch":-3}`))
+	pair, _ := EncodeAdmission(&AdoptRequest{Entry: "e", Class: "c", Bookings: []AdoptedBooking{{RequestID: "r", Worker: "p", PromptTokens: 3,
+		Decode: &AdoptedDecode{Worker: "d", BlockHashes: []uint64{9}}}}})
+	f.Add(pair)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeAdoptRequest(b)
 		if err != nil {

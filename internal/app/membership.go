@@ -346,7 +346,7 @@ func (r *replica) syncWorkers() <-chan struct{} {
 	ws := make([]scheduler.Worker, 0, len(snap.Items))
 	for _, it := range snap.Items {
 		wi := it.Info
-		ws = append(ws, scheduler.Worker{ID: wi.ID, URL: wi.URL, BlockSize: wi.BlockSize, KVBlocks: wi.KVBlocks, MaxRunning: wi.MaxNumSeqs})
+		ws = append(ws, scheduler.Worker{ID: wi.ID, URL: wi.URL, BlockSize: wi.BlockSize, KVBlocks: wi.KVBlocks, MaxRunning: wi.MaxNumSeqs, Role: wi.RoleOf()})
 		_ = r.ix.SetCapacity(wi.ID, wi.KVBlocks)
 		setTierCapacities(r.ix, &wi)
 	}

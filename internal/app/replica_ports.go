@@ -51,7 +51,8 @@ func (v workerView) Workers() []frontend.WorkerEntry {
 	for _, it := range snap.Items {
 		out = append(out, frontend.WorkerEntry{ID: it.Info.ID, URL: it.Info.URL, Model: it.Info.Model, BlockSize: it.Info.BlockSize, Models: it.Info.Models, MaxModelLen: it.Info.MaxModelLen,
 			Salt: it.Info.Salt, Cards: it.Info.Cards, PrioritySchedules: it.Info.PrioritySchedules, DPRank: it.Info.DPRank, DPSize: it.Info.DPSize,
-			Messages: slices.Contains(it.Info.APIs, wire.APIMessages)})
+			Messages: slices.Contains(it.Info.APIs, wire.APIMessages),
+			Role:     it.Info.RoleOf(), KVTransfer: it.Info.KVTransfer, BootstrapPort: it.Info.BootstrapPort})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

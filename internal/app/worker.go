@@ -83,6 +83,9 @@ type WorkerConfig struct {
 	// nowhere (worker_vllm.go).
 	Protocol string
 	VLLM     VLLMWorkerConfig
+	// PD is the worker's disaggregation role and KV transfer protocol
+	// (worker_pd.go): -role, -kv-transfer, -bootstrap-port.
+	PD PDConfig
 	// Links secure the connections to etcd and NATS (-etcd.*, -nats.*);
 	// TLS serves the worker's HTTP API over TLS (-tls.*), and its
 	// registered URL is then https://.
@@ -115,6 +118,7 @@ func DefaultWorkerConfig() WorkerConfig {
 		Engine:           engine.DefaultConfig(),
 		Protocol:         ProtocolNative,
 		VLLM:             defaultVLLMWorkerConfig(),
+		PD:               defaultPDConfig(),
 	}
 }
 
@@ -151,6 +155,9 @@ func (c *WorkerConfig) Validate() error {
 	}
 	if err := c.Links.Validate(); err != nil {
 		return fmt.Errorf("worker config: %w", err)
+	}
+	if err := c.PD.Validate(); err != nil {
+		return err
 	}
 	if err := c.TLS.Validate("tls."); err != nil {
 		return fmt.Errorf("worker config: %w", err)
@@ -191,7 +198,9 @@ func (c *WorkerConfig) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.BoolVar(&c.Messages, prefix+"messages", c.Messages, "serve Anthropic's Messages API (/v1/messages) and register it; false: routers translate Messages requests to chat completions for this worker")
 	fs.StringVar(&c.Protocol, prefix+"protocol", c.Protocol, "engine protocol: native (etcd and NATS) or vllm (vLLM's ZMQ KV events and metrics; an adapter registers the worker)")
 	c.VLLM.registerFlags(fs, prefix)
+	c.PD.registerFlags(fs, prefix)
 	c.Engine.RegisterFlags(fs, prefix)
+	c.Engine.RegisterTransferFlags(fs, prefix)
 	c.Links.Etcd.RegisterFlags(fs, prefix+"etcd.")
 	c.Links.NATS.RegisterFlags(fs, prefix+"nats.")
 	c.TLS.RegisterFlags(fs, prefix+"tls.", "the worker's HTTP API")
@@ -287,7 +296,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 		return err
 	}
 	log = log.Named("worker").With(zap.String("worker", cfg.ID))
-	w := &worker{cfg: cfg, log: log}
+	w := &worker{cfg: cfg, log: log, pdClient: &http.Client{}}
 	var err error
 	if w.prompts, err = newWorkerPrompts(cfg, log); err != nil {
 		return fmt.Errorf("worker %s: %w", cfg.ID, err)
@@ -355,6 +364,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 	if err != nil {
 		return fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
+	w.now = clk.Now
+	w.holds = newKVHolds(clk.Now)
 	if err := reg.Register(prometheus.WrapCollectorWith(prometheus.Labels{"worker": cfg.ID}, &engineCollector{eng: w.eng})); err != nil {
 		return fmt.Errorf("worker %s: register engine metrics: %w", cfg.ID, err)
 	}
@@ -400,6 +411,15 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *zap.Logger, reg prome
 		defer func() { _ = sub.Unsubscribe() }()
 		wg.Add(1)
 		go func() { defer wg.Done(); w.reportLoad(engCtx) }()
+	}
+
+	if cfg.PD.sglangPrefill() {
+		bootCtx, stopBoot := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopBoot() // before wg.Wait (deferred earlier, runs later)
+		if w.bootstrapAddr, err = w.serveBootstrap(bootCtx, &wg); err != nil {
+			return fmt.Errorf("worker %s: %w", cfg.ID, err)
+		}
+		log.Info("serving the SGLang bootstrap port", zap.String("addr", w.bootstrapAddr))
 	}
 
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
@@ -483,6 +503,13 @@ func (w *worker) register(ctx context.Context) (*workerRegistration, error) {
 		MaxNumSeqs: w.cfg.Engine.MaxNumSeqs, MaxBatchedTokens: w.cfg.Engine.MaxNumBatchedTokens,
 		Labels: w.cfg.Labels, PublishesEvents: w.nc != nil,
 		Models: w.cfg.Models, MaxModelLen: w.cfg.Engine.MaxModelLen, Tokenizer: w.tokenizerSource(),
+		Role: w.cfg.PD.Role,
+	}
+	if w.cfg.PD.Role != wire.RoleBoth {
+		info.KVTransfer = w.cfg.PD.KVTransfer
+		if w.cfg.PD.sglangPrefill() {
+			info.BootstrapPort = w.bootstrapPort()
+		}
 	}
 	if w.cfg.Messages {
 		info.APIs = []string{wire.APIMessages}

@@ -46,6 +46,13 @@ type worker struct {
 	handlers handlerTracker
 	nextID   atomic.Uint64
 	prompts  *prompt.Registry
+	// Disaggregation (worker_pd.go): the KV a prefill holds for its
+	// decodes, the client decodes fetch it with, the bootstrap server's
+	// bound address (SGLang prefill), and the engine clock.
+	holds         *kvHolds
+	pdClient      *http.Client
+	bootstrapAddr string
+	now           func() time.Time
 }
 
 // handlerTracker counts in-flight API handlers so shutdown can wait for them (the
@@ -100,6 +107,7 @@ func (w *worker) routes() http.Handler {
 	if w.cfg.Messages {
 		w.messagesRoutes(mux) // worker_messages.go
 	}
+	mux.HandleFunc("GET /v1/kv_transfer/{id}", w.handleKVPull)
 	mux.HandleFunc("POST /tokenize", w.handle("tokenize", w.handleTokenize))
 	mux.HandleFunc("GET /v1/models", w.handleModels)
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(rw, "ok\n") })
@@ -214,6 +222,14 @@ type genRequest struct {
 	// N is how many sequences each prompt generates (OpenAI's n): choice
 	// i*N+j is prompt i's sequence j, as vLLM numbers them.
 	N int
+	// PD is the disaggregation part (kv_transfer_params or SGLang's
+	// bootstrap fields); nil for an ordinary request.
+	PD *pdRequest
+	// StopAfter, when positive, ends each sequence as a stop (EOS) after
+	// that many tokens: the simulated engine has no EOS of its own, and a
+	// prefill whose one token ends the sequence must be testable
+	// (request field sim_stop_after).
+	StopAfter int
 	// Base64 asks for embeddings as base64 little-endian float32.
 	Base64 bool
 	// ToolCall is the function a chat answers by calling (its output
@@ -239,6 +255,13 @@ type rawGenRequest struct {
 	// ToolChoice forces a tool call when it names a function or says
 	// "required" (worker_messages.go).
 	ToolChoice json.RawMessage `json:"tool_choice"`
+	// Disaggregation (worker_pd.go): vLLM's kv_transfer_params, SGLang's
+	// bootstrap fields.
+	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	BootstrapHost    *string         `json:"bootstrap_host"`
+	BootstrapPort    *int64          `json:"bootstrap_port"`
+	BootstrapRoom    *uint64         `json:"bootstrap_room"`
+	SimStopAfter     *int64          `json:"sim_stop_after"`
 }
 
 // tokenizeFunc turns a parsed prompt into per-prompt token ids for a model
@@ -270,6 +293,18 @@ func parseGenRequest(body []byte, kind prompt.Kind, tok tokenizeFunc, defaultMax
 		}
 	}
 	req := &genRequest{Kind: kind, Model: raw.Model, Base64: raw.EncodingFormat == "base64"}
+	if kind == prompt.KindChat || kind == prompt.KindCompletion {
+		var apiErr *workerAPIError
+		if req.PD, apiErr = parsePD(&raw); apiErr != nil {
+			return nil, apiErr
+		}
+		if raw.SimStopAfter != nil {
+			if *raw.SimStopAfter < 1 || *raw.SimStopAfter > math.MaxInt32 {
+				return nil, workerBadRequest("sim_stop_after", "invalid_value", "sim_stop_after must be a positive token count")
+			}
+			req.StopAfter = int(*raw.SimStopAfter)
+		}
+	}
 	in, err := prompt.Parse(kind, &raw.Fields)
 	if err != nil {
 		return nil, promptAPIError(err)
@@ -399,6 +434,9 @@ type responseOut struct {
 	Model   string      `json:"model"`
 	Choices []choiceOut `json:"choices"`
 	Usage   *usageOut   `json:"usage,omitempty"`
+	// KVTransferParams is a vLLM prefill's answer for its decode
+	// (worker_pd.go), copied by routers unchanged.
+	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
 }
 
 // handle wraps an API handler with the shutdown tracker, the body limit and
@@ -461,15 +499,40 @@ func (w *worker) handleGenerate(kind prompt.Kind) func(http.ResponseWriter, *htt
 			id = v // a caller-chosen id makes the synthetic output reproducible
 		}
 		resp := &responder{w: w, rw: rw, kind: kind, req: req, id: id, created: time.Now().Unix()}
-		// A batch runs as one engine request per prompt, side by side.
 		seed := kvindex.ModelSeed(req.Model)
+		var transfer *engine.Transfer
+		if req.PD != nil {
+			kv, apiErr := w.pdPrepare(r, req)
+			if apiErr != nil {
+				writeWorkerError(rw, apiErr)
+				return "bad_request"
+			}
+			if kv != nil {
+				// The pulled prompt's KV lands after the transfer model's
+				// time for the tokens this engine does not cache itself.
+				transfer = &engine.Transfer{Tokens: kv.PromptTokens, Modeled: true}
+			}
+			if req.PD.Bootstrap != nil && w.cfg.PD.Role == wire.RolePrefill {
+				req.MaxTokens = 1 // SGLang's prefill server runs the prompt and its first token
+			}
+			resp.onDone = func(finish string) json.RawMessage {
+				hashes := kvindex.AppendSequenceHashes(nil, req.Prompts[0], w.cfg.Engine.BlockSize, seed)
+				return w.pdHold(req, id, finish, hashes)
+			}
+		}
+		engineMax := req.MaxTokens
+		if req.StopAfter > 0 && req.StopAfter <= req.MaxTokens {
+			engineMax = req.StopAfter // the sequence ends there as on EOS
+			resp.stopped = true
+		}
+		// A batch runs as one engine request per prompt, side by side.
 		for i := range len(req.Prompts) * req.N {
 			p := req.Prompts[i/req.N] // n sequences of each prompt, in order
 			sid := id
 			if i > 0 {
 				sid = id + "-" + strconv.Itoa(i)
 			}
-			stream, err := w.eng.Submit(&engine.Request{ID: sid, Prompt: p, MaxTokens: req.MaxTokens, Priority: req.Priority, HashSeed: seed})
+			stream, err := w.eng.Submit(&engine.Request{ID: sid, Prompt: p, MaxTokens: engineMax, Priority: req.Priority, HashSeed: seed, Transfer: transfer})
 			if err != nil {
 				for _, c := range resp.choices {
 					w.eng.Cancel(c.id)
@@ -533,6 +596,21 @@ type responder struct {
 	created int64
 	choices []*choiceState
 	seq     int // Responses API event sequence number
+	// stopped: every sequence ends as a stop (sim_stop_after), not by
+	// length.
+	stopped bool
+	// onDone, when set, runs once every choice finished, before the last
+	// bytes go out, with the finish reason; it returns a disaggregated
+	// prefill's kv_transfer_params (worker_pd.go).
+	onDone func(finish string) json.RawMessage
+}
+
+// finishReason is OpenAI's finish_reason of a sequence that ended normally.
+func (p *responder) finishReason() string {
+	if p.stopped {
+		return "stop"
+	}
+	return "length"
 }
 
 func (p *responder) chat() bool { return p.kind == prompt.KindChat }
@@ -646,8 +724,11 @@ func (p *responder) complete(r *http.Request) string {
 		return "ok"
 	}
 	out := responseOut{ID: p.respID(), Object: p.object(false), Created: p.created, Model: p.req.Model, Usage: &u}
+	if p.onDone != nil {
+		out.KVTransferParams = p.onDone(p.finishReason())
+	}
 	for i, c := range p.choices {
-		fr := "length"
+		fr := p.finishReason()
 		co := choiceOut{Index: i, FinishReason: &fr}
 		t := c.text.String()
 		switch {
@@ -704,6 +785,9 @@ func (p *responder) stream(r *http.Request) string {
 		}
 		if p.done() {
 			outcome, ok := p.outcome()
+			if ok && p.onDone != nil {
+				_ = p.onDone(p.finishReason()) // a streamed prefill (SGLang) answers no parameters
+			}
 			switch {
 			case !ok:
 				p.data(&out, map[string]*workerAPIError{"error": {Status: http.StatusServiceUnavailable, Type: "server_error",
@@ -743,7 +827,7 @@ func (p *responder) event(out *bytes.Buffer, i int, c *choiceState, d engine.Del
 	}
 	co := choiceOut{Index: i}
 	if d.Finish == engine.FinishLength {
-		fr := "length"
+		fr := p.finishReason()
 		co.FinishReason = &fr
 	}
 	if p.chat() {

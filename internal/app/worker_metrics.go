@@ -18,6 +18,7 @@ type workerMetrics struct {
 	loadReports     prometheus.Counter
 	dumps           prometheus.Counter
 	reregistrations prometheus.Counter
+	kvTransfers     *prometheus.CounterVec // role, outcome (worker_pd.go)
 }
 
 func newWorkerMetrics(reg prometheus.Registerer) *workerMetrics {
@@ -37,6 +38,9 @@ func newWorkerMetrics(reg prometheus.Registerer) *workerMetrics {
 			Help: "KV dump requests answered."}),
 		reregistrations: f.NewCounter(prometheus.CounterOpts{Name: "switchyard_worker_reregistrations_total",
 			Help: "Times the workerRegistration lease was lost and registered again."}),
+		kvTransfers: f.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_worker_kv_transfers_total",
+			Help: "Disaggregated prefill/decode KV hand-offs by the worker's role and outcome (held, no_params, served, pulled, malformed, unreachable, missing, timeout, wrong_role)."},
+			[]string{"role", "outcome"}),
 	}
 }
 

@@ -1,0 +1,424 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/scheduler"
+	"github.com/switchyard/switchyard/wire"
+)
+
+// The two-leg proxy of a disaggregated grant (docs/architecture.md,
+// "Disaggregated prefill and decode"). The grant names the prefill worker
+// (Grant.Worker) and the decode worker (Grant.Decode); the protocol is the
+// prefill worker's registered KVTransfer:
+//
+//   - vLLM: the prefill leg is the request made non-streaming with one
+//     output token and kv_transfer_params {"do_remote_decode": true, ...};
+//     the top-level kv_transfer_params of its answer go, byte for byte, into
+//     the original body sent to the decode worker, whose answer is relayed.
+//     Both legs carry the same X-Request-Id. An answer without parameters
+//     (the one token ended the sequence) would make the decode engine
+//     recompute the prompt: it is counted, and the request is re-admitted
+//     aggregated when a both-worker serves the model.
+//   - SGLang: the same body, with bootstrap_host and bootstrap_port (the
+//     prefill server's) and one random bootstrap_room, goes to both servers
+//     at once; only the decode server's answer is relayed.
+
+// vllmPrefillParams are the kv_transfer_params of a vLLM prefill leg.
+const vllmPrefillParams = `{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`
+
+// maxPrefillAnswer bounds the prefill leg's answer the router reads (one
+// token and the transfer parameters).
+const maxPrefillAnswer = 4 << 20
+
+// Errors of the two-leg proxy.
+var (
+	errNoTransferParams = errors.New("the prefill answer carries no kv_transfer_params")
+	errBodyNotObject    = errors.New("the request body is not a JSON object")
+)
+
+// pairLegs is one attempt's two-leg state on the exchange.
+type pairLegs struct {
+	// extra is the JSON members the decode leg's body gains (without
+	// braces; "" for none).
+	extra []byte
+	// prefillDone is closed when an SGLang prefill leg running beside the
+	// decode leg has ended (nil: none runs).
+	prefillDone chan struct{}
+	// exclude are workers the next attempt must avoid beside the granted
+	// one (takeExcluded).
+	exclude []string
+}
+
+// disaggMetrics count the decider's decisions and the two legs.
+type disaggMetrics struct {
+	decisions  *prometheus.CounterVec // model, mode, reason
+	recomputes *prometheus.CounterVec // model
+	prefillLeg prometheus.Histogram
+	transfer   prometheus.Histogram
+	legErrors  *prometheus.CounterVec // leg (prefill, decode), kind
+}
+
+func newDisaggMetrics(reg prometheus.Registerer) *disaggMetrics {
+	f := promauto.With(reg)
+	m := &disaggMetrics{
+		decisions: f.NewCounterVec(prometheus.CounterOpts{Name: metrics.NameDisaggDecisions,
+			Help: "Grants of a model served by prefill or decode workers, by mode (disaggregated, aggregated) and the decider's reason (long_prefill, only_pairs, both_busy; short_prefill, no_pair, pinned, pair_busy)."},
+			[]string{metrics.LabelModel, "mode", metrics.LabelReason}),
+		recomputes: f.NewCounterVec(prometheus.CounterOpts{Name: metrics.NameDisaggRecomputes,
+			Help: "vLLM prefill legs answered without kv_transfer_params: the decode engine would have recomputed the prompt (the request is re-admitted aggregated when a both-worker serves the model)."},
+			[]string{metrics.LabelModel}),
+		prefillLeg: f.NewHistogram(prometheus.HistogramOpts{Name: metrics.NameDisaggPrefillLeg,
+			Help:    "Duration of vLLM prefill legs, from the request to the answer carrying the transfer parameters.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		transfer: f.NewHistogram(prometheus.HistogramOpts{Name: metrics.NameDisaggTransfer,
+			Help:    "The owner's predicted KV transfer time of disaggregated grants (setup + per-token time of the prompt).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		legErrors: f.NewCounterVec(prometheus.CounterOpts{Name: metrics.NameDisaggLegErrors,
+			Help: "Failed legs of disaggregated requests by leg (prefill, decode) and kind (unreachable, server_error, refused, no_params, bad_answer)."},
+			[]string{"leg", metrics.LabelKind}),
+	}
+	return m
+}
+
+// decided counts a grant's decision (none for a fleet without roles).
+func (m *disaggMetrics) decided(model string, g scheduler.Grant) {
+	if m == nil || g.Decision == scheduler.DecisionNone {
+		return
+	}
+	m.decisions.WithLabelValues(model, g.Decision.Mode(), g.Decision.String()).Inc()
+	if g.Disaggregated() {
+		m.transfer.Observe(g.Decode.Transfer.Seconds())
+	}
+}
+
+// transferOf is the worker's registered KV transfer protocol and
+// bootstrap port.
+func (s *Server) transferOf(worker string) (string, int) {
+	for _, w := range s.deps.Workers.Workers() {
+		if w.ID == worker {
+			return w.KVTransfer, w.BootstrapPort
+		}
+	}
+	return "", 0
+}
+
+// roleWorkers are the prefill and decode workers serving model, and
+// whether a both-worker serves it too.
+func (s *Server) roleWorkers(model string) (roles []string, both bool) {
+	for _, w := range s.deps.Workers.Workers() {
+		if !w.Serves(model) {
+			continue
+		}
+		switch w.Role {
+		case wire.RolePrefill, wire.RoleDecode:
+			roles = append(roles, w.ID)
+		default:
+			both = true
+		}
+	}
+	return roles, both
+}
+
+// takeExcluded returns and clears the workers the next attempt avoids.
+func (x *exchange) takeExcluded() []string {
+	out := x.pair.exclude
+	x.pair.exclude = nil
+	return out
+}
+
+// pairBody is the decode leg's body: body with the prefill leg's members.
+func (x *exchange) pairBody(body []byte) []byte {
+	if len(x.pair.extra) == 0 {
+		return body
+	}
+	out, err := withMembers(body, x.pair.extra)
+	if err != nil {
+		return body // parseRequest accepted only objects: not reached
+	}
+	return out
+}
+
+// pairRetry makes a retry after the decode leg failed avoid its worker.
+func (x *exchange) pairRetry(decode string, retry *bool) {
+	if *retry {
+		x.pair.exclude = append(x.pair.exclude, decode)
+		x.s.disagg.legErrors.WithLabelValues("decode", "before_first_byte").Inc()
+	}
+}
+
+// pairDone waits for an SGLang prefill leg and clears the attempt's legs.
+func (x *exchange) pairDone() {
+	if x.pair.prefillDone != nil {
+		<-x.pair.prefillDone
+	}
+	x.pair.extra, x.pair.prefillDone = nil, nil
+}
+
+// pairPrefill runs a disaggregated grant's prefill leg (vLLM) or starts it
+// (SGLang). It returns the grant the decode leg goes to, or stop with the
+// status and retry proxy returns (the ticket then finished).
+func (x *exchange) pairPrefill(t Ticket, g scheduler.Grant) (scheduler.Grant, int, bool, bool) {
+	decode := g
+	decode.Worker, decode.WorkerURL, decode.BlockSize = g.Decode.Worker, g.Decode.URL, g.Decode.BlockSize
+	proto, port := x.s.transferOf(g.Worker)
+	if proto == wire.TransferSGLang {
+		x.sglangPrefill(g, port)
+		return decode, 0, false, false
+	}
+	params, status, stop, retry := x.vllmPrefill(t, g)
+	if stop {
+		return g, status, true, retry
+	}
+	if params == nil {
+		x.s.disagg.recomputes.WithLabelValues(x.p.model).Inc()
+		x.s.disagg.legErrors.WithLabelValues("prefill", "no_params").Inc()
+		if roles, both := x.s.roleWorkers(x.p.model); both && x.canRetry() {
+			// Re-admitted aggregated: without the role workers, the
+			// decider has only both-workers left.
+			x.pair.exclude = append(x.pair.exclude, roles...)
+			t.Dispatched()
+			t.Finish(true)
+			x.s.log.Info("prefill answered without transfer parameters, re-admitting aggregated",
+				zap.String("request_id", x.rid), zap.String("worker", g.Worker))
+			return g, 0, true, true
+		}
+		// No both-worker: the decode engine recomputes the prompt.
+		return decode, 0, false, false
+	}
+	x.pair.extra = append([]byte(`"kv_transfer_params":`), params...)
+	return decode, 0, false, false
+}
+
+// vllmPrefill sends the vLLM prefill leg and returns the answer's
+// kv_transfer_params as sent (nil: none).
+func (x *exchange) vllmPrefill(t Ticket, g scheduler.Grant) (params []byte, status int, stop, retry bool) {
+	ctx := x.r.Context()
+	path, body := x.upstream(g)
+	pb, err := vllmPrefillBody(body)
+	if err != nil {
+		t.Dispatched()
+		t.Finish(true)
+		return nil, x.fail(http.StatusBadGateway, "the prefill leg could not be built: "+err.Error()), true, false
+	}
+	legCtx := ctx
+	if d := x.firstByteTimeout(g); d > 0 {
+		var cancel context.CancelFunc
+		legCtx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(legCtx, http.MethodPost, g.WorkerURL+path, bytes.NewReader(pb))
+	if err != nil {
+		t.Dispatched()
+		t.Finish(true)
+		return nil, x.fail(http.StatusBadGateway, "bad worker url "+g.WorkerURL), true, false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderRequestID, x.rid)
+	x.pinRank(req, g.Worker)
+	start := time.Now()
+	resp, err := x.s.client.Do(req)
+	if err != nil {
+		t.Dispatched()
+		t.Finish(true)
+		if ctx.Err() != nil {
+			return nil, statusClientClosed, true, false
+		}
+		x.s.disagg.legErrors.WithLabelValues("prefill", "unreachable").Inc()
+		x.s.log.Warn("prefill worker unreachable", zap.String("request_id", x.rid), zap.String("worker", g.Worker), zap.Error(err))
+		if x.canRetry() {
+			return nil, 0, true, true
+		}
+		return nil, x.fail(http.StatusBadGateway, "the prefill worker is unreachable: "+err.Error()), true, false
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode >= 500:
+		_, _ = io.CopyN(io.Discard, resp.Body, 4096)
+		t.Dispatched()
+		t.Finish(true)
+		x.s.disagg.legErrors.WithLabelValues("prefill", "server_error").Inc()
+		if x.canRetry() {
+			return nil, 0, true, true
+		}
+		x.w.Header().Set(HeaderRoutedWorker, g.Worker)
+		return nil, x.fail(http.StatusBadGateway, "the prefill worker failed: "+resp.Status), true, false
+	case resp.StatusCode != http.StatusOK:
+		t.Dispatched()
+		t.Finish(true)
+		x.s.disagg.legErrors.WithLabelValues("prefill", "refused").Inc()
+		return nil, x.relayPlain(resp, g.Worker), true, false
+	}
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxPrefillAnswer))
+	if err != nil {
+		t.Dispatched()
+		t.Finish(true)
+		if ctx.Err() != nil {
+			return nil, statusClientClosed, true, false
+		}
+		x.s.disagg.legErrors.WithLabelValues("prefill", "unreachable").Inc()
+		if x.canRetry() {
+			return nil, 0, true, true
+		}
+		return nil, x.fail(http.StatusBadGateway, "the prefill answer was cut: "+err.Error()), true, false
+	}
+	x.s.disagg.prefillLeg.Observe(time.Since(start).Seconds())
+	x.s.suspects.succeeded(g.Worker)
+	params, err = transferParams(answer)
+	if err != nil && !errors.Is(err, errNoTransferParams) {
+		x.s.disagg.legErrors.WithLabelValues("prefill", "bad_answer").Inc()
+	}
+	return params, 0, false, false
+}
+
+// sglangPrefill starts the SGLang prefill leg beside the decode leg: the
+// same body with the bootstrap members, whose answer is drained.
+func (x *exchange) sglangPrefill(g scheduler.Grant, port int) {
+	host := ""
+	if u, err := url.Parse(g.WorkerURL); err == nil {
+		host = u.Hostname()
+	}
+	x.pair.extra = sglangBootstrap(host, port, rand.Uint64()>>1)
+	path, body := x.upstream(g)
+	pb, err := withMembers(body, x.pair.extra)
+	if err != nil {
+		return
+	}
+	req, err := http.NewRequestWithContext(x.r.Context(), http.MethodPost, g.WorkerURL+path, bytes.NewReader(pb))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderRequestID, x.rid)
+	x.pinRank(req, g.Worker)
+	done := make(chan struct{})
+	x.pair.prefillDone = done
+	go func() { // owned by the exchange: pairDone waits for it
+		defer close(done)
+		resp, err := x.s.client.Do(req)
+		if err != nil {
+			x.s.disagg.legErrors.WithLabelValues("prefill", "unreachable").Inc()
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			x.s.disagg.legErrors.WithLabelValues("prefill", "server_error").Inc()
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+	}()
+}
+
+// sglangBootstrap is the bootstrap members of both SGLang legs.
+func sglangBootstrap(host string, port int, room uint64) []byte {
+	b := make([]byte, 0, 96)
+	b = append(b, `"bootstrap_host":`...)
+	hb, _ := json.Marshal(host)
+	b = append(b, hb...)
+	b = append(b, `,"bootstrap_port":`...)
+	b = strconv.AppendInt(b, int64(port), 10)
+	b = append(b, `,"bootstrap_room":`...)
+	return strconv.AppendUint(b, room, 10)
+}
+
+// vllmPrefillBody is a vLLM prefill leg's body: body without streaming
+// and min_tokens, with one output token and the prefill transfer
+// parameters.
+func vllmPrefillBody(body []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil || m == nil {
+		return nil, errBodyNotObject
+	}
+	delete(m, "stream_options")
+	delete(m, "min_tokens")
+	m["stream"] = json.RawMessage("false")
+	m["max_tokens"] = json.RawMessage("1")
+	m["max_completion_tokens"] = json.RawMessage("1")
+	m["kv_transfer_params"] = json.RawMessage(vllmPrefillParams)
+	return json.Marshal(m)
+}
+
+// transferParams is the top-level kv_transfer_params of a prefill answer,
+// exactly as the engine wrote them (nil and errNoTransferParams when
+// absent or null).
+func transferParams(answer []byte) ([]byte, error) {
+	var a struct {
+		KV json.RawMessage `json:"kv_transfer_params"`
+	}
+	if err := json.Unmarshal(answer, &a); err != nil {
+		return nil, err
+	}
+	v := bytes.TrimSpace(a.KV)
+	if len(v) == 0 || bytes.Equal(v, []byte("null")) {
+		return nil, errNoTransferParams
+	}
+	if v[0] != '{' {
+		return nil, errors.New("kv_transfer_params is not an object")
+	}
+	return a.KV, nil
+}
+
+// withMembers appends members (JSON "key":value pairs) to the object
+// body, keeping body's bytes; members the body already has are removed
+// first, so that no key appears twice.
+func withMembers(body, members []byte) ([]byte, error) {
+	body = bytes.TrimSpace(body)
+	if len(body) < 2 || body[0] != '{' || body[len(body)-1] != '}' {
+		return nil, errBodyNotObject
+	}
+	if keys := memberKeys(members); len(keys) > 0 && containsAnyKey(body, keys) {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(body, &m); err != nil {
+			return nil, errBodyNotObject
+		}
+		for _, k := range keys {
+			delete(m, k)
+		}
+		var err error
+		if body, err = json.Marshal(m); err != nil {
+			return nil, err
+		}
+	}
+	inner := bytes.TrimSpace(body[1 : len(body)-1])
+	out := make([]byte, 0, len(body)+len(members)+2)
+	out = append(out, '{')
+	out = append(out, inner...)
+	if len(inner) > 0 {
+		out = append(out, ',')
+	}
+	out = append(out, members...)
+	return append(out, '}'), nil
+}
+
+// memberKeys are the keys of the members the proxy adds.
+func memberKeys(members []byte) []string {
+	switch {
+	case bytes.HasPrefix(members, []byte(`"kv_transfer_params"`)):
+		return []string{"kv_transfer_params"}
+	case bytes.HasPrefix(members, []byte(`"bootstrap_host"`)):
+		return []string{"bootstrap_host", "bootstrap_port", "bootstrap_room"}
+	}
+	return nil
+}
+
+func containsAnyKey(body []byte, keys []string) bool {
+	for _, k := range keys {
+		if bytes.Contains(body, []byte(`"`+k+`"`)) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,439 @@
+package scheduler
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Disaggregated prefill and decode (docs/architecture.md, "Disaggregated
+// prefill and decode"). Within a model (a request's allowed workers),
+// workers of role both serve aggregated requests; prefill and decode
+// workers serve disaggregated ones, as a pair. The decider runs a request
+// disaggregated only when its uncached prefill on the best prefill worker
+// exceeds a threshold in tokens, and only when both roles have a worker;
+// else it runs aggregated on a both-worker. A model with only prefill and
+// decode workers always disaggregates.
+//
+// A pair is one grant: the prefill worker is Grant.Worker (its booking is
+// Grant.Booking, the one every lifecycle mark names), the decode worker is
+// Grant.Decode, booked beside it and linked to it, so that acknowledging,
+// renewing, finishing, cancelling or expiring either frees or keeps both.
+
+// Worker roles (wire.RoleBoth, wire.RolePrefill, wire.RoleDecode; the
+// scheduler imports nothing of the wire package).
+const (
+	RoleBoth    = "both"
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// roleOf reads a worker's role ("" is both; an unknown role is both too:
+// registration validates it).
+func roleOf(w *Worker) string {
+	switch w.Role {
+	case RolePrefill, RoleDecode:
+		return w.Role
+	}
+	return RoleBoth
+}
+
+// Decision is why a request ran aggregated or disaggregated. The zero value
+// is no decision: no worker of the request's model has a role.
+type Decision int
+
+// Decisions. String gives the metric label.
+const (
+	// DecisionNone: the fleet has no prefill or decode workers.
+	DecisionNone Decision = iota
+	// DecisionShort: the uncached prefill is below the threshold.
+	DecisionShort
+	// DecisionNoPair: the model lacks a prefill or a decode worker.
+	DecisionNoPair
+	// DecisionPinned: the request is pinned to one worker.
+	DecisionPinned
+	// DecisionPairBusy: the decider wanted a pair but no prefill or decode
+	// worker was free, and a both-worker was.
+	DecisionPairBusy
+	// DecisionLong: the uncached prefill is at or above the threshold.
+	DecisionLong
+	// DecisionOnlyPairs: the model has no both-workers.
+	DecisionOnlyPairs
+	// DecisionBothBusy: the prefill was short, but no both-worker was free
+	// and a pair was.
+	DecisionBothBusy
+	numDecisions
+)
+
+// Decisions lists every decision, in label export order.
+var Decisions = []Decision{DecisionNone, DecisionShort, DecisionNoPair, DecisionPinned,
+	DecisionPairBusy, DecisionLong, DecisionOnlyPairs, DecisionBothBusy}
+
+// Disaggregated reports whether the decision ran the request on a pair.
+func (d Decision) Disaggregated() bool { return d >= DecisionLong && d < numDecisions }
+
+// String returns the snake_case metric label.
+func (d Decision) String() string {
+	switch d {
+	case DecisionNone:
+		return "no_roles"
+	case DecisionShort:
+		return "short_prefill"
+	case DecisionNoPair:
+		return "no_pair"
+	case DecisionPinned:
+		return "pinned"
+	case DecisionPairBusy:
+		return "pair_busy"
+	case DecisionLong:
+		return "long_prefill"
+	case DecisionOnlyPairs:
+		return "only_pairs"
+	case DecisionBothBusy:
+		return "both_busy"
+	}
+	return fmt.Sprintf("decision(%d)", int(d))
+}
+
+// Mode is "disaggregated" or "aggregated", the decision's metric label.
+func (d Decision) Mode() string {
+	if d.Disaggregated() {
+		return "disaggregated"
+	}
+	return "aggregated"
+}
+
+// DisaggConfig is the decider's timing model: what moving a prompt's KV
+// cache from the prefill to the decode worker costs.
+type DisaggConfig struct {
+	// MinTokens is the default threshold: a request disaggregates when its
+	// uncached prefill on the best prefill worker is at least this many
+	// tokens (a class may override it: ClassConfig.DisaggMinTokens). 0
+	// derives it from the timing model (DefaultDisaggMinTokens); -1 never
+	// disaggregates while a both-worker exists.
+	MinTokens int
+	// TransferSetupMs is a transfer's fixed cost (handshake, block
+	// lookup), ms.
+	TransferSetupMs float64
+	// TransferMsPerToken is the transfer time per prompt token (KV bytes
+	// per token over the link bandwidth), ms.
+	TransferMsPerToken float64
+}
+
+// DefaultDisaggConfig is a 5 ms setup and 0.005 ms per token: 128 KiB of
+// KV per token (an 8B model in bf16) over a 25 GB/s link.
+func DefaultDisaggConfig() DisaggConfig {
+	return DisaggConfig{TransferSetupMs: 5, TransferMsPerToken: 0.005}
+}
+
+// Validate reports the first bad field.
+func (d DisaggConfig) Validate() error {
+	bad := func(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) || f < 0 }
+	switch {
+	case d.MinTokens < -1:
+		return fmt.Errorf("%w: Disagg.MinTokens must be -1 or >= 0, got %d", ErrInvalidConfig, d.MinTokens)
+	case bad(d.TransferSetupMs):
+		return fmt.Errorf("%w: Disagg.TransferSetupMs must be a finite number >= 0, got %v", ErrInvalidConfig, d.TransferSetupMs)
+	case bad(d.TransferMsPerToken):
+		return fmt.Errorf("%w: Disagg.TransferMsPerToken must be a finite number >= 0, got %v", ErrInvalidConfig, d.TransferMsPerToken)
+	}
+	return nil
+}
+
+// TransferTime is the timing model's transfer time for a prompt.
+func (d DisaggConfig) TransferTime(promptTokens int) time.Duration {
+	ms := d.TransferSetupMs + d.TransferMsPerToken*float64(max(promptTokens, 0))
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// DefaultDisaggMinTokens is the threshold the timing model gives: the least
+// uncached prefill n whose transfer (setup + n × per-token) takes less time
+// than the prefill would stall a decode batch sharing its engine (the
+// prefill steps' token-dependent time, TTFT.Prefill[0]·n² +
+// TTFT.Prefill[1]·n). Past it, moving the KV costs the decode batch less
+// than computing it there. math.MaxInt when transfer never pays.
+func DefaultDisaggMinTokens(m TTFTModel, d DisaggConfig) int {
+	stall := func(n float64) float64 { return m.Prefill[0]*n*n + m.Prefill[1]*n }
+	xfer := func(n float64) float64 { return d.TransferSetupMs + d.TransferMsPerToken*n }
+	if stall(1<<24) <= xfer(1<<24) {
+		return math.MaxInt
+	}
+	lo, hi := 0, 1<<24 // stall(hi) > xfer(hi)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if stall(float64(mid)) > xfer(float64(mid)) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// sanitizeDisagg replaces a bad decider configuration with the defaults
+// and resolves the derived threshold.
+func sanitizeDisagg(cfg Config) Config {
+	if cfg.Disagg.Validate() != nil || (cfg.Disagg == DisaggConfig{}) {
+		min := cfg.Disagg.MinTokens
+		cfg.Disagg = DefaultDisaggConfig()
+		if min >= -1 {
+			cfg.Disagg.MinTokens = min
+		}
+	}
+	return cfg
+}
+
+// disaggState is the Core's decider state.
+type disaggState struct {
+	roles     int // registered workers with role prefill or decode
+	threshold int // resolved default threshold (Config.Disagg.MinTokens, or derived)
+	counts    [numDecisions]uint64
+	// scratch: the request's allowed workers by role
+	both, prefill, decode []string
+}
+
+// noteRoles recounts the role workers after SetWorkers.
+func (c *Core) noteRoles() {
+	c.disagg.roles = 0
+	for i := range c.workers {
+		if roleOf(&c.workers[i].Worker) != RoleBoth {
+			c.disagg.roles++
+		}
+	}
+	c.disagg.threshold = c.cfg.Disagg.MinTokens
+	if c.disagg.threshold == 0 {
+		c.disagg.threshold = DefaultDisaggMinTokens(c.cfg.TTFT, c.cfg.Disagg)
+	}
+}
+
+// DisaggThreshold is the uncached prefill, in tokens, from which cls's
+// requests run disaggregated (-1: never while a both-worker exists).
+func (c *Core) DisaggThreshold(cls string) int {
+	if k := c.classes[cls]; k != nil && k.cfg.DisaggMinTokens != 0 {
+		return k.cfg.DisaggMinTokens
+	}
+	if c.disagg.threshold == 0 {
+		c.noteRoles()
+	}
+	return c.disagg.threshold
+}
+
+// DisaggCounts returns how many grants each decision made (probes
+// excluded), indexed by Decision.
+func (c *Core) DisaggCounts() [numDecisions]uint64 { return c.disagg.counts }
+
+// A placement is a selection's outcome carried through the queue walks as
+// one int: the worker index, plus (decode index + 1) << placementShift and
+// the decision << decisionShift for a pair or a decided request. A fleet
+// without roles places by the bare worker index, as before.
+const (
+	placementShift = 24
+	decisionShift  = 48
+	placementMask  = 1<<placementShift - 1
+)
+
+func placePair(prefill, decode int, d Decision) int {
+	return prefill | (decode+1)<<placementShift | int(d)<<decisionShift
+}
+
+func placeOne(idx int, d Decision) int { return idx | int(d)<<decisionShift }
+
+// unplace splits a placement: the (prefill or only) worker, the decode
+// worker (-1: none) and the decision.
+func unplace(p int) (idx, decode int, d Decision) {
+	return p & placementMask, (p>>placementShift)&placementMask - 1, Decision(p >> decisionShift)
+}
+
+// selectPlacement is selectWorker with the decider: the placement of r
+// under cfg, or false when it must wait.
+func (c *Core) selectPlacement(r *Request, cfg *ClassConfig) (int, bool) {
+	if c.disagg.roles == 0 {
+		return c.selectWorker(r, cfg)
+	}
+	return c.selectDisagg(r, cfg)
+}
+
+// withAllowed runs the selector on r restricted to ids.
+func (c *Core) withAllowed(r *Request, cfg *ClassConfig, ids []string) (int, bool) {
+	if len(ids) == 0 {
+		return -1, false
+	}
+	rr := *r
+	rr.Allowed = ids
+	rr.Session = SessionAffinity{}
+	if sw := c.sessionWorker(r); sw >= 0 {
+		for _, id := range ids {
+			if id == c.workers[sw].ID {
+				rr.Session = r.Session // the session's worker is among them
+				break
+			}
+		}
+	}
+	return c.selectWorker(&rr, cfg)
+}
+
+// selectDisagg is selectPlacement for a fleet with role workers.
+func (c *Core) selectDisagg(r *Request, cfg *ClassConfig) (int, bool) {
+	if r.Pinned != "" {
+		idx, ok := c.selectWorker(r, cfg)
+		return placeOne(idx, DecisionPinned), ok
+	}
+	st := &c.disagg
+	st.both, st.prefill, st.decode = st.both[:0], st.prefill[:0], st.decode[:0]
+	add := func(i int) {
+		w := &c.workers[i].Worker
+		switch roleOf(w) {
+		case RolePrefill:
+			st.prefill = append(st.prefill, w.ID)
+		case RoleDecode:
+			st.decode = append(st.decode, w.ID)
+		default:
+			st.both = append(st.both, w.ID)
+		}
+	}
+	if len(r.Allowed) == 0 {
+		for i := range c.workers {
+			add(i)
+		}
+	} else {
+		c.stamp++
+		for _, a := range r.Allowed {
+			if i, ok := c.workerIdx[a]; ok && c.allow[i] != c.stamp {
+				c.allow[i] = c.stamp
+				add(i)
+			}
+		}
+	}
+	if len(st.prefill) == 0 || len(st.decode) == 0 {
+		if len(st.both) == 0 {
+			// Only one role serves the model: it runs on what there is.
+			idx, ok := c.selectWorker(r, cfg)
+			return placeOne(idx, DecisionNoPair), ok
+		}
+		idx, ok := c.withAllowed(r, cfg, st.both)
+		return placeOne(idx, DecisionNoPair), ok
+	}
+	p, pok := c.withAllowed(r, cfg, st.prefill)
+	d, dok := c.selectDecode(r, st.decode)
+	if len(st.both) == 0 {
+		if !pok || !dok {
+			return -1, false
+		}
+		return placePair(p, d, DecisionOnlyPairs), true
+	}
+	long := false
+	if pok {
+		w := &c.workers[p].Worker
+		th := cfg.DisaggMinTokens
+		if th == 0 {
+			th = st.threshold
+		}
+		long = th >= 0 && r.PrefillTokens(w.ID, w.BlockSize) >= th
+	}
+	if long && dok {
+		return placePair(p, d, DecisionLong), true
+	}
+	if a, ok := c.withAllowed(r, cfg, st.both); ok {
+		if long {
+			return placeOne(a, DecisionPairBusy), true
+		}
+		return placeOne(a, DecisionShort), true
+	}
+	if pok && dok {
+		return placePair(p, d, DecisionBothBusy), true
+	}
+	return -1, false
+}
+
+// selectDecode picks the decode worker by load: the least projected KV
+// use (booked decode blocks plus the request's, over the worker's KV
+// blocks when known), then the fewest active requests; workers at their
+// MaxRunning are skipped. The decode engine receives the prompt's KV, so
+// its prefill load does not count.
+func (c *Core) selectDecode(r *Request, ids []string) (int, bool) {
+	best, bestUse, bestActive := -1, math.Inf(1), math.MaxInt
+	for _, id := range ids {
+		i := c.workerIdx[id]
+		s := &c.workers[i]
+		load := s.projectLoad()
+		if s.maxRunning > 0 && load.ActiveRequests+max(1, r.Sequences) > int(s.maxRunning) {
+			continue
+		}
+		blocks := float64(load.DecodeBlocks + r.BlockCount(int(s.blockSize)) + r.privateBlocks(int(s.blockSize)))
+		if s.kvBlocks > 0 {
+			blocks /= float64(s.kvBlocks)
+		}
+		if blocks < bestUse || (blocks == bestUse && load.ActiveRequests < bestActive) {
+			best, bestUse, bestActive = i, blocks, load.ActiveRequests
+		}
+	}
+	return best, best >= 0
+}
+
+// admitPair books the decode side of a pair placement beside the prefill
+// booking b (which carries the request's tenant and lifecycle) and fills
+// the grant's decode half.
+func (c *Core) admitPair(r *Request, b *booking, decode int, g *Grant, now time.Time) {
+	w := &c.workers[decode]
+	d := c.book(r.ID, b.class, w.ID, w.BlockSize, r.HashesFor(w.BlockSize), r.PromptTokens, r.PromptTokens,
+		r.ExpectedOutputTokens, r.Sequences, true, now)
+	d.attempt = r.Attempt
+	linkPair(b, d)
+	xfer := c.cfg.Disagg.TransferTime(r.PromptTokens)
+	g.Decode = GrantDecode{Worker: w.ID, URL: w.URL, BlockSize: w.BlockSize, Booking: d.id, Transfer: xfer}
+	if g.PredictedTTFT > 0 {
+		g.PredictedTTFT += xfer
+	}
+}
+
+// linkPair makes b and d one grant's two bookings. d, the decode side,
+// is booked with no prefill load (book's firstToken): the engine receives
+// the KV.
+func linkPair(b, d *booking) {
+	b.pair, d.pair = d, b
+	d.decodeSide = true
+}
+
+// adoptPair books the decode side of an adopted pair beside b.
+func (c *Core) adoptPair(rec BookingRecord, b *booking) {
+	if rec.Decode.Worker == "" {
+		return
+	}
+	blockSize := 0
+	if i, ok := c.workerIdx[rec.Decode.Worker]; ok {
+		blockSize = c.workers[i].BlockSize
+	}
+	d := c.book(rec.RequestID, rec.Class, rec.Decode.Worker, blockSize, rec.Decode.BlockHashes,
+		max(0, rec.PromptTokens), max(0, rec.PromptTokens), max(0, rec.ExpectedOutputTokens), rec.Sequences, true, c.clock.Now())
+	linkPair(b, d)
+}
+
+// pairRecord is the decode side of b's record (zero: b is no pair).
+func pairRecord(b *booking) DecodeRecord {
+	if b.pair == nil {
+		return DecodeRecord{}
+	}
+	return DecodeRecord{Worker: b.pair.worker, BlockHashes: b.pair.hashes}
+}
+
+// pairOutput is the expected output of b's grant: a pair books it on its
+// decode side.
+func pairOutput(b *booking) int {
+	if b.pair != nil {
+		return max(b.output, b.pair.output)
+	}
+	return b.output
+}
+
+// ParseDecision is the inverse of Decision.String ("" is DecisionNone).
+func ParseDecision(s string) (Decision, error) {
+	if s == "" {
+		return DecisionNone, nil
+	}
+	for _, d := range Decisions {
+		if d.String() == s {
+			return d, nil
+		}
+	}
+	return DecisionNone, fmt.Errorf("%w: unknown decision %q", ErrInvalidConfig, s)
+}

@@ -1,0 +1,246 @@
+package scheduler
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// pdFleet is both-workers b0.., prefill workers p0.. and decode workers d0...
+func pdFleet(both, prefill, decode, maxRunning int) []Worker {
+	var ws []Worker
+	add := func(prefix, role string, n int) {
+		for i := range n {
+			id := fmt.Sprintf("%s%d", prefix, i)
+			ws = append(ws, Worker{ID: id, URL: "http://" + id, BlockSize: 16, KVBlocks: 1000, MaxRunning: maxRunning, Role: role})
+		}
+	}
+	add("b", "", both)
+	add("p", RolePrefill, prefill)
+	add("d", RoleDecode, decode)
+	return ws
+}
+
+func TestDecider(t *testing.T) {
+	th := DefaultDisaggMinTokens(DefaultTTFTModel(), DefaultDisaggConfig())
+	require.Greater(t, th, 0)
+	require.Less(t, th, 10000)
+
+	h := newHarness(t, pdFleet(1, 2, 2, 0), classCfg("c", PolicyFCFS))
+	require.Equal(t, th, h.core.DisaggThreshold("c"))
+
+	h.enqueue(req("short", "c", th-1))
+	g := h.granted("short")
+	require.Equal(t, "b0", g.Worker)
+	require.False(t, g.Disaggregated())
+	require.Equal(t, DecisionShort, g.Decision)
+
+	h.enqueue(req("long", "c", th+100))
+	g = h.granted("long")
+	require.True(t, g.Disaggregated())
+	require.Equal(t, DecisionLong, g.Decision)
+	require.Contains(t, []string{"p0", "p1"}, g.Worker)
+	require.Contains(t, []string{"d0", "d1"}, g.Decode.Worker)
+	require.Equal(t, "http://"+g.Decode.Worker, g.Decode.URL)
+	require.Positive(t, g.Decode.Transfer)
+
+	// The prefill worker holds the prompt's prefill; the decode worker
+	// holds its output and no prefill.
+	pl, dl := h.core.Load(g.Worker), h.core.Load(g.Decode.Worker)
+	require.Equal(t, th+100, pl.PrefillTokens)
+	require.Zero(t, dl.PrefillTokens)
+	require.Equal(t, 1, pl.ActiveRequests)
+	require.Equal(t, 1, dl.ActiveRequests)
+
+	counts := h.core.DisaggCounts()
+	require.Equal(t, uint64(1), counts[DecisionShort])
+	require.Equal(t, uint64(1), counts[DecisionLong])
+
+	// One finish frees both.
+	h.core.Finish(g.Booking)
+	require.Zero(t, h.core.Load(g.Worker).ActiveRequests)
+	require.Zero(t, h.core.Load(g.Decode.Worker).ActiveRequests)
+	require.Equal(t, 1, h.core.Bookings()) // "short" only
+}
+
+func TestDeciderCachedPrefixRunsAggregated(t *testing.T) {
+	h := newHarness(t, pdFleet(1, 1, 1, 0), classCfg("c", PolicyFCFS))
+	th := h.core.DisaggThreshold("c")
+	r := req("warm", "c", th+64)
+	r.BlockHashes = make([]uint64, (th+64)/16)
+	for i := range r.BlockHashes {
+		r.BlockHashes[i] = uint64(i + 1)
+	}
+	// The prefill worker holds all but 64 tokens: the uncached part is short.
+	r.Overlaps = []Overlap{{Worker: "p0", Blocks: th / 16}}
+	h.enqueue(r)
+	g := h.granted("warm")
+	require.False(t, g.Disaggregated())
+	require.Equal(t, DecisionShort, g.Decision)
+}
+
+func TestDeciderClassThresholdAndFleets(t *testing.T) {
+	never := classCfg("never", PolicyFCFS)
+	never.DisaggMinTokens = -1
+	always := classCfg("always", PolicyFCFS)
+	always.DisaggMinTokens = 1
+	h := newHarness(t, pdFleet(1, 1, 1, 0), never, always)
+	h.enqueue(req("n", "never", 100000))
+	require.Equal(t, "b0", h.granted("n").Worker)
+	h.enqueue(req("a", "always", 10))
+	require.True(t, h.granted("a").Disaggregated())
+
+	// Only prefill and decode workers: always a pair.
+	h = newHarness(t, pdFleet(0, 1, 1, 0), classCfg("c", PolicyFCFS))
+	h.enqueue(req("tiny", "c", 1))
+	g := h.granted("tiny")
+	require.Equal(t, DecisionOnlyPairs, g.Decision)
+	require.Equal(t, "p0", g.Worker)
+	require.Equal(t, "d0", g.Decode.Worker)
+
+	// No decode worker among the allowed: aggregated on a both-worker.
+	h = newHarness(t, pdFleet(1, 1, 1, 0), classCfg("c", PolicyFCFS))
+	r := req("nd", "c", 100000)
+	r.Allowed = []string{"b0", "p0"}
+	h.enqueue(r)
+	g = h.granted("nd")
+	require.Equal(t, "b0", g.Worker)
+	require.Equal(t, DecisionNoPair, g.Decision)
+
+	// A fleet without roles decides nothing.
+	h = newHarness(t, workers(2, 0), classCfg("c", PolicyFCFS))
+	h.enqueue(req("plain", "c", 100000))
+	require.Equal(t, DecisionNone, h.granted("plain").Decision)
+}
+
+func TestPairWaitsForBothCaps(t *testing.T) {
+	// Worker caps apply to both workers: the decode worker full, the pair waits.
+	h := newHarness(t, pdFleet(0, 1, 1, 1), classCfg("c", PolicyFCFS))
+	h.enqueue(req("one", "c", 1000))
+	g := h.granted("one")
+	h.core.Ack(g.Booking)
+	h.enqueue(req("two", "c", 1000))
+	h.pending("two")
+	h.core.FirstToken(g.Booking) // the prefill finished; decode still runs
+	h.pending("two")
+	h.core.Finish(g.Booking)
+	require.True(t, h.granted("two").Disaggregated())
+}
+
+func TestPairCancelAndExpiryFreeBoth(t *testing.T) {
+	h := newHarness(t, pdFleet(0, 1, 1, 0), classCfg("c", PolicyFCFS))
+	h.refuse["gone"] = true
+	h.enqueue(req("gone", "c", 1000)) // the requester left: rolled back
+	require.Zero(t, h.core.Bookings())
+
+	h.enqueue(req("lost", "c", 1000))
+	require.True(t, h.granted("lost").Disaggregated())
+	require.Equal(t, 2, h.core.Bookings())
+	h.core.CancelAttempt("lost", 0)
+	require.Zero(t, h.core.Bookings())
+
+	h.enqueue(req("late", "c", 1000))
+	g := h.granted("late")
+	h.core.Ack(g.Booking)
+	h.clock.Advance(h.core.Config().BookingExpiry / 2)
+	h.core.Renew([]BookingID{g.Booking}) // renews both
+	h.clock.Advance(h.core.Config().BookingExpiry/2 + 1)
+	h.core.Tick()
+	require.Equal(t, 2, h.core.Bookings())
+	h.clock.Advance(h.core.Config().BookingExpiry)
+	h.core.Tick()
+	require.Zero(t, h.core.Bookings())
+}
+
+func TestPairAdoptedAsOne(t *testing.T) {
+	h := newHarness(t, pdFleet(0, 1, 1, 0), classCfg("c", PolicyFCFS))
+	r := req("moved", "c", 1000)
+	r.ExpectedOutputTokens = 100
+	h.enqueue(r)
+	g := h.granted("moved")
+	rec, ok := h.core.Booking(g.Booking)
+	require.True(t, ok)
+	require.Equal(t, "d0", rec.Decode.Worker)
+	require.Equal(t, 100, rec.ExpectedOutputTokens)
+
+	h2 := newHarness(t, pdFleet(0, 1, 1, 0), classCfg("c", PolicyFCFS))
+	id := h2.core.Adopt(rec)
+	require.Equal(t, 2, h2.core.Bookings())
+	require.Equal(t, h.core.Load("p0"), h2.core.Load("p0"))
+	require.Equal(t, h.core.Load("d0"), h2.core.Load("d0"))
+	h2.core.Finish(id)
+	require.Zero(t, h2.core.Bookings())
+}
+
+func TestPairTenantAndClassCountOnce(t *testing.T) {
+	h := newHarness(t, pdFleet(0, 2, 2, 0), classCfg("c", PolicyFCFS))
+	q := TenantQuota{Concurrent: 1}
+	a := req("a", "c", 1000)
+	a.Tenant = Tenant{ID: "t", Quota: q}
+	h.enqueue(a)
+	g := h.granted("a")
+	require.True(t, g.Disaggregated())
+	snap := h.core.Snapshot()
+	require.Len(t, snap.Tenants, 1)
+	require.Equal(t, 1, snap.Tenants[0].InFlight)
+	require.Equal(t, uint64(1), snap.Classes["c"].Counters.Admitted)
+	b := req("b", "c", 1000)
+	b.Tenant = Tenant{ID: "t", Quota: q}
+	h.enqueue(b)
+	require.ErrorIs(t, h.one("b").err, ErrQuotaExceeded) // the pair holds one slot
+	h.core.Finish(g.Booking)
+	for _, ts := range h.core.Snapshot().Tenants {
+		require.Zero(t, ts.InFlight)
+	}
+}
+
+func TestPlacementRoundTrip(t *testing.T) {
+	for _, c := range []struct{ p, d int }{{0, 0}, {5, -1}, {1<<placementShift - 2, 7}, {3, 1<<placementShift - 2}} {
+		for _, dec := range Decisions {
+			var x int
+			if c.d >= 0 {
+				x = placePair(c.p, c.d, dec)
+			} else {
+				x = placeOne(c.p, dec)
+			}
+			p, d, got := unplace(x)
+			require.Equal(t, c.p, p)
+			require.Equal(t, c.d, d)
+			require.Equal(t, dec, got)
+		}
+	}
+	linear := DefaultTTFTModel()
+	linear.Prefill[0] = 0
+	require.Equal(t, math.MaxInt, DefaultDisaggMinTokens(linear, DisaggConfig{TransferSetupMs: 1, TransferMsPerToken: 1}))
+}
+
+// BenchmarkPlacement compares the decider's pair selection with today's
+// single selection on the same fleet size: 8 both-workers (single) against
+// 2 both + 3 prefill + 3 decode (pair), a 2,048-token prompt with a
+// 1,024-token prefix cached on one worker of each.
+func BenchmarkPlacement(b *testing.B) {
+	prompt := 2048
+	hashes := make([]uint64, prompt/16)
+	for i := range hashes {
+		hashes[i] = uint64(i + 1)
+	}
+	run := func(b *testing.B, ws []Worker, cached string) {
+		c := NewCore(DefaultConfig(), nil, nil, nil)
+		c.SetWorkers(ws)
+		cls := classCfg("c", PolicyFCFS)
+		c.SetClasses([]ClassConfig{cls})
+		r := &Request{ID: "r", Class: "c", PromptTokens: prompt, BlockHashes: hashes, ExpectedOutputTokens: 128,
+			Overlaps: []Overlap{{Worker: cached, Blocks: 64}}}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			if _, ok := c.selectPlacement(r, &cls); !ok {
+				b.Fatal("no placement")
+			}
+		}
+	}
+	b.Run("single", func(b *testing.B) { run(b, pdFleet(8, 0, 0, 0), "b3") })
+	b.Run("pair", func(b *testing.B) { run(b, pdFleet(2, 3, 3, 0), "p1") })
+}
