@@ -40,6 +40,12 @@ type SimReport struct {
 	// Sessions is how often a session's turns stayed on one worker
 	// (sim_sessions.go).
 	Sessions SimSessionReport `json:"sessions"`
+	// SLOGood requests met the run's SLO (SimConfig.SLO), SLOGoodputRPS
+	// per second of the run.
+	SLOGood       int     `json:"slo_good_requests"`
+	SLOGoodputRPS float64 `json:"slo_goodput_rps"`
+	// PD is the disaggregated fleet's part (sim_pd.go); absent without one.
+	PD *SimPDReport `json:"disaggregation,omitempty"`
 	// Results holds every request's measurement (written to results.jsonl
 	// on request, never into the report JSON).
 	Results []Result `json:"-"`
@@ -164,10 +170,15 @@ func (s *simulation) report() *SimReport {
 		if r.Outcome == OutcomeOK && !r.DeadlineMissed {
 			rep.GoodRequests++
 		}
+		if cfg.SLO.Met(r) {
+			rep.SLOGood++
+		}
 	}
 	if sum.DurationS > 0 {
 		rep.GoodputRPS = float64(rep.GoodRequests) / sum.DurationS
+		rep.SLOGoodputRPS = float64(rep.SLOGood) / sum.DurationS
 	}
+	rep.PD = s.pdReport()
 	for i := range s.workers {
 		w := &s.workers[i]
 		st := w.eng.Stats()
