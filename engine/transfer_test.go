@@ -205,3 +205,24 @@ func TestAModeledTransferTakesTheTransferTimeOfThePulledTokens(t *testing.T) {
 	want := h.e.Config().TransferTime(20*16) + 10*time.Millisecond
 	assert.Equal(t, want, firstTokenAt(t, h, "d").Sub(start))
 }
+
+func TestALandedTransferNeverDeadlocksAHigherPriorityHead(t *testing.T) {
+	cfg := smallConfig()
+	cfg.NumBlocks = 20
+	h := newHarness(t, cfg)
+	h.e.timing = &recordingTiming{}
+	h.submitTransfer("d", prompt(1, 10*16+1), 2, Transfer{Tokens: 10 * 16, Delay: 10 * time.Millisecond})
+	h.e.Step(h.clock.now)
+	require.Equal(t, 10, h.e.Stats().KVBlocksUsed, "the pull holds 10 of the 20 blocks")
+	// A higher-priority request needing 16 blocks arrives while it pulls:
+	// once the transfer lands, the landed request holds blocks behind a
+	// head that cannot get them, and nothing runs to free any.
+	h.submit("hi", prompt(2, 15*16), 2, 5)
+	h.runIdle()
+	assert.Equal(t, FinishLength, h.finish("hi").Finish)
+	assert.Equal(t, FinishLength, h.finish("d").Finish)
+	assert.True(t, firstTokenAt(t, h, "hi").Before(firstTokenAt(t, h, "d")), "the head keeps its place")
+	st := h.e.Stats()
+	assert.Equal(t, uint64(1), st.Preemptions, "the landed request gave its blocks back")
+	assert.Zero(t, st.KVBlocksUsed)
+}
