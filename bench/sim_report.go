@@ -87,6 +87,10 @@ type SimConfigInfo struct {
 	HostBlocks      int       `json:"host_blocks,omitempty"`
 	HostLoadMsPerTk float64   `json:"host_load_ms_per_token,omitempty"`
 	TierWeights     []float64 `json:"tier_weights,omitempty"`
+	SLOTTFTMs       float64   `json:"slo_ttft_ms"`
+	SLOITLMs        float64   `json:"slo_itl_ms"`
+	TransferGbps    float64   `json:"transfer_gbps,omitempty"`
+	TransferSetupMs float64   `json:"transfer_setup_ms,omitempty"`
 }
 
 // SimWorkerReport is one engine's view of the run.
@@ -151,6 +155,7 @@ func (s *simulation) report() *SimReport {
 			MaxBatchedTok: cfg.Engine.MaxNumBatchedTokens, MaxNumSeqs: cfg.Engine.MaxNumSeqs, EngineSpeedup: cfg.Engine.Speedup,
 			EngineSpeedups: cfg.EngineSpeedups,
 			HostBlocks:     cfg.Engine.HostBlocks, HostLoadMsPerTk: hostLoad(cfg), TierWeights: tierWeights(cfg),
+			SLOTTFTMs: ms(cfg.SLO.TTFT), SLOITLMs: ms(cfg.SLO.ITL),
 		},
 		Summary:    sum,
 		Events:     s.nEvents,
@@ -179,6 +184,9 @@ func (s *simulation) report() *SimReport {
 		rep.SLOGoodputRPS = float64(rep.SLOGood) / sum.DurationS
 	}
 	rep.PD = s.pdReport()
+	if rep.PD != nil {
+		rep.Config.TransferGbps, rep.Config.TransferSetupMs = cfg.Engine.TransferGbps, cfg.Engine.TransferSetupMs
+	}
 	for i := range s.workers {
 		w := &s.workers[i]
 		st := w.eng.Stats()
