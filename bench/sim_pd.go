@@ -150,7 +150,6 @@ func (s *simulation) settlePair(i int, q *simRequest, g scheduler.Grant, p int, 
 	s.sessionGranted(q, p)
 	s.markDirty(q.admit, p)
 	s.markDirty(q.admit, d)
-	s.predict(q, g.Worker, p)
 	dk := &s.workers[d]
 	dk.active++
 	dk.peak = max(dk.peak, dk.active)
@@ -158,10 +157,12 @@ func (s *simulation) settlePair(i int, q *simRequest, g scheduler.Grant, p int, 
 	uncached := q.tr.InputLength - g.CachedTokens
 	if s.cfg.Decider && uncached < rep.core.DisaggThreshold(s.admitClass(q.tr)) {
 		s.pd.bypassed++
+		s.predict(q, g.Decode.Worker, d) // its prompt is cached where it runs
 		s.submitLeg(i, q, d, &engine.Request{MaxTokens: q.tr.OutputLength, OnDelta: func(dl engine.Delta) { s.delta(i, dl) }})
 		return
 	}
 	s.pd.pairs++
+	s.predict(q, g.Worker, p)
 	q.pair = &simPair{prefill: p}
 	pk := &s.workers[p]
 	pk.active++
