@@ -16,6 +16,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
 
+	"github.com/switchyard/switchyard/internal/testenv"
+	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -247,4 +249,59 @@ func TestTheOfficialClientCarriesKVTransferParams(t *testing.T) {
 		}))
 	require.NoError(t, err)
 	require.Contains(t, raw.String(), `"kv_transfer_params":{`)
+}
+
+func TestRoleWorkersRegisterTheirRoleTransferAndBootstrapPort(t *testing.T) {
+	etcd := testenv.StartEtcd(t)
+	cli := etcd.Client(t)
+	pcfg := pdWorkerConfig("p1", wire.RolePrefill, wire.TransferSGLang)
+	pcfg.EtcdEndpoints = etcd.Endpoints
+	startWorker(t, pcfg)
+	dcfg := pdWorkerConfig("d1", wire.RoleDecode, wire.TransferVLLM)
+	dcfg.EtcdEndpoints = etcd.Endpoints
+	startWorker(t, dcfg)
+	bcfg := pdWorkerConfig("b1", wire.RoleBoth, wire.TransferVLLM)
+	bcfg.EtcdEndpoints = etcd.Endpoints
+	startWorker(t, bcfg)
+	read := func(id string) *wire.WorkerInfo {
+		resp, err := cli.Get(testenv.Context(t), wire.NewKeys("test").Worker(id))
+		require.NoError(t, err)
+		require.Len(t, resp.Kvs, 1)
+		info, err := wire.DecodeWorkerInfo(resp.Kvs[0].Value)
+		require.NoError(t, err)
+		return info
+	}
+	p := read("p1")
+	require.Equal(t, []any{wire.RolePrefill, wire.TransferSGLang, pcfg.PD.BootstrapPort}, []any{p.Role, p.KVTransfer, p.BootstrapPort})
+	d := read("d1")
+	require.Equal(t, []any{wire.RoleDecode, wire.TransferVLLM, 0}, []any{d.Role, d.KVTransfer, d.BootstrapPort})
+	b := read("b1")
+	require.Equal(t, wire.RoleBoth, b.RoleOf())
+	require.Empty(t, b.KVTransfer, "a worker of role both registers as every worker did before roles")
+}
+
+// BenchmarkParseGenRequest measures what the disaggregation fields add to
+// decoding a request body: the same prompt plain, as a vLLM prefill leg,
+// and as a decode leg carrying the prefill's parameters.
+func BenchmarkParseGenRequest(b *testing.B) {
+	reg := simPrompts(b, "m")
+	tok := func(model string, in *prompt.Input) ([][]uint32, error) { return reg.TokenizeEach(model, in) }
+	p := workerLongPrompt("bench")
+	bodies := map[string]string{
+		"plain":   fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":16}`, p),
+		"prefill": fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":1,"stream":false,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}}`, p),
+		"decode": fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":16,"kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_engine_id":"p1-00000000000000ab","remote_block_ids":[%s],"remote_request_id":"r","remote_host":"10.0.0.1","remote_port":9000,"tp_size":1}}`,
+			p, strings.TrimSuffix(strings.Repeat("1,", 48), ",")),
+	}
+	for _, name := range []string{"plain", "prefill", "decode"} {
+		body := []byte(bodies[name])
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, e := parseGenRequest(body, prompt.KindCompletion, tok, 16, 100000); e != nil {
+					b.Fatal(e.Message)
+				}
+			}
+		})
+	}
 }
