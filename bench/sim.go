@@ -176,6 +176,15 @@ type SimConfig struct {
 	Sessions      bool
 	SessionMargin float64
 	SessionTTL    time.Duration
+	// Fleet makes the run disaggregated (sim_pd.go): Fleet.Prefill prefill
+	// and Fleet.Decode decode workers (their sum is Workers); the zero
+	// value is an aggregated fleet. Decider on runs a request whose
+	// uncached prefill is below the router's threshold aggregated on its
+	// decode worker; off, every request runs as a pair.
+	Fleet   SimFleet
+	Decider bool
+	// SLO is the goodput objective the report counts requests against.
+	SLO SimSLO
 	// KVTap, when set, also receives every KV event batch an engine
 	// publishes, when it publishes it (the scale report derives event
 	// rates and batch shapes from them). It may keep the batch and must
@@ -221,6 +230,7 @@ func DefaultSimConfig() SimConfig {
 		},
 		Scheduler: sc,
 		Engine:    ec,
+		SLO:       DefaultSimSLO(),
 	}
 }
 
@@ -264,6 +274,11 @@ func (c SimConfig) Validate() error {
 		return bad("max_running %d must not be negative", c.MaxRunning)
 	case c.DefaultClass == "":
 		return bad("default_class is empty")
+	case c.Fleet.Prefill < 0 || c.Fleet.Decode < 0 || (c.Fleet.Prefill+c.Fleet.Decode > 0 &&
+		(c.Fleet.Prefill == 0 || c.Fleet.Decode == 0 || c.Fleet.Prefill+c.Fleet.Decode != c.Workers)):
+		return bad("fleet %s must have both roles and %d workers in all", c.Fleet, c.Workers)
+	case c.SLO.TTFT <= 0 || c.SLO.ITL <= 0:
+		return bad("slo ttft %v and itl %v must be positive", c.SLO.TTFT, c.SLO.ITL)
 	}
 	for i, sp := range c.EngineSpeedups {
 		if !(sp > 0) || sp > 1e9 {

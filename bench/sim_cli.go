@@ -47,6 +47,8 @@ type simFlags struct {
 	ignoreDue     []bool
 	dueMargins    []time.Duration
 	classPolicies []scheduler.Policy
+	fleets        []SimFleet
+	deciders      []bool
 	writeResults  bool
 }
 
@@ -61,6 +63,8 @@ func newSimFlags() *simFlags {
 		ignoreDue:     []bool{false},
 		dueMargins:    []time.Duration{0},
 		classPolicies: []scheduler.Policy{scheduler.PolicyFCFS},
+		fleets:        []SimFleet{{}},
+		deciders:      []bool{true},
 	}
 }
 
@@ -152,6 +156,17 @@ func (c *simCLI) RegisterFlags(fs *flag.FlagSet) {
 	listFlag(fs, "sim-engine-speedups", "sim: per-worker engine speedups, assigned round-robin (e.g. 0.5,1: half the workers twice as slow)", &b.EngineSpeedups, func(s string) (float64, error) {
 		return strconv.ParseFloat(s, 64)
 	})
+	listFlag(fs, "sim-fleet", "sim: fleet shapes to run: aggregated, <x>p<y>d (x prefill and y decode workers, e.g. 2p6d; sets -sim-workers to x+y)", &f.fleets, ParseSimFleet)
+	listFlag(fs, "sim-decider", "sim: in an xPyD fleet, run short uncached prefills aggregated on the decode worker: on, off (or both: on,off)", &f.deciders, parseOnOff)
+	fs.IntVar(&b.Scheduler.Disagg.MinTokens, "sim-disagg-min-tokens", b.Scheduler.Disagg.MinTokens, "sim: the decider's threshold in uncached prefill tokens (0: from the timing model)")
+	fs.DurationVar(&b.SLO.TTFT, "sim-slo-ttft", b.SLO.TTFT, "sim: goodput SLO on time to first token")
+	fs.DurationVar(&b.SLO.ITL, "sim-slo-itl", b.SLO.ITL, "sim: goodput SLO on a request's mean inter-token latency")
+	fs.Float64Var(&b.Engine.TransferGbps, "sim-transfer-gbps", b.Engine.TransferGbps, "sim: prefill-to-decode KV link bandwidth in Gb/s")
+	fs.Float64Var(&b.Engine.TransferSetupMs, "sim-transfer-setup-ms", b.Engine.TransferSetupMs, "sim: fixed cost of one KV transfer in ms")
+	fs.IntVar(&b.Engine.ModelLayers, "sim-model-layers", b.Engine.ModelLayers, "sim: model layers (KV bytes per token = layers x kv heads x head dim x 2 x dtype bytes)")
+	fs.IntVar(&b.Engine.KVHeads, "sim-kv-heads", b.Engine.KVHeads, "sim: KV heads per layer")
+	fs.IntVar(&b.Engine.HeadDim, "sim-head-dim", b.Engine.HeadDim, "sim: attention head dimension")
+	fs.IntVar(&b.Engine.KVDTypeBytes, "sim-kv-dtype-bytes", b.Engine.KVDTypeBytes, "sim: bytes per KV element (2: bf16, 1: fp8)")
 	fs.BoolVar(&f.writeResults, "sim-results", f.writeResults, "sim: also write every request's results (results.jsonl, or results-<run>.jsonl per run)")
 }
 
@@ -227,32 +242,45 @@ func (f *simFlags) expand(o Options) ([]simRun, error) {
 						for _, n := range f.replicas {
 							for _, p := range f.policies {
 								for _, sa := range f.sessions {
-									cfg := base
-									cfg.Sessions = sa
-									cfg.Class.Policy, cfg.IgnoreDeadlines, cfg.Admission, cfg.Gossip, cfg.Replicas, cfg.Policy = cp, ign, adm, g, n, p
-									cfg.DueMargin = margin
-									var parts, keyParts []string
-									add := func(vary bool, s string, inKey bool) {
-										if vary {
-											parts = append(parts, s)
-											if inKey {
-												keyParts = append(keyParts, s)
+									for _, fl := range f.fleets {
+										for _, dec := range f.deciders {
+											if !fl.Disaggregated() && dec != f.deciders[0] {
+												continue // the decider needs roles: one aggregated run
 											}
+											cfg := base
+											cfg.Fleet, cfg.Decider = fl, dec
+											if fl.Disaggregated() {
+												cfg.Workers = fl.Prefill + fl.Decode
+											}
+											cfg.Sessions = sa
+											cfg.Class.Policy, cfg.IgnoreDeadlines, cfg.Admission, cfg.Gossip, cfg.Replicas, cfg.Policy = cp, ign, adm, g, n, p
+											cfg.DueMargin = margin
+											var parts, keyParts []string
+											add := func(vary bool, s string, inKey bool) {
+												if vary {
+													parts = append(parts, s)
+													if inKey {
+														keyParts = append(keyParts, s)
+													}
+												}
+											}
+											add(len(f.policies) > 1, p.String(), false)
+											add(len(f.sessions) > 1, map[bool]string{true: "sessions", false: "no sessions"}[sa], true)
+											add(len(f.fleets) > 1, fl.String(), true)
+											add(len(f.deciders) > 1 && fl.Disaggregated(), map[bool]string{true: "decider", false: "no decider"}[dec], true)
+											add(len(f.replicas) > 1, fmt.Sprintf("%d replicas", n), true)
+											add(len(f.admissions) > 1, adm.String(), true)
+											add(len(f.gossip) > 1, map[bool]string{true: "gossip", false: "no gossip"}[g], true)
+											add(len(f.ignoreDue) > 1, map[bool]string{false: "deadline-aware", true: "deadline-blind"}[ign], true)
+											add(len(f.dueMargins) > 1, "due margin "+margin.String(), true)
+											add(len(f.classPolicies) > 1, cp.String(), true)
+											cfg.Label = o.Label
+											if len(parts) > 0 {
+												cfg.Label = strings.Join(parts, ", ")
+											}
+											runs = append(runs, simRun{cfg: cfg, key: strings.Join(keyParts, ", ")})
 										}
 									}
-									add(len(f.policies) > 1, p.String(), false)
-									add(len(f.sessions) > 1, map[bool]string{true: "sessions", false: "no sessions"}[sa], true)
-									add(len(f.replicas) > 1, fmt.Sprintf("%d replicas", n), true)
-									add(len(f.admissions) > 1, adm.String(), true)
-									add(len(f.gossip) > 1, map[bool]string{true: "gossip", false: "no gossip"}[g], true)
-									add(len(f.ignoreDue) > 1, map[bool]string{false: "deadline-aware", true: "deadline-blind"}[ign], true)
-									add(len(f.dueMargins) > 1, "due margin "+margin.String(), true)
-									add(len(f.classPolicies) > 1, cp.String(), true)
-									cfg.Label = o.Label
-									if len(parts) > 0 {
-										cfg.Label = strings.Join(parts, ", ")
-									}
-									runs = append(runs, simRun{cfg: cfg, key: strings.Join(keyParts, ", ")})
 								}
 							}
 						}
@@ -386,6 +414,7 @@ func writeSimMarkdown(b *strings.Builder, runs []simRun) {
 	}
 	writeSimQualityMarkdown(b, runs)
 	writeSimSessionsMarkdown(b, runs)
+	writeSimPDMarkdown(b, runs)
 }
 
 // writeSimQualityMarkdown writes the routing-quality table: the three

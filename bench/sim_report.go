@@ -40,6 +40,12 @@ type SimReport struct {
 	// Sessions is how often a session's turns stayed on one worker
 	// (sim_sessions.go).
 	Sessions SimSessionReport `json:"sessions"`
+	// SLOGood requests met the run's SLO (SimConfig.SLO), SLOGoodputRPS
+	// per second of the run.
+	SLOGood       int     `json:"slo_good_requests"`
+	SLOGoodputRPS float64 `json:"slo_goodput_rps"`
+	// PD is the disaggregated fleet's part (sim_pd.go); absent without one.
+	PD *SimPDReport `json:"disaggregation,omitempty"`
 	// Results holds every request's measurement (written to results.jsonl
 	// on request, never into the report JSON).
 	Results []Result `json:"-"`
@@ -81,6 +87,10 @@ type SimConfigInfo struct {
 	HostBlocks      int       `json:"host_blocks,omitempty"`
 	HostLoadMsPerTk float64   `json:"host_load_ms_per_token,omitempty"`
 	TierWeights     []float64 `json:"tier_weights,omitempty"`
+	SLOTTFTMs       float64   `json:"slo_ttft_ms"`
+	SLOITLMs        float64   `json:"slo_itl_ms"`
+	TransferGbps    float64   `json:"transfer_gbps,omitempty"`
+	TransferSetupMs float64   `json:"transfer_setup_ms,omitempty"`
 }
 
 // SimWorkerReport is one engine's view of the run.
@@ -145,6 +155,7 @@ func (s *simulation) report() *SimReport {
 			MaxBatchedTok: cfg.Engine.MaxNumBatchedTokens, MaxNumSeqs: cfg.Engine.MaxNumSeqs, EngineSpeedup: cfg.Engine.Speedup,
 			EngineSpeedups: cfg.EngineSpeedups,
 			HostBlocks:     cfg.Engine.HostBlocks, HostLoadMsPerTk: hostLoad(cfg), TierWeights: tierWeights(cfg),
+			SLOTTFTMs: ms(cfg.SLO.TTFT), SLOITLMs: ms(cfg.SLO.ITL),
 		},
 		Summary:    sum,
 		Events:     s.nEvents,
@@ -164,9 +175,17 @@ func (s *simulation) report() *SimReport {
 		if r.Outcome == OutcomeOK && !r.DeadlineMissed {
 			rep.GoodRequests++
 		}
+		if cfg.SLO.Met(r) {
+			rep.SLOGood++
+		}
 	}
 	if sum.DurationS > 0 {
 		rep.GoodputRPS = float64(rep.GoodRequests) / sum.DurationS
+		rep.SLOGoodputRPS = float64(rep.SLOGood) / sum.DurationS
+	}
+	rep.PD = s.pdReport()
+	if rep.PD != nil {
+		rep.Config.TransferGbps, rep.Config.TransferSetupMs = cfg.Engine.TransferGbps, cfg.Engine.TransferSetupMs
 	}
 	for i := range s.workers {
 		w := &s.workers[i]

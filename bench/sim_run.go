@@ -147,6 +147,7 @@ type simRequest struct {
 	// sessionPrev is the worker the entry replica's session table named
 	// ("": none, or affinity off; sim_sessions.go).
 	sessionPrev string
+	pair        *simPair // a disaggregated request's prefill leg (sim_pd.go)
 }
 
 type simReplica struct {
@@ -176,8 +177,10 @@ type simWorker struct {
 // the admitting Core once Step has returned (Core calls may submit to the
 // same engine, whose lock Step holds).
 type simMark struct {
-	req   int
-	first bool // first token; else finished
+	req       int
+	first     bool // first token; else finished
+	prefilled bool // a pair's prefill leg ended (sim_pd.go); failed: not by length
+	failed    bool
 }
 
 // simOutcome is a Core decision, settled after the Core call returned
@@ -219,6 +222,7 @@ type simulation struct {
 	peakQ    int
 	quality  SimQuality
 	sessions *simSessions
+	pd       simPD
 }
 
 // simLoadView is one replica's view of the other replicas' gossiped loads.
@@ -310,7 +314,8 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 		}
 		s.workers[i] = simWorker{id: id, eng: eng, stepAt: -1}
 		s.widx[id] = i
-		schedWorkers[i] = scheduler.Worker{ID: id, URL: "sim://" + id, BlockSize: ec.BlockSize, KVBlocks: ec.NumBlocks, MaxRunning: cfg.maxRunning()}
+		schedWorkers[i] = scheduler.Worker{ID: id, URL: "sim://" + id, BlockSize: ec.BlockSize, KVBlocks: ec.NumBlocks, MaxRunning: cfg.maxRunning(),
+			Role: cfg.roleOf(i)}
 	}
 
 	// Classes, in first-seen order so configuration order is deterministic.
@@ -370,6 +375,8 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 		// decision's booking was on its way to the others shows up within
 		// two gossip delays of it.
 		sc.TTFT.HerdWindow = 2 * float64(cfg.GossipDelay) / float64(time.Millisecond)
+		// and with the engines' KV transfer model (the decider's).
+		sc.Disagg = disaggModel(cfg.Engine, sc.Disagg)
 		core := scheduler.NewCore(sc, s.clock, view, rand.New(rand.NewPCG(seed, 0x636f7265)))
 		core.SetWorkers(schedWorkers)
 		var ccfg []scheduler.ClassConfig
@@ -623,6 +630,10 @@ func (s *simulation) settle(out simOutcome) {
 	rep.core.Ack(g.Booking)
 	rep.admits++
 	s.decided(q, g)
+	if g.Disaggregated() {
+		s.settlePair(out.req, q, g, w, rep)
+		return
+	}
 	q.worker, q.booking = w, g.Booking
 	q.res.Worker = g.Worker
 	s.sessionGranted(q, w)
@@ -631,14 +642,7 @@ func (s *simulation) settle(out simOutcome) {
 	wk.active++
 	wk.peak = max(wk.peak, wk.active)
 	wk.reqs++
-	if s.cfg.Policy == SimKVAware && len(q.hashes) > 0 {
-		entry := &s.replicas[q.entry]
-		exp := s.clock.Now().Add(s.cfg.PredictTTL)
-		_ = entry.index.PredictUntil(g.Worker, q.hashes, exp)
-		if s.cfg.Gossip && len(s.replicas) > 1 {
-			s.schedule(simEvent{at: s.clock.now + int64(s.cfg.GossipDelay), kind: evPredict, a: q.entry, b: w, hashes: q.hashes, exp: exp.UnixNano()})
-		}
-	}
+	s.predict(q, g.Worker, w)
 	s.tokens = q.tr.AppendTokens(s.tokens[:0], s.cfg.Vocab)
 	idx := out.req
 	_, err := wk.eng.Submit(&engine.Request{
@@ -657,6 +661,18 @@ func (s *simulation) settle(out simOutcome) {
 	}
 	if !wk.busy {
 		s.ensureStep(w, s.clock.now)
+	}
+}
+
+// predict records the routing decision's predicted prefix on worker w.
+func (s *simulation) predict(q *simRequest, worker string, w int) {
+	if s.cfg.Policy == SimKVAware && len(q.hashes) > 0 {
+		entry := &s.replicas[q.entry]
+		exp := s.clock.Now().Add(s.cfg.PredictTTL)
+		_ = entry.index.PredictUntil(worker, q.hashes, exp)
+		if s.cfg.Gossip && len(s.replicas) > 1 {
+			s.schedule(simEvent{at: s.clock.now + int64(s.cfg.GossipDelay), kind: evPredict, a: q.entry, b: w, hashes: q.hashes, exp: exp.UnixNano()})
+		}
 	}
 }
 
@@ -708,6 +724,10 @@ func (s *simulation) step(e simEvent) {
 	// Apply the marks delivered during Step, in delivery order.
 	for i := 0; i < len(s.marks); i++ {
 		m := s.marks[i]
+		if m.prefilled {
+			s.prefilled(m)
+			continue
+		}
 		q := &s.reqs[m.req]
 		rep := &s.replicas[q.admit]
 		if m.first {
@@ -743,9 +763,13 @@ func (s *simulation) delta(i int, d engine.Delta) {
 	if d.Finish == 0 {
 		return
 	}
-	q.res.PromptTokens, q.res.CachedTokens = d.PromptTokens, d.CachedTokens
+	cached := d.CachedTokens
+	if q.pair != nil { // the prompt was the prefill engine's
+		cached = q.pair.cached
+	}
+	q.res.PromptTokens, q.res.CachedTokens = d.PromptTokens, cached
 	q.host = d.HostCachedTokens
-	s.realised(q, d.CachedTokens)
+	s.realised(q, cached)
 	q.res.E2E = time.Duration(at - q.arrival)
 	q.res.ITL = q.itl
 	if d.Finish == engine.FinishLength {

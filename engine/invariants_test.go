@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -22,15 +23,33 @@ func checkInvariants(t *testing.T, e *Engine) {
 			refs[id]++
 		}
 	}
+	landed := 0
 	for _, s := range e.waiting {
 		require.Equal(t, stateWaiting, s.state)
-		require.Empty(t, s.blocks, "waiting requests hold no blocks")
-		require.Zero(t, s.computed)
+		if len(s.blocks) > 0 { // a landed transfer's (transfer.go)
+			landed++
+			require.Equal(t, pullDone, s.pull)
+			require.Equal(t, s.pullTokens, s.computed)
+			require.GreaterOrEqual(t, len(s.blocks), e.blocksFor(s.computed))
+			for _, id := range s.blocks {
+				refs[id]++
+			}
+			continue
+		}
+		require.Zero(t, s.computed, "other waiting requests hold no blocks")
 	}
+	require.Equal(t, landed, e.landed)
+	for _, s := range e.pulls {
+		require.Equal(t, statePulling, s.state)
+		for _, id := range s.blocks {
+			refs[id]++
+		}
+	}
+	require.Equal(t, len(e.pulls), e.st.Transferring)
 	free := 0
 	for id := range e.pool.blocks {
 		if refs[id] != e.pool.blocks[id].ref {
-			t.Fatalf("block %d has ref %d, but %d running requests hold it", id, e.pool.blocks[id].ref, refs[id])
+			t.Fatalf("block %d has ref %d, but %d requests hold it", id, e.pool.blocks[id].ref, refs[id])
 		}
 		if refs[id] == 0 {
 			free++
@@ -52,11 +71,28 @@ func checkInvariants(t *testing.T, e *Engine) {
 	}
 	require.True(t, slices.IsSortedFunc(e.running, cmpSeq))
 	require.LessOrEqual(t, len(e.running), e.cfg.MaxNumSeqs)
-	require.Equal(t, len(e.running)+len(e.waiting), len(e.seqs))
+	require.Equal(t, len(e.running)+len(e.waiting)+len(e.pulls), len(e.seqs))
 }
 
 func TestRandomWorkloadsKeepThePoolConsistentAndFinishEveryRequest(t *testing.T) {
 	for seed := range uint64(30) {
+		randomWorkload(t, seed, false)
+	}
+}
+
+// TestRandomWorkloadsWithTransfersKeepThePoolConsistentAndFinishEveryRequest
+// mixes decode-role requests (half of them, random prefixes and delays)
+// into the same workloads: pulls in flight and landed transfers hold
+// blocks, and nothing may leak or deadlock.
+func TestRandomWorkloadsWithTransfersKeepThePoolConsistentAndFinishEveryRequest(t *testing.T) {
+	for seed := range uint64(30) {
+		randomWorkload(t, seed, true)
+	}
+}
+
+func randomWorkload(t *testing.T, seed uint64, pull bool) {
+	t.Helper()
+	{
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 99))
 			cfg := smallConfig()
@@ -73,7 +109,11 @@ func TestRandomWorkloadsKeepThePoolConsistentAndFinishEveryRequest(t *testing.T)
 				out := 1 + rng.IntN(min(60, maxLen-plen))
 				p := append(prompt(uint32(rng.IntN(3)), min(plen, 16*rng.IntN(4))), prompt(uint32(500+i), plen)...)
 				p = p[:plen]
-				h.submit(id, p, out, rng.IntN(3))
+				if pull && rng.IntN(2) == 0 {
+					h.submitTransfer(id, p, out, Transfer{Tokens: rng.IntN(plen + 1), Delay: time.Duration(rng.IntN(50)) * time.Millisecond})
+				} else {
+					h.submit(id, p, out, rng.IntN(3))
+				}
 				if rng.IntN(6) == 0 {
 					victim := fmt.Sprint("r", rng.IntN(i+1))
 					if h.e.Cancel(victim) {

@@ -140,6 +140,9 @@ func (e *Engine) schedule(now time.Time) {
 	}
 	if shape.DecodeTokens == 0 && shape.PrefillTokens == 0 {
 		e.batch = e.batch[:0]
+		if e.unlandStuck() {
+			e.schedule(now) // once: no landed transfer is left
+		}
 		return
 	}
 	shape.KVUsage = float64(e.pool.used()) / float64(e.cfg.NumBlocks)

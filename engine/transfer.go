@@ -208,3 +208,25 @@ func (e *Engine) dropPull(s *seq) {
 	e.pool.releaseAll(s.blocks)
 	s.blocks = s.blocks[:0]
 }
+
+// unlandStuck breaks the one deadlock landed transfers can cause: nothing
+// runs, so nothing frees blocks, while waiting requests hold the blocks of
+// their landed transfers and the queue's head cannot get any. It then
+// releases those blocks (their committed content stays cached, so the
+// requests hit it when admitted again, as after a preemption) and reports
+// whether it did.
+func (e *Engine) unlandStuck() bool {
+	if e.landed == 0 || len(e.running) > 0 {
+		return false
+	}
+	for _, s := range e.waiting {
+		if len(s.blocks) > 0 {
+			e.pool.releaseAll(s.blocks)
+			s.blocks = s.blocks[:0]
+			s.computed, s.nCommitted = 0, 0
+			e.st.Preemptions++
+		}
+	}
+	e.landed = 0
+	return true
+}

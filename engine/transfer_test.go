@@ -1,12 +1,15 @@
 package engine
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -204,4 +207,70 @@ func TestAModeledTransferTakesTheTransferTimeOfThePulledTokens(t *testing.T) {
 	h.runIdle()
 	want := h.e.Config().TransferTime(20*16) + 10*time.Millisecond
 	assert.Equal(t, want, firstTokenAt(t, h, "d").Sub(start))
+}
+
+func TestALandedTransferNeverDeadlocksAHigherPriorityHead(t *testing.T) {
+	cfg := smallConfig()
+	cfg.NumBlocks = 20
+	h := newHarness(t, cfg)
+	h.e.timing = &recordingTiming{}
+	h.submitTransfer("d", prompt(1, 10*16+1), 2, Transfer{Tokens: 10 * 16, Delay: 10 * time.Millisecond})
+	h.e.Step(h.clock.now)
+	require.Equal(t, 10, h.e.Stats().KVBlocksUsed, "the pull holds 10 of the 20 blocks")
+	// A higher-priority request needing 16 blocks arrives while it pulls:
+	// once the transfer lands, the landed request holds blocks behind a
+	// head that cannot get them, and nothing runs to free any.
+	h.submit("hi", prompt(2, 15*16), 2, 5)
+	h.runIdle()
+	assert.Equal(t, FinishLength, h.finish("hi").Finish)
+	assert.Equal(t, FinishLength, h.finish("d").Finish)
+	assert.True(t, firstTokenAt(t, h, "hi").Before(firstTokenAt(t, h, "d")), "the head keeps its place")
+	st := h.e.Stats()
+	assert.Equal(t, uint64(1), st.Preemptions, "the landed request gave its blocks back")
+	assert.Zero(t, st.KVBlocksUsed)
+}
+
+func TestRunWakesForALandingTransferAndForASubmitWhileItWaits(t *testing.T) {
+	cfg := smallConfig()
+	step := &switchableTiming{}
+	step.d.Store(int64(10 * time.Microsecond))
+	cfg.Timing = step
+	e, err := New(cfg, clock.Real{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); assert.NoError(t, e.Run(ctx)) }()
+	defer func() { cancel(); wg.Wait() }()
+
+	collect := func(s *Stream) []Delta {
+		var got []Delta
+		for {
+			select {
+			case <-s.Notify():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: no end within 10 s", s.ID())
+			}
+			got = s.Take(got)
+			if n := len(got); n > 0 && got[n-1].Finish != 0 {
+				return got
+			}
+		}
+	}
+	// The engine is idle but for a pull that lands in an hour; an
+	// ordinary request submitted meanwhile must not wait for it.
+	slow, err := e.Submit(&Request{ID: "slow", Prompt: prompt(1, 5*16+1), MaxTokens: 2, Transfer: &Transfer{Tokens: 5 * 16, Delay: time.Hour}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.Stats().Transferring == 1 }, 10*time.Second, time.Millisecond)
+	fast, err := e.Submit(&Request{ID: "fast", Prompt: prompt(2, 40), MaxTokens: 3})
+	require.NoError(t, err)
+	assert.Equal(t, FinishLength, collect(fast)[2].Finish)
+
+	short, err := e.Submit(&Request{ID: "short", Prompt: prompt(3, 5*16+1), MaxTokens: 2, Transfer: &Transfer{Tokens: 5 * 16, Delay: 20 * time.Millisecond}})
+	require.NoError(t, err)
+	got := collect(short)
+	assert.Equal(t, FinishLength, got[len(got)-1].Finish, "Run wakes when the pull lands")
+	assert.Equal(t, 5*16, got[len(got)-1].TransferredTokens)
+	require.True(t, e.Cancel("slow"))
+	assert.Equal(t, FinishCancelled, collect(slow)[0].Finish)
 }
