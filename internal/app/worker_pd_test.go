@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchyard/switchyard/internal/testenv"
+	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -303,5 +304,47 @@ func BenchmarkParseGenRequest(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A decode engine publishes the blocks it received as stored, as a vLLM
+// decode engine with KV events does: routers index them under the decode
+// worker.
+func TestADecodeWorkerPublishesTheTransferredBlocksAsStored(t *testing.T) {
+	nt := testenv.StartNATS(t)
+	nc := nt.Conn(t)
+	kvSub, err := nc.SubscribeSync(wire.NewSubjects("test").KV("d1"))
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	p := startWorker(t, pdWorkerConfig("p1", wire.RolePrefill, wire.TransferVLLM))
+	dcfg := pdWorkerConfig("d1", wire.RoleDecode, wire.TransferVLLM)
+	dcfg.NATSURL = nt.URL
+	d := startWorker(t, dcfg)
+	text := workerLongPrompt("transferred")
+
+	status, body := postJSON(t, p.url, "/v1/completions", prefillLeg(text, ""), "req-ev")
+	require.Equal(t, http.StatusOK, status, string(body))
+	var pre struct {
+		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	}
+	require.NoError(t, json.Unmarshal(body, &pre))
+	decode := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":3,"kv_transfer_params":%s}`, testModel, text, pre.KVTransferParams)
+	status, body = postJSON(t, d.url, "/v1/completions", decode, "req-ev")
+	require.Equal(t, http.StatusOK, status, string(body))
+
+	want := kvindex.SequenceHashes(simTokens(t, testModel, prompt.KindCompletion, `{"prompt":"`+text+`"}`), 16, kvindex.ModelSeed(testModel))
+	stored := map[uint64]bool{}
+	for !hasAllHashes(stored, want) {
+		msg, err := kvSub.NextMsg(5 * time.Second)
+		require.NoError(t, err, "the decode's stored events did not arrive")
+		b, err := wire.DecodeKVEventBatch(msg.Data)
+		require.NoError(t, err)
+		for _, ev := range b.Events {
+			if ev.Kind == wire.KVStored {
+				for _, h := range ev.Hashes {
+					stored[h] = true
+				}
+			}
+		}
 	}
 }
