@@ -72,6 +72,10 @@ bench: ## Run the Go benchmarks of every hot path (BENCHTIME=1s).
 e2e: ## Run the docker-compose end-to-end suite (needs Docker).
 	./e2e/run.sh
 
+.PHONY: e2e-pd
+e2e-pd: ## Run only the disaggregated prefill/decode compose variant (needs Docker).
+	E2E_VARIANT=pd ./e2e/run.sh
+
 .PHONY: clean
 clean: ## Remove build outputs.
 	rm -rf $(BIN)

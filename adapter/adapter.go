@@ -70,6 +70,9 @@ type Config struct {
 	// routers pin the rank with the X-data-parallel-rank header.
 	DPRank int
 	DPSize int
+	// Role is the engine's disaggregation role (role.go): -role,
+	// -kv-transfer, -bootstrap-port.
+	Role RoleConfig
 
 	ID      string
 	Cluster string
@@ -203,6 +206,9 @@ func (c Config) Validate() error {
 			return bad("models has an empty name")
 		}
 	}
+	if err := c.Role.Validate(); err != nil {
+		return err
+	}
 	if err := c.EngineTLS.Validate("engine-tls."); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -295,6 +301,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.StringVar(&c.KVTierBlocks, prefix+"kv-tier-blocks", c.KVTierBlocks, "capacity in blocks of each lower tier, e.g. cpu=262144,disk=1048576 (default 8 x the engine's KV blocks)")
 	fs.IntVar(&c.DPRank, prefix+"dp-rank", c.DPRank, "data-parallel rank this adapter fronts (with -dp-size > 1)")
 	fs.IntVar(&c.DPSize, prefix+"dp-size", c.DPSize, "data-parallel size of the engine (0 or 1: no data parallelism)")
+	c.Role.registerFlags(fs, prefix)
 	fs.IntVar(&c.MaxMirrorEntries, prefix+"max-mirror-entries", c.MaxMirrorEntries, "bound of the engine-hash map (0: 4 x the engine's KV blocks, at least 4096)")
 	fs.StringVar(&c.TokenizerDir, prefix+"tokenizer-dir", c.TokenizerDir, "model directory whose tokenizer files are served and advertised")
 	fs.StringVar(&c.TokenizerSpec, prefix+"tokenizer-spec", c.TokenizerSpec, "built-in tokenizer to advertise instead, e.g. tiktoken:o200k_base")
@@ -514,7 +521,7 @@ func (a *Adapter) Run(ctx context.Context) error {
 	rc := RegistrarConfig{
 		Worker: a.cfg.ID, Cluster: a.cfg.Cluster, URL: a.cfg.EngineURL, Engine: a.cfg.Engine, Labels: a.cfg.Labels,
 		PublishesEvents: a.mirror != nil, Overrides: a.cfg.Overrides, LeaseTTL: a.cfg.LeaseTTL,
-		TierBlocks: a.tierBlocks(), DPRank: a.cfg.DPRank, DPSize: a.cfg.DPSize, APIs: a.cfg.APIs,
+		TierBlocks: a.tierBlocks(), DPRank: a.cfg.DPRank, DPSize: a.cfg.DPSize, APIs: a.cfg.APIs, Role: a.cfg.Role,
 		ProbeInterval: a.cfg.HealthInterval, ProbeTimeout: a.cfg.HealthTimeout, FailureThreshold: a.cfg.HealthFailures,
 		RediscoverInterval: a.cfg.RediscoverInterval,
 	}

@@ -221,6 +221,10 @@ type ServerInfo struct {
 	ContextLength     int
 	MaxRunning        int
 	ChunkedPrefill    int
+	// Role is disaggregation_mode as a wire role ("" for null or absent);
+	// BootstrapPort is disaggregation_bootstrap_port.
+	Role          string
+	BootstrapPort int
 }
 
 // KVBlocks is the pool size in pages.
@@ -287,6 +291,18 @@ func ParseServerInfo(body []byte) (ServerInfo, error) {
 				continue
 			}
 			return ServerInfo{}, fmt.Errorf("%w: server info %s: %v", ErrMalformed, f.key, err)
+		}
+	}
+	var mode string
+	if v, ok := raw["disaggregation_mode"]; ok && json.Unmarshal(v, &mode) == nil {
+		switch mode {
+		case wire.RolePrefill, wire.RoleDecode:
+			s.Role = mode
+		}
+	}
+	if s.Role != "" {
+		if s.BootstrapPort, err = optionalCount(raw["disaggregation_bootstrap_port"], 65535); err != nil {
+			return ServerInfo{}, fmt.Errorf("%w: server info disaggregation_bootstrap_port: %v", ErrMalformed, err)
 		}
 	}
 	if s.MaxTotalNumTokens == 0 {

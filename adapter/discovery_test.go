@@ -188,6 +188,7 @@ func FuzzParseServerInfo(f *testing.F) {
 	f.Add([]byte(sglangServerInfo))
 	f.Add([]byte(`{"served_model_name":["a","b"],"page_size":16}`))
 	f.Add([]byte(`{"internal_states":"x"}`))
+	f.Add([]byte(`{"page_size":16,"disaggregation_mode":"prefill","disaggregation_bootstrap_port":8998}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := ParseServerInfo(b)
 		if err != nil {

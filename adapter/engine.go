@@ -140,6 +140,10 @@ type Discovered struct {
 	KVBlocks         int
 	MaxNumSeqs       int
 	MaxBatchedTokens int
+	// Role and BootstrapPort are an SGLang engine's disaggregation_mode
+	// and disaggregation_bootstrap_port ("" and 0: not disaggregated).
+	Role          string
+	BootstrapPort int
 }
 
 // Discover asks the engine what it serves and how its KV cache is shaped.
@@ -182,6 +186,7 @@ func (c *engineClient) Discover(ctx context.Context) (Discovered, error) {
 			if si, err = ParseServerInfo(body); err == nil {
 				d.BlockSize, d.KVBlocks = si.PageSize, si.KVBlocks()
 				d.MaxNumSeqs, d.MaxBatchedTokens = si.MaxRunning, si.ChunkedPrefill
+				d.Role, d.BootstrapPort = si.Role, si.BootstrapPort
 				if d.MaxModelLen == 0 {
 					d.MaxModelLen = si.ContextLength
 				}

@@ -62,6 +62,8 @@ type RegistrarConfig struct {
 
 	// APIs are registered as is (Config.APIs).
 	APIs []string
+	// Role is the engine's disaggregation role (role.go).
+	Role RoleConfig
 
 	// LeaseTTL is the etcd session's TTL: a killed adapter's registration
 	// disappears within it.
@@ -369,6 +371,7 @@ func (r *Registrar) discover(ctx context.Context, prev *wire.WorkerInfo) (*wire.
 	if r.cfg.DPSize > 1 {
 		info.DPRank, info.DPSize = r.cfg.DPRank, r.cfg.DPSize
 	}
+	r.cfg.Role.apply(info, d, r.cfg.Engine)
 	for tier, n := range r.cfg.TierBlocks {
 		if info.TierBlocks == nil {
 			info.TierBlocks = make(map[string]int, len(r.cfg.TierBlocks))

@@ -53,8 +53,9 @@ func TestTheComposeFileSetsOnlyEnvironmentVariablesThatNameRealFlags(t *testing.
 		"worker": flagsOf(t, app.Worker),
 	}
 	base := readComposeDoc(t, "docker-compose.yml")
-	// The TLS override sets no commands: its services run the base file's.
-	for _, file := range []string{"docker-compose.yml", "docker-compose.tls.yml"} {
+	// The TLS override sets no commands: its services run the base file's
+	// (and the PD file's services have the base file's names and commands).
+	for _, file := range []string{"docker-compose.yml", "docker-compose.tls.yml", "docker-compose.pd.yml"} {
 		checked := 0
 		for name, svc := range readComposeDoc(t, file).Services {
 			cmd := base.Services[name].Command
@@ -130,10 +131,10 @@ func TestTheKubernetesManifestsSetOnlyEnvironmentVariablesThatNameRealFlags(t *t
 func TestEveryComposeRouterRequiresAGossipKey(t *testing.T) {
 	required := regexp.MustCompile(`^\$\{SWITCHYARD_GOSSIP_SECRET_KEY:\?[^}]+\}$`)
 	docs := map[string]composeDoc{}
-	for _, file := range []string{"docker-compose.yml", "docker-compose.vllm.yml", "docker-compose.tls.yml"} {
+	for _, file := range []string{"docker-compose.yml", "docker-compose.vllm.yml", "docker-compose.tls.yml", "docker-compose.pd.yml"} {
 		docs[file] = readComposeDoc(t, file)
 	}
-	for _, file := range []string{"docker-compose.yml", "docker-compose.vllm.yml"} {
+	for _, file := range []string{"docker-compose.yml", "docker-compose.vllm.yml", "docker-compose.pd.yml"} {
 		routers := 0
 		for name, svc := range docs[file].Services {
 			if !strings.HasPrefix(name, "router") {

@@ -11,6 +11,8 @@
 // decoder, Prometheus text scraping and the reset-aware counter sums, and the
 // docker CLI wrapper. With the tag, scenarios_test.go drives the six fault
 // scenarios against the running project and prints a report per scenario;
+// pd_scenarios_test.go holds the TestPD* scenarios of the disaggregated
+// variant (deploy/docker-compose.pd.yml, E2E_VARIANT=pd).
 // vllm_scenarios_test.go holds the TestVLLM* scenarios of the vLLM variant
 // (deploy/docker-compose.vllm.yml: vLLM-protocol engines behind adapters,
 // E2E_VARIANT=vllm), which skip against the native project. The tls variant

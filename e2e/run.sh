@@ -11,9 +11,11 @@
 # as project switchyard-e2e-tls: TLS and credentials on every link, with a CA,
 # certificates, gossip keyring and NATS passwords generated for the run by
 # deploy/gencerts into a temporary directory; the native scenarios over
-# HTTPS, metrics from the routers' admin listeners), or all (the default:
-# native, then vllm and tls with the images already built; the exit code is
-# the first failure's).
+# HTTPS, metrics from the routers' admin listeners), pd
+# (deploy/docker-compose.pd.yml as project switchyard-e2e-pd: two prefill,
+# two decode and one both worker speaking vLLM's kv_transfer_params, the
+# TestPD* scenarios), or all (the default: native, then vllm, tls and pd
+# with the images already built; the exit code is the first failure's).
 #
 # Environment: E2E_RATE (requests/s, default 25), E2E_LOAD_SECONDS (per
 # scenario, default 24), E2E_RUN (go test -run filter), E2E_KEEP=1 (leave the
@@ -46,13 +48,20 @@ case $E2E_VARIANT in
     E2E_VARIANT=vllm SKIP_BUILD=1 ./e2e/run.sh || vrc=$?
     trc=0
     E2E_VARIANT=tls SKIP_BUILD=1 ./e2e/run.sh || trc=$?
-    exit $(( rc != 0 ? rc : vrc != 0 ? vrc : trc ))
+    prc=0
+    E2E_VARIANT=pd SKIP_BUILD=1 ./e2e/run.sh || prc=$?
+    exit $(( rc != 0 ? rc : vrc != 0 ? vrc : trc != 0 ? trc : prc ))
     ;;
   native)
     export COMPOSE_PROJECT_NAME=switchyard-e2e
     compose_files=(-f deploy/docker-compose.yml)
-    # The vLLM scenarios skip themselves here; leave them out of the run.
-    test_select=(-skip '^TestVLLM')
+    # The vLLM and PD scenarios skip themselves here; leave them out of the run.
+    test_select=(-skip '^TestVLLM|^TestPD')
+    ;;
+  pd)
+    export COMPOSE_PROJECT_NAME=switchyard-e2e-pd
+    compose_files=(-f deploy/docker-compose.pd.yml)
+    test_select=(-run "${E2E_RUN:-^TestPD}")
     ;;
   vllm)
     export COMPOSE_PROJECT_NAME=switchyard-e2e-vllm
@@ -62,7 +71,7 @@ case $E2E_VARIANT in
   tls)
     export COMPOSE_PROJECT_NAME=switchyard-e2e-tls
     compose_files=(-f deploy/docker-compose.yml -f deploy/docker-compose.tls.yml)
-    test_select=(-skip '^TestVLLM')
+    test_select=(-skip '^TestVLLM|^TestPD')
     # Secrets for this run only, readable by the containers' user (65532).
     certs=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-e2e-certs.XXXXXX")
     chmod 755 "$certs"
@@ -80,7 +89,7 @@ case $E2E_VARIANT in
     export E2E_API_KEY
     ;;
   *)
-    echo "E2E_VARIANT must be native, vllm, tls or all, not $E2E_VARIANT" >&2
+    echo "E2E_VARIANT must be native, vllm, tls, pd or all, not $E2E_VARIANT" >&2
     exit 2
     ;;
 esac
@@ -159,6 +168,6 @@ echo "$total containers healthy"
 
 step "running the scenarios"
 rc=0
-if [[ $E2E_VARIANT != vllm && -n ${E2E_RUN:-} ]]; then test_select+=(-run "$E2E_RUN"); fi
+if [[ $E2E_VARIANT != vllm && $E2E_VARIANT != pd && -n ${E2E_RUN:-} ]]; then test_select+=(-run "$E2E_RUN"); fi
 "$GO" test -tags e2e -count=1 -timeout 30m -v "${test_select[@]}" ./e2e/... 2>&1 | tee "$logs/go-test.log" || rc=$?
 exit "$rc"

@@ -246,12 +246,6 @@ func (h *kvHolds) take(ctx context.Context, key string, wait bool) *heldKV {
 	}
 }
 
-func (h *kvHolds) len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.held)
-}
-
 // The outcomes of switchyard_worker_kv_transfers_total.
 const (
 	kvHeld        = "held"        // a prefill answered with parameters and holds the KV
