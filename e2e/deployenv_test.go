@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
+	"github.com/switchyard/switchyard/frontend"
 	"github.com/switchyard/switchyard/internal/app"
 )
 
@@ -159,4 +160,20 @@ func TestEveryComposeRouterRequiresAGossipKey(t *testing.T) {
 		assert.Truef(t, ok && v == "", "tls: %s must blank the base file's single key, got %q", name, v)
 	}
 	assert.Equal(t, 3, overridden, "tls override: routers found")
+}
+
+// The pd variant's policy parses and splits the load: interactive requests
+// disaggregate whenever any prefill is uncached, batch ones stay on the
+// worker of role both while it is up.
+func TestThePDVariantsPolicyDisaggregatesInteractiveAndNotBatch(t *testing.T) {
+	p, err := frontend.LoadPolicy(filepath.Join("..", "deploy", "policy.pd.yaml"))
+	require.NoError(t, err)
+	want := map[string]int{"interactive": 1, "batch": -1}
+	for _, c := range p.Classes {
+		if w, ok := want[c.Name]; ok {
+			assert.Equal(t, w, c.DisaggMinTokens, "class %s", c.Name)
+			delete(want, c.Name)
+		}
+	}
+	assert.Empty(t, want, "classes missing from deploy/policy.pd.yaml")
 }

@@ -23,7 +23,11 @@ const (
 	// MetricDegradedAdmissions counts what routers admitted locally in a
 	// degraded mode (NATS or etcd unreachable).
 	MetricDegradedAdmissions = "switchyard_admission_degraded_admissions_total"
-	metricProcessStart       = "process_start_time_seconds"
+	// MetricDisaggDecisions counts the routers' prefill/decode decisions
+	// (label mode: disaggregated or aggregated): a disaggregated request is
+	// served by two workers, one leg each.
+	MetricDisaggDecisions = "switchyard_router_disagg_decisions_total"
+	metricProcessStart    = "process_start_time_seconds"
 )
 
 // Sample is one scrape of one process: the sums of the counters the suite
@@ -161,6 +165,7 @@ type CounterWatch struct {
 	sources  map[string]string // name -> /metrics URL
 	names    []string
 	interval time.Duration
+	where    map[string]string // label filter (Where); nil: every series
 	// scraping serializes the scrapes of each source (scrape and record as
 	// one step): two concurrent scrapes of one source (Run's, and a test's
 	// PollSource on a stopping router) recorded out of order would look
@@ -185,6 +190,13 @@ func NewCounterWatch(client *http.Client, sources map[string]string, names []str
 	for _, n := range names {
 		w.sums[n] = NewResetSum()
 	}
+	return w
+}
+
+// Where makes w sum only the series whose labels match (name -> value),
+// for every name it watches; call it before the first poll.
+func (w *CounterWatch) Where(labels map[string]string) *CounterWatch {
+	w.where = labels
 	return w
 }
 
@@ -217,7 +229,7 @@ func (w *CounterWatch) PollSource(ctx context.Context, src string) bool {
 		m.Lock()
 		defer m.Unlock()
 	}
-	s, err := Scrape(ctx, w.client, w.sources[src], w.names, nil)
+	s, err := Scrape(ctx, w.client, w.sources[src], w.names, w.where)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil {

@@ -190,7 +190,10 @@ type load struct {
 	driver  *Driver
 	routers *CounterWatch
 	workers *CounterWatch
-	base    map[string]float64
+	// pairs counts the routers' disaggregated decisions (0 outside the pd
+	// variant): each is served by a prefill and a decode worker.
+	pairs *CounterWatch
+	base  map[string]float64
 
 	stopDriver, stopWatches context.CancelFunc
 	driverDone, watchesDone sync.WaitGroup
@@ -228,7 +231,9 @@ func (s *suite) startLoadWith(mutate func(*DriverConfig)) *load {
 	l := &load{s: s, driver: d,
 		routers: NewCounterWatch(s.client, rsrc, []string{MetricReceived, MetricAdmitted, MetricRetried}, 250*time.Millisecond),
 		workers: NewCounterWatch(s.client, wsrc, []string{MetricWorkerRequests}, 250*time.Millisecond),
-		base:    map[string]float64{}}
+		pairs: NewCounterWatch(s.client, rsrc, []string{MetricDisaggDecisions}, 250*time.Millisecond).
+			Where(map[string]string{"mode": "disaggregated"}),
+		base: map[string]float64{}}
 	// The baseline waits for the counters to settle too: a request sent
 	// just before (a scenario's probe) is counted received at its entry
 	// replica and admitted at its class's owner, each exported on its own
@@ -239,12 +244,13 @@ func (s *suite) startLoadWith(mutate func(*DriverConfig)) *load {
 		l.base[n] = l.routers.Total(n)
 	}
 	l.base[MetricWorkerRequests] = l.workers.Total(MetricWorkerRequests)
+	l.base[MetricDisaggDecisions] = l.pairs.Total(MetricDisaggDecisions)
 	dctx, stopDriver := context.WithCancel(s.ctx)
 	wctx, stopWatches := context.WithCancel(s.ctx)
 	l.stopDriver, l.stopWatches = stopDriver, stopWatches
 	l.driverDone.Add(1)
 	go func() { defer l.driverDone.Done(); _ = d.Run(dctx) }()
-	for _, w := range []*CounterWatch{l.routers, l.workers} {
+	for _, w := range []*CounterWatch{l.routers, l.workers, l.pairs} {
 		l.watchesDone.Add(1)
 		go func() { defer l.watchesDone.Done(); _ = w.Run(wctx) }()
 	}
@@ -278,7 +284,8 @@ func (l *load) settle(what string) {
 	testenv.Eventually(l.s.t, 10*time.Second, func() bool {
 		l.routers.Poll(l.s.ctx)
 		l.workers.Poll(l.s.ctx)
-		cur := map[string]float64{
+		l.pairs.Poll(l.s.ctx)
+		cur := map[string]float64{MetricDisaggDecisions: l.pairs.Total(MetricDisaggDecisions),
 			MetricReceived: l.routers.Total(MetricReceived), MetricAdmitted: l.routers.Total(MetricAdmitted),
 			MetricRetried: l.routers.Total(MetricRetried), MetricWorkerRequests: l.workers.Total(MetricWorkerRequests)}
 		if !maps.Equal(prev, cur) {
@@ -347,17 +354,21 @@ func (l *load) verdict(r *scenarioReport, allowed func(Result) bool, exactRouter
 	adm := l.delta(l.routers, MetricAdmitted)
 	ret := l.delta(l.routers, MetricRetried)
 	wrk := l.delta(l.workers, MetricWorkerRequests)
+	pairs := l.delta(l.pairs, MetricDisaggDecisions)
 	r.Counts = fmt.Sprintf("driver admitted=%d succeeded=%d; routers received=%d admitted=%d retried=%d; workers served=%d",
 		admitted, succeeded, recv, adm, ret, wrk)
+	if pairs > 0 {
+		r.Counts += fmt.Sprintf(" (disaggregated=%d: two legs each)", pairs)
+	}
 	fail := func(ok bool) {
 		if !ok {
 			r.Failed = true
 		}
 	}
 	if exactWorkers {
-		fail(assert.Equal(t, admitted, wrk, "workers must serve each admitted request exactly once"))
+		fail(assert.Equal(t, admitted+pairs, wrk, "workers must serve each admitted request exactly once (a disaggregated one once per leg)"))
 	} else {
-		fail(assert.LessOrEqual(t, wrk, admitted+ret, "workers must not serve a request twice beyond counted retries"))
+		fail(assert.LessOrEqual(t, wrk, admitted+ret+pairs, "workers must not serve a request twice beyond counted retries (and a disaggregated request's second leg)"))
 	}
 	// A request admitted, then re-admitted because its worker failed before
 	// the first byte, counts twice as admitted and once as retried; a
