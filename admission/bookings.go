@@ -12,7 +12,7 @@ func (c *Client) track(r *scheduler.Request, g scheduler.Grant, owner Owner, ins
 		c: c, class: r.Class, grant: g, owner: owner, instance: instance, local: local, booking: g.Booking,
 		rec: scheduler.BookingRecord{
 			RequestID: r.ID, Class: r.Class, Worker: g.Worker, BlockHashes: r.HashesFor(g.BlockSize),
-			PromptTokens: r.PromptTokens, CachedTokens: g.CachedTokens,
+			PromptTokens: r.PromptTokens, CachedTokens: g.CachedTokens, TierCreditTokens: g.TierCreditTokens,
 			ExpectedOutputTokens: r.ExpectedOutputTokens, Sequences: r.Sequences, Tenant: r.Tenant.ID,
 			Decode: decodeRecord(r, g),
 		},

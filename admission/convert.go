@@ -91,7 +91,7 @@ func grantFromReply(in *wire.AdmitReply, requestID string) (scheduler.Grant, err
 	g := scheduler.Grant{
 		RequestID: requestID, Worker: in.Worker, WorkerURL: in.WorkerURL,
 		Booking:      scheduler.BookingID(in.Booking),
-		CachedTokens: in.CachedTokens, OverlapBlocks: in.OverlapBlocks, BlockSize: in.BlockSize,
+		CachedTokens: in.CachedTokens, TierCreditTokens: in.TierCredit, OverlapBlocks: in.OverlapBlocks, BlockSize: in.BlockSize,
 		QueueWait:       time.Duration(in.QueueWaitNano),
 		ReachableTokens: max(in.Reachable, in.CachedTokens), Shortfall: short,
 		PredictedTTFT: time.Duration(max(in.PredictedTTFTNano, 0)),
@@ -107,7 +107,7 @@ func grantFromReply(in *wire.AdmitReply, requestID string) (scheduler.Grant, err
 func recordToWire(rec *scheduler.BookingRecord) wire.AdoptedBooking {
 	return wire.AdoptedBooking{
 		RequestID: rec.RequestID, Worker: rec.Worker, BlockHashes: rec.BlockHashes,
-		PromptTokens: rec.PromptTokens, CachedTokens: rec.CachedTokens,
+		PromptTokens: rec.PromptTokens, CachedTokens: rec.CachedTokens, TierCredit: rec.TierCreditTokens,
 		ExpectedOutput: rec.ExpectedOutputTokens, Sequences: rec.Sequences, FirstTokenSeen: rec.FirstTokenSeen, Tenant: rec.Tenant,
 		Decode: adoptedDecodeToWire(rec.Decode),
 	}
@@ -116,7 +116,7 @@ func recordToWire(rec *scheduler.BookingRecord) wire.AdoptedBooking {
 func recordFromWire(class string, in *wire.AdoptedBooking) scheduler.BookingRecord {
 	return scheduler.BookingRecord{
 		RequestID: in.RequestID, Class: class, Worker: in.Worker, BlockHashes: in.BlockHashes,
-		PromptTokens: in.PromptTokens, CachedTokens: in.CachedTokens,
+		PromptTokens: in.PromptTokens, CachedTokens: in.CachedTokens, TierCreditTokens: in.TierCredit,
 		ExpectedOutputTokens: in.ExpectedOutput, Sequences: in.Sequences, FirstTokenSeen: in.FirstTokenSeen, Tenant: in.Tenant,
 		Decode: adoptedDecodeFromWire(in.Decode),
 	}

@@ -463,6 +463,7 @@ func (s *Server) enqueueLeased(class string, m *nats.Msg, req *scheduler.Request
 			out.Worker, out.WorkerURL = g.Worker, g.WorkerURL
 			out.Booking = uint64(g.Booking)
 			out.CachedTokens, out.OverlapBlocks, out.BlockSize = g.CachedTokens, g.OverlapBlocks, g.BlockSize
+			out.TierCredit = g.TierCreditTokens
 			out.QueueWaitNano = int64(g.QueueWait)
 			out.Reachable, out.Shortfall = g.ReachableTokens, g.Shortfall.String()
 			out.PredictedTTFTNano = int64(g.PredictedTTFT)

@@ -62,6 +62,16 @@ func BenchmarkAdmission(b *testing.B) {
 			benchAdmit(b, c, benchRequest(tc.workers), false)
 		})
 	}
+	// The same request with a deeper prefix in host memory on each of its
+	// holders: admit books it at its load cost (bookedTierCredit).
+	b.Run("workers=100/backlog=0/lower-tier", func(b *testing.B) {
+		c := benchCore(b, 100, 0)
+		r := benchRequest(100)
+		for _, o := range r.Overlaps {
+			r.Overlaps = append(r.Overlaps, Overlap{Worker: o.Worker, Blocks: o.Blocks + 32, Tier: TierCPU})
+		}
+		benchAdmit(b, c, r, false)
+	})
 	b.Run("actor/workers=1000/backlog=0", func(b *testing.B) {
 		c := benchCore(b, 1000, 0)
 		a := NewActor(c, c.clock, nil)

@@ -12,6 +12,13 @@ func (c *Core) ledgerFor(worker string) *workerLedger {
 }
 
 func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, prompt, cached, output, seqs int, firstToken bool, now time.Time) *booking {
+	return c.bookTier(reqID, cls, worker, blockSize, hashes, prompt, cached, 0, output, seqs, firstToken, now)
+}
+
+// bookTier is book for a request whose prompt also has tierCredit tokens
+// on a lower tier beyond the cached ones that it does not book as prefill
+// (TTFTModel.tierCredit: loaded back, less their load cost).
+func (c *Core) bookTier(reqID, cls, worker string, blockSize int, hashes []uint64, prompt, cached, tierCredit, output, seqs int, firstToken bool, now time.Time) *booking {
 	var b *booking
 	if n := len(c.freeBook); n > 0 {
 		b = c.freeBook[n-1]
@@ -23,12 +30,12 @@ func (c *Core) book(reqID, cls, worker string, blockSize int, hashes []uint64, p
 	*b = booking{
 		id: c.nextBooking, requestID: reqID, class: cls, worker: worker,
 		ledger: c.ledgerFor(worker), hashes: hashes,
-		prompt: prompt, cached: cached, output: output, seqs: max(1, seqs),
+		prompt: prompt, cached: cached, tierCredit: max(0, tierCredit), output: output, seqs: max(1, seqs),
 		private:  privateBlocks(len(hashes), prompt, output, blockSize),
 		deadline: now.Add(c.cfg.AckTimeout).UnixNano(),
 	}
 	if !firstToken {
-		b.prefill = max(0, prompt-cached)
+		b.prefill = max(0, prompt-cached-b.tierCredit)
 	}
 	b.ledger.add(b)
 	c.ledgerChanged(b.ledger)
@@ -146,8 +153,8 @@ func (c *Core) Adopt(rec BookingRecord) BookingID {
 	if rec.Decode.Worker != "" {
 		output = 0 // a pair's output runs on its decode worker (adoptPair)
 	}
-	b := c.book(rec.RequestID, rec.Class, rec.Worker, blockSize, rec.BlockHashes,
-		max(0, rec.PromptTokens), max(0, rec.CachedTokens), output, rec.Sequences, rec.FirstTokenSeen, c.clock.Now())
+	b := c.bookTier(rec.RequestID, rec.Class, rec.Worker, blockSize, rec.BlockHashes,
+		max(0, rec.PromptTokens), max(0, rec.CachedTokens), rec.TierCreditTokens, output, rec.Sequences, rec.FirstTokenSeen, c.clock.Now())
 	c.tenantAdopted(b, rec.Tenant)
 	c.adoptPair(rec, b)
 	c.acknowledge(b)
@@ -162,7 +169,7 @@ func (c *Core) Booking(id BookingID) (BookingRecord, bool) {
 	}
 	return BookingRecord{
 		RequestID: b.requestID, Class: b.class, Worker: b.worker, BlockHashes: b.hashes,
-		PromptTokens: b.prompt, CachedTokens: b.cached, ExpectedOutputTokens: pairOutput(b), Sequences: b.seqs,
+		PromptTokens: b.prompt, CachedTokens: b.cached, TierCreditTokens: b.tierCredit, ExpectedOutputTokens: pairOutput(b), Sequences: b.seqs,
 		FirstTokenSeen: b.prefill == 0, Tenant: b.tenantID(), Decode: pairRecord(b),
 	}, true
 }

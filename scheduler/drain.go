@@ -50,14 +50,15 @@ func (c *Core) admit(e *entry, idx int, now time.Time) {
 	cached := r.cachedFromOverlap(ovl, w.BlockSize)
 	pred := c.ttftPredict(r, idx)
 	c.herdDecided(now.UnixNano())
-	b := c.book(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.HashesFor(w.BlockSize), r.PromptTokens, cached, output, r.Sequences, false, now)
+	credit := c.cfg.TTFT.bookedTierCredit(r, w.ID, w.BlockSize, cached)
+	b := c.bookTier(r.ID, cls.cfg.Name, w.ID, w.BlockSize, r.HashesFor(w.BlockSize), r.PromptTokens, cached, credit, output, r.Sequences, false, now)
 	b.grantedAt, b.predMs = now.UnixNano(), pred
 	c.tenantBooked(b, r, now)
 	b.attempt = r.Attempt
 	c.unacked[grantKey{r.ID, r.Attempt}] = b
 	g := Grant{
 		RequestID: r.ID, Worker: w.ID, WorkerURL: w.URL, Booking: b.id, BlockSize: w.BlockSize,
-		CachedTokens: cached, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
+		CachedTokens: cached, TierCreditTokens: b.tierCredit, OverlapBlocks: ovl, QueueWait: now.Sub(enqueuedAt),
 		PredictedTTFT: b.ledger.calibrated(pred),
 	}
 	g.Decision = decision

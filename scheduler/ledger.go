@@ -52,14 +52,17 @@ type booking struct {
 	hashes    []uint64
 	prompt    int
 	cached    int
-	output    int
-	seqs      int // sequences (0 counts as 1): what the booking adds to active
-	private   int
-	prefill   int // uncached prompt tokens until the first token
-	attempt   int // the granted attempt (Request.Attempt); adopted bookings: 0
-	acked     bool
-	deadline  int64 // Unix ns: ack deadline until acked, then renewal expiry
-	ei        int   // position in the expiry heap
+	// tierCredit is the prompt's lower-tier tokens (beyond cached) not
+	// booked as prefill: those loaded back less their load cost.
+	tierCredit int
+	output     int
+	seqs       int // sequences (0 counts as 1): what the booking adds to active
+	private    int
+	prefill    int // uncached prompt tokens until the first token
+	attempt    int // the granted attempt (Request.Attempt); adopted bookings: 0
+	acked      bool
+	deadline   int64 // Unix ns: ack deadline until acked, then renewal expiry
+	ei         int   // position in the expiry heap
 	// For the TTFT selector's calibration: when the grant was made (Unix
 	// ns; 0 for adopted bookings) and the reference-ms TTFT predicted then.
 	grantedAt int64

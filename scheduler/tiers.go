@@ -181,10 +181,17 @@ func (r *Request) tierDepths(worker string) [NumTiers]int32 {
 // weighted tokens count, as for the TTFT selector.
 func (m *TTFTModel) tierCreditBlocks(r *Request, s *workerSlot, cached int) float64 {
 	tokens, ms := m.tierLoad(r, s, cached)
+	return m.tierCreditTokens(r, tokens, ms) * s.invB
+}
+
+// tierCreditTokens is what tokens loaded back from a lower tier in ms are
+// worth against prefilling them: the tokens less those the engine could
+// prefill in ms (at r's marginal prefill ms per token on an idle engine;
+// loading saves no step's fixed part), never below 0.
+func (m *TTFTModel) tierCreditTokens(r *Request, tokens int, ms float64) float64 {
 	if tokens <= 0 {
 		return 0
 	}
-	// The marginal ms per token: loading saves no step's fixed part.
 	n := max(1, r.PromptTokens)
 	steps := (n-1)/m.StepTokens + 1
 	perToken := (m.prefillTime(n, 0, 0) - float64(steps)*m.Prefill[2]) / float64(n)
@@ -192,5 +199,15 @@ func (m *TTFTModel) tierCreditBlocks(r *Request, s *workerSlot, cached int) floa
 	if ms > 0 && perToken > 0 {
 		credit -= ms / perToken
 	}
-	return max(0, credit) * s.invB
+	return max(0, credit)
+}
+
+// bookedTierCredit is the booking's tierCredit for r on a worker of block
+// size bs holding cached GPU tokens of it: its lower-tier prefix there at
+// the tiers' load time (whatever the selector's Weights, as the booked
+// TTFT prediction: the engine really loads them), so the ledger's queued
+// prefill counts those tokens as their load cost, not as a full prefill.
+func (m *TTFTModel) bookedTierCredit(r *Request, worker string, bs, cached int) int {
+	tokens, ms := m.tierLoadAt(r, bs, r.tierDepths(worker), cached, false)
+	return int(m.tierCreditTokens(r, tokens, ms))
 }

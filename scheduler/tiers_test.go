@@ -170,3 +170,47 @@ func TestTheBookedPredictionCountsALowerTierPrefixAsItsLoadTime(t *testing.T) {
 	assert.Less(t, got, m.prefillTime(4096-1024, 0, 0), "not a full prefill of the offloaded prefix")
 	assert.Greater(t, got, m.prefillTime(256, 0, 0), "not free either")
 }
+
+func TestTheLedgerBooksALowerTierPrefixAtItsLoadCost(t *testing.T) {
+	h := ttftHarness(t, workers(1, 0), func(c *Config) { c.TTFT.CalibrationWindow = 0 }, classCfg("c", PolicyFCFS))
+	m := DefaultTTFTModel()
+	r := req("a", "c", 4096)
+	r.BlockHashes = seqHashes(1, 256)
+	r.Overlaps = []Overlap{{Worker: "w0", Blocks: 64}, {Worker: "w0", Blocks: 240, Tier: TierCPU}}
+	h.enqueue(r)
+	g := h.granted("a")
+	// 1,024 tokens on GPU, 2,816 loaded from host memory: they are booked
+	// as the tokens the engine could prefill in their load time, as the
+	// booked prediction counts them, not as 2,816 prefilled tokens.
+	want := m.tierCreditTokens(r, 2816, 2816*m.Tiers.msPerToken(TierCPU))
+	require.Positive(t, want)
+	require.Less(t, want, 2816.0)
+	assert.Equal(t, int(want), g.TierCreditTokens)
+	booked := h.core.Load("w0").PrefillTokens
+	assert.Equal(t, 4096-1024-int(want), booked)
+	assert.Less(t, booked, 4096-1024, "not a full prefill of the offloaded prefix")
+	assert.Greater(t, booked, 256, "not free either")
+
+	// Re-homed, the booking carries the same load.
+	rec, ok := h.core.Booking(g.Booking)
+	require.True(t, ok)
+	assert.Equal(t, g.TierCreditTokens, rec.TierCreditTokens)
+	other := ttftHarness(t, workers(1, 0), func(c *Config) { c.TTFT.CalibrationWindow = 0 }, classCfg("c", PolicyFCFS))
+	other.core.Adopt(rec)
+	assert.Equal(t, h.core.Load("w0"), other.core.Load("w0"))
+
+	// The first token ends the prefill load.
+	h.core.FirstToken(g.Booking)
+	assert.Zero(t, h.core.Load("w0").PrefillTokens)
+}
+
+func TestADiskPrefixSlowerToLoadThanToPrefillIsBookedAsAPrefill(t *testing.T) {
+	h := ttftHarness(t, workers(1, 0), func(c *Config) { c.TTFT.CalibrationWindow = 0 }, classCfg("c", PolicyFCFS))
+	r := req("a", "c", 4096)
+	r.BlockHashes = seqHashes(1, 256)
+	r.Overlaps = []Overlap{{Worker: "w0", Blocks: 64}, {Worker: "w0", Blocks: 240, Tier: TierDisk}}
+	h.enqueue(r)
+	g := h.granted("a")
+	assert.Zero(t, g.TierCreditTokens)
+	assert.Equal(t, 4096-1024, h.core.Load("w0").PrefillTokens, "never more than a recompute")
+}

@@ -375,12 +375,18 @@ type BookingID uint64
 // Grant is an admitted request's placement. The booking is provisional until
 // acknowledged (Ack, FirstToken or Renew).
 type Grant struct {
-	RequestID     string
-	Worker        string
-	WorkerURL     string
-	Booking       BookingID
-	CachedTokens  int // prompt tokens cached on Worker when selected
-	OverlapBlocks int
+	RequestID    string
+	Worker       string
+	WorkerURL    string
+	Booking      BookingID
+	CachedTokens int // prompt tokens cached on Worker when selected
+	// TierCreditTokens are the prompt tokens beyond CachedTokens that
+	// Worker holds on a lower tier (host memory, disk) and the booking
+	// does not count as prefill: the tokens loaded back less the tokens
+	// the engine could prefill in their load time (docs/architecture.md,
+	// "The selector"). A re-homed booking carries it (BookingRecord).
+	TierCreditTokens int
+	OverlapBlocks    int
 	// BlockSize is Worker's tokens per block (0: unknown, from an older
 	// owner): Request.HashesFor(BlockSize) is the prompt as Worker holds it.
 	BlockSize int
@@ -444,12 +450,15 @@ const MaxGrantCandidates = 4
 // BookingRecord describes an in-flight request to re-home on a new owner
 // (Adopt), as the entry replica knows it.
 type BookingRecord struct {
-	RequestID            string
-	Class                string
-	Worker               string
-	BlockHashes          []uint64
-	PromptTokens         int
-	CachedTokens         int // from the original grant
+	RequestID    string
+	Class        string
+	Worker       string
+	BlockHashes  []uint64
+	PromptTokens int
+	CachedTokens int // from the original grant
+	// TierCreditTokens is the original grant's (Grant.TierCreditTokens):
+	// 0 books every uncached token as prefill.
+	TierCreditTokens     int
 	ExpectedOutputTokens int
 	Sequences            int  // 0 counts as 1
 	FirstTokenSeen       bool // prefill already done: no prefill load remains

@@ -94,14 +94,17 @@ type AdmitReply struct {
 	Epoch   int64  `json:"epoch"`
 	// Instance names the owner's current life (random per process): the
 	// entry sends it back with every lifecycle mark of the booking.
-	Instance      uint64 `json:"instance,omitempty"`
-	Worker        string `json:"worker,omitempty"`
-	WorkerURL     string `json:"url,omitempty"`
-	Booking       uint64 `json:"booking,omitempty"`
-	CachedTokens  int    `json:"cached,omitempty"`
-	OverlapBlocks int    `json:"overlap,omitempty"`
-	BlockSize     int    `json:"bs,omitempty"` // the worker's (0: an older owner)
-	QueueWaitNano int64  `json:"wait,omitempty"`
+	Instance     uint64 `json:"instance,omitempty"`
+	Worker       string `json:"worker,omitempty"`
+	WorkerURL    string `json:"url,omitempty"`
+	Booking      uint64 `json:"booking,omitempty"`
+	CachedTokens int    `json:"cached,omitempty"`
+	// TierCredit is scheduler.Grant.TierCreditTokens: lower-tier prompt
+	// tokens the booking does not count as prefill.
+	TierCredit    int   `json:"tier,omitempty"`
+	OverlapBlocks int   `json:"overlap,omitempty"`
+	BlockSize     int   `json:"bs,omitempty"` // the worker's (0: an older owner)
+	QueueWaitNano int64 `json:"wait,omitempty"`
 	// Reachable is the most prompt tokens any worker held cached and
 	// Shortfall why the grant holds fewer (scheduler.Shortfall's label).
 	Reachable int    `json:"reach,omitempty"`
@@ -217,6 +220,7 @@ type AdoptedBooking struct {
 	BlockHashes    []uint64 `json:"blocks,omitempty"`
 	PromptTokens   int      `json:"isl,omitempty"`
 	CachedTokens   int      `json:"cached,omitempty"`
+	TierCredit     int      `json:"tier,omitempty"` // BookingRecord.TierCreditTokens
 	ExpectedOutput int      `json:"osl,omitempty"`
 	Sequences      int      `json:"seqs,omitempty"`        // 0 counts as 1
 	FirstTokenSeen bool     `json:"first_token,omitempty"` // no prefill load remains
@@ -373,6 +377,9 @@ func DecodeAdmitReply(p []byte) (*AdmitReply, error) {
 	if m.RetryAfterMs < 0 {
 		return nil, fmt.Errorf("%w: admit reply has a negative retry-after", ErrMalformed)
 	}
+	if m.TierCredit < 0 {
+		return nil, fmt.Errorf("%w: admit reply has a negative tier credit", ErrMalformed)
+	}
 	if len(m.Candidates) > MaxCandidates {
 		return nil, fmt.Errorf("%w: admit reply has %d candidates, more than %d", ErrMalformed, len(m.Candidates), MaxCandidates)
 	}
@@ -443,7 +450,7 @@ func DecodeAdoptRequest(p []byte) (*AdoptRequest, error) {
 		return nil, fmt.Errorf("%w: adopt request epoch %d (done %v): a done report names the owner's epoch", ErrMalformed, m.Epoch, m.Done)
 	}
 	for _, b := range m.Bookings {
-		if b.Worker == "" || b.PromptTokens < 0 || b.CachedTokens < 0 || b.ExpectedOutput < 0 || b.Sequences < 0 {
+		if b.Worker == "" || b.PromptTokens < 0 || b.CachedTokens < 0 || b.TierCredit < 0 || b.ExpectedOutput < 0 || b.Sequences < 0 {
 			return nil, fmt.Errorf("%w: adopt request has a bad booking", ErrMalformed)
 		}
 		if b.Tenant != "" && !ValidName(b.Tenant) {

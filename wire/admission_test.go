@@ -107,8 +107,12 @@ func FuzzDecodeAdmitReply(f *testing.F) {
 		Decode: &AdmitDecode{Worker: "d", URL: "http://d", BlockSize: 16, Booking: 2, TransferNano: 7e6}})
 	f.Add(pair)
 	f.Add([]byte(`{"v":1,"ok":true,"worker":"p","booking":1,"decode":{"worker":""}}`))
+	f.Add([]byte(`{"v":1,"ok":true,"worker":"w","booking":1,"cached":64,"tier":-5}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeAdmitReply(b)
+		if err == nil && m.TierCredit < 0 {
+			t.Fatalf("a negative tier credit decoded: %+v", m)
+		}
 		if err == nil && m.Decode != nil && (m.Decode.Worker == "" || !m.OK || m.Decode.TransferNano < 0) {
 			t.Fatalf("a bad decode worker decoded: %+v", m.Decode)
 		}
@@ -159,10 +163,16 @@ func FuzzDecodeAdoptRequest(f *testing.F) {
 	pair, _ := EncodeAdmission(&AdoptRequest{Entry: "e", Class: "c", Bookings: []AdoptedBooking{{RequestID: "r", Worker: "p", PromptTokens: 3,
 		Decode: &AdoptedDecode{Worker: "d", BlockHashes: []uint64{9}}}}})
 	f.Add(pair)
+	f.Add([]byte(`{"v":1,"entry":"e","class":"c","bookings":[{"id":"r","worker":"w","isl":9,"tier":-1}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeAdoptRequest(b)
 		if err != nil {
 			return
+		}
+		for _, x := range m.Bookings {
+			if x.TierCredit < 0 {
+				t.Fatalf("a negative tier credit decoded: %+v", x)
+			}
 		}
 		if m.Epoch < 0 || (m.Done && m.Epoch == 0) {
 			t.Fatalf("decoded a done report without a valid epoch: %+v", m)
@@ -240,4 +250,23 @@ func TestAnAdmitRequestFromTooFarInTheFutureIsMalformed(t *testing.T) {
 	if err := m.CheckIngress(now); err != nil {
 		t.Fatalf("an ingress within the skew bound is fine: %v", err)
 	}
+}
+
+// A lower-tier credit travels with a grant and with a re-homed booking, so
+// the new owner books the same prefill load; a negative one is refused.
+func TestTheTierCreditTravelsWithAGrantAndARehomedBooking(t *testing.T) {
+	b, err := EncodeAdmission(&AdmitReply{OK: true, Worker: "w", Booking: 1, CachedTokens: 1024, TierCredit: 2000})
+	require.NoError(t, err)
+	reply, err := DecodeAdmitReply(b)
+	require.NoError(t, err)
+	require.Equal(t, 2000, reply.TierCredit)
+	b, err = EncodeAdmission(&AdoptRequest{Entry: "e", Class: "c", Bookings: []AdoptedBooking{{RequestID: "r", Worker: "w", PromptTokens: 4096, CachedTokens: 1024, TierCredit: 2000}}})
+	require.NoError(t, err)
+	adopt, err := DecodeAdoptRequest(b)
+	require.NoError(t, err)
+	require.Equal(t, 2000, adopt.Bookings[0].TierCredit)
+	_, err = DecodeAdmitReply([]byte(`{"v":1,"ok":true,"worker":"w","booking":1,"tier":-5}`))
+	require.ErrorIs(t, err, ErrMalformed)
+	_, err = DecodeAdoptRequest([]byte(`{"v":1,"entry":"e","class":"c","bookings":[{"id":"r","worker":"w","isl":9,"tier":-1}]}`))
+	require.ErrorIs(t, err, ErrMalformed)
 }

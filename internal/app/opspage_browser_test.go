@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -308,4 +309,59 @@ func TestThePageBadgesAWorkerWhoseKVEventsAreSilent(t *testing.T) {
 		rowText("worker", "v2")+`.includes('KV events silent') && `+rowText("worker", "v2")+`.includes('r1: since') && `+rowText("worker", "v2")+`.includes('prompt blocks')`, 20*time.Second)
 	waitOnPage(t, ctx, "v1 without the badge and both hit rates",
 		`!`+rowText("worker", "v1")+`.includes('KV events silent') && ['v1', 'v2'].every(id => /%$/.test((document.querySelector('tr[data-worker="' + id + '"] td.hits')||{}).innerText||""))`, 10*time.Second)
+}
+
+// `up -protocol vllm -dp-size 2` with two engines: the workers table shows
+// each engine as one row (its URL and rank count) with its two ranks
+// beneath it, each a routing target with its rank and its own health.
+func TestThePageShowsADataParallelEngineAsOneRowWithItsRanksBeneath(t *testing.T) {
+	ctx, dir := browser(t)
+	cfg := upTestConfig(t, 1, 2)
+	cfg.Protocol = ProtocolVLLM
+	cfg.DPSize = 2
+	ports := freePortRun(t, 12) // 2 engines × 2 ranks × (event, replay), then 4 adapters
+	cfg.ZMQPort, cfg.AdapterPort = ports, ports+8
+	up := startUpRun(t, cfg)
+	defer up.stop(t)
+	endpoint := regexp.MustCompile(`OpenAI API  http://(\S+)/v1`)
+	var addr string
+	for up.lines.Scan() && !strings.HasPrefix(up.lines.Text(), "Try:") {
+		if m := endpoint.FindStringSubmatch(up.lines.Text()); m != nil {
+			addr = m[1]
+		}
+	}
+	up.drain()
+	require.NotEmpty(t, addr)
+	awaitDebugCluster(t, addr, func(d clusterDoc) bool { return len(d.Workers) == 4 }, "four ranks registered")
+
+	// A request to each rank, pinned as an operator would, so rows have load.
+	cl := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1"), option.WithAPIKey("none"))
+	for _, w := range []string{"worker-1-dp0", "worker-1-dp1", "worker-2-dp0", "worker-2-dp1"} {
+		var hr *http.Response
+		_, err := cl.Completions.New(testenv.Context(t), openai.CompletionNewParams{
+			Model:     openai.CompletionNewParamsModel(cfg.Worker.Model),
+			Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(strings.Repeat("a request for one rank ", 20))},
+			MaxTokens: openai.Int(2),
+		}, option.WithHeader("x-switchyard-worker", w), option.WithResponseInto(&hr))
+		require.NoError(t, err, "pinned to %s", w)
+		require.Equal(t, w, hr.Header.Get("X-Switchyard-Routed-Worker"))
+	}
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("http://"+addr+"/")))
+	want := []string{"engine worker-1", "rank worker-1-dp0", "rank worker-1-dp1", "engine worker-2", "rank worker-2-dp0", "rank worker-2-dp1"}
+	order := `[...document.querySelectorAll('#workers tbody tr')].map(r => r.classList.contains('dp-engine') ? 'engine ' + r.dataset.engine
+	  : r.classList.contains('dp-rank') ? 'rank ' + r.dataset.worker : 'other ' + (r.dataset.worker || '')).join(',')`
+	waitOnPage(t, ctx, "two engine rows, each with its two ranks beneath in rank order", order+` === `+fmt.Sprintf("%q", strings.Join(want, ",")), 20*time.Second)
+	for i := 1; i <= 2; i++ {
+		e := fmt.Sprintf("worker-%d", i)
+		waitOnPage(t, ctx, e+"'s row: its URL and two ranks",
+			fmt.Sprintf(`/worker-%d 127\.0\.0\.1:[0-9]+ · 2 data-parallel ranks/.test(`, i)+rowText("engine", e)+`)`, time.Second)
+		for r := range 2 {
+			id := fmt.Sprintf("%s-dp%d", e, r)
+			waitOnPage(t, ctx, id+" healthy under "+e+" as rank "+fmt.Sprint(r),
+				fmt.Sprintf(`(() => { const tr = document.querySelector('tr[data-worker="%s"]'); return tr && tr.dataset.engine === '%s'
+				  && tr.children[0].innerText === '%s rank %d' && tr.querySelector('td.health').innerText.trim() === 'healthy'; })()`, id, e, id, r), 20*time.Second)
+		}
+	}
+	screenshot(t, ctx, dir, "opspage-6-data-parallel.png", 1366, 768)
 }

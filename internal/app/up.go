@@ -107,10 +107,9 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, _ = fmt.Fprintf(stderr, "up: with %d workers the workers', adapters' and ZeroMQ ports overlap: set -adapter-port and -zmq-port\n", cfg.Workers)
 		return ErrUsage
 	}
-	if cfg.DPSize > 1 && (cfg.Protocol != ProtocolVLLM || cfg.TLS) {
-		// Ranks are vLLM's: their adapters register them. The rank API
-		// server (up_dp.go) proxies in plaintext only.
-		_, _ = fmt.Fprintln(stderr, "up: -dp-size needs -protocol vllm and no -tls")
+	if cfg.DPSize > 1 && cfg.Protocol != ProtocolVLLM {
+		// Ranks are vLLM's: their adapters register them.
+		_, _ = fmt.Fprintln(stderr, "up: -dp-size needs -protocol vllm")
 		return ErrUsage
 	}
 	if cfg.DPSize < 0 || cfg.DPSize > 64 {
@@ -345,9 +344,16 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	workerIDs := make([]string, cfg.Workers)
-	for i := range workerIDs {
-		workerIDs[i] = fmt.Sprintf("worker-%d", i+1)
+	workerIDs := make([]string, 0, cfg.Workers*cfg.dpRanks())
+	for i := range cfg.Workers {
+		id := fmt.Sprintf("worker-%d", i+1)
+		if cfg.DPSize <= 1 {
+			workerIDs = append(workerIDs, id)
+			continue
+		}
+		for r := range cfg.DPSize { // each rank's adapter is its own NATS user
+			workerIDs = append(workerIDs, adapter.DPWorkerID(id, r))
+		}
 	}
 	var pki *upPKI
 	if cfg.TLS {
@@ -383,7 +389,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		wc.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.WorkerPort, i)))
 		wc.Engine.Speedup = cfg.Speedup
 		if cfg.Protocol == ProtocolVLLM && cfg.DPSize > 1 {
-			startDPEngine(gctx, grp, cfg, i, wc, etcdURL, natsURL, log)
+			startDPEngine(gctx, grp, cfg, i, wc, etcdURL, natsURL, pki, log)
 			continue
 		}
 		if cfg.Protocol == ProtocolVLLM {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchyard/switchyard/adapter"
+	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/metrics"
 )
 
@@ -35,13 +37,20 @@ import (
 // -zmq-port + 2·N·i + r and replay ports -zmq-port + 2·N·i + N + r; its
 // ranks' adapters on -adapter-port + N·i + r. Each rank's own HTTP server
 // (what the API server proxies to) takes any free port.
+//
+// Under -tls every rank engine and the API server serve HTTPS with the
+// engines' certificate and require a client certificate (the routers' and
+// the adapters'), as a single engine does; the API server reaches its
+// ranks with the workers' client certificate; each rank's adapter serves
+// HTTPS and uses the etcd and NATS credentials of its rank (its NATS user
+// is the rank's worker id, so it publishes only its rank's events).
 
 // dpRanks is the number of ranks per simulated engine (1 without -dp-size).
 func (c UpConfig) dpRanks() int { return max(1, c.DPSize) }
 
 // startDPEngine runs engine i as N rank engines behind one API server
 // (dpFront) with one adapter per rank.
-func startDPEngine(ctx context.Context, grp *errgroup.Group, cfg UpConfig, i int, wc WorkerConfig, etcdURL, natsURL string, log *zap.Logger) {
+func startDPEngine(ctx context.Context, grp *errgroup.Group, cfg UpConfig, i int, wc WorkerConfig, etcdURL, natsURL string, pki *upPKI, log *zap.Logger) {
 	n := cfg.DPSize
 	base := portAt(cfg.ZMQPort, 2*n*i)
 	tcp := func(port int) string { return "tcp://" + net.JoinHostPort(cfg.Host, strconv.Itoa(port)) }
@@ -55,6 +64,9 @@ func startDPEngine(ctx context.Context, grp *errgroup.Group, cfg UpConfig, i int
 		rc.VLLM.EventsBind, rc.VLLM.ReplayBind = tcp(base+r), tcp(base+n+r)
 		served := make(chan string, 1) // size 1: Ready is called once and must not block
 		rc.Ready = func(u string) { served <- u }
+		if pki != nil {
+			rc.TLS = tlsconf.ServerConfig{CertFile: pki.worker.Cert, KeyFile: pki.worker.Key, ClientCAFile: pki.worker.CA}
+		}
 		rankURLs[r] = served
 		grp.Go(named(ctx, rc.ID, func(ctx context.Context) error {
 			return RunWorker(ctx, rc, log.Named(rc.ID), metrics.NewRegistry())
@@ -75,7 +87,17 @@ func startDPEngine(ctx context.Context, grp *errgroup.Group, cfg UpConfig, i int
 				return nil
 			}
 		}
-		return runDPFront(ctx, wc.Listen, urls, func(u string) {
+		var srv, cli *tls.Config
+		if pki != nil {
+			var err error
+			if srv, err = (tlsconf.ServerConfig{CertFile: pki.worker.Cert, KeyFile: pki.worker.Key, ClientCAFile: pki.worker.CA}).Build(tlsconf.Deps{Name: wc.ID}); err != nil {
+				return err
+			}
+			if cli, err = (tlsconf.ClientConfig{CAFile: pki.workerClient.CA, CertFile: pki.workerClient.Cert, KeyFile: pki.workerClient.Key}).Build(tlsconf.Deps{Name: wc.ID + "_ranks"}); err != nil {
+				return err
+			}
+		}
+		return runDPFront(ctx, wc.Listen, urls, srv, cli, func(u string) {
 			for _, ch := range front {
 				ch <- u
 			}
@@ -89,6 +111,12 @@ func startDPEngine(ctx context.Context, grp *errgroup.Group, cfg UpConfig, i int
 		ac.DPRank, ac.DPSize = r, n
 		ac.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.AdapterPort, n*i+r)))
 		ac.EtcdEndpoints, ac.NATSURL = []string{etcdURL}, natsURL
+		var lk Links
+		if pki != nil {
+			lk = pki.workerLinks(adapter.DPWorkerID(wc.ID, r))
+			ac.EngineTLS = tlsconf.ClientConfig{CAFile: pki.workerClient.CA, CertFile: pki.workerClient.Cert, KeyFile: pki.workerClient.Key}
+			ac.TLS = tlsconf.ServerConfig{CertFile: pki.adapter.Cert, KeyFile: pki.adapter.Key}
+		}
 		name := adapter.DPWorkerID(wc.ID, r) + "-adapter"
 		grp.Go(named(ctx, name, func(ctx context.Context) error {
 			select {
@@ -97,7 +125,7 @@ func startDPEngine(ctx context.Context, grp *errgroup.Group, cfg UpConfig, i int
 				return nil
 			}
 			ac.MetricsURL = urls[r] + "/metrics" // written before front[r] was sent
-			return RunAdapterWithLinks(ctx, ac, Links{}, log.Named(name), nil)
+			return RunAdapterWithLinks(ctx, ac, lk, log.Named(name), nil)
 		}))
 	}
 }
@@ -109,8 +137,9 @@ var errBadRank = errors.New("the X-data-parallel-rank header names no rank of th
 // until ctx ends: a request with X-data-parallel-rank goes to that rank,
 // one without to the next rank in turn; GET /health, /v1/models and
 // /metrics go to rank 0 (its /metrics holds rank 0's series only: each
-// rank's adapter scrapes its rank directly). ready gets its URL.
-func runDPFront(ctx context.Context, listen string, ranks []string, ready func(string)) error {
+// rank's adapter scrapes its rank directly). ready gets its URL. With
+// srv it serves HTTPS, and with cli it reaches https:// ranks.
+func runDPFront(ctx context.Context, listen string, ranks []string, srv, cli *tls.Config, ready func(string)) error {
 	targets := make([]*url.URL, len(ranks))
 	for r, u := range ranks {
 		t, err := url.Parse(u)
@@ -120,7 +149,11 @@ func runDPFront(ctx context.Context, listen string, ranks []string, ready func(s
 		targets[r] = t
 	}
 	var next atomic.Uint64
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = cli
+	defer tr.CloseIdleConnections()
 	proxy := &httputil.ReverseProxy{
+		Transport:     tr,
 		FlushInterval: -1, // stream every chunk as it comes
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			r := 0
@@ -149,10 +182,14 @@ func runDPFront(ctx context.Context, listen string, ranks []string, ready func(s
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	ready("http://" + l.Addr().String())
+	scheme := "http://"
+	if srv != nil {
+		l, scheme = tls.NewListener(l, srv), "https://"
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ready(scheme + l.Addr().String())
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
+	go func() { done <- hs.Serve(l) }()
 	select {
 	case err := <-done:
 		return err
@@ -160,7 +197,7 @@ func runDPFront(ctx context.Context, listen string, ranks []string, ready func(s
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = srv.Shutdown(sctx)
+	_ = hs.Shutdown(sctx)
 	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

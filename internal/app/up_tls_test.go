@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -192,7 +193,13 @@ func TestUpWithTLSRunsVLLMEnginesAndTheirAdaptersOverHTTPS(t *testing.T) {
 	require.NoError(t, err)
 	doc, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	engines := regexp.MustCompile(`"url":"(https://[^"]+)"`).FindAllStringSubmatch(string(doc), -1)
+	var cd clusterDoc
+	require.NoError(t, json.Unmarshal(doc, &cd))
+	var engines [][]string // [_, url] per worker, as the regexp matches gave them
+	for _, w := range cd.Workers {
+		require.True(t, strings.HasPrefix(w.URL, "https://"), "%s", doc)
+		engines = append(engines, []string{"", w.URL})
+	}
 	require.Len(t, engines, 2, "%s", doc)
 	require.NotContains(t, string(doc), `"url":"http://`)
 
@@ -249,4 +256,104 @@ func TestUpWithTLSRunsVLLMEnginesAndTheirAdaptersOverHTTPS(t *testing.T) {
 		_, err = get(tlsconf.ClientConfig{CAFile: caFile, CertFile: of.Cert, KeyFile: of.Key}, health)
 		assert.Error(t, err, "%s refuses a client certificate of another CA", health)
 	}
+}
+
+// `up -tls -protocol vllm -dp-size 2`: each engine's API server and its
+// ranks serve HTTPS and require a client certificate; every rank's
+// adapter registers the API server's https:// URL with its own NATS
+// user, and requests through the router land on ranks and their KV
+// events reach the index.
+func TestUpWithTLSRunsDataParallelEnginesOverHTTPS(t *testing.T) {
+	cfg := upTestConfig(t, 1, 2)
+	cfg.TLS = true
+	cfg.Protocol = ProtocolVLLM
+	cfg.DPSize = 2
+	ports := freePortRun(t, 12) // 2 engines × 2 ranks × (event, replay), then 4 adapters
+	cfg.ZMQPort, cfg.AdapterPort = ports, ports+8
+	up := startUpRun(t, cfg)
+	defer up.stop(t)
+
+	endpoint := regexp.MustCompile(`OpenAI API  https://(\S+)/v1`)
+	caLine := regexp.MustCompile(`CA (\S+) \(made for this run\)`)
+	var addr, caFile string
+	for up.lines.Scan() && !strings.HasPrefix(up.lines.Text(), "Try:") {
+		if m := endpoint.FindStringSubmatch(up.lines.Text()); m != nil {
+			addr = m[1]
+		}
+		if m := caLine.FindStringSubmatch(up.lines.Text()); m != nil {
+			caFile = m[1]
+		}
+	}
+	up.drain()
+	require.NotEmpty(t, addr, "up prints an https endpoint")
+	require.NotEmpty(t, caFile)
+	tc, err := tlsconf.ClientConfig{CAFile: caFile}.Build(tlsconf.Deps{})
+	require.NoError(t, err)
+	tr := &http.Transport{TLSClientConfig: tc}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+
+	var doc clusterDoc
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		resp, err := client.Get("https://" + addr + "/debug/cluster")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		doc = clusterDoc{}
+		return json.NewDecoder(resp.Body).Decode(&doc) == nil && len(doc.Workers) == 4
+	}, "four ranks registered")
+	require.Len(t, doc.Engines, 2)
+	for _, e := range doc.Engines {
+		assert.True(t, strings.HasPrefix(e.URL, "https://"), "engine %s at %s", e.ID, e.URL)
+		assert.Len(t, e.Ranks, 2)
+	}
+
+	cl := openai.NewClient(option.WithBaseURL("https://"+addr+"/v1"), option.WithHTTPClient(client),
+		option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	routed := map[string]bool{}
+	for _, w := range []string{"worker-1-dp0", "worker-1-dp1", "worker-2-dp0", "worker-2-dp1"} {
+		var hr *http.Response
+		chat, err := cl.Chat.Completions.New(testenv.Context(t), openai.ChatCompletionNewParams{
+			Model: "switchyard-sim", MaxTokens: openai.Int(3),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello over TLS, to one rank.")},
+		}, option.WithHeader("x-switchyard-worker", w), option.WithResponseInto(&hr))
+		require.NoError(t, err, "pinned to %s", w)
+		assert.EqualValues(t, 3, chat.Usage.CompletionTokens)
+		assert.Equal(t, w, hr.Header.Get("X-Switchyard-Routed-Worker"))
+		routed[w] = true
+	}
+	// Each rank's adapter publishes its rank's events under its own NATS user.
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		resp, err := client.Get("https://" + addr + "/debug/cluster")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		doc = clusterDoc{}
+		if json.NewDecoder(resp.Body).Decode(&doc) != nil {
+			return false
+		}
+		for _, w := range doc.Workers {
+			if routed[w.ID] && w.Indexed == 0 {
+				return false
+			}
+		}
+		return len(doc.Workers) == 4
+	}, "every rank's blocks indexed")
+
+	// The API server requires a client certificate, as a single engine does.
+	if resp, err := client.Get(doc.Engines[0].URL + "/health"); err == nil {
+		resp.Body.Close()
+		t.Fatal("the API server served a client without a certificate")
+	}
+	pki := filepath.Join(cfg.DataDir, "pki")
+	wc, err := tlsconf.ClientConfig{CAFile: caFile, CertFile: filepath.Join(pki, "worker-client.crt"), KeyFile: filepath.Join(pki, "worker-client.key")}.Build(tlsconf.Deps{})
+	require.NoError(t, err)
+	wtr := &http.Transport{TLSClientConfig: wc}
+	defer wtr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: wtr, Timeout: 10 * time.Second}).Get(doc.Engines[0].URL + "/health")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
 }
