@@ -5,6 +5,7 @@ package app
 // the official OpenAI Go client.
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -114,4 +115,70 @@ func TestALongPromptGoesPrefillThenDecodeAndAShortOneRunsAggregated(t *testing.T
 	require.Equal(t, int64(4), comp.Usage.CompletionTokens)
 	require.Equal(t, 1.0, labelled(r.reg, metrics.NameDisaggDecisions, map[string]string{"mode": "aggregated", "reason": "short_prefill"}))
 	require.Positive(t, labelled(both.reg, "switchyard_worker_http_requests_total", nil))
+}
+
+// gauge reads a gauge series of reg with the given labels (-1: none).
+func gauge(reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return -1
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			if m.Gauge != nil {
+				return m.Gauge.GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+func TestACancelledPairStreamReleasesBothBookings(t *testing.T) {
+	c := routerTestCluster(t)
+	c.addWorker("p1", roleWorker(wire.RolePrefill))
+	c.addWorker("d1", func(cfg *WorkerConfig) {
+		roleWorker(wire.RoleDecode)(cfg)
+		cfg.Engine.Speedup = 1 // a stream that lasts
+	})
+	r := c.startPDOwner(2, 64)
+	role := func(ro string) float64 {
+		return gauge(r.reg, metrics.NameRoleActiveRequests, map[string]string{metrics.LabelRole: ro})
+	}
+	worker := func(id string) float64 {
+		return gauge(r.reg, metrics.NameWorkerActiveRequests, map[string]string{metrics.LabelWorker: id})
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return gauge(r.reg, metrics.NameRoleWorkers, map[string]string{metrics.LabelRole: wire.RolePrefill}) == 1 &&
+			gauge(r.reg, metrics.NameRoleWorkers, map[string]string{metrics.LabelRole: wire.RoleDecode}) == 1
+	}, "one worker of each role")
+
+	ctx, cancel := context.WithCancel(testenv.Context(t))
+	defer cancel()
+	cl := r.client()
+	stream := cl.Completions.NewStreaming(ctx, openai.CompletionNewParams{
+		Model:     openai.CompletionNewParamsModel(testModel),
+		Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(strings.Repeat("a long shared context ", 60))},
+		MaxTokens: openai.Int(4000),
+	})
+	require.True(t, stream.Next(), "the decode leg streams: %v", stream.Err())
+	// The pair is booked on both workers, and the role gauges say so.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return worker("p1") == 1 && worker("d1") == 1 && role(wire.RolePrefill) == 1 && role(wire.RoleDecode) == 1 &&
+			role(wire.RoleBoth) == 0
+	}, "the pair booked on p1 and d1")
+	cancel()
+	_ = stream.Close()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return worker("p1") == 0 && worker("d1") == 0 && role(wire.RolePrefill) == 0 && role(wire.RoleDecode) == 0
+	}, "the cancel released both bookings (p1 %v, d1 %v)", worker("p1"), worker("d1"))
+	require.Equal(t, 1.0, labelled(r.reg, metrics.NameDisaggDecisions, map[string]string{"mode": "disaggregated"}))
 }
