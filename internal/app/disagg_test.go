@@ -7,17 +7,20 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/tenant"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -181,4 +184,64 @@ func TestACancelledPairStreamReleasesBothBookings(t *testing.T) {
 		return worker("p1") == 0 && worker("d1") == 0 && role(wire.RolePrefill) == 0 && role(wire.RoleDecode) == 0
 	}, "the cancel released both bookings (p1 %v, d1 %v)", worker("p1"), worker("d1"))
 	require.Equal(t, 1.0, labelled(r.reg, metrics.NameDisaggDecisions, map[string]string{"mode": "disaggregated"}))
+}
+
+// A tenant's concurrency quota of 1 admits one pair at a time: the pair
+// books two workers but holds one slot, and its end frees it.
+func TestATenantQuotaOfOneAdmitsOnePairAtATime(t *testing.T) {
+	keys := writeKeys(t, fmt.Sprintf(`
+tenants:
+  - id: acme
+    keys: [%q]
+    quota: {concurrent: 1}
+`, tenant.HashKey("sk-acme")))
+	c := routerTestCluster(t)
+	c.addWorker("p1", roleWorker(wire.RolePrefill))
+	c.addWorker("d1", func(cfg *WorkerConfig) {
+		roleWorker(wire.RoleDecode)(cfg)
+		cfg.Engine.Speedup = 1 // a stream that lasts
+	})
+	r := c.startReplicaWith("r1", "127.0.0.1:0", func(cfg *ReplicaConfig) {
+		cfg.Scheduler.Disagg.MinTokens = 64
+		cfg.Tenants.KeysFile = keys
+	})
+	c.waitOwned(defaultClasses, "r1")
+	cl := keyedClient(r, "sk-acme")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		var list struct {
+			Data []struct {
+				Workers int `json:"switchyard_workers"`
+			} `json:"data"`
+		}
+		err := cl.Get(testenv.Context(t), "models", nil, &list)
+		return err == nil && len(list.Data) == 1 && list.Data[0].Workers == 2
+	}, "the replica sees 2 workers")
+	long := func(tag string) openai.CompletionNewParams {
+		return openai.CompletionNewParams{
+			Model:     openai.CompletionNewParamsModel(testModel),
+			Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(strings.Repeat("context "+tag+" ", 120))},
+			MaxTokens: openai.Int(4000),
+		}
+	}
+	ctx, cancel := context.WithCancel(testenv.Context(t))
+	defer cancel()
+	stream := cl.Completions.NewStreaming(ctx, long("first"))
+	require.True(t, stream.Next(), "the first pair streams: %v", stream.Err())
+	require.Equal(t, 1.0, labelled(r.reg, metrics.NameDisaggDecisions, map[string]string{"mode": "disaggregated"}))
+
+	short := long("second")
+	short.MaxTokens = openai.Int(2)
+	_, err := cl.Completions.New(testenv.Context(t), short, option.WithMaxRetries(0))
+	require.Error(t, err, "a second pair while the first holds the tenant's one slot")
+	status, code := apiStatus(t, err)
+	require.Equal(t, http.StatusTooManyRequests, status)
+	require.Equal(t, "quota_exceeded", code)
+
+	cancel()
+	_ = stream.Close()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		_, err := cl.Completions.New(testenv.Context(t), short, option.WithMaxRetries(0))
+		return err == nil
+	}, "the first pair's end frees the slot for the next pair")
+	require.Equal(t, 2.0, labelled(r.reg, metrics.NameDisaggDecisions, map[string]string{"mode": "disaggregated"}))
 }
