@@ -8,8 +8,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,4 +252,79 @@ tenants:
 		return err == nil
 	}, "the first pair's end frees the slot for the next pair")
 	require.Equal(t, 2.0, labelled(r.reg, metrics.NameDisaggDecisions, map[string]string{"mode": "disaggregated"}))
+}
+
+// A prefill worker that stops answering (its address closed while its
+// record stays registered) under load: its requests are retried on the
+// other prefill worker, and every one succeeds.
+func TestAStoppedPrefillWorkerUnderLoadIsRetriedOnTheOther(t *testing.T) {
+	c := routerTestCluster(t)
+	// Each prefill worker is registered behind a front the test closes:
+	// "stopped" is connections refused, before the registry knows.
+	fronts := map[string]*httptest.Server{}
+	workers := map[string]*runningWorker{}
+	for _, id := range []string{"p1", "p2"} {
+		var target atomic.Value // string: the worker's own URL
+		front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			u, _ := url.Parse(target.Load().(string))
+			p := httputil.NewSingleHostReverseProxy(u)
+			p.ErrorLog = log.New(io.Discard, "", 0) // the router's probes end mid-flight
+			p.ServeHTTP(w, r)
+		}))
+		t.Cleanup(front.Close)
+		fronts[id] = front
+		ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the worker itself
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		target.Store("http://" + addr)
+		workers[id] = c.addWorker(id, func(cfg *WorkerConfig) {
+			roleWorker(wire.RolePrefill)(cfg)
+			cfg.Listen, cfg.AdvertiseURL = addr, front.URL
+		})
+	}
+	c.addWorker("d1", roleWorker(wire.RoleDecode))
+	r := c.startPDOwner(3, 1) // every request a pair, its prefill KV-aware
+	cl := r.client()
+	ctx := testenv.Context(t)
+	prompt := strings.Repeat("the shared context of this test ", 40)
+	run := func(tag string) error {
+		_, err := cl.Completions.New(ctx, openai.CompletionNewParams{
+			Model:     openai.CompletionNewParamsModel(testModel),
+			Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(prompt + tag)},
+			MaxTokens: openai.Int(4),
+		})
+		return err
+	}
+	require.NoError(t, run("warm"))
+	// The warm-up's prefill worker holds the prefix: the selector prefers it.
+	reqs := func(id string) float64 { // prefill legs held for a decode
+		return labelled(workers[id].reg, "switchyard_worker_kv_transfers_total", map[string]string{"outcome": "held"})
+	}
+	require.Equal(t, 1.0, reqs("p1")+reqs("p2"), "the warm-up ran as a pair")
+	hot, cold := "p1", "p2"
+	if reqs("p2") > reqs("p1") {
+		hot, cold = "p2", "p1"
+	}
+	fronts[hot].CloseClientConnections()
+	fronts[hot].Close()
+	before := reqs(cold)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- run(fmt.Sprintf(" turn %d", i))
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Positive(t, labelled(r.reg, metrics.NameDisaggLegErrors, map[string]string{"leg": "prefill"}),
+		"some prefill legs went to the stopped worker %s and failed", hot)
+	require.GreaterOrEqual(t, reqs(cold)-before, 8.0, "every request's prefill ran on %s", cold)
 }
