@@ -112,7 +112,7 @@ type DisaggConfig struct {
 	// uncached prefill on the best prefill worker is at least this many
 	// tokens (a class may override it: ClassConfig.DisaggMinTokens). 0
 	// derives it from the timing model (DefaultDisaggMinTokens); -1 never
-	// disaggregates while a both-worker exists.
+	// disaggregates (without both-workers: aggregated on a role worker).
 	MinTokens int
 	// TransferSetupMs is a transfer's fixed cost (handshake, block
 	// lookup), ms.
@@ -209,7 +209,7 @@ func (c *Core) noteRoles() {
 }
 
 // DisaggThreshold is the uncached prefill, in tokens, from which cls's
-// requests run disaggregated (-1: never while a both-worker exists).
+// requests run disaggregated (-1: never).
 func (c *Core) DisaggThreshold(cls string) int {
 	if k := c.classes[cls]; k != nil && k.cfg.DisaggMinTokens != 0 {
 		return k.cfg.DisaggMinTokens
