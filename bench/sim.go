@@ -178,9 +178,10 @@ type SimConfig struct {
 	SessionTTL    time.Duration
 	// Fleet makes the run disaggregated (sim_pd.go): Fleet.Prefill prefill
 	// and Fleet.Decode decode workers (their sum is Workers); the zero
-	// value is an aggregated fleet. Decider on runs a request whose
-	// uncached prefill is below the router's threshold aggregated on its
-	// decode worker; off, every request runs as a pair.
+	// value is an aggregated fleet. Decider on leaves the choice to the
+	// Core's decider (a short uncached prefill runs aggregated on a decode
+	// or prefill worker the selector picks); off sets its threshold to 1:
+	// every request runs as a pair.
 	Fleet   SimFleet
 	Decider bool
 	// SLO is the goodput objective the report counts requests against.

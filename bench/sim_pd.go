@@ -21,12 +21,13 @@ import (
 // token is the decode leg's. The admission booking is the pair's, released
 // when the decode leg ends.
 //
-// The decider: the Core pairs every request of a fleet without
-// both-workers. With SimConfig.Decider, a request whose uncached prefill on
-// its prefill worker (Grant.CachedTokens) is below the Core's threshold
-// (Core.DisaggThreshold) runs aggregated on its decode worker instead, as
-// Dynamo's conditional disaggregation does with a vLLM decode engine
-// (kv_both: a request without transfer parameters is prefilled locally).
+// The decider is the Core's (scheduler/disagg.go): in a fleet without
+// both-workers, a request whose uncached prefill on its best prefill worker
+// is below the threshold (Core.DisaggThreshold) runs aggregated on a decode
+// (else a prefill) worker the TTFT selector picks, as Dynamo's conditional
+// disaggregation does with a vLLM decode engine (kv_both: a request without
+// transfer parameters is prefilled locally). SimConfig.Decider off sets the
+// threshold to 1: every request runs as a pair.
 
 // SimFleet is an xPyD fleet shape; the zero value is aggregated.
 type SimFleet struct{ Prefill, Decode int }
@@ -93,8 +94,8 @@ type SimPDReport struct {
 	Decider bool   `json:"decider"`
 	// Threshold is the Core's uncached-prefill threshold in tokens.
 	Threshold int `json:"threshold_tokens"`
-	// Pairs ran prefill then decode; Bypassed ran aggregated on their
-	// decode worker (decider on, short prefill).
+	// Pairs ran prefill then decode; Bypassed ran aggregated on a decode
+	// or prefill worker (the Core's decider: short prefill).
 	Pairs    int `json:"pairs"`
 	Bypassed int `json:"bypassed"`
 	// Transfers and TransferredTokens are the decode engines' landed pulls.
@@ -136,8 +137,8 @@ func disaggModel(ec engine.Config, base scheduler.DisaggConfig) scheduler.Disagg
 	return base
 }
 
-// settlePair runs a disaggregated grant: aggregated on the decode worker
-// when the decider bypasses it, else its prefill leg on the prefill worker.
+// settlePair runs a disaggregated grant: its prefill leg on the prefill
+// worker, then (prefilled) its decode leg on the decode worker.
 func (s *simulation) settlePair(i int, q *simRequest, g scheduler.Grant, p int, rep *simReplica) {
 	d, ok := s.widx[g.Decode.Worker]
 	if !ok {
@@ -154,13 +155,6 @@ func (s *simulation) settlePair(i int, q *simRequest, g scheduler.Grant, p int, 
 	dk.active++
 	dk.peak = max(dk.peak, dk.active)
 	dk.reqs++
-	uncached := q.tr.InputLength - g.CachedTokens
-	if s.cfg.Decider && uncached < rep.core.DisaggThreshold(s.admitClass(q.tr)) {
-		s.pd.bypassed++
-		s.predict(q, g.Decode.Worker, d) // its prompt is cached where it runs
-		s.submitLeg(i, q, d, &engine.Request{MaxTokens: q.tr.OutputLength, OnDelta: func(dl engine.Delta) { s.delta(i, dl) }})
-		return
-	}
 	s.pd.pairs++
 	s.predict(q, g.Worker, p)
 	q.pair = &simPair{prefill: p}

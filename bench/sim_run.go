@@ -383,6 +383,9 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 		sc.TTFT.HerdWindow = 2 * float64(cfg.GossipDelay) / float64(time.Millisecond)
 		// and with the engines' KV transfer model (the decider's).
 		sc.Disagg = disaggModel(cfg.Engine, sc.Disagg)
+		if cfg.Fleet.Disaggregated() && !cfg.Decider {
+			sc.Disagg.MinTokens = 1 // every request a pair
+		}
 		core := scheduler.NewCore(sc, s.clock, view, rand.New(rand.NewPCG(seed, 0x636f7265)))
 		core.SetWorkers(schedWorkers)
 		var ccfg []scheduler.ClassConfig
@@ -639,6 +642,9 @@ func (s *simulation) settle(out simOutcome) {
 	if g.Disaggregated() {
 		s.settlePair(out.req, q, g, w, rep)
 		return
+	}
+	if s.cfg.Fleet.Disaggregated() {
+		s.pd.bypassed++
 	}
 	q.worker, q.booking = w, g.Booking
 	q.res.Worker = g.Worker

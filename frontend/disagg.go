@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,6 +63,15 @@ type pairLegs struct {
 	// exclude are workers the next attempt must avoid beside the granted
 	// one (takeExcluded).
 	exclude []string
+	// decodeCtx is the decode leg's context beside an SGLang prefill leg:
+	// the prefill leg's failure cancels it at once (the decode server
+	// would wait for its room until its bootstrap timeout). prefill is
+	// that leg's worker and prefillFailed its outcome, read after the
+	// decode leg ended.
+	decodeCtx     context.Context
+	cancelDecode  context.CancelFunc
+	prefill       string
+	prefillFailed atomic.Bool
 }
 
 // disaggMetrics count the decider's decisions and the two legs.
@@ -153,8 +163,14 @@ func (x *exchange) pairBody(body []byte) []byte {
 	return out
 }
 
-// pairRetry makes a retry after the decode leg failed avoid its worker.
+// pairRetry makes a retry after the decode leg failed avoid its worker,
+// or, when an SGLang prefill leg failed and the decode leg was cancelled
+// for it, the prefill worker.
 func (x *exchange) pairRetry(decode string, retry *bool) {
+	if *retry && x.pair.prefillFailed.Load() {
+		x.pair.exclude = append(x.pair.exclude, x.pair.prefill)
+		return
+	}
 	if *retry {
 		x.pair.exclude = append(x.pair.exclude, decode)
 		x.s.disagg.legErrors.WithLabelValues("decode", "before_first_byte").Inc()
@@ -163,10 +179,24 @@ func (x *exchange) pairRetry(decode string, retry *bool) {
 
 // pairDone waits for an SGLang prefill leg and clears the attempt's legs.
 func (x *exchange) pairDone() {
+	if x.pair.cancelDecode != nil {
+		x.pair.cancelDecode()
+	}
 	if x.pair.prefillDone != nil {
 		<-x.pair.prefillDone
 	}
 	x.pair.extra, x.pair.prefillDone = nil, nil
+	x.pair.decodeCtx, x.pair.cancelDecode, x.pair.prefill = nil, nil, ""
+	x.pair.prefillFailed.Store(false)
+}
+
+// decodeContext is the context the decode leg runs under: ctx, cancelled
+// too when an SGLang prefill leg beside it fails.
+func (x *exchange) decodeContext(ctx context.Context) context.Context {
+	if x.pair.decodeCtx == nil {
+		return ctx
+	}
+	return x.pair.decodeCtx
 }
 
 // pairPrefill runs a disaggregated grant's prefill leg (vLLM) or starts it
@@ -307,16 +337,25 @@ func (x *exchange) sglangPrefill(g scheduler.Grant, port int) {
 	x.pinRank(req, g.Worker)
 	done := make(chan struct{})
 	x.pair.prefillDone = done
+	x.pair.prefill = g.Worker
+	x.pair.decodeCtx, x.pair.cancelDecode = context.WithCancel(x.r.Context())
+	failed := func(kind string) {
+		x.s.disagg.legErrors.WithLabelValues("prefill", kind).Inc()
+		if x.r.Context().Err() == nil { // not the client leaving
+			x.pair.prefillFailed.Store(true)
+			x.pair.cancelDecode() // the decode would wait for its room
+		}
+	}
 	go func() { // owned by the exchange: pairDone waits for it
 		defer close(done)
 		resp, err := x.s.client.Do(req)
 		if err != nil {
-			x.s.disagg.legErrors.WithLabelValues("prefill", "unreachable").Inc()
+			failed("unreachable")
 			return
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			x.s.disagg.legErrors.WithLabelValues("prefill", "server_error").Inc()
+			failed("server_error")
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 	}()

@@ -239,3 +239,69 @@ func FuzzTransferParams(f *testing.F) {
 		require.True(t, json.Valid(out))
 	})
 }
+
+// roomDecode is an SGLang decode server: its first request waits for a
+// room that never fills (its prefill failed) until the router cancels it
+// or its bootstrap timeout ends it (504); later requests decode.
+type roomDecode struct {
+	*upstream
+	srv                 *httptest.Server
+	calls               atomic.Int32
+	cancelled, timedOut atomic.Bool
+	rooms               sync.Map // bootstrap_room seen
+}
+
+func newRoomDecode(t *testing.T, timeout time.Duration) *roomDecode {
+	d := &roomDecode{upstream: &upstream{tokens: 3}}
+	d.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var f struct {
+			Room *uint64 `json:"bootstrap_room"`
+		}
+		_ = json.Unmarshal(b, &f)
+		if f.Room != nil {
+			d.rooms.Store(*f.Room, true)
+		}
+		if d.calls.Add(1) > 1 {
+			r.Body = io.NopCloser(strings.NewReader(string(b)))
+			d.serve(w, r)
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			d.cancelled.Store(true)
+		case <-time.After(timeout):
+			d.timedOut.Store(true)
+			http.Error(w, `{"error":{"message":"kv transfer timed out"}}`, http.StatusGatewayTimeout)
+		}
+	}))
+	t.Cleanup(d.srv.Close)
+	return d
+}
+
+func TestAFailedSGLangPrefillCancelsTheDecodeLegAndRetriesElsewhere(t *testing.T) {
+	bad, good := newPrefillEngine(t, `{"id":"p"}`), newPrefillEngine(t, `{"id":"p"}`)
+	bad.status.Store(500)
+	dec := newRoomDecode(t, 5*time.Second)
+	ws := pairWorkers(bad, good)
+	for i := range ws {
+		ws[i].KVTransfer, ws[i].BootstrapPort = wire.TransferSGLang, 8998+i
+	}
+	d := WorkerEntry{ID: "d1", URL: dec.srv.URL, Model: "m", BlockSize: 16, Role: wire.RoleDecode, KVTransfer: wire.TransferSGLang}
+	ws = append(ws, d)
+	rec := &grantRecorder{}
+	s, _ := newTestServer(t, DefaultConfig(), Deps{Admitter: grantPairs(rec, pairGrant(ws[0], d), pairGrant(ws[1], d)), Workers: ws})
+	status, _, body := post(t, startServer(t, s)+"/v1/completions", `{"model":"m","prompt":"hi","stream":true}`, nil)
+	require.Equal(t, 200, status, body)
+	assert.True(t, dec.cancelled.Load(), "the prefill's error cancelled the waiting decode leg")
+	assert.False(t, dec.timedOut.Load(), "the decode leg did not wait for its bootstrap timeout")
+	require.Len(t, rec.reqs, 2)
+	assert.Equal(t, []string{"p2", "d1"}, rec.reqs[1].Allowed, "the failed prefill worker is excluded, the decode kept")
+	assert.True(t, rec.ticket(0).aborted.Load(), "the failed pair's grant is freed as aborted")
+	assert.False(t, rec.ticket(1).aborted.Load())
+	assert.EqualValues(t, 2, dec.calls.Load())
+	n := 0
+	dec.rooms.Range(func(any, any) bool { n++; return true })
+	assert.Equal(t, 2, n, "each attempt has its own room")
+	assert.Equal(t, 1.0, testutil.ToFloat64(s.disagg.legErrors.WithLabelValues("prefill", "server_error")))
+}

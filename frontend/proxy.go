@@ -91,10 +91,10 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 		}
 		defer x.pairRetry(g.Worker, &retry)
 	}
-	reqCtx := ctx
+	reqCtx := x.decodeContext(ctx)
 	x.fb = nil
 	if d := x.firstByteTimeout(g); d > 0 {
-		x.fb, reqCtx = startFirstByte(ctx, d)
+		x.fb, reqCtx = startFirstByte(reqCtx, d)
 		defer x.fb.stop()
 	}
 	path, body := x.upstream(g)

@@ -137,6 +137,14 @@ type Router struct {
 	WorkerActiveRequests *prometheus.GaugeVec
 	WorkerPrefillTokens  *prometheus.GaugeVec
 	WorkerDecodeBlocks   *prometheus.GaugeVec
+	// The same projected load summed per worker role (RoleBoth,
+	// RolePrefill, RoleDecode; every role exported, 0 when it has no
+	// worker), and the registered workers per role: a disaggregated
+	// fleet's prefill and decode pools side by side.
+	RoleActiveRequests *prometheus.GaugeVec
+	RolePrefillTokens  *prometheus.GaugeVec
+	RoleDecodeBlocks   *prometheus.GaugeVec
+	RoleWorkers        *prometheus.GaugeVec
 	// The engine's own load per worker, from its last load report: what
 	// the engine says it runs and queues, its KV cache use (0..1) and its
 	// prefix-cache hit rate (0..1). A worker without a report has none.
@@ -158,7 +166,8 @@ type Router struct {
 func NewRouter(reg prometheus.Registerer) *Router {
 	f := promauto.With(reg)
 	worker := []string{LabelWorker}
-	return &Router{
+	role := []string{LabelRole}
+	r := &Router{
 		TTFT: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name: NameTTFT, Help: "Time from request arrival to the first streamed token.", Buckets: BucketsTTFT,
 		}, streamLabels),
@@ -189,6 +198,18 @@ func NewRouter(reg prometheus.Registerer) *Router {
 		WorkerDecodeBlocks: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: NameWorkerDecodeBlocks, Help: "Unique KV blocks booked on the worker.",
 		}, worker),
+		RoleActiveRequests: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: NameRoleActiveRequests, Help: "Requests booked on the role's workers, cluster-wide, as this replica projects it.",
+		}, role),
+		RolePrefillTokens: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: NameRolePrefillTokens, Help: "Prefill tokens booked on the role's workers and not yet past first token.",
+		}, role),
+		RoleDecodeBlocks: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: NameRoleDecodeBlocks, Help: "Unique KV blocks booked on the role's workers, summed over them.",
+		}, role),
+		RoleWorkers: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: NameRoleWorkers, Help: "Registered workers of the role.",
+		}, role),
 		WorkerEngineRunning: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: NameWorkerEngineRunning, Help: "Requests the worker's engine last reported running.",
 		}, worker),
@@ -208,5 +229,28 @@ func NewRouter(reg prometheus.Registerer) *Router {
 			Name: NameHTTPResponses, Help: "HTTP responses by route and status code.",
 		}, []string{LabelRoute, LabelCode}),
 		Routing: NewRouting(reg),
+	}
+	for _, ro := range Roles() {
+		r.RoleActiveRequests.WithLabelValues(ro)
+		r.RolePrefillTokens.WithLabelValues(ro)
+		r.RoleDecodeBlocks.WithLabelValues(ro)
+		r.RoleWorkers.WithLabelValues(ro)
+	}
+	return r
+}
+
+// RoleLoad is one role's projected load (Router.SetRoleLoads).
+type RoleLoad struct {
+	Workers, ActiveRequests, PrefillTokens, DecodeBlocks int
+}
+
+// SetRoleLoads sets the per-role gauges; a role absent from loads reads 0.
+func (r *Router) SetRoleLoads(loads map[string]RoleLoad) {
+	for _, ro := range Roles() {
+		l := loads[ro]
+		r.RoleActiveRequests.WithLabelValues(ro).Set(float64(l.ActiveRequests))
+		r.RolePrefillTokens.WithLabelValues(ro).Set(float64(l.PrefillTokens))
+		r.RoleDecodeBlocks.WithLabelValues(ro).Set(float64(l.DecodeBlocks))
+		r.RoleWorkers.WithLabelValues(ro).Set(float64(l.Workers))
 	}
 }

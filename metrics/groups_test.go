@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -101,4 +102,23 @@ func TestHandlerServesTheRegistryOverHTTP(t *testing.T) {
 	require.True(t, strings.Contains(text, "process_"), "process collector missing")
 	require.Contains(t, text,
 		`switchyard_router_admission_rejected_total{class="interactive",reason="predicted_miss",worker_type="decode"} 0`)
+}
+
+func TestRouterRoleLoadsExportEveryRole(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := NewRouter(reg)
+	r.SetRoleLoads(map[string]RoleLoad{
+		RolePrefill: {Workers: 2, ActiveRequests: 3, PrefillTokens: 4096},
+		RoleDecode:  {Workers: 1, ActiveRequests: 3, DecodeBlocks: 300},
+	})
+	require.Equal(t, 3.0, testutil.ToFloat64(r.RoleActiveRequests.WithLabelValues(RolePrefill)))
+	require.Equal(t, 4096.0, testutil.ToFloat64(r.RolePrefillTokens.WithLabelValues(RolePrefill)))
+	require.Equal(t, 300.0, testutil.ToFloat64(r.RoleDecodeBlocks.WithLabelValues(RoleDecode)))
+	require.Equal(t, 1.0, testutil.ToFloat64(r.RoleWorkers.WithLabelValues(RoleDecode)))
+	require.Equal(t, 0.0, testutil.ToFloat64(r.RoleWorkers.WithLabelValues(RoleBoth)))
+	// Every role is a series, including the absent one.
+	require.Equal(t, len(Roles()), testutil.CollectAndCount(r.RoleWorkers))
+	// A role that lost its workers reads 0 again.
+	r.SetRoleLoads(nil)
+	require.Equal(t, 0.0, testutil.ToFloat64(r.RoleActiveRequests.WithLabelValues(RolePrefill)))
 }

@@ -15,7 +15,19 @@ const (
 	LabelKind       = "kind"
 	LabelResult     = "result"
 	LabelPath       = "path"
+	LabelRole       = "role"
 )
+
+// Worker roles of a disaggregated fleet, the LabelRole values (wire.RoleBoth,
+// wire.RolePrefill, wire.RoleDecode).
+const (
+	RoleBoth    = "both"
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// Roles lists the LabelRole values.
+func Roles() []string { return []string{RoleBoth, RolePrefill, RoleDecode} }
 
 // Full metric names. Rules (deploy/prometheus/rules.yml) and the Grafana
 // dashboard use these strings. Every constant is the name of a collector some
@@ -54,6 +66,12 @@ const (
 	NameWorkerActiveRequests  = "switchyard_router_worker_projected_active_requests"
 	NameWorkerPrefillTokens   = "switchyard_router_worker_projected_prefill_tokens"
 	NameWorkerDecodeBlocks    = "switchyard_router_worker_projected_decode_blocks"
+	// The projected load summed over the workers of each role (LabelRole),
+	// and how many workers of the role are registered.
+	NameRoleActiveRequests = "switchyard_router_role_projected_active_requests"
+	NameRolePrefillTokens  = "switchyard_router_role_projected_prefill_tokens"
+	NameRoleDecodeBlocks   = "switchyard_router_role_projected_decode_blocks"
+	NameRoleWorkers        = "switchyard_router_role_workers"
 	// The engine's own load as the worker (or its adapter) last reported it.
 	NameWorkerEngineRunning       = "switchyard_router_worker_engine_running"
 	NameWorkerEngineWaiting       = "switchyard_router_worker_engine_waiting"

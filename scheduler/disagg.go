@@ -12,8 +12,8 @@ import (
 // workers serve disaggregated ones, as a pair. The decider runs a request
 // disaggregated only when its uncached prefill on the best prefill worker
 // exceeds a threshold in tokens, and only when both roles have a worker;
-// else it runs aggregated on a both-worker. A model with only prefill and
-// decode workers always disaggregates.
+// else it runs aggregated on a both-worker, or, in a model without
+// both-workers, on a decode (else a prefill) worker.
 //
 // A pair is one grant: the prefill worker is Grant.Worker (its booking is
 // Grant.Booking, the one every lifecycle mark names), the decode worker is
@@ -57,9 +57,11 @@ const (
 	DecisionPairBusy
 	// DecisionLong: the uncached prefill is at or above the threshold.
 	DecisionLong
-	// DecisionOnlyPairs: the model has no both-workers.
+	// DecisionOnlyPairs: the model has no both-workers and the uncached
+	// prefill is at or above the threshold.
 	DecisionOnlyPairs
-	// DecisionBothBusy: the prefill was short, but no both-worker was free
+	// DecisionBothBusy: the prefill was short, but no worker that could run it
+	// aggregated (a both-worker; without both-workers, a role worker) was free
 	// and a pair was.
 	DecisionBothBusy
 	numDecisions
@@ -110,7 +112,7 @@ type DisaggConfig struct {
 	// uncached prefill on the best prefill worker is at least this many
 	// tokens (a class may override it: ClassConfig.DisaggMinTokens). 0
 	// derives it from the timing model (DefaultDisaggMinTokens); -1 never
-	// disaggregates while a both-worker exists.
+	// disaggregates (without both-workers: aggregated on a role worker).
 	MinTokens int
 	// TransferSetupMs is a transfer's fixed cost (handshake, block
 	// lookup), ms.
@@ -207,7 +209,7 @@ func (c *Core) noteRoles() {
 }
 
 // DisaggThreshold is the uncached prefill, in tokens, from which cls's
-// requests run disaggregated (-1: never while a both-worker exists).
+// requests run disaggregated (-1: never).
 func (c *Core) DisaggThreshold(cls string) int {
 	if k := c.classes[cls]; k != nil && k.cfg.DisaggMinTokens != 0 {
 		return k.cfg.DisaggMinTokens
@@ -315,12 +317,6 @@ func (c *Core) selectDisagg(r *Request, cfg *ClassConfig) (int, bool) {
 	}
 	p, pok := c.withAllowed(r, cfg, st.prefill)
 	d, dok := c.selectDecode(r, st.decode)
-	if len(st.both) == 0 {
-		if !pok || !dok {
-			return -1, false
-		}
-		return placePair(p, d, DecisionOnlyPairs), true
-	}
 	long := false
 	if pok {
 		w := &c.workers[p].Worker
@@ -328,7 +324,12 @@ func (c *Core) selectDisagg(r *Request, cfg *ClassConfig) (int, bool) {
 		if th == 0 {
 			th = st.threshold
 		}
-		long = th >= 0 && r.PrefillTokens(w.ID, w.BlockSize) >= th
+		// At least one token is computed on a pair: a threshold of 1
+		// pairs every request.
+		long = th >= 0 && max(1, r.PrefillTokens(w.ID, w.BlockSize)) >= th
+	}
+	if len(st.both) == 0 {
+		return c.selectOnlyPairs(r, cfg, p, d, pok && dok, long)
 	}
 	if long && dok {
 		return placePair(p, d, DecisionLong), true
@@ -340,6 +341,33 @@ func (c *Core) selectDisagg(r *Request, cfg *ClassConfig) (int, bool) {
 		return placeOne(a, DecisionShort), true
 	}
 	if pok && dok {
+		return placePair(p, d, DecisionBothBusy), true
+	}
+	return -1, false
+}
+
+// selectOnlyPairs decides for a model without both-workers: a long
+// prefill runs on the pair (prefill p, decode d; pairOK when both are
+// free); a short one runs aggregated on the decode worker the selector
+// picks (KV-aware: a decode engine caches the prompts it pulled and ran),
+// else on a prefill worker, since a vLLM engine with a KV connector serves
+// a request without transfer parameters on its own. When no role worker
+// takes it aggregated, the pair does.
+func (c *Core) selectOnlyPairs(r *Request, cfg *ClassConfig, p, d int, pairOK, long bool) (int, bool) {
+	st := &c.disagg
+	if long {
+		if !pairOK {
+			return -1, false
+		}
+		return placePair(p, d, DecisionOnlyPairs), true
+	}
+	if a, ok := c.withAllowed(r, cfg, st.decode); ok {
+		return placeOne(a, DecisionShort), true
+	}
+	if a, ok := c.withAllowed(r, cfg, st.prefill); ok {
+		return placeOne(a, DecisionShort), true
+	}
+	if pairOK {
 		return placePair(p, d, DecisionBothBusy), true
 	}
 	return -1, false

@@ -92,10 +92,10 @@ func TestDeciderClassThresholdAndFleets(t *testing.T) {
 	h.enqueue(req("a", "always", 10))
 	require.True(t, h.granted("a").Disaggregated())
 
-	// Only prefill and decode workers: always a pair.
+	// Only prefill and decode workers: a long prefill runs on a pair.
 	h = newHarness(t, pdFleet(0, 1, 1, 0), classCfg("c", PolicyFCFS))
-	h.enqueue(req("tiny", "c", 1))
-	g := h.granted("tiny")
+	h.enqueue(req("big", "c", 100000))
+	g := h.granted("big")
 	require.Equal(t, DecisionOnlyPairs, g.Decision)
 	require.Equal(t, "p0", g.Worker)
 	require.Equal(t, "d0", g.Decode.Worker)
@@ -113,6 +113,48 @@ func TestDeciderClassThresholdAndFleets(t *testing.T) {
 	h = newHarness(t, workers(2, 0), classCfg("c", PolicyFCFS))
 	h.enqueue(req("plain", "c", 100000))
 	require.Equal(t, DecisionNone, h.granted("plain").Decision)
+}
+
+func TestDeciderWithoutBothWorkersRunsShortPrefillsOnARoleWorker(t *testing.T) {
+	h := newHarness(t, pdFleet(0, 2, 2, 1), classCfg("c", PolicyFCFS))
+	th := h.core.DisaggThreshold("c")
+	// A short prompt whose prefix d1 holds: aggregated on d1, chosen by
+	// the selector's cache hit (the load-chosen decode worker is d0: both
+	// are idle and d0 comes first).
+	hashes := make([]uint64, 4)
+	for i := range hashes {
+		hashes[i] = uint64(i + 1)
+	}
+	r := req("warm", "c", 64)
+	r.BlockHashes = hashes
+	r.Overlaps = []Overlap{{Worker: "d1", Blocks: 4}}
+	h.enqueue(r)
+	g := h.granted("warm")
+	require.False(t, g.Disaggregated())
+	require.Equal(t, DecisionShort, g.Decision)
+	require.Equal(t, "d1", g.Worker)
+	require.Equal(t, uint64(1), h.core.DisaggCounts()[DecisionShort])
+	require.Zero(t, h.core.DisaggCounts()[DecisionOnlyPairs])
+
+	// d1 is full (MaxRunning 1): the next short one runs on d0, the one
+	// after on a prefill worker: no decode worker is free.
+	h.enqueue(req("s2", "c", th/2))
+	require.Equal(t, "d0", h.granted("s2").Worker)
+	h.enqueue(req("s3", "c", th/2))
+	g = h.granted("s3")
+	require.Contains(t, []string{"p0", "p1"}, g.Worker)
+	require.Equal(t, DecisionShort, g.Decision)
+
+	// A long one needs a decode worker: it waits.
+	h.enqueue(req("long", "c", th+100))
+	h.pending("long")
+
+	// A threshold of 1 pairs everything (the simulator's "decider off").
+	always := classCfg("c", PolicyFCFS)
+	always.DisaggMinTokens = 1
+	h = newHarness(t, pdFleet(0, 1, 1, 0), always)
+	h.enqueue(req("tiny", "c", 1))
+	require.True(t, h.granted("tiny").Disaggregated())
 }
 
 func TestPairWaitsForBothCaps(t *testing.T) {

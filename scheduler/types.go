@@ -114,8 +114,8 @@ type ClassConfig struct {
 	// decode blocks divided by its KV blocks exceed it. 0 turns the check off.
 	BusyDecodeFraction float64
 	// DisaggMinTokens overrides Config.Disagg.MinTokens for this class's
-	// requests (disagg.go): 0 keeps it, -1 never disaggregates while a
-	// both-worker serves the model.
+	// requests (disagg.go): 0 keeps it, -1 never disaggregates (a model
+	// without both-workers then runs the request on a decode worker).
 	DisaggMinTokens int
 }
 

@@ -445,8 +445,15 @@ func (r *replica) publishLoads() {
 	// Projected load per worker: this replica's bookings plus the others'.
 	remote := map[string]scheduler.WorkerLoad{}
 	engine := map[string]scheduler.EngineLoad{} // the selector ignores stale ones
-	for id := range r.workers.Snapshot().Items {
+	roles := map[string]metrics.RoleLoad{}
+	for id, it := range r.workers.Snapshot().Items {
 		l, o := snap.Workers[id], r.gossip.RemoteLoad(id)
+		rl := roles[it.Info.RoleOf()]
+		rl.Workers++
+		rl.ActiveRequests += l.ActiveRequests + o.ActiveRequests
+		rl.PrefillTokens += l.PrefillTokens + o.PrefillTokens
+		rl.DecodeBlocks += l.DecodeBlocks + o.DecodeBlocks
+		roles[it.Info.RoleOf()] = rl
 		remote[id] = scheduler.WorkerLoad{ActiveRequests: o.ActiveRequests, PrefillTokens: o.PrefillTokens, DecodeBlocks: o.DecodeBlocks}
 		if rep, ok := r.reports.get(id); ok {
 			engine[id] = scheduler.EngineLoad{Running: rep.r.Running, Waiting: rep.r.Waiting, KVUsage: rep.r.KVUsage, At: rep.at}
@@ -456,6 +463,7 @@ func (r *replica) publishLoads() {
 		r.router.WorkerDecodeBlocks.WithLabelValues(id).Set(float64(l.DecodeBlocks + o.DecodeBlocks))
 		r.exportEngineLoad(id)
 	}
+	r.router.SetRoleLoads(roles)
 	degraded := 0.0
 	if r.client.Degraded() {
 		degraded = 1
