@@ -19,8 +19,17 @@ func pdWorkers(maxRunning int) []scheduler.Worker {
 	}
 }
 
+// pairedGold is class gold disaggregating every request (a threshold of
+// one uncached token): request's prompts are short, and a short prompt in
+// a fleet without workers of role both runs aggregated otherwise.
+func pairedGold() scheduler.ClassConfig {
+	c := fcfs("gold")
+	c.DisaggMinTokens = 1
+	return c
+}
+
 func TestAPairGrantCrossesNATSAndIsFreedAsOne(t *testing.T) {
-	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, pdWorkers(0))
+	h := newHarness(t, []scheduler.ClassConfig{pairedGold()}, pdWorkers(0))
 	a, b := h.start("a", nil), h.start("b", nil)
 	h.own("gold", "a", 7)
 
@@ -43,7 +52,7 @@ func TestAPairGrantCrossesNATSAndIsFreedAsOne(t *testing.T) {
 }
 
 func TestAPairIsRehomedAsOneWhenTheClassMoves(t *testing.T) {
-	h := newHarness(t, []scheduler.ClassConfig{fcfs("gold")}, pdWorkers(0))
+	h := newHarness(t, []scheduler.ClassConfig{pairedGold()}, pdWorkers(0))
 	a, b, c := h.start("a", nil), h.start("b", nil), h.start("c", nil)
 	h.own("gold", "a", 1)
 	tk, err := b.client.Admit(testenv.Context(t), request("gold", 0))
@@ -61,7 +70,7 @@ func TestAPairIsRehomedAsOneWhenTheClassMoves(t *testing.T) {
 }
 
 func TestAPairHoldsOneSlotOfTheClassQueueAndBothWorkerCaps(t *testing.T) {
-	cls := fcfs("gold")
+	cls := pairedGold()
 	cls.Limits.Requests = 1 // per worker: the pair's model has two
 	h := newHarness(t, []scheduler.ClassConfig{cls}, pdWorkers(1))
 	a, b := h.start("a", nil), h.start("b", nil)
