@@ -83,7 +83,16 @@ func TestUpWithTLSServesOverHTTPSAndRefusesClientsWithoutCredentials(t *testing.
 	require.NoError(t, err)
 	doc, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	require.Equal(t, 2, strings.Count(string(doc), `"url":"https://`), "%s", doc)
+	var cluster struct {
+		Workers []struct {
+			URL string `json:"url"`
+		} `json:"workers"`
+	}
+	require.NoError(t, json.Unmarshal(doc, &cluster), "%s", doc)
+	require.Len(t, cluster.Workers, 2, "%s", doc)
+	for _, w := range cluster.Workers {
+		require.True(t, strings.HasPrefix(w.URL, "https://"), "worker URL %q", w.URL)
+	}
 	require.NotContains(t, string(doc), `"url":"http://`)
 	// The operators' page reaches every peer over TLS too.
 	resp, err = client.Get("https://" + addrs[0] + "/debug/tier")
