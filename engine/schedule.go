@@ -102,14 +102,7 @@ func (e *Engine) schedule(now time.Time) {
 			break
 		}
 		heap.Pop(&e.waiting)
-		for i := 0; i < hits; i++ {
-			id, _ := e.pool.lookup(s.hashes[i])
-			e.pool.touch(id)
-			s.blocks = append(s.blocks, id)
-		}
-		for i := 0; i < need; i++ {
-			s.blocks = append(s.blocks, e.pool.allocate())
-		}
+		e.takeBlocks(s, hits, need)
 		s.computed, s.nCommitted = cached, hits
 		if host > 0 {
 			load += e.loadFromHost(s, hits, host)
@@ -262,4 +255,18 @@ func outputToken(base uint64, k int) uint32 {
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	z ^= z >> 31
 	return tokenizer.FirstID + uint32(z%uint64(tokenizer.VocabSize-tokenizer.FirstID))
+}
+
+// takeBlocks gives s, just popped from the waiting queue, its first hits
+// prompt blocks from the cache (touched, so they are not evicted) and need
+// newly allocated ones after them.
+func (e *Engine) takeBlocks(s *seq, hits, need int) {
+	for i := 0; i < hits; i++ {
+		id, _ := e.pool.lookup(s.hashes[i])
+		e.pool.touch(id)
+		s.blocks = append(s.blocks, id)
+	}
+	for i := 0; i < need; i++ {
+		s.blocks = append(s.blocks, e.pool.allocate())
+	}
 }

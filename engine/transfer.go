@@ -135,14 +135,7 @@ func (e *Engine) admitPull(s *seq, now time.Time, hits, hitFree int) (parked, bl
 		return false, true
 	}
 	heap.Pop(&e.waiting)
-	for i := 0; i < hits; i++ {
-		id, _ := e.pool.lookup(s.hashes[i])
-		e.pool.touch(id)
-		s.blocks = append(s.blocks, id)
-	}
-	for i := 0; i < need; i++ {
-		s.blocks = append(s.blocks, e.pool.allocate())
-	}
+	e.takeBlocks(s, hits, need)
 	s.computed, s.nCommitted = hits*bs, hits
 	if !s.started {
 		s.started = true
