@@ -190,8 +190,10 @@ type disaggState struct {
 	roles     int // registered workers with role prefill or decode
 	threshold int // resolved default threshold (Config.Disagg.MinTokens, or derived)
 	counts    [numDecisions]uint64
-	// scratch: the request's allowed workers by role
+	// scratch: the request's allowed workers by role, and selectDecode's
+	// candidates
 	both, prefill, decode []string
+	scratch               []decodeCand
 }
 
 // noteRoles recounts the role workers after SetWorkers.
@@ -373,13 +375,22 @@ func (c *Core) selectOnlyPairs(r *Request, cfg *ClassConfig, p, d int, pairOK, l
 	return -1, false
 }
 
-// selectDecode picks the decode worker by load: the least projected KV
-// use (booked decode blocks plus the request's, over the worker's KV
-// blocks when known), then the fewest active requests; workers at their
-// MaxRunning are skipped. The decode engine receives the prompt's KV, so
-// its prefill load does not count.
+// decodeCacheMargin is how much more projected KV use (a fraction of the
+// pool) selectDecode accepts on a decode worker that already caches more
+// of the prompt: those tokens are not pulled (the engine skips the blocks
+// it holds), so the transfer is shorter.
+const decodeCacheMargin = 0.05
+
+// selectDecode picks the decode worker by load, and by cache among the
+// nearly least loaded: the least projected KV use (booked decode blocks
+// plus the request's, over the worker's KV blocks when known); among the
+// workers within decodeCacheMargin of it, the one caching the most of the
+// prompt; then the least use and the fewest active requests. Workers at
+// their MaxRunning are skipped. The decode engine receives the prompt's
+// KV, so its prefill load does not count.
 func (c *Core) selectDecode(r *Request, ids []string) (int, bool) {
-	best, bestUse, bestActive := -1, math.Inf(1), math.MaxInt
+	cands := c.disagg.scratch[:0]
+	least := math.Inf(1)
 	for _, id := range ids {
 		i := c.workerIdx[id]
 		s := &c.workers[i]
@@ -387,15 +398,33 @@ func (c *Core) selectDecode(r *Request, ids []string) (int, bool) {
 		if s.maxRunning > 0 && load.ActiveRequests+max(1, r.Sequences) > int(s.maxRunning) {
 			continue
 		}
-		blocks := float64(load.DecodeBlocks + r.BlockCount(int(s.blockSize)) + r.privateBlocks(int(s.blockSize)))
+		use := float64(load.DecodeBlocks + r.BlockCount(int(s.blockSize)) + r.privateBlocks(int(s.blockSize)))
 		if s.kvBlocks > 0 {
-			blocks /= float64(s.kvBlocks)
+			use /= float64(s.kvBlocks)
 		}
-		if blocks < bestUse || (blocks == bestUse && load.ActiveRequests < bestActive) {
-			best, bestUse, bestActive = i, blocks, load.ActiveRequests
+		least = min(least, use)
+		cands = append(cands, decodeCand{idx: i, active: load.ActiveRequests, use: use,
+			cached: r.CachedTokens(id, int(s.blockSize))})
+	}
+	c.disagg.scratch = cands
+	best := -1
+	var b decodeCand
+	for _, x := range cands {
+		if x.use > least+decodeCacheMargin {
+			continue
+		}
+		if best < 0 || x.cached > b.cached ||
+			x.cached == b.cached && (x.use < b.use || x.use == b.use && x.active < b.active) {
+			best, b = x.idx, x
 		}
 	}
 	return best, best >= 0
+}
+
+// decodeCand is one decode worker selectDecode weighs.
+type decodeCand struct {
+	idx, active, cached int
+	use                 float64
 }
 
 // admitPair books the decode side of a pair placement beside the prefill

@@ -286,3 +286,40 @@ func BenchmarkPlacement(b *testing.B) {
 	b.Run("single", func(b *testing.B) { run(b, pdFleet(8, 0, 0, 0), "b3") })
 	b.Run("pair", func(b *testing.B) { run(b, pdFleet(2, 3, 3, 0), "p1") })
 }
+
+// A decode worker that already caches the prompt's prefix pulls less of
+// it: among the nearly least loaded decode workers it wins, but not over
+// one much less loaded.
+func TestTheDecodeWorkerCachingThePromptWinsAmongTheNearlyLeastLoaded(t *testing.T) {
+	long := func(id string) *Request {
+		r := req(id, "c", 4096)
+		r.BlockHashes = make([]uint64, 4096/16)
+		for i := range r.BlockHashes {
+			r.BlockHashes[i] = uint64(i + 1)
+		}
+		r.Overlaps = []Overlap{{Worker: "d1", Blocks: 128}} // half the prompt, on d1 only
+		return r
+	}
+	cls := classCfg("c", PolicyFCFS)
+	cls.DisaggMinTokens = 1
+
+	h := newHarness(t, pdFleet(0, 1, 2, 0), cls)
+	h.enqueue(long("warm"))
+	g := h.granted("warm")
+	require.True(t, g.Disaggregated())
+	require.Equal(t, "d1", g.Decode.Worker, "equal loads: the decode worker caching half the prompt")
+
+	// d1 far busier than d0 (each booking adds the prompt's 256 blocks of
+	// 1000): the cache no longer outweighs the load.
+	h = newHarness(t, pdFleet(0, 1, 2, 0), cls)
+	for i := range 2 {
+		r := req(fmt.Sprintf("busy%d", i), "c", 4096)
+		r.Pinned = "d1"
+		h.enqueue(r)
+		h.granted(r.ID)
+	}
+	h.enqueue(long("cold"))
+	g = h.granted("cold")
+	require.True(t, g.Disaggregated())
+	require.Equal(t, "d0", g.Decode.Worker, "d1 is over the margin: load wins")
+}
