@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -99,7 +100,7 @@ func newDisaggMetrics(reg prometheus.Registerer) *disaggMetrics {
 			Help:    "The owner's predicted KV transfer time of disaggregated grants (setup + per-token time of the prompt).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		legErrors: f.NewCounterVec(prometheus.CounterOpts{Name: metrics.NameDisaggLegErrors,
-			Help: "Failed legs of disaggregated requests by leg (prefill, decode) and kind (unreachable, server_error, refused, no_params, bad_answer)."},
+			Help: "Failed legs of disaggregated requests by leg (prefill, decode) and kind (unreachable, server_error, refused, no_params, bad_answer, transfer_failed, before_first_byte)."},
 			[]string{"leg", metrics.LabelKind}),
 	}
 	return m
@@ -231,7 +232,39 @@ func (x *exchange) pairPrefill(t Ticket, g scheduler.Grant) (scheduler.Grant, in
 		return decode, 0, false, false
 	}
 	x.pair.extra = append([]byte(`"kv_transfer_params":`), params...)
+	x.pair.prefill = g.Worker
 	return decode, 0, false, false
+}
+
+// maxTransferRefusal bounds how much of a decode leg's refusal is read to
+// find its error code.
+const maxTransferRefusal = 16 << 10
+
+// transferRefused reads a decode leg's 4xx refusal and reports whether it
+// says the prompt's KV could not be fetched from the prefill worker (an
+// error code starting with "kv_transfer", as the simulated worker and
+// adapters answer: the prefill engine died, restarted or released the KV
+// before the pull). Nothing has reached the client: the pair is retried
+// without that prefill worker. Otherwise body is the refusal read so far,
+// for the caller to relay.
+func (x *exchange) transferRefused(resp *http.Response) (refused bool, body []byte) {
+	if x.pair.prefill == "" || len(x.pair.extra) == 0 {
+		return false, nil
+	}
+	body, _ = io.ReadAll(io.LimitReader(resp.Body, maxTransferRefusal))
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil || !strings.HasPrefix(e.Error.Code, "kv_transfer") {
+		return false, body
+	}
+	x.s.disagg.legErrors.WithLabelValues("decode", "transfer_failed").Inc()
+	x.s.log.Warn("the decode worker could not fetch the prompt's KV, retrying the pair",
+		zap.String("request_id", x.rid), zap.String("prefill", x.pair.prefill), zap.String("code", e.Error.Code))
+	x.pair.prefillFailed.Store(true) // pairRetry then excludes the prefill worker
+	return true, body
 }
 
 // vllmPrefill sends the vLLM prefill leg and returns the answer's

@@ -161,6 +161,56 @@ func TestAFailedPrefillIsRetriedOnAnotherPrefillWorker(t *testing.T) {
 	assert.Contains(t, dec.lastBody.Load().(string), rawParams)
 }
 
+// A decode worker that cannot fetch the prompt's KV (the prefill engine
+// died after answering) refuses with a kv_transfer_* error: nothing has
+// reached the client, so the pair is retried without that prefill worker,
+// while any other refusal of the decode leg is relayed as it is.
+func TestADecodeThatCannotFetchTheKVIsRetriedWithoutItsPrefillWorker(t *testing.T) {
+	p1, p2 := newPrefillEngine(t, prefillAnswer), newPrefillEngine(t, prefillAnswer)
+	dec := newDecodeEngine(t, 2)
+	var calls atomic.Int32
+	refusal := `{"error":{"message":"cannot reach the prefill engine","type":"invalid_request_error","code":"kv_transfer_unreachable"}}`
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, refusal)
+			return
+		}
+		dec.srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(flaky.Close)
+	ws := pairWorkers(p1, p2)
+	d := WorkerEntry{ID: "d1", URL: flaky.URL, Model: "m", BlockSize: 16, Role: wire.RoleDecode, KVTransfer: wire.TransferVLLM}
+	ws = append(ws, d)
+	rec := &grantRecorder{}
+	s, _ := newTestServer(t, DefaultConfig(), Deps{Admitter: grantPairs(rec, pairGrant(ws[0], d), pairGrant(ws[1], d)), Workers: ws})
+	status, _, body := post(t, startServer(t, s)+"/v1/completions", `{"model":"m","prompt":"hi","stream":true}`, nil)
+	require.Equal(t, 200, status, body)
+	require.Len(t, rec.reqs, 2)
+	assert.Equal(t, 1, rec.reqs[1].Attempt)
+	assert.Equal(t, []string{"p2", "d1"}, rec.reqs[1].Allowed, "the prefill worker whose KV was lost is excluded")
+	assert.True(t, rec.ticket(0).aborted.Load(), "the failed pair's grant is freed as aborted")
+	assert.Equal(t, 1.0, testutil.ToFloat64(s.disagg.legErrors.WithLabelValues("decode", "transfer_failed")))
+
+	// Any other refusal is the client's answer, relayed byte for byte.
+	other := `{"error":{"message":"max_tokens is too large","type":"invalid_request_error","code":"context_length_exceeded"}}`
+	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, other)
+	}))
+	t.Cleanup(refuse.Close)
+	d2 := WorkerEntry{ID: "d2", URL: refuse.URL, Model: "m", BlockSize: 16, Role: wire.RoleDecode, KVTransfer: wire.TransferVLLM}
+	ws2 := append(pairWorkers(p1), d2)
+	rec2 := &grantRecorder{}
+	s2, _ := newTestServer(t, DefaultConfig(), Deps{Admitter: grantPairs(rec2, pairGrant(ws2[0], d2)), Workers: ws2})
+	status, _, body = post(t, startServer(t, s2)+"/v1/completions", `{"model":"m","prompt":"hi","stream":true}`, nil)
+	require.Equal(t, 400, status)
+	assert.Equal(t, other, body)
+	require.Len(t, rec2.reqs, 1, "not retried")
+}
+
 func TestAPrefillAnswerWithoutParametersIsRetriedAggregated(t *testing.T) {
 	pre := newPrefillEngine(t, `{"id":"cmpl-p","choices":[{"index":0,"text":"","finish_reason":"stop"}],"kv_transfer_params":null}`)
 	dec := newDecodeEngine(t, 2)

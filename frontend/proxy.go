@@ -167,8 +167,16 @@ func (x *exchange) proxy(t Ticket, g scheduler.Grant) (status int, retry bool) {
 		x.w.Header().Set(HeaderRoutedWorker, g.Worker) // the engine that failed, for the operator
 		return x.fail(http.StatusBadGateway, "the worker failed: "+resp.Status), false
 	case resp.StatusCode != http.StatusOK:
-		// The worker refused the request itself (4xx): relay it as is.
+		// The worker refused the request itself (4xx): relay it as is,
+		// unless it is a decode leg that could not fetch its KV.
 		t.Finish(true)
+		refused, read := x.transferRefused(resp)
+		if refused && x.canRetry() {
+			return 0, true
+		}
+		if read != nil {
+			resp.Body = io.NopCloser(io.MultiReader(bytes.NewReader(read), resp.Body))
+		}
 		return x.relayPlain(resp, g.Worker), false
 	}
 	if x.p.stream {
