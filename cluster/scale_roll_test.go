@@ -542,7 +542,7 @@ func BenchmarkScaleEtcdRoll(b *testing.B) {
 					steps := float64(r.steps)
 					b.ReportMetric(r.movesPerClass, "moves/class")
 					b.ReportMetric(float64(r.maxMoves), "max-moves/class")
-					b.ReportMetric(float64(r.over2), "classes>2moves")
+					b.ReportMetric(float64(r.over2), "classes-over-2-moves")
 					b.ReportMetric(float64(r.unrelated), "unrelated-moves")
 					b.ReportMetric(float64(r.maxGap.Microseconds())/1000, "max-gap-ms")
 					b.ReportMetric(float64(r.meanGap.Microseconds())/1000, "mean-gap-ms")
