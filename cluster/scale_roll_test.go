@@ -315,13 +315,12 @@ func (rc *rollCluster) waitAgreed(nodes []*rollNode, ids []string, what string) 
 // gapObserver watches the owner keys and records how long each class had
 // no key.
 type gapObserver struct {
-	mu      sync.Mutex
-	since   map[string]time.Time
-	maxGap  time.Duration
-	sumGap  time.Duration
-	gaps    int
-	open    int
-	deletes int
+	mu     sync.Mutex
+	since  map[string]time.Time
+	maxGap time.Duration
+	sumGap time.Duration
+	gaps   int
+	open   int
 }
 
 func (g *gapObserver) run(ctx context.Context, client *clientv3.Client, rev int64) {
@@ -336,7 +335,6 @@ func (g *gapObserver) run(ctx context.Context, client *clientv3.Client, rev int6
 			}
 			if ev.Type == clientv3.EventTypeDelete {
 				g.since[class] = now
-				g.deletes++
 				continue
 			}
 			if s, ok := g.since[class]; ok {
