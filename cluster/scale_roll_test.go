@@ -321,6 +321,7 @@ type gapObserver struct {
 	sumGap time.Duration
 	gaps   int
 	open   int
+	rev    int64 // newest event revision seen
 }
 
 func (g *gapObserver) run(ctx context.Context, client *clientv3.Client, rev int64) {
@@ -329,6 +330,7 @@ func (g *gapObserver) run(ctx context.Context, client *clientv3.Client, rev int6
 		now := time.Now()
 		g.mu.Lock()
 		for _, ev := range wr.Events {
+			g.rev = max(g.rev, ev.Kv.ModRevision)
 			class, err := keys.ClassFromOwnerKey(string(ev.Kv.Key))
 			if err != nil {
 				continue
@@ -513,6 +515,19 @@ func runRoll(tb testing.TB, replicas, classes int, pace string, settle time.Dura
 		}
 	}
 	res.movesPerClass = float64(total) / float64(classes)
+	// The observer may trail the agreement's read: wait for the newest
+	// owner key's revision before reading it.
+	owners, err := rc.admin.Get(testenv.Context(tb), wire.NewKeys(testCluster).Classes(), clientv3.WithPrefix())
+	require.NoError(tb, err)
+	var newest int64
+	for _, kv := range owners.Kvs {
+		newest = max(newest, kv.ModRevision)
+	}
+	testenv.Eventually(tb, 30*time.Second, func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		return obs.rev >= newest
+	}, "the observer did not see revision %d", newest)
 	obs.mu.Lock()
 	res.maxGap, res.gaps = obs.maxGap, obs.gaps
 	if obs.gaps > 0 {
