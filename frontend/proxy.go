@@ -344,14 +344,15 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 	// skipBlank drops the blank line ending a usage event the router
 	// stripped (injectedUsage).
 	skipBlank := false
-	// readAt is when the bytes being parsed were read from the worker: the
+	// readAt is when the line being parsed was read from the worker: the
 	// clock is read once per read of the connection, not once per event
-	// (the events of one read arrived together).
+	// (the events of one read arrived together). A line not yet whole in
+	// the buffer needs a read, and is timed after it.
 	var readAt time.Time
 	for {
-		fresh := br.Buffered() == 0
+		reads := !lineBuffered(br)
 		line, err := br.ReadSlice('\n')
-		if fresh || readAt.IsZero() {
+		if reads || readAt.IsZero() {
 			readAt = x.s.now()
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -489,6 +490,17 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 			return http.StatusOK, false
 		}
 	}
+}
+
+// lineBuffered reports whether br holds a whole line, which ReadSlice
+// returns without reading.
+func lineBuffered(br *bufio.Reader) bool {
+	n := br.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := br.Peek(n)
+	return bytes.IndexByte(b, '\n') >= 0
 }
 
 // chunkUsage reports whether a chat or completions stream chunk carries a

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/scheduler"
 )
 
@@ -70,7 +72,10 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 }
 
 func relayFor(t testing.TB, chunks ...string) (*countingWriter, *nopTicket, int) {
-	s := relayServer(t)
+	return relayOn(t, relayServer(t), chunks...)
+}
+
+func relayOn(t testing.TB, s *Server, chunks ...string) (*countingWriter, *nopTicket, int) {
 	w := &countingWriter{ResponseRecorder: httptest.NewRecorder()}
 	x := &exchange{s: s, w: w, r: httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil),
 		p: &parsedRequest{endpoint: endpointChat, model: "m", stream: true, injectedUsage: true}, class: "default"}
@@ -81,10 +86,12 @@ func relayFor(t testing.TB, chunks ...string) (*countingWriter, *nopTicket, int)
 }
 
 // relayServer is a server whose exchanges relayStream can run on.
-func relayServer(t testing.TB) *Server {
+func relayServer(t testing.TB) *Server { return relayServerWith(t, Deps{}) }
+
+func relayServerWith(t testing.TB, deps Deps) *Server {
 	ws := staticWorkers{{ID: "w1", URL: "http://127.0.0.1:1", Model: "m", BlockSize: 16}}
-	s, err := New(DefaultConfig(), Deps{Admitter: grantInOrder(&grantRecorder{}, ws...), Workers: ws, Prompts: toyPrompts(t, "m")},
-		zap.NewNop(), prometheus.NewRegistry())
+	deps.Admitter, deps.Workers, deps.Prompts = grantInOrder(&grantRecorder{}, ws...), ws, toyPrompts(t, "m")
+	s, err := New(DefaultConfig(), deps, zap.NewNop(), prometheus.NewRegistry())
 	require.NoError(t, err)
 	return s
 }
@@ -120,6 +127,26 @@ func TestRelaySendsAnEventSplitAcrossReadsWhenItEnds(t *testing.T) {
 	require.Len(t, w.sent, 3)
 	assert.Equal(t, e, w.sent[0], "the split event goes out once whole")
 	assert.True(t, w.sent[1] == long, "the long event goes out whole, in one flush")
+}
+
+// The events of one read share its clock reading, and an event whose
+// line was not whole in the buffer is timed after the read that completes
+// it: its inter-token gap is not lost.
+func TestRelayTimesEachEventAtTheReadThatCompletesIt(t *testing.T) {
+	var calls int
+	t0 := time.Unix(1_000_000, 0)
+	clock := func() time.Time { calls++; return t0.Add(time.Duration(calls) * time.Second) }
+	m := metrics.NewRouter(nil)
+	s := relayServerWith(t, Deps{Now: clock, Metrics: m})
+	e1 := event(1)
+	// read 1: event 0 and the start of event 1; read 2: the rest of event 1
+	// and event 2 (already whole when its turn comes); read 3: [DONE].
+	_, _, status := relayOn(t, s, event(0)+e1[:12], e1[12:]+event(2), "data: [DONE]\n\n")
+	require.Equal(t, http.StatusOK, status)
+	var d dto.Metric
+	require.NoError(t, m.ITL.WithLabelValues("m", "default").(prometheus.Metric).Write(&d))
+	assert.Equal(t, uint64(2), d.GetHistogram().GetSampleCount(), "three tokens, two gaps")
+	assert.Positive(t, d.GetHistogram().GetSampleSum(), "event 1 needed a second read: its gap is that read's")
 }
 
 // FuzzForwardedBodyAsksForUsageAsWithStreamUsage: the body parseRequest
