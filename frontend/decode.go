@@ -16,11 +16,28 @@ import (
 // only without case (encoding/json accepts those) — and the caller then
 // decodes with encoding/json, which yields the same value or the error.
 func decodeRequest(body []byte, req *openAIRequest) bool {
+	var sc bodyScan
+	return decodeRequestScan(body, req, &sc)
+}
+
+// bodyScan is what decodeRequestScan learnt of the body's top level that
+// the request's forwarding needs: withStreamUsageAt inserts
+// stream_options from it without scanning the body again.
+type bodyScan struct {
+	members       int    // top-level members
+	streamOptions []byte // the stream_options value (a slice of body); nil: absent
+}
+
+// decodeRequestScan is decodeRequest, also filling sc when it returns
+// true (every key then is unescaped and unique, so sc names the one
+// stream_options member encoding/json would read).
+func decodeRequestScan(body []byte, req *openAIRequest, sc *bodyScan) bool {
 	var buf [16]prompt.Member
 	members, ok := prompt.ScanObject(body, buf[:0])
 	if !ok {
 		return false
 	}
+	sc.members = len(members)
 	var seen uint32
 	for _, m := range members {
 		if m.Escaped {
@@ -37,6 +54,9 @@ func decodeRequest(body []byte, req *openAIRequest) bool {
 			return false
 		}
 		seen |= 1 << f
+		if requestFields[f] == "stream_options" {
+			sc.streamOptions = m.Value
+		}
 		if !decodeRequestField(req, requestFields[f], m) {
 			return false
 		}

@@ -275,20 +275,52 @@ func isResponseEnd(payload []byte) bool {
 // router's allocation.
 var relayReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
 
-// relayStream passes the worker's SSE stream through. Events are written as
-// they are read and flushed once the upstream has nothing more buffered, so
-// a burst costs one write and a lone event (the first one included) is sent
-// at once. Response headers are held back until the worker's first event, so
-// a worker that dies before producing anything is retried invisibly.
+// relayWriteBufs recycles the buffers in which relayStream gathers the
+// lines it sends to the client between two flushes.
+var relayWriteBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// maxRelayBatch bounds the bytes relayStream gathers before writing them
+// out without a flush (a burst longer than this goes out in several
+// writes, as http's own buffer would have sent it).
+const maxRelayBatch = 16 << 10
+
+// relayStream passes the worker's SSE stream through. Events are gathered
+// as they are read and written and flushed once the upstream has nothing
+// more buffered, so a burst costs one write and a lone event (the first one
+// included) is sent at once: an event goes out no later than when the read
+// that delivered it is drained, the same rule as writing each line at once
+// (http's buffer held those lines until the flush too). Response headers
+// are held back until the worker's first event, so a worker that dies
+// before producing anything is retried invisibly.
 func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response) (int, bool) {
 	ctx := x.r.Context()
 	flusher, _ := x.w.(http.Flusher)
 	br := relayReaders.Get().(*bufio.Reader)
 	br.Reset(resp.Body)
+	wp := relayWriteBufs.Get().(*[]byte)
+	wbuf := (*wp)[:0] // lines for the client, not written yet
 	defer func() {
 		br.Reset(nil) // drop the body, keep the buffer
 		relayReaders.Put(br)
+		if cap(wbuf) <= 4*maxRelayBatch {
+			*wp = wbuf[:0]
+			relayWriteBufs.Put(wp)
+		}
 	}()
+	// send writes the gathered lines (and flushes them when flush is set).
+	send := func(flush bool) error {
+		if len(wbuf) > 0 {
+			_, err := x.w.Write(wbuf)
+			wbuf = wbuf[:0]
+			if err != nil {
+				return err
+			}
+		}
+		if flush && flusher != nil {
+			flusher.Flush()
+		}
+		return nil
+	}
 	labels := []string{x.p.model, x.class}
 	itl := x.s.m.ITL.WithLabelValues(labels...)
 	started := false
@@ -312,8 +344,17 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 	// skipBlank drops the blank line ending a usage event the router
 	// stripped (injectedUsage).
 	skipBlank := false
+	// readAt is when the line being parsed was read from the worker: the
+	// clock is read once per read of the connection, not once per event
+	// (the events of one read arrived together). A line not yet whole in
+	// the buffer needs a read, and is timed after it.
+	var readAt time.Time
 	for {
+		reads := !lineBuffered(br)
 		line, err := br.ReadSlice('\n')
+		if reads || readAt.IsZero() {
+			readAt = x.s.now()
+		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			// An event line longer than the buffer: assemble it.
 			full := append([]byte(nil), line...)
@@ -352,7 +393,7 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 				} else if !done {
 					usage, usageOnly = chunkUsage(payload)
 				}
-				now := x.s.now()
+				now := readAt
 				if !started {
 					if !x.fb.arrived() { // the first-byte timer fired: nothing was sent
 						t.Finish(true)
@@ -366,13 +407,7 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 					h.Set("Cache-Control", "no-cache")
 					h.Set(HeaderRoutedWorker, g.Worker)
 					x.w.WriteHeader(http.StatusOK)
-					if len(pending) > 0 {
-						if _, werr := x.w.Write(pending); werr != nil {
-							markFirst()
-							t.Finish(true)
-							return statusClientClosed, false
-						}
-					}
+					wbuf = append(wbuf, pending...)
 				} else if !done && !usageOnly {
 					// Only token events: [DONE] and the trailing usage
 					// chunk are not inter-token gaps.
@@ -399,16 +434,20 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 					pending = append(pending, line...)
 				}
 			} else if out != nil {
-				if _, werr := x.w.Write(out); werr != nil {
-					markFirst()
-					t.Finish(true)
-					return statusClientClosed, false
-				}
-				// Flush at the end of an event unless the next one is
-				// already buffered.
-				if flusher != nil && len(bytes.TrimSpace(line)) == 0 && br.Buffered() == 0 {
-					flusher.Flush()
-					markFirst()
+				wbuf = append(wbuf, out...)
+				// Write and flush at the end of an event unless the next
+				// one is already buffered; write without a flush when the
+				// batch is long.
+				eventEnd := len(bytes.TrimSpace(line)) == 0 && br.Buffered() == 0
+				if eventEnd || len(wbuf) >= maxRelayBatch {
+					if werr := send(eventEnd); werr != nil {
+						markFirst()
+						t.Finish(true)
+						return statusClientClosed, false
+					}
+					if eventEnd && flusher != nil {
+						markFirst()
+					}
 				}
 			}
 		}
@@ -416,10 +455,12 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 			continue
 		}
 		// End of the upstream body: clean or not.
-		if flusher != nil && started {
-			flusher.Flush()
-		}
 		if started {
+			if werr := send(true); werr != nil {
+				markFirst()
+				t.Finish(true)
+				return statusClientClosed, false
+			}
 			markFirst()
 		}
 		switch {
@@ -449,6 +490,17 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 			return http.StatusOK, false
 		}
 	}
+}
+
+// lineBuffered reports whether br holds a whole line, which ReadSlice
+// returns without reading.
+func lineBuffered(br *bufio.Reader) bool {
+	n := br.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := br.Peek(n)
+	return bytes.IndexByte(b, '\n') >= 0
 }
 
 // chunkUsage reports whether a chat or completions stream chunk carries a

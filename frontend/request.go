@@ -167,7 +167,9 @@ func parseRequest(ep endpoint, body []byte, h http.Header) (*parsedRequest, *API
 		return parseMessages(body, h)
 	}
 	var req openAIRequest
-	if !decodeRequest(body, &req) {
+	var sc bodyScan
+	scanned := decodeRequestScan(body, &req, &sc)
+	if !scanned {
 		req = openAIRequest{}
 		if err := json.Unmarshal(body, &req); err != nil {
 			return nil, jsonError(err)
@@ -235,7 +237,14 @@ func parseRequest(ep endpoint, body []byte, h http.Header) (*parsedRequest, *API
 	// reports it only when asked, so the router always asks.
 	if p.stream && (ep == endpointChat || ep == endpointCompletions) &&
 		(req.StreamOptions == nil || req.StreamOptions.IncludeUsage == nil || !*req.StreamOptions.IncludeUsage) {
-		fwd, err := withStreamUsage(p.forward)
+		var fwd []byte
+		var err error
+		if scanned && req.Switchyard == nil {
+			// p.forward is body, whose members the decode has just scanned.
+			fwd, err = withStreamUsageAt(body, sc.streamOptions, sc.members > 0)
+		} else {
+			fwd, err = withStreamUsage(p.forward)
+		}
 		if err != nil {
 			return nil, jsonError(err)
 		}
@@ -264,35 +273,44 @@ func withStreamUsage(body []byte) ([]byte, error) {
 				continue
 			}
 		}
-		if key != "stream_options" {
-			continue
+		if key == "stream_options" {
+			return withStreamUsageAt(body, m.Value, true)
 		}
+	}
+	return withStreamUsageAt(body, nil, len(members) > 0)
+}
+
+// withStreamUsageAt is withStreamUsage for a body whose top-level
+// stream_options value is opts (a slice of body; nil when the body has
+// none) and which has members (any member at all).
+func withStreamUsageAt(body, opts []byte, members bool) ([]byte, error) {
+	if opts != nil {
 		value := includeUsage
-		if string(m.Value) != "null" {
-			var opts map[string]json.RawMessage
-			if err := json.Unmarshal(m.Value, &opts); err != nil {
+		if string(opts) != "null" {
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(opts, &m); err != nil {
 				return nil, err
 			}
-			opts["include_usage"] = json.RawMessage("true")
-			delete(opts, "continuous_usage_stats")
+			m["include_usage"] = json.RawMessage("true")
+			delete(m, "continuous_usage_stats")
 			var err error
-			if value, err = json.Marshal(opts); err != nil {
+			if value, err = json.Marshal(m); err != nil {
 				return nil, err
 			}
 		}
-		// m.Value aliases body: its offset is where their capacities differ.
-		off := cap(body) - cap(m.Value)
+		// opts aliases body: its offset is where their capacities differ.
+		off := cap(body) - cap(opts)
 		out := make([]byte, 0, len(body)+len(value))
 		out = append(out, body[:off]...)
 		out = append(out, value...)
-		return append(out, body[off+len(m.Value):]...), nil
+		return append(out, body[off+len(opts):]...), nil
 	}
 	open := bytes.IndexByte(body, '{')
 	out := make([]byte, 0, len(body)+len(includeUsage)+20)
 	out = append(out, body[:open+1]...)
 	out = append(out, `"stream_options":`...)
 	out = append(out, includeUsage...)
-	if len(members) > 0 {
+	if members {
 		out = append(out, ',')
 	}
 	return append(out, body[open+1:]...), nil

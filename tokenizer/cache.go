@@ -188,12 +188,15 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 	if best >= 0 {
 		prev = cuts[best].stop
 	}
-	// The ids are built in the scratch's buffer and copied once, at their
-	// final length: that copy is both the result and what the cache keeps.
+	// The new ids are built in the scratch's buffer; the result is
+	// allocated once, at its final length, and receives the cached ids and
+	// the new ones: that copy is both the result and what the cache keeps.
 	// (Built in a fresh slice, a 4k-token chat's ids were allocated at an
-	// estimate of their count, then copied again for the cache.)
-	out := append(sc.ids[:0], cached...)
-	lastStored := len(out)
+	// estimate of their count, then copied again for the cache; gathered
+	// in the scratch first, a next turn's cached ids were copied twice.)
+	base := len(cached)
+	out := sc.ids[:0]
+	lastStored := base
 	keys, counts := sc.keys[:0], sc.counts[:0]
 	for k := best + 1; k < len(cuts); k++ {
 		cut := cuts[k]
@@ -202,14 +205,16 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 			out = append(out, cut.id)
 		}
 		prev = cut.stop
-		if k == len(cuts)-1 || len(out)-lastStored >= storeEvery {
+		if k == len(cuts)-1 || base+len(out)-lastStored >= storeEvery {
 			keys = append(keys, cacheKey{m, hashes[k], cut.stop})
-			counts = append(counts, len(out))
-			lastStored = len(out)
+			counts = append(counts, base+len(out))
+			lastStored = base + len(out)
 		}
 	}
 	out = m.appendSegment(out, text[prev:], prev == 0, sc)
-	res := append(make([]uint32, 0, len(out)), out...)
+	res := make([]uint32, base+len(out))
+	copy(res, cached)
+	copy(res[base:], out)
 	if cap(out) <= maxScratchIDs {
 		sc.ids = out[:0]
 	} else {
