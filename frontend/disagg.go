@@ -102,7 +102,7 @@ func newDisaggMetrics(reg prometheus.Registerer) *disaggMetrics {
 			Help:    "Duration of vLLM prefill legs, from the request to the answer carrying the transfer parameters.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 		transfer: f.NewHistogram(prometheus.HistogramOpts{Name: metrics.NameDisaggTransfer,
-			Help:    "The owner's predicted KV transfer time of disaggregated grants (setup + per-token time of the prompt).",
+			Help:    "The owner's predicted KV transfer time of disaggregated grants (setup + per-token time of the prompt tokens the decode worker does not cache).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		legErrors: f.NewCounterVec(prometheus.CounterOpts{Name: metrics.NameDisaggLegErrors,
 			Help: "Failed legs of disaggregated requests by leg (prefill, decode) and kind (unreachable, server_error, refused, no_params, bad_answer, transfer_failed, before_first_byte)."},
