@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -38,7 +39,11 @@ import (
 //     aggregated when a both-worker serves the model.
 //   - SGLang: the same body, with bootstrap_host and bootstrap_port (the
 //     prefill server's) and one random bootstrap_room, goes to both servers
-//     at once; only the decode server's answer is relayed.
+//     at once; only the decode server's answer is relayed. A worker that is
+//     one rank of a data-parallel server (WorkerEntry.DPSize > 1) is named
+//     as SGLang's gateway names it (sglangRanks): routed_dp_rank on its own
+//     leg, and, for a prefill rank, disagg_prefill_dp_rank on the decode
+//     leg; the room is aligned to the prefill rank.
 
 // vllmPrefillParams are the kv_transfer_params of a vLLM prefill leg.
 const vllmPrefillParams = `{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`
@@ -97,7 +102,7 @@ func newDisaggMetrics(reg prometheus.Registerer) *disaggMetrics {
 			Help:    "Duration of vLLM prefill legs, from the request to the answer carrying the transfer parameters.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 		transfer: f.NewHistogram(prometheus.HistogramOpts{Name: metrics.NameDisaggTransfer,
-			Help:    "The owner's predicted KV transfer time of disaggregated grants (setup + per-token time of the prompt).",
+			Help:    "The owner's predicted KV transfer time of disaggregated grants (setup + per-token time of the prompt tokens the decode worker does not cache).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		legErrors: f.NewCounterVec(prometheus.CounterOpts{Name: metrics.NameDisaggLegErrors,
 			Help: "Failed legs of disaggregated requests by leg (prefill, decode) and kind (unreachable, server_error, refused, no_params, bad_answer, transfer_failed, before_first_byte)."},
@@ -117,15 +122,15 @@ func (m *disaggMetrics) decided(model string, g scheduler.Grant) {
 	}
 }
 
-// transferOf is the worker's registered KV transfer protocol and
-// bootstrap port.
-func (s *Server) transferOf(worker string) (string, int) {
+// entryOf is the worker's registration: its KV transfer protocol,
+// bootstrap port and data-parallel shape (zero: not registered).
+func (s *Server) entryOf(worker string) WorkerEntry {
 	for _, w := range s.deps.Workers.Workers() {
 		if w.ID == worker {
-			return w.KVTransfer, w.BootstrapPort
+			return w
 		}
 	}
-	return "", 0
+	return WorkerEntry{}
 }
 
 // roleWorkers are the prefill and decode workers serving model, and
@@ -206,9 +211,8 @@ func (x *exchange) decodeContext(ctx context.Context) context.Context {
 func (x *exchange) pairPrefill(t Ticket, g scheduler.Grant) (scheduler.Grant, int, bool, bool) {
 	decode := g
 	decode.Worker, decode.WorkerURL, decode.BlockSize = g.Decode.Worker, g.Decode.URL, g.Decode.BlockSize
-	proto, port := x.s.transferOf(g.Worker)
-	if proto == wire.TransferSGLang {
-		x.sglangPrefill(g, port)
+	if pw := x.s.entryOf(g.Worker); pw.KVTransfer == wire.TransferSGLang {
+		x.sglangPrefill(g, pw)
 		return decode, 0, false, false
 	}
 	params, status, stop, retry := x.vllmPrefill(t, g)
@@ -349,15 +353,27 @@ func (x *exchange) vllmPrefill(t Ticket, g scheduler.Grant) (params []byte, stat
 }
 
 // sglangPrefill starts the SGLang prefill leg beside the decode leg: the
-// same body with the bootstrap members, whose answer is drained.
-func (x *exchange) sglangPrefill(g scheduler.Grant, port int) {
+// same body with the bootstrap members (and the legs' data-parallel
+// ranks, sglangRanks), whose answer is drained.
+func (x *exchange) sglangPrefill(g scheduler.Grant, pw WorkerEntry) {
 	host := ""
 	if u, err := url.Parse(g.WorkerURL); err == nil {
 		host = u.Hostname()
 	}
-	x.pair.extra = sglangBootstrap(host, port, rand.Uint64()>>1)
+	prefillRank, prefillSize := -1, 0
+	if r, ok := x.ranks[g.Worker]; ok && pw.DPSize > 1 {
+		prefillRank, prefillSize = r, pw.DPSize
+	}
+	decodeRank := -1
+	if r, ok := x.ranks[g.Decode.Worker]; ok {
+		decodeRank = r
+	}
+	room := alignRoom(rand.Uint64()>>1, prefillRank, prefillSize)
+	boot := sglangBootstrap(host, pw.BootstrapPort, room)
+	pm, dm := sglangRanks(prefillRank, decodeRank)
+	x.pair.extra = append(boot, dm...)
 	path, body := x.upstream(g)
-	pb, err := withMembers(body, x.pair.extra)
+	pb, err := withMembers(body, append(boot[:len(boot):len(boot)], pm...))
 	if err != nil {
 		return
 	}
@@ -404,6 +420,45 @@ func sglangBootstrap(host string, port int, room uint64) []byte {
 	b = strconv.AppendInt(b, int64(port), 10)
 	b = append(b, `,"bootstrap_room":`...)
 	return strconv.AppendUint(b, room, 10)
+}
+
+// maxRoom is the largest bootstrap_room SGLang's gateway draws (2^63−1).
+const maxRoom = 1<<63 - 1
+
+// alignRoom makes room ≡ rank (mod size) when the prefill worker is rank
+// of a data-parallel server of size ranks (size > 1): an SGLang server
+// that does not read routed_dp_rank (its follow_bootstrap_room policy, or
+// a version before the field) sends the request to rank room % size, and
+// a decode server without disagg_prefill_dp_rank looks for the KV there
+// too. Other rooms are returned unchanged.
+func alignRoom(room uint64, rank, size int) uint64 {
+	if size <= 1 || rank < 0 || rank >= size {
+		return room
+	}
+	s := uint64(size)
+	aligned := room - room%s + uint64(rank)
+	if aligned > maxRoom {
+		aligned -= s
+	}
+	return aligned
+}
+
+// sglangRanks are the data-parallel members of the SGLang legs, as
+// SGLang's gateway sets them (sgl-model-gateway's PD router): the prefill
+// leg names its rank in routed_dp_rank; the decode leg names its own rank
+// in routed_dp_rank and the prefill's, where the KV waits, in
+// disagg_prefill_dp_rank. A rank of -1 is a worker that is no rank: its
+// members are left out (both are empty for a pair of plain servers).
+// Each member starts with a comma: they follow the bootstrap members.
+func sglangRanks(prefillRank, decodeRank int) (prefill, decode []byte) {
+	if prefillRank >= 0 {
+		prefill = strconv.AppendInt(append(prefill, `,"routed_dp_rank":`...), int64(prefillRank), 10)
+		decode = strconv.AppendInt(append(decode, `,"disagg_prefill_dp_rank":`...), int64(prefillRank), 10)
+	}
+	if decodeRank >= 0 {
+		decode = strconv.AppendInt(append(decode, `,"routed_dp_rank":`...), int64(decodeRank), 10)
+	}
+	return prefill, decode
 }
 
 // vllmPrefillBody is a vLLM prefill leg's body: body without streaming
@@ -481,10 +536,24 @@ func memberKeys(members []byte) []string {
 	case bytes.HasPrefix(members, []byte(`"kv_transfer_params"`)):
 		return []string{"kv_transfer_params"}
 	case bytes.HasPrefix(members, []byte(`"bootstrap_host"`)):
-		return []string{"bootstrap_host", "bootstrap_port", "bootstrap_room"}
+		keys := []string{"bootstrap_host", "bootstrap_port", "bootstrap_room"}
+		for _, k := range sglangRankKeys {
+			if bytes.Contains(members, []byte(`"`+k+`":`)) {
+				keys = append(keys, k)
+			}
+		}
+		if slices.Contains(keys, "routed_dp_rank") {
+			// SGLang's deprecated name for routed_dp_rank: a client's
+			// would contradict the router's rank.
+			keys = append(keys, "data_parallel_rank")
+		}
+		return keys
 	}
 	return nil
 }
+
+// sglangRankKeys are the data-parallel members sglangRanks adds.
+var sglangRankKeys = []string{"routed_dp_rank", "disagg_prefill_dp_rank"}
 
 func containsAnyKey(body []byte, keys []string) bool {
 	for _, k := range keys {

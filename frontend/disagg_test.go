@@ -28,6 +28,9 @@ type prefillEngine struct {
 	srv    *httptest.Server
 	status atomic.Int32
 	answer string
+	// wait, when set, is waited on before answering (an SGLang prefill
+	// that fails only after its decode server has asked for the room).
+	wait   chan struct{}
 	mu     sync.Mutex
 	bodies []string
 	ids    []string
@@ -41,6 +44,13 @@ func newPrefillEngine(t *testing.T, answer string) *prefillEngine {
 		e.bodies = append(e.bodies, string(b))
 		e.ids = append(e.ids, r.Header.Get(HeaderRequestID))
 		e.mu.Unlock()
+		if e.wait != nil {
+			select {
+			case <-e.wait:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		if s := e.status.Load(); s != 0 {
 			http.Error(w, `{"error":{"message":"injected"}}`, int(s))
 			return
@@ -299,10 +309,13 @@ type roomDecode struct {
 	calls               atomic.Int32
 	cancelled, timedOut atomic.Bool
 	rooms               sync.Map // bootstrap_room seen
+	// first is closed when the first request has arrived.
+	first     chan struct{}
+	firstOnce sync.Once
 }
 
 func newRoomDecode(t *testing.T, timeout time.Duration) *roomDecode {
-	d := &roomDecode{upstream: &upstream{tokens: 3}}
+	d := &roomDecode{upstream: &upstream{tokens: 3}, first: make(chan struct{})}
 	d.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		var f struct {
@@ -312,7 +325,9 @@ func newRoomDecode(t *testing.T, timeout time.Duration) *roomDecode {
 		if f.Room != nil {
 			d.rooms.Store(*f.Room, true)
 		}
-		if d.calls.Add(1) > 1 {
+		n := d.calls.Add(1)
+		d.firstOnce.Do(func() { close(d.first) })
+		if n > 1 {
 			r.Body = io.NopCloser(strings.NewReader(string(b)))
 			d.serve(w, r)
 			return
@@ -333,6 +348,9 @@ func TestAFailedSGLangPrefillCancelsTheDecodeLegAndRetriesElsewhere(t *testing.T
 	bad, good := newPrefillEngine(t, `{"id":"p"}`), newPrefillEngine(t, `{"id":"p"}`)
 	bad.status.Store(500)
 	dec := newRoomDecode(t, 5*time.Second)
+	// The prefill fails once the decode leg waits for its room: failing
+	// before the decode leg is sent would cancel it unsent.
+	bad.wait = dec.first
 	ws := pairWorkers(bad, good)
 	for i := range ws {
 		ws[i].KVTransfer, ws[i].BootstrapPort = wire.TransferSGLang, 8998+i

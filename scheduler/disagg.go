@@ -11,9 +11,18 @@ import (
 // workers of role both serve aggregated requests; prefill and decode
 // workers serve disaggregated ones, as a pair. The decider runs a request
 // disaggregated only when its uncached prefill on the best prefill worker
-// exceeds a threshold in tokens, and only when both roles have a worker;
-// else it runs aggregated on a both-worker, or, in a model without
-// both-workers, on a decode (else a prefill) worker.
+// exceeds a threshold in tokens (with the threshold derived from the timing
+// model: only when that prefill would stall a decode batch longer than
+// moving the KV the chosen decode worker lacks takes), and only when both
+// roles have a worker; else it runs aggregated on a both-worker, or, in a
+// model without both-workers, on a decode (else a prefill) worker.
+//
+// A decode engine pulls only the prompt blocks it does not hold (the
+// simulated engine's admitPull; vLLM's NixlConnector reads the remote
+// blocks for its unhashed blocks only, and on a full local hit sends just
+// the completion notice): the transfer the decider weighs and the grant
+// predicts is of the prompt tokens the decode worker lacks, from the same
+// overlap lookup that chose it (transferTokens).
 //
 // A pair is one grant: the prefill worker is Grant.Worker (its booking is
 // Grant.Booking, the one every lifecycle mark names), the decode worker is
@@ -46,7 +55,9 @@ type Decision int
 const (
 	// DecisionNone: the fleet has no prefill or decode workers.
 	DecisionNone Decision = iota
-	// DecisionShort: the uncached prefill is below the threshold.
+	// DecisionShort: the uncached prefill is below the threshold (with the
+	// derived threshold: it stalls a decode batch less than the transfer
+	// takes).
 	DecisionShort
 	// DecisionNoPair: the model lacks a prefill or a decode worker.
 	DecisionNoPair
@@ -55,7 +66,9 @@ const (
 	// DecisionPairBusy: the decider wanted a pair but no prefill or decode
 	// worker was free, and a both-worker was.
 	DecisionPairBusy
-	// DecisionLong: the uncached prefill is at or above the threshold.
+	// DecisionLong: the uncached prefill is at or above the threshold (with
+	// the derived threshold: it stalls a decode batch longer than the
+	// transfer of what the decode worker lacks takes).
 	DecisionLong
 	// DecisionOnlyPairs: the model has no both-workers and the uncached
 	// prefill is at or above the threshold.
@@ -142,10 +155,27 @@ func (d DisaggConfig) Validate() error {
 	return nil
 }
 
-// TransferTime is the timing model's transfer time for a prompt.
-func (d DisaggConfig) TransferTime(promptTokens int) time.Duration {
-	ms := d.TransferSetupMs + d.TransferMsPerToken*float64(max(promptTokens, 0))
-	return time.Duration(ms * float64(time.Millisecond))
+// TransferTime is the timing model's time to move tokens of a prompt's
+// KV (the tokens the decode worker lacks: transferTokens), setup included.
+func (d DisaggConfig) TransferTime(tokens int) time.Duration {
+	return time.Duration(d.transferMs(float64(max(tokens, 0))) * float64(time.Millisecond))
+}
+
+func (d DisaggConfig) transferMs(tokens float64) float64 {
+	return d.TransferSetupMs + d.TransferMsPerToken*tokens
+}
+
+// prefillStallMs is the token-dependent time a prefill of n tokens adds to
+// the steps of a decode batch sharing its engine: TTFT.Prefill[0]·n² +
+// TTFT.Prefill[1]·n.
+func prefillStallMs(m TTFTModel, n float64) float64 { return m.Prefill[0]*n*n + m.Prefill[1]*n }
+
+// transferPays reports whether moving the KV of moved tokens costs less
+// than computing an uncached prefill of n tokens beside a decode batch:
+// the timing model's test behind DefaultDisaggMinTokens, with the
+// transfer counted in the tokens the decode worker lacks.
+func (d DisaggConfig) transferPays(m TTFTModel, n, moved int) bool {
+	return prefillStallMs(m, float64(n)) > d.transferMs(float64(max(moved, 0)))
 }
 
 // DefaultDisaggMinTokens is the threshold the timing model gives: the least
@@ -154,9 +184,13 @@ func (d DisaggConfig) TransferTime(promptTokens int) time.Duration {
 // prefill steps' token-dependent time, TTFT.Prefill[0]·n² +
 // TTFT.Prefill[1]·n). Past it, moving the KV costs the decode batch less
 // than computing it there. math.MaxInt when transfer never pays.
+//
+// The threshold assumes the decode worker lacks exactly the uncached
+// tokens; the decider, holding the decode worker's overlap, tests the
+// real pair (transferPays).
 func DefaultDisaggMinTokens(m TTFTModel, d DisaggConfig) int {
-	stall := func(n float64) float64 { return m.Prefill[0]*n*n + m.Prefill[1]*n }
-	xfer := func(n float64) float64 { return d.TransferSetupMs + d.TransferMsPerToken*n }
+	stall := func(n float64) float64 { return prefillStallMs(m, n) }
+	xfer := d.transferMs
 	if stall(1<<24) <= xfer(1<<24) {
 		return math.MaxInt
 	}
@@ -321,14 +355,7 @@ func (c *Core) selectDisagg(r *Request, cfg *ClassConfig) (int, bool) {
 	d, dok := c.selectDecode(r, st.decode)
 	long := false
 	if pok {
-		w := &c.workers[p].Worker
-		th := cfg.DisaggMinTokens
-		if th == 0 {
-			th = st.threshold
-		}
-		// At least one token is computed on a pair: a threshold of 1
-		// pairs every request.
-		long = th >= 0 && max(1, r.PrefillTokens(w.ID, w.BlockSize)) >= th
+		long = c.pairPays(r, cfg, p, d, dok)
 	}
 	if len(st.both) == 0 {
 		return c.selectOnlyPairs(r, cfg, p, d, pok && dok, long)
@@ -346,6 +373,40 @@ func (c *Core) selectDisagg(r *Request, cfg *ClassConfig) (int, bool) {
 		return placePair(p, d, DecisionBothBusy), true
 	}
 	return -1, false
+}
+
+// pairPays is the decider's test for r on prefill worker p and, when dok,
+// decode worker d: the uncached prefill on p against the threshold. With
+// the threshold derived from the timing model (no class or fleet
+// setting), the test is the model's own, on this pair: the prefill's stall
+// against the transfer of the tokens d lacks, which is shorter than the
+// uncached prefill when d holds more of the prompt than p (a conversation
+// whose last turn d ran), and longer when p holds more.
+func (c *Core) pairPays(r *Request, cfg *ClassConfig, p, d int, dok bool) bool {
+	w := &c.workers[p].Worker
+	// At least one token is computed on a pair: a threshold of 1 pairs
+	// every request.
+	n := max(1, r.PrefillTokens(w.ID, w.BlockSize))
+	th := cfg.DisaggMinTokens
+	derived := th == 0 && c.cfg.Disagg.MinTokens == 0
+	if th == 0 {
+		th = c.disagg.threshold
+	}
+	switch {
+	case th < 0:
+		return false
+	case derived && dok && th != math.MaxInt:
+		return c.cfg.Disagg.transferPays(c.cfg.TTFT, n, c.transferTokens(r, d))
+	}
+	return n >= th
+}
+
+// transferTokens is the prompt tokens decode worker d lacks, which it pulls
+// from the prefill worker: the prompt minus d's cached prefix, the overlap
+// selectDecode weighed.
+func (c *Core) transferTokens(r *Request, d int) int {
+	w := &c.workers[d].Worker
+	return max(0, r.PromptTokens-r.CachedTokens(w.ID, w.BlockSize))
 }
 
 // selectOnlyPairs decides for a model without both-workers: a long
@@ -378,7 +439,7 @@ func (c *Core) selectOnlyPairs(r *Request, cfg *ClassConfig, p, d int, pairOK, l
 // decodeCacheMargin is how much more projected KV use (a fraction of the
 // pool) selectDecode accepts on a decode worker that already caches more
 // of the prompt: those tokens are not pulled (the engine skips the blocks
-// it holds), so the transfer is shorter.
+// it holds), so the transfer is shorter (transferTokens).
 const decodeCacheMargin = 0.05
 
 // selectDecode picks the decode worker by load, and by cache among the
@@ -436,7 +497,7 @@ func (c *Core) admitPair(r *Request, b *booking, decode int, g *Grant, now time.
 		r.ExpectedOutputTokens, r.Sequences, true, now)
 	d.attempt = r.Attempt
 	linkPair(b, d)
-	xfer := c.cfg.Disagg.TransferTime(r.PromptTokens)
+	xfer := c.cfg.Disagg.TransferTime(c.transferTokens(r, decode))
 	g.Decode = GrantDecode{Worker: w.ID, URL: w.URL, BlockSize: w.BlockSize, Booking: d.id, Transfer: xfer}
 	if g.PredictedTTFT > 0 {
 		g.PredictedTTFT += xfer

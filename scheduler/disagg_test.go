@@ -261,20 +261,23 @@ func TestPlacementRoundTrip(t *testing.T) {
 // BenchmarkPlacement compares the decider's pair selection with today's
 // single selection on the same fleet size: 8 both-workers (single) against
 // 2 both + 3 prefill + 3 decode (pair), a 2,048-token prompt with a
-// 1,024-token prefix cached on one worker of each.
+// 1,024-token prefix cached on one worker of each (pair-decode-cached: on
+// a prefill and a decode worker).
 func BenchmarkPlacement(b *testing.B) {
 	prompt := 2048
 	hashes := make([]uint64, prompt/16)
 	for i := range hashes {
 		hashes[i] = uint64(i + 1)
 	}
-	run := func(b *testing.B, ws []Worker, cached string) {
+	run := func(b *testing.B, ws []Worker, cached ...string) {
 		c := NewCore(DefaultConfig(), nil, nil, nil)
 		c.SetWorkers(ws)
 		cls := classCfg("c", PolicyFCFS)
 		c.SetClasses([]ClassConfig{cls})
-		r := &Request{ID: "r", Class: "c", PromptTokens: prompt, BlockHashes: hashes, ExpectedOutputTokens: 128,
-			Overlaps: []Overlap{{Worker: cached, Blocks: 64}}}
+		r := &Request{ID: "r", Class: "c", PromptTokens: prompt, BlockHashes: hashes, ExpectedOutputTokens: 128}
+		for _, w := range cached {
+			r.Overlaps = append(r.Overlaps, Overlap{Worker: w, Blocks: 64})
+		}
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
@@ -285,6 +288,9 @@ func BenchmarkPlacement(b *testing.B) {
 	}
 	b.Run("single", func(b *testing.B) { run(b, pdFleet(8, 0, 0, 0), "b3") })
 	b.Run("pair", func(b *testing.B) { run(b, pdFleet(2, 3, 3, 0), "p1") })
+	// The prefix cached on a decode worker too: the decider weighs the
+	// transfer of what that worker lacks.
+	b.Run("pair-decode-cached", func(b *testing.B) { run(b, pdFleet(2, 3, 3, 0), "p1", "d2") })
 }
 
 // A decode worker that already caches the prompt's prefix pulls less of
@@ -322,4 +328,92 @@ func TestTheDecodeWorkerCachingThePromptWinsAmongTheNearlyLeastLoaded(t *testing
 	g = h.granted("cold")
 	require.True(t, g.Disaggregated())
 	require.Equal(t, "d0", g.Decode.Worker, "d1 is over the margin: load wins")
+}
+
+// prompt is a request of n full 16-token blocks with the given overlaps.
+func prompt(id string, blocks int, overlaps ...Overlap) *Request {
+	r := req(id, "c", blocks*16)
+	r.BlockHashes = make([]uint64, blocks)
+	for i := range r.BlockHashes {
+		r.BlockHashes[i] = uint64(i + 1)
+	}
+	r.Overlaps = overlaps
+	return r
+}
+
+// A decode engine pulls only the blocks it lacks (engine.admitPull; vLLM's
+// NixlConnector reads remote blocks for its unhashed blocks only): the
+// grant's transfer, and the pair's predicted TTFT, count those tokens.
+func TestThePredictedTransferCountsOnlyThePromptTheDecodeWorkerLacks(t *testing.T) {
+	cls := classCfg("c", PolicyFCFS)
+	cls.DisaggMinTokens = 1 // the operator's threshold: every request pairs
+	cfg := DefaultConfig().Disagg
+
+	cold := newHarness(t, pdFleet(0, 1, 1, 0), cls)
+	cold.enqueue(prompt("cold", 256))
+	gc := cold.granted("cold")
+	require.True(t, gc.Disaggregated())
+	require.Equal(t, cfg.TransferTime(4096), gc.Decode.Transfer, "nothing cached on the decode worker: the whole prompt moves")
+
+	// d0 holds 224 of the prompt's 256 blocks: 512 tokens move.
+	warm := newHarness(t, pdFleet(0, 1, 1, 0), cls)
+	warm.enqueue(prompt("warm", 256, Overlap{Worker: "d0", Blocks: 224}))
+	gw := warm.granted("warm")
+	require.True(t, gw.Disaggregated())
+	require.Equal(t, "d0", gw.Decode.Worker)
+	require.Equal(t, cfg.TransferTime(512), gw.Decode.Transfer)
+	require.Less(t, 3*gw.Decode.Transfer, gc.Decode.Transfer, "a much shorter transfer")
+	require.Positive(t, gc.PredictedTTFT)
+	require.Equal(t, gc.Decode.Transfer-gw.Decode.Transfer, gc.PredictedTTFT-gw.PredictedTTFT,
+		"the pair's predicted TTFT adds the shorter transfer")
+
+	// The whole prompt cached on d0: only the setup is left.
+	full := newHarness(t, pdFleet(0, 1, 1, 0), cls)
+	full.enqueue(prompt("full", 256, Overlap{Worker: "d0", Blocks: 256}))
+	require.Equal(t, cfg.TransferTime(0), full.granted("full").Decode.Transfer)
+}
+
+// With the threshold derived from the timing model, the decider weighs the
+// prefill's stall against the transfer of what the chosen decode worker
+// lacks, not against a transfer as long as the uncached prefill.
+func TestTheDerivedDeciderWeighsTheTransferTheDecodeWorkerNeeds(t *testing.T) {
+	cfg := DefaultConfig()
+	th := DefaultDisaggMinTokens(cfg.TTFT, cfg.Disagg)
+	require.Less(t, th, 512)
+	require.Greater(t, th, 416)
+
+	// 512 uncached tokens (at or above the threshold) of an 8,192-token
+	// prompt the prefill worker mostly caches, the decode worker not at
+	// all: moving 8,192 tokens costs more than the 512-token prefill
+	// stalls a batch, so it runs aggregated.
+	h := newHarness(t, pdFleet(1, 1, 1, 0), classCfg("c", PolicyFCFS))
+	h.enqueue(prompt("prefill-warm", 512, Overlap{Worker: "p0", Blocks: 480}))
+	g := h.granted("prefill-warm")
+	require.Equal(t, "b0", g.Worker)
+	require.Equal(t, DecisionShort, g.Decision)
+
+	// The same prefill with the decode worker holding the prompt pairs.
+	h = newHarness(t, pdFleet(1, 1, 1, 0), classCfg("c", PolicyFCFS))
+	h.enqueue(prompt("both-warm", 512, Overlap{Worker: "p0", Blocks: 480}, Overlap{Worker: "d0", Blocks: 512}))
+	g = h.granted("both-warm")
+	require.Equal(t, DecisionLong, g.Decision)
+	require.Equal(t, "d0", g.Decode.Worker)
+
+	// 416 uncached tokens (below the threshold), 400 of them cached on
+	// the decode worker (it ran the conversation's last turn): moving 16
+	// tokens costs less than the prefill would stall a batch, so it pairs.
+	h = newHarness(t, pdFleet(1, 1, 1, 0), classCfg("c", PolicyFCFS))
+	h.enqueue(prompt("decode-warm", 26, Overlap{Worker: "d0", Blocks: 25}))
+	g = h.granted("decode-warm")
+	require.Equal(t, DecisionLong, g.Decision)
+	require.Equal(t, cfg.Disagg.TransferTime(16), g.Decode.Transfer)
+
+	// An operator's threshold is a threshold in tokens, as before.
+	set := classCfg("c", PolicyFCFS)
+	set.DisaggMinTokens = th
+	h = newHarness(t, pdFleet(1, 1, 1, 0), set)
+	h.enqueue(prompt("prefill-warm", 512, Overlap{Worker: "p0", Blocks: 480}))
+	require.Equal(t, DecisionLong, h.granted("prefill-warm").Decision)
+	h.enqueue(prompt("decode-warm", 26, Overlap{Worker: "d0", Blocks: 25}))
+	require.Equal(t, DecisionShort, h.granted("decode-warm").Decision)
 }
