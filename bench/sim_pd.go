@@ -95,9 +95,12 @@ type SimPDReport struct {
 	// Threshold is the Core's uncached-prefill threshold in tokens.
 	Threshold int `json:"threshold_tokens"`
 	// Pairs ran prefill then decode; Bypassed ran aggregated on a decode
-	// or prefill worker (the Core's decider: short prefill).
-	Pairs    int `json:"pairs"`
-	Bypassed int `json:"bypassed"`
+	// or prefill worker: the Core's decider found the prefill short, or
+	// (Overflowed, a part of Bypassed) no prefill worker was free
+	// (prefill_busy).
+	Pairs      int `json:"pairs"`
+	Bypassed   int `json:"bypassed"`
+	Overflowed int `json:"overflowed"`
 	// Transfers and TransferredTokens are the decode engines' landed pulls.
 	Transfers         uint64 `json:"transfers"`
 	TransferredTokens uint64 `json:"transferred_tokens"`
@@ -114,7 +117,7 @@ type simPair struct {
 
 // simPD is the simulation's disaggregation state.
 type simPD struct {
-	pairs, bypassed int
+	pairs, bypassed, overflowed int
 }
 
 // roleOf is worker i's role in cfg's fleet.
@@ -226,7 +229,7 @@ func (s *simulation) pdReport() *SimPDReport {
 	if !s.cfg.Fleet.Disaggregated() {
 		return nil
 	}
-	r := &SimPDReport{Fleet: s.cfg.Fleet.String(), Decider: s.cfg.Decider, Pairs: s.pd.pairs, Bypassed: s.pd.bypassed,
+	r := &SimPDReport{Fleet: s.cfg.Fleet.String(), Decider: s.cfg.Decider, Pairs: s.pd.pairs, Bypassed: s.pd.bypassed, Overflowed: s.pd.overflowed,
 		Threshold: s.replicas[0].core.DisaggThreshold(s.cfg.DefaultClass)}
 	for i := range s.workers {
 		st := s.workers[i].eng.Stats()
@@ -253,21 +256,22 @@ func writeSimPDMarkdown(b *strings.Builder, runs []simRun) {
 	}
 	slo := runs[0].cfg.SLO
 	fmt.Fprintf(b, "\nDisaggregation (goodput: requests with TTFT <= %v and mean ITL <= %v per second):\n\n", slo.TTFT, slo.ITL)
-	b.WriteString("| run | fleet | decider | threshold (tok) | pairs | bypassed | TTFT p50 (ms) | TTFT p99 (ms) | ITL mean (ms) | ITL p99 (ms) | req/s | out tok/s | SLO met | goodput (req/s) |\n")
-	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| run | fleet | decider | threshold (tok) | pairs | bypassed | of which prefill busy | TTFT p50 (ms) | TTFT p99 (ms) | ITL mean (ms) | ITL p99 (ms) | req/s | out tok/s | SLO met | goodput (req/s) |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range runs {
 		s, rep := r.report.Summary, r.report
-		dec, th, pairs, byp := "–", "–", "–", "–"
+		dec, th, pairs, byp, over := "–", "–", "–", "–", "–"
 		if pd := rep.PD; pd != nil {
 			dec = map[bool]string{true: "on", false: "off"}[pd.Decider]
 			th, pairs, byp = strconv.Itoa(pd.Threshold), strconv.Itoa(pd.Pairs), strconv.Itoa(pd.Bypassed)
+			over = strconv.Itoa(pd.Overflowed)
 		}
 		met := 0.0
 		if n := len(rep.Results); n > 0 {
 			met = 100 * float64(rep.SLOGood) / float64(n)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %.0f | %.0f | %.1f | %.1f | %.2f | %.0f | %.1f%% | %.2f |\n",
-			mdEscape(rep.Label), r.cfg.Fleet, dec, th, pairs, byp, s.TTFT.P50, s.TTFT.P99, s.ITL.Mean, s.ITL.P99,
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %.1f | %.1f | %.2f | %.0f | %.1f%% | %.2f |\n",
+			mdEscape(rep.Label), r.cfg.Fleet, dec, th, pairs, byp, over, s.TTFT.P50, s.TTFT.P99, s.ITL.Mean, s.ITL.P99,
 			s.RequestRate, s.OutputTokenRate, met, rep.SLOGoodputRPS)
 	}
 }

@@ -645,6 +645,9 @@ func (s *simulation) settle(out simOutcome) {
 	}
 	if s.cfg.Fleet.Disaggregated() {
 		s.pd.bypassed++
+		if g.Decision == scheduler.DecisionPrefillBusy {
+			s.pd.overflowed++
+		}
 	}
 	q.worker, q.booking = w, g.Booking
 	q.res.Worker = g.Worker

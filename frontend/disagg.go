@@ -93,7 +93,7 @@ func newDisaggMetrics(reg prometheus.Registerer) *disaggMetrics {
 	f := promauto.With(reg)
 	m := &disaggMetrics{
 		decisions: f.NewCounterVec(prometheus.CounterOpts{Name: metrics.NameDisaggDecisions,
-			Help: "Grants of a model served by prefill or decode workers, by mode (disaggregated, aggregated) and the decider's reason (long_prefill, only_pairs, both_busy; short_prefill, no_pair, pinned, pair_busy)."},
+			Help: "Grants of a model served by prefill or decode workers, by mode (disaggregated, aggregated) and the decider's reason (long_prefill, only_pairs, both_busy; short_prefill, no_pair, pinned, pair_busy, prefill_busy)."},
 			[]string{metrics.LabelModel, "mode", metrics.LabelReason}),
 		recomputes: f.NewCounterVec(prometheus.CounterOpts{Name: metrics.NameDisaggRecomputes,
 			Help: "vLLM prefill legs answered without kv_transfer_params: the decode engine would have recomputed the prompt (the request is re-admitted aggregated when a both-worker serves the model)."},

@@ -77,15 +77,23 @@ const (
 	// aggregated (a both-worker; without both-workers, a role worker) was free
 	// and a pair was.
 	DecisionBothBusy
+	// DecisionPrefillBusy: no prefill worker was free (or allowed), so the
+	// decider could not weigh a pair, and the request ran aggregated on a
+	// worker that was: a both-worker, else a decode worker (overflow from a
+	// saturated prefill role). Counted apart from short_prefill so that an
+	// undersized prefill role shows as such.
+	DecisionPrefillBusy
 	numDecisions
 )
 
 // Decisions lists every decision, in label export order.
 var Decisions = []Decision{DecisionNone, DecisionShort, DecisionNoPair, DecisionPinned,
-	DecisionPairBusy, DecisionLong, DecisionOnlyPairs, DecisionBothBusy}
+	DecisionPairBusy, DecisionLong, DecisionOnlyPairs, DecisionBothBusy, DecisionPrefillBusy}
 
 // Disaggregated reports whether the decision ran the request on a pair.
-func (d Decision) Disaggregated() bool { return d >= DecisionLong && d < numDecisions }
+func (d Decision) Disaggregated() bool {
+	return d == DecisionLong || d == DecisionOnlyPairs || d == DecisionBothBusy
+}
 
 // String returns the snake_case metric label.
 func (d Decision) String() string {
@@ -106,6 +114,8 @@ func (d Decision) String() string {
 		return "only_pairs"
 	case DecisionBothBusy:
 		return "both_busy"
+	case DecisionPrefillBusy:
+		return "prefill_busy"
 	}
 	return fmt.Sprintf("decision(%d)", int(d))
 }
@@ -357,17 +367,22 @@ func (c *Core) selectDisagg(r *Request, cfg *ClassConfig) (int, bool) {
 	if pok {
 		long = c.pairPays(r, cfg, p, d, dok)
 	}
+	// Why a request that does not run on a pair runs aggregated.
+	aggregated := DecisionShort
+	switch {
+	case long:
+		aggregated = DecisionPairBusy
+	case !pok:
+		aggregated = DecisionPrefillBusy
+	}
 	if len(st.both) == 0 {
-		return c.selectOnlyPairs(r, cfg, p, d, pok && dok, long)
+		return c.selectOnlyPairs(r, cfg, p, d, pok && dok, long, aggregated)
 	}
 	if long && dok {
 		return placePair(p, d, DecisionLong), true
 	}
 	if a, ok := c.withAllowed(r, cfg, st.both); ok {
-		if long {
-			return placeOne(a, DecisionPairBusy), true
-		}
-		return placeOne(a, DecisionShort), true
+		return placeOne(a, aggregated), true
 	}
 	if pok && dok {
 		return placePair(p, d, DecisionBothBusy), true
@@ -416,7 +431,8 @@ func (c *Core) transferTokens(r *Request, d int) int {
 // else on a prefill worker, since a vLLM engine with a KV connector serves
 // a request without transfer parameters on its own. When no role worker
 // takes it aggregated, the pair does.
-func (c *Core) selectOnlyPairs(r *Request, cfg *ClassConfig, p, d int, pairOK, long bool) (int, bool) {
+// why is the decision recorded when it runs aggregated.
+func (c *Core) selectOnlyPairs(r *Request, cfg *ClassConfig, p, d int, pairOK, long bool, why Decision) (int, bool) {
 	st := &c.disagg
 	if long {
 		if !pairOK {
@@ -425,10 +441,10 @@ func (c *Core) selectOnlyPairs(r *Request, cfg *ClassConfig, p, d int, pairOK, l
 		return placePair(p, d, DecisionOnlyPairs), true
 	}
 	if a, ok := c.withAllowed(r, cfg, st.decode); ok {
-		return placeOne(a, DecisionShort), true
+		return placeOne(a, why), true
 	}
 	if a, ok := c.withAllowed(r, cfg, st.prefill); ok {
-		return placeOne(a, DecisionShort), true
+		return placeOne(a, why), true
 	}
 	if pairOK {
 		return placePair(p, d, DecisionBothBusy), true

@@ -417,3 +417,43 @@ func TestTheDerivedDeciderWeighsTheTransferTheDecodeWorkerNeeds(t *testing.T) {
 	h.enqueue(prompt("decode-warm", 26, Overlap{Worker: "d0", Blocks: 25}))
 	require.Equal(t, DecisionShort, h.granted("decode-warm").Decision)
 }
+
+// TestASaturatedPrefillRoleOverflowsAsPrefillBusy: with every prefill
+// worker full, a request the decider would pair runs aggregated on a
+// worker that is free, and says why (not short_prefill: its prefill was
+// never weighed).
+func TestASaturatedPrefillRoleOverflowsAsPrefillBusy(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		both       int
+		overflowTo string
+	}{
+		{"only pairs: on the decode worker", 0, "d"},
+		{"with a both-worker: on it", 1, "b0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			always := classCfg("c", PolicyFCFS)
+			always.DisaggMinTokens = 1
+			ws := pdFleet(tc.both, 1, 2, 0)
+			for i := range ws {
+				if ws[i].Role == RolePrefill {
+					ws[i].MaxRunning = 1
+				}
+			}
+			h := newHarness(t, ws, always)
+			h.enqueue(req("first", "c", 4096))
+			g := h.granted("first")
+			require.True(t, g.Disaggregated())
+			require.Equal(t, "p0", g.Worker)
+
+			h.enqueue(req("second", "c", 4096))
+			g2 := h.granted("second")
+			require.False(t, g2.Disaggregated())
+			require.Equal(t, DecisionPrefillBusy, g2.Decision)
+			require.Equal(t, "prefill_busy", g2.Decision.String())
+			require.Contains(t, g2.Worker, tc.overflowTo)
+			require.Equal(t, uint64(1), h.core.DisaggCounts()[DecisionPrefillBusy])
+			require.Zero(t, h.core.DisaggCounts()[DecisionShort])
+		})
+	}
+}
