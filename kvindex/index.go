@@ -689,6 +689,31 @@ func (ix *Index) Held(name string, h uint64) bool {
 	return w != nil && ix.keeps(h) && ix.holds(h, w.ID())
 }
 
+// HeldDepth returns how many leading blocks of seqHashes worker holds
+// exactly, at the index's resolution: with Config.Sample 1 the number of
+// leading hashes it holds, otherwise the position of the last sampled hash
+// it holds before the first sampled one it lacks, plus one (what Lookup
+// reports from exact entries). Callers use it instead of counting Held
+// hashes, which under sampling stops at the first unsampled block.
+func (ix *Index) HeldDepth(name string, seqHashes []uint64) int {
+	w := ix.lookupWorker(name)
+	if w == nil {
+		return 0
+	}
+	id := w.ID()
+	d := 0
+	for i, h := range seqHashes {
+		if !ix.keeps(h) {
+			continue
+		}
+		if !ix.holds(h, id) {
+			break
+		}
+		d = i + 1
+	}
+	return d
+}
+
 // WorkerHashes appends every exact hash worker holds to dst, by scanning the
 // whole index (under Config.Sample, only the kept ones). It is for tests and diagnostics, not the request path.
 func (ix *Index) WorkerHashes(name string, dst []uint64) []uint64 {

@@ -156,3 +156,23 @@ func TestSampleOutOfRangeIsRefused(t *testing.T) {
 	cfg.Sample = MaxSample
 	require.NoError(t, cfg.Validate())
 }
+
+func TestHeldDepthAgreesWithLookupsExactDepth(t *testing.T) {
+	for _, n := range []int{1, 4, 16} {
+		ix, _, _ := newTestIndex(t, func(c *Config) { c.Sample = n })
+		h := chain(21, 300)
+		_, pos := sampledOf(h, n)
+		cut := pos[len(pos)/2]
+		require.Equal(t, OutcomeApplied, mustApply(t, ix, "a", 1, 1, stored(nil, h[:cut]...)))
+		want := 0
+		if ms := ix.Lookup(h, nil); len(ms) == 1 {
+			want = ms[0].Blocks
+		}
+		require.Positive(t, want, "n=%d", n)
+		require.Equal(t, want, ix.HeldDepth("a", h), "n=%d", n)
+		if n == 1 {
+			require.Equal(t, cut, want)
+		}
+		require.Zero(t, ix.HeldDepth("nobody", h))
+	}
+}
