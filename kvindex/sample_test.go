@@ -176,3 +176,59 @@ func TestHeldDepthAgreesWithLookupsExactDepth(t *testing.T) {
 		require.Zero(t, ix.HeldDepth("nobody", h))
 	}
 }
+
+// FuzzSampledLookupAgreesWithAModel drives one chain through stores and
+// removals of four workers at a fuzzed sampling rate and compares every
+// lookup and HeldDepth with a model that applies Sampled itself.
+func FuzzSampledLookupAgreesWithAModel(f *testing.F) {
+	f.Add(uint8(3), []byte{0x08, 0x41, 0xfa, 0x13, 0x77})
+	f.Add(uint8(0), []byte{0xff, 0x00, 0x84})
+	f.Add(uint8(15), []byte{0x10, 0x20, 0x35, 0x8c, 0xf2, 0x03})
+	f.Fuzz(func(t *testing.T, rate uint8, ops []byte) {
+		n := 1 + int(rate%16)
+		ix, _, _ := newTestIndex(t, func(c *Config) { c.Sample = n })
+		h := chain(uint64(rate)+1, 64)
+		model := make([]map[uint64]bool, 4)
+		next := make([]uint64, 4)
+		for w := range model {
+			model[w], next[w] = map[uint64]bool{}, 1
+		}
+		name := func(w int) string { return fmt.Sprint("w", w) }
+		for _, op := range ops {
+			w, k := int(op&3), int(op>>3)*2
+			ev := stored(nil, h[:k]...)
+			if op&4 != 0 {
+				ev = removed(h[k:]...)
+			}
+			require.Equal(t, OutcomeApplied, mustApply(t, ix, name(w), 1, next[w], ev))
+			next[w]++
+			for _, x := range ev.Hashes {
+				if Sampled(x, n) {
+					model[w][x] = ev.Kind == stored(nil).Kind
+				}
+			}
+			want := map[string]int{}
+			for m := range model {
+				d := 0
+				for i, x := range h {
+					if !Sampled(x, n) {
+						continue
+					}
+					if !model[m][x] {
+						break
+					}
+					d = i + 1
+				}
+				require.Equal(t, d, ix.HeldDepth(name(m), h))
+				if d > 0 {
+					want[name(m)] = d
+				}
+			}
+			got := map[string]int{}
+			for _, m := range ix.Lookup(h, nil) {
+				got[m.Worker] = m.Blocks
+			}
+			require.Equal(t, want, got)
+		}
+	})
+}
