@@ -60,6 +60,7 @@ type scaleFlags struct {
 	simWorkers  []int
 	simReplicas []int
 	simRequests int
+	sample      int
 	sections    []string
 	gotest      []string
 	merge       []string
@@ -74,6 +75,7 @@ func newScaleFlags() *scaleFlags {
 		simWorkers:  []int{64, 256},
 		simReplicas: []int{1, 8, 32},
 		simRequests: 3_000,
+		sample:      1,
 		sections:    []string{"index", "ingest", "sim"},
 	}
 }
@@ -88,6 +90,7 @@ func (c *scaleCLI) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.blocks, "scale-blocks", f.blocks, "scale: indexed blocks per worker")
 	fs.IntVar(&f.queries, "scale-queries", f.queries, "scale: distinct 256-block lookups per index (each run 5 times)")
 	fs.IntVar(&f.requests, "scale-ingest-requests", f.requests, "scale: trace requests whose KV events give the ingest rates")
+	fs.IntVar(&f.sample, "scale-sample", f.sample, "scale: index sampling rate of the index and ingest sections, as -index.sample (1: every block)")
 	listFlag(fs, "scale-sim-workers", "scale: simulated fleet sizes for routing quality (the trace is time-compressed 6x per 8 workers)", &f.simWorkers, atoi)
 	listFlag(fs, "scale-sim-replicas", "scale: replica counts for routing quality", &f.simReplicas, atoi)
 	fs.IntVar(&f.simRequests, "scale-sim-requests", f.simRequests, "scale: trace requests per routing-quality run")
@@ -154,13 +157,14 @@ func (c *scaleCLI) Run(ctx context.Context, env SimEnv) error {
 		for _, w := range f.workers {
 			cfg := DefaultIndexScaleConfig()
 			cfg.Workers, cfg.BlocksPerWorker, cfg.Queries = w, f.blocks, f.queries
+			cfg.Sample = f.sample
 			start := time.Now()
 			r, err := MeasureIndexScale(cfg)
 			if err != nil {
 				return err
 			}
-			progress("index %d workers: %.1f B/block, lookup p50 %.1f p99 %.1f (query-min %.1f) µs, apply %.0f ns/block, in %.0f s",
-				w, r.BytesPerBlock, r.LookupP50us, r.LookupP99us, r.QueryMinP99us, r.ApplyNsPerBlock, time.Since(start).Seconds())
+			progress("index %d workers, sample %d: %.1f B/block (%.1f per raw block), lookup p50 %.1f p99 %.1f (query-min %.1f) µs, apply %.0f ns/block, %.1f matches/query, in %.0f s",
+				w, r.Sample, r.BytesPerBlock, r.BytesPerRawBlock, r.LookupP50us, r.LookupP99us, r.QueryMinP99us, r.ApplyNsPerBlock, r.MatchesPerQuery, time.Since(start).Seconds())
 			rep.Index = append(rep.Index, r)
 			if err := ctx.Err(); err != nil {
 				return err
@@ -177,13 +181,20 @@ func (c *scaleCLI) Run(ctx context.Context, env SimEnv) error {
 	if has("ingest") {
 		cfg := DefaultIngestScaleConfig()
 		cfg.Sim.MaxRequests = f.requests
+		cfg.Sample = f.sample
 		start := time.Now()
 		r, err := MeasureIngestScale(ctx, cfg, reqs, rep.Index)
 		if err != nil {
 			return err
 		}
-		progress("ingest: %.0f stored + %.0f removed blocks/s per engine, %.0f ns/block decode+apply, one core at %d engines, in %.0f s",
-			r.StoredBlocksPerS, r.RemovedBlocksPerS, r.DecodeNsPerBlock+r.ApplyNsPerBlock, r.OneCoreAt, time.Since(start).Seconds())
+		cores10k := 0.0
+		for _, p := range r.Curve {
+			if p.Engines == 10_000 {
+				cores10k = p.Cores
+			}
+		}
+		progress("ingest, sample %d: %.0f stored + %.0f removed blocks/s per engine, decode %.0f + apply %.0f ns/block, %.2f cores at 10,000 engines, one core at %d engines, in %.0f s",
+			r.Sample, r.StoredBlocksPerS, r.RemovedBlocksPerS, r.DecodeNsPerBlock, r.ApplyNsPerBlock, cores10k, r.OneCoreAt, time.Since(start).Seconds())
 		rep.Ingest = &r
 	}
 	if has("sim") {

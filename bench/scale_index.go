@@ -41,6 +41,9 @@ type IndexScaleConfig struct {
 	// full index.
 	ChurnBatches int
 	Seed         uint64
+	// Sample is the index's sampling rate (kvindex.Config.Sample; 0 or 1:
+	// every block).
+	Sample int
 }
 
 // Shape of IndexScaleConfig's fleet.
@@ -75,6 +78,13 @@ type IndexScaleResult struct {
 	ApplyNsPerBlock float64 `json:"apply_ns_per_block"`
 	MatchesPerQuery float64 `json:"matches_per_query"`
 	BuildSeconds    float64 `json:"build_seconds"`
+	// Sample is the index's sampling rate; RawBlocks the blocks the
+	// workers stored (Entries is the sampled part of them), and the
+	// per-raw-block figures divide by RawBlocks, so rates compare.
+	Sample             int     `json:"sample,omitempty"`
+	RawBlocks          int     `json:"raw_blocks,omitempty"`
+	BytesPerRawBlock   float64 `json:"bytes_per_raw_block,omitempty"`
+	BuildNsPerRawBlock float64 `json:"build_ns_per_raw_block,omitempty"`
 }
 
 // scaleChain returns n distinct pseudo-random sequence hashes of seed
@@ -137,6 +147,7 @@ func MeasureIndexScale(cfg IndexScaleConfig) (IndexScaleResult, error) {
 	icfg := kvindex.DefaultConfig()
 	icfg.MaxWorkers = cfg.Workers
 	icfg.DefaultWorkerBlocks = 2 * cfg.BlocksPerWorker
+	icfg.Sample = max(1, cfg.Sample)
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5ca1e))
 	systems := make([][]uint64, scaleSystems)
 	for s := range systems {
@@ -154,6 +165,7 @@ func MeasureIndexScale(cfg IndexScaleConfig) (IndexScaleResult, error) {
 	}
 	nextID := make([]uint64, cfg.Workers)
 	var build time.Duration
+	raw := 0
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	events := make([]wire.KVEvent, 0, scaleHeldSystems+scaleHeldDocs+convs)
@@ -173,6 +185,9 @@ func MeasureIndexScale(cfg IndexScaleConfig) (IndexScaleResult, error) {
 			events = append(events, wire.KVEvent{Kind: wire.KVStored, Hashes: scaleChain(seed, scaleConvBlocks)})
 		}
 		b := &wire.KVEventBatch{Worker: scaleWorkerName(w), Instance: 1, FirstID: 1, Events: events}
+		for _, e := range events {
+			raw += len(e.Hashes)
+		}
 		t0 := threadCPU()
 		o, err := ix.ApplyBatch(b)
 		build += threadCPU() - t0
@@ -189,10 +204,14 @@ func MeasureIndexScale(cfg IndexScaleConfig) (IndexScaleResult, error) {
 		Entries:         ix.TotalBlocks(),
 		HeapBytes:       int64(after.HeapAlloc) - int64(before.HeapAlloc),
 		BuildSeconds:    build.Seconds(),
+		Sample:          icfg.Sample,
+		RawBlocks:       raw,
 	}
 	res.BytesPerBlock = float64(res.HeapBytes) / float64(res.Entries)
 	res.BytesPerWorker = float64(res.HeapBytes) / float64(cfg.Workers)
 	res.BuildNsPerBlock = float64(build.Nanoseconds()) / float64(res.Entries)
+	res.BytesPerRawBlock = float64(res.HeapBytes) / float64(raw)
+	res.BuildNsPerRawBlock = float64(build.Nanoseconds()) / float64(raw)
 
 	res.LookupP50us, res.LookupP99us, res.QueryMinP99us, res.MatchesPerQuery = measureLookups(ix, cfg, systems, convs, rng)
 	res.ApplyNsPerBlock, err = measureChurn(ix, cfg, nextID, convs, rng)

@@ -18,6 +18,10 @@ type IngestScaleConfig struct {
 	Sim SimConfig
 	// Fleets are the fleet sizes (engines) of the ingest curve.
 	Fleets []int
+	// Sample is the replayed index's sampling rate (kvindex.Config.Sample;
+	// 0 or 1: every block). The index measurements passed with it should
+	// be at the same rate: those at another are not used.
+	Sample int
 }
 
 // DefaultIngestScaleConfig is §1's load: 8 engines, the Mooncake trace 6×
@@ -46,6 +50,10 @@ type IngestPoint struct {
 type IngestScaleResult struct {
 	SimulatedS float64 `json:"simulated_s"`
 	Engines    int     `json:"engines"`
+	// Sample is the replayed index's sampling rate. The block rates and
+	// per-block costs below count every block the engines published
+	// (raw), sampled or not.
+	Sample int `json:"sample,omitempty"`
 	// Per engine, per second of the trace load.
 	BatchesPerS       float64 `json:"batches_per_s"`
 	EventsPerS        float64 `json:"events_per_s"`
@@ -82,7 +90,8 @@ func MeasureIngestScale(ctx context.Context, cfg IngestScaleConfig, reqs []Trace
 	if len(batches) == 0 || rep.SimulatedS <= 0 {
 		return IngestScaleResult{}, fmt.Errorf("%w: ingest: the simulation published no KV events", ErrInvalidConfig)
 	}
-	res := IngestScaleResult{SimulatedS: rep.SimulatedS, Engines: sim.Workers}
+	sample := max(1, cfg.Sample)
+	res := IngestScaleResult{SimulatedS: rep.SimulatedS, Engines: sim.Workers, Sample: sample}
 	payloads := make([][]byte, len(batches))
 	var events, stored, removed, bytes int
 	for i, b := range batches {
@@ -117,6 +126,7 @@ func MeasureIngestScale(ctx context.Context, cfg IngestScaleConfig, reqs []Trace
 	decodeCPU := threadCPU() - t0
 	icfg := kvindex.DefaultConfig()
 	icfg.DefaultWorkerBlocks = sim.Engine.NumBlocks
+	icfg.Sample = sample
 	ix, err := kvindex.New(icfg, clock.Real{}, nil, nil)
 	if err != nil {
 		return res, err
@@ -139,7 +149,7 @@ func MeasureIngestScale(ctx context.Context, cfg IngestScaleConfig, reqs []Trace
 	at := func(engines int) IngestPoint {
 		apply := res.ApplyNsPerBlock
 		for _, ir := range index {
-			if ir.Workers <= engines && ir.ApplyNsPerBlock > apply {
+			if ir.Workers <= engines && max(1, ir.Sample) == sample && ir.ApplyNsPerBlock > apply {
 				apply = ir.ApplyNsPerBlock
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/wire"
 )
@@ -128,6 +129,9 @@ type SimConfig struct {
 	EventDelay time.Duration
 	// PredictTTL is the lifetime of a routing decision's predicted prefix.
 	PredictTTL time.Duration
+	// IndexSample is every replica's index sampling rate
+	// (kvindex.Config.Sample; 0 or 1: every block).
+	IndexSample int
 	// TimeScale divides trace arrival offsets (the live runner's --speedup).
 	TimeScale float64
 	// ArrivalSpread is the trace option --arrival-spread the requests were
@@ -249,6 +253,8 @@ func (c SimConfig) Validate() error {
 		return bad("replicas %d outside [1, %d]", c.Replicas, maxSimNodes)
 	case c.Workers < 1 || c.Workers > maxSimNodes:
 		return bad("workers %d outside [1, %d]", c.Workers, maxSimNodes)
+	case c.IndexSample < 0 || c.IndexSample > kvindex.MaxSample:
+		return bad("index sample %d outside [0, %d]", c.IndexSample, kvindex.MaxSample)
 	case c.Policy < SimKVAware || c.Policy > SimLeastLoaded:
 		return bad("policy %d is not one of kv-aware, round-robin, random, least-loaded", int(c.Policy))
 	case c.Admission != SimCluster && c.Admission != SimPerReplica:

@@ -137,6 +137,7 @@ func (c *simCLI) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&b.GossipDelay, "sim-gossip-delay", b.GossipDelay, "sim: delay of gossiped loads and predictions")
 	fs.DurationVar(&b.EventDelay, "sim-event-delay", b.EventDelay, "sim: delay of KV events from engines to every replica's index")
 	fs.DurationVar(&b.PredictTTL, "sim-predict-ttl", b.PredictTTL, "sim: lifetime of a routing decision's predicted prefix")
+	fs.IntVar(&b.IndexSample, "sim-index-sample", b.IndexSample, "sim: every replica's index keeps about one block hash in this many, as -index.sample (0 or 1: every block)")
 	fs.IntVar(&b.MaxRunning, "sim-max-running", b.MaxRunning, "sim: router-side cap of requests per worker (0: the engine's max-num-seqs)")
 	fs.IntVar(&b.SplitClasses, "sim-split-classes", b.SplitClasses, "sim: spread requests without a class over this many classes (0: one class)")
 	fs.BoolVar(&b.SingleClass, "sim-single-class", b.SingleClass, "sim: admit every request in one class, keeping its priority and deadline")

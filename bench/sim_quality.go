@@ -71,10 +71,7 @@ func (s *simulation) decided(q *simRequest, g scheduler.Grant) {
 	q.dec = simDecision{achieved: g.CachedTokens, decided: true}
 	if len(q.hashes) > 0 {
 		ix := s.replicas[q.entry].index
-		n := 0
-		for n < len(q.hashes) && ix.Held(g.Worker, q.hashes[n]) {
-			n++
-		}
+		n := ix.HeldDepth(g.Worker, q.hashes) // at the index's sampled resolution
 		q.dec.exact = min(q.tr.InputLength, n*s.cfg.Engine.BlockSize)
 	}
 }

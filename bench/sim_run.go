@@ -349,6 +349,7 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 		// Predictions live PredictTTL; room for every prompt block routed
 		// in that window keeps them from being dropped.
 		icfg.MaxPredictedEntries = 1 << 24
+		icfg.Sample = max(1, cfg.IndexSample)
 		ix, err := kvindex.New(icfg, s.clock, log, nil)
 		if err != nil {
 			return nil, fmt.Errorf("sim index: %w", err)

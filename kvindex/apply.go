@@ -287,13 +287,15 @@ func (ix *Index) applyLocked(w *workerState, b *wire.KVEventBatch, replay bool) 
 		e := &b.Events[i]
 		switch e.Kind {
 		case wire.KVStored:
-			if e.HasParent && !ix.holds(e.Parent, id) {
+			// Under sampling an unsampled parent was never indexed, so
+			// only a sampled one can be checked.
+			if e.HasParent && ix.keeps(e.Parent) && !ix.holds(e.Parent, id) {
 				ix.m.count(stored, removed, cleared)
 				return ix.resetLocked(w, b, ResetUnknownParent)
 			}
 			added := 0
 			for _, h := range e.Hashes {
-				if ix.add(h, id) {
+				if ix.keeps(h) && ix.add(h, id) {
 					added++
 				}
 			}
@@ -301,12 +303,14 @@ func (ix *Index) applyLocked(w *workerState, b *wire.KVEventBatch, replay bool) 
 				ix.m.count(stored, removed, cleared)
 				return ix.resetLocked(w, b, ResetOverCapacity)
 			}
+			// Raw blocks, sampled or not: EventCounts.Stored is compared
+			// with the blocks the worker computed (kvingest.Silence).
 			stored += len(e.Hashes)
 			w.stored.Add(uint64(len(e.Hashes)))
 		case wire.KVRemoved:
 			gone := 0
 			for _, h := range e.Hashes {
-				if ix.remove(h, id) {
+				if ix.keeps(h) && ix.remove(h, id) {
 					gone++
 				}
 			}
@@ -366,6 +370,9 @@ func (ix *Index) ApplyDump(d *Dump) Outcome {
 	added := 0
 	id := w.ID()
 	for _, h := range d.Hashes {
+		if !ix.keeps(h) {
+			continue
+		}
 		if added >= limit {
 			ix.m.dumpTruncated.Inc()
 			break

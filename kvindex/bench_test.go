@@ -159,61 +159,75 @@ func BenchmarkLookup(b *testing.B) {
 // batches of 16 chained stored events of 16 blocks each (every event's
 // parent is checked). It reports blocks per second.
 func BenchmarkApplyStored(b *testing.B) {
-	for _, workers := range []int{1, 8} {
-		b.Run(fmt.Sprintf("sharing_workers=%d", workers), func(b *testing.B) {
-			ix, err := New(DefaultConfig(), clock.Real{}, nil, nil)
-			if err != nil {
+	for _, sample := range []int{1, 4, 16} {
+		for _, workers := range []int{1, 8} {
+			benchApplyStored(b, workers, sample)
+		}
+	}
+}
+
+// benchApplyStored is BenchmarkApplyStored for one fleet and sampling rate
+// (Config.Sample); blocks/s counts every block stored, sampled or not.
+func benchApplyStored(b *testing.B, workers, sample int) {
+	name := fmt.Sprintf("sharing_workers=%d", workers)
+	if sample > 1 {
+		name += fmt.Sprintf("/sample=%d", sample)
+	}
+	b.Run(name, func(b *testing.B) {
+		cfg := DefaultConfig()
+		cfg.Sample = sample
+		ix, err := New(cfg, clock.Real{}, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		const cycle = 1 << 18 // blocks stored before the worker is cleared
+		hashes := chain(42, cycle)
+		next := make([]uint64, workers)
+		names := make([]string, workers)
+		for w := range names {
+			names[w] = fmt.Sprintf("w%d", w)
+			if err := ix.SetCapacity(names[w], 1<<30); err != nil {
 				b.Fatal(err)
 			}
-			const cycle = 1 << 18 // blocks stored before the worker is cleared
-			hashes := chain(42, cycle)
-			next := make([]uint64, workers)
-			names := make([]string, workers)
-			for w := range names {
-				names[w] = fmt.Sprintf("w%d", w)
-				if err := ix.SetCapacity(names[w], 1<<30); err != nil {
-					b.Fatal(err)
-				}
-				next[w] = 1
-			}
-			const perEvent, perBatch = 16, 16
-			events := make([]wire.KVEvent, perBatch)
-			bt := &wire.KVEventBatch{Instance: 1}
-			b.ReportAllocs()
-			b.ResetTimer()
-			pos := 0
-			for done := 0; done < b.N; {
-				if pos+perEvent*perBatch > cycle {
-					b.StopTimer()
-					for w, name := range names {
-						bt.Worker, bt.FirstID, bt.Events = name, next[w], []wire.KVEvent{{Kind: wire.KVCleared}}
-						_, _ = ix.ApplyBatch(bt)
-						next[w]++
-					}
-					pos = 0
-					b.StartTimer()
-				}
-				for e := range events {
-					start := pos + e*perEvent
-					events[e] = wire.KVEvent{Kind: wire.KVStored, Hashes: hashes[start : start+perEvent]}
-					if start > 0 {
-						events[e].Parent, events[e].HasParent = hashes[start-1], true
-					}
-				}
+			next[w] = 1
+		}
+		const perEvent, perBatch = 16, 16
+		events := make([]wire.KVEvent, perBatch)
+		bt := &wire.KVEventBatch{Instance: 1}
+		b.ReportAllocs()
+		b.ResetTimer()
+		pos := 0
+		for done := 0; done < b.N; {
+			if pos+perEvent*perBatch > cycle {
+				b.StopTimer()
 				for w, name := range names {
-					bt.Worker, bt.FirstID, bt.Events = name, next[w], events
-					if o, err := ix.ApplyBatch(bt); o != OutcomeApplied || err != nil {
-						b.Fatalf("batch not applied: %v %v", o, err)
-					}
-					next[w] += perBatch
-					done += perEvent * perBatch
+					bt.Worker, bt.FirstID, bt.Events = name, next[w], []wire.KVEvent{{Kind: wire.KVCleared}}
+					_, _ = ix.ApplyBatch(bt)
+					next[w]++
 				}
-				pos += perEvent * perBatch
+				pos = 0
+				b.StartTimer()
 			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "blocks/s")
-		})
-	}
+			for e := range events {
+				start := pos + e*perEvent
+				events[e] = wire.KVEvent{Kind: wire.KVStored, Hashes: hashes[start : start+perEvent]}
+				if start > 0 {
+					events[e].Parent, events[e].HasParent = hashes[start-1], true
+				}
+			}
+			for w, name := range names {
+				bt.Worker, bt.FirstID, bt.Events = name, next[w], events
+				if o, err := ix.ApplyBatch(bt); o != OutcomeApplied || err != nil {
+					b.Fatalf("batch not applied: %v %v", o, err)
+				}
+				next[w] += perBatch
+				done += perEvent * perBatch
+			}
+			pos += perEvent * perBatch
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "blocks/s")
+	})
 }
 
 // BenchmarkClearStale measures dropping the 16k blocks of k fleet workers

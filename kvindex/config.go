@@ -25,6 +25,14 @@ type Config struct {
 	// MaxPredictedEntries bounds (hash, worker) predicted entries; Predict
 	// beyond it drops the excess (counted).
 	MaxPredictedEntries int
+	// Sample makes the index keep about one block hash in Sample (1: every
+	// block), chosen by Sampled. Sequence hashes are chained, so one kept
+	// hash still names its whole prefix: lookups walk only the kept
+	// positions and report a worker's depth as the position of its last
+	// matched kept hash plus one, under-estimating it by the gap to the next
+	// kept position (Sample blocks on average). Ingest and index memory
+	// shrink by about Sample. See docs/architecture.md, "Sampled index".
+	Sample int
 }
 
 // DefaultConfig returns the defaults of every Index setting.
@@ -35,6 +43,7 @@ func DefaultConfig() Config {
 		CapacitySlackPercent: 5,
 		MaxBufferedBatches:   4096,
 		MaxPredictedEntries:  1 << 20,
+		Sample:               1,
 	}
 }
 
@@ -51,6 +60,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("kvindex: MaxBufferedBatches %d must be positive", c.MaxBufferedBatches)
 	case c.MaxPredictedEntries < 0:
 		return fmt.Errorf("kvindex: MaxPredictedEntries %d must not be negative", c.MaxPredictedEntries)
+	case c.Sample < 1 || c.Sample > MaxSample:
+		return fmt.Errorf("kvindex: Sample %d out of [1, %d]", c.Sample, MaxSample)
 	}
 	return nil
 }
@@ -62,4 +73,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.IntVar(&c.CapacitySlackPercent, prefix+"capacity-slack-percent", c.CapacitySlackPercent, "percent a worker's indexed blocks may exceed its KV size before a resync")
 	fs.IntVar(&c.MaxBufferedBatches, prefix+"max-buffered-batches", c.MaxBufferedBatches, "event batches buffered per worker while its dump is in flight")
 	fs.IntVar(&c.MaxPredictedEntries, prefix+"max-predicted-entries", c.MaxPredictedEntries, "maximum predicted (block, worker) entries")
+	fs.IntVar(&c.Sample, prefix+"sample", c.Sample, "index about one block hash in this many (1: every block); depths are then under-estimated by up to the gap to the next kept block")
 }

@@ -51,6 +51,16 @@
 // intersects one set, not one per block (sets.go). BenchmarkLookup and
 // bench's BenchmarkScaleIndex measure it.
 //
+// # Sampled index
+//
+// With Config.Sample n > 1 (-index.sample) the index keeps only the hashes
+// Sampled(h, n) selects, about one in n by a mixed hash: sequence hashes are
+// chained, so a kept hash still names its whole prefix. The rule is
+// stateless, so apply, dumps, predictions, Held and HeldDepth agree without
+// knowing a block's depth; Lookup walks the sampled positions and reports
+// depths in blocks, short of the exact depth by up to the gap to the next
+// sampled position. EventCounts keep counting every block.
+//
 // # Offloaded tiers
 //
 // Engines that offload KV blocks to host memory or disk (vLLM's offloading

@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"encoding/binary"
+	"math/bits"
 
 	"github.com/zeebo/xxh3"
 )
@@ -91,3 +92,34 @@ func AppendSequenceHashes(dst []uint64, tokens []uint32, blockSize int, seed uin
 // stored block's lora_name). Requests for different models therefore never
 // share cache entries, even on a worker that serves several.
 func ModelSeed(model string) uint64 { return Salt(model) }
+
+// MaxSample bounds Config.Sample: one block in 256 already leaves a
+// 4,096-token prompt (256 blocks of 16) one sampled position on average.
+const MaxSample = 256
+
+// mix is the 64-bit finaliser of MurmurHash3: every output bit depends on
+// every input bit, so the sampling rule does not depend on how an engine's
+// hashes happen to be laid out (vLLM's and SGLang's are not all xxh3).
+func mix(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// Sampled reports whether the sequence hash h is one the index keeps at
+// sampling rate n (Config.Sample): about one hash in n, chosen by the hash
+// alone, so every store, removal, dump, prediction and lookup of the same
+// hash agrees without knowing the block's depth. The rule is
+// mix(h)·n < 2^64, the high word of the 128-bit product being zero
+// (Lemire's multiply-shift range reduction: one multiply, no division). Every
+// hash is sampled at n <= 1.
+func Sampled(h uint64, n int) bool {
+	if n <= 1 {
+		return true
+	}
+	hi, _ := bits.Mul64(mix(h), uint64(n))
+	return hi == 0
+}

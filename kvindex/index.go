@@ -382,10 +382,58 @@ func (ix *Index) ClearStale() int {
 // (the larger of its exact and predicted depth). It walks the hashes in order
 // and stops as soon as no worker remains. With a dst of sufficient capacity
 // it does not allocate for up to 4096 interned ids.
+//
+// With Config.Sample n > 1 it walks only the sampled positions (Sampled): a
+// worker's depth is the position of the last sampled hash it matched plus
+// one, and the first sampled position it misses ends its walk. The depth is
+// still in blocks but may fall short of the exact one by up to the gap to the
+// next sampled position; a prompt with no sampled position matches nothing.
 func (ix *Index) Lookup(seqHashes []uint64, dst []Match) []Match {
 	if len(seqHashes) == 0 {
 		return dst
 	}
+	if n := ix.cfg.Sample; n > 1 {
+		return ix.lookupSampled(seqHashes, dst, n)
+	}
+	return ix.lookupKept(seqHashes, dst)
+}
+
+// sampledOnStack is how many sampled positions a lookup keeps on the stack:
+// a 64k-token prompt of 16-token blocks at Sample 16. Longer prompts
+// allocate.
+const sampledOnStack = 256
+
+// lookupSampled is Lookup at sampling rate n: it walks the sampled hashes of
+// seqHashes and maps each matched depth back to a depth in blocks.
+func (ix *Index) lookupSampled(seqHashes []uint64, dst []Match, n int) []Match {
+	var hsStack [sampledOnStack]uint64
+	var posStack [sampledOnStack]int32
+	hs, pos := hsStack[:0], posStack[:0]
+	for i, h := range seqHashes {
+		if Sampled(h, n) {
+			hs = append(hs, h)
+			pos = append(pos, int32(i))
+		}
+	}
+	if len(hs) == 0 {
+		return dst
+	}
+	start := len(dst)
+	dst = ix.lookupKept(hs, dst)
+	for i := start; i < len(dst); i++ {
+		dst[i].Blocks = int(pos[dst[i].Blocks-1]) + 1
+	}
+	return dst
+}
+
+// keeps reports whether the index keeps hash h (Config.Sample).
+func (ix *Index) keeps(h uint64) bool { return ix.cfg.Sample <= 1 || Sampled(h, ix.cfg.Sample) }
+
+// Sample returns the index's sampling rate (Config.Sample).
+func (ix *Index) Sample() int { return ix.cfg.Sample }
+
+// lookupKept is Lookup over hashes that are all kept by the index.
+func (ix *Index) lookupKept(seqHashes []uint64, dst []Match) []Match {
 	start := len(dst)
 	names := *ix.names.Load()
 	dst = ix.lookupExact(seqHashes, names, dst)
@@ -634,14 +682,40 @@ func (ix *Index) TotalBlocks() int {
 }
 
 // Held reports whether worker holds the sequence hash h exactly. It is for
-// tests and diagnostics; routing uses Lookup.
+// tests and diagnostics; routing uses Lookup. A hash the index does not
+// keep (Config.Sample) is never held.
 func (ix *Index) Held(name string, h uint64) bool {
 	w := ix.lookupWorker(name)
-	return w != nil && ix.holds(h, w.ID())
+	return w != nil && ix.keeps(h) && ix.holds(h, w.ID())
+}
+
+// HeldDepth returns how many leading blocks of seqHashes worker holds
+// exactly, at the index's resolution: with Config.Sample 1 the number of
+// leading hashes it holds, otherwise the position of the last sampled hash
+// it holds before the first sampled one it lacks, plus one (what Lookup
+// reports from exact entries). Callers use it instead of counting Held
+// hashes, which under sampling stops at the first unsampled block.
+func (ix *Index) HeldDepth(name string, seqHashes []uint64) int {
+	w := ix.lookupWorker(name)
+	if w == nil {
+		return 0
+	}
+	id := w.ID()
+	d := 0
+	for i, h := range seqHashes {
+		if !ix.keeps(h) {
+			continue
+		}
+		if !ix.holds(h, id) {
+			break
+		}
+		d = i + 1
+	}
+	return d
 }
 
 // WorkerHashes appends every exact hash worker holds to dst, by scanning the
-// whole index. It is for tests and diagnostics, not the request path.
+// whole index (under Config.Sample, only the kept ones). It is for tests and diagnostics, not the request path.
 func (ix *Index) WorkerHashes(name string, dst []uint64) []uint64 {
 	w := ix.lookupWorker(name)
 	if w == nil {

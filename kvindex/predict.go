@@ -65,6 +65,9 @@ func (ix *Index) PredictUntil(worker string, seqHashes []uint64, expires time.Ti
 	p := &ix.pred
 	limit := int64(ix.cfg.MaxPredictedEntries)
 	for _, h := range seqHashes {
+		if !ix.keeps(h) {
+			continue
+		}
 		s := p.shardOf(h)
 		s.mu.Lock()
 		list := s.m[h]

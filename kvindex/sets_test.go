@@ -17,106 +17,128 @@ import (
 // prompts is looked up and each answer compared with the answer of a plain
 // map from worker to hashes, the specification the index had before sets
 // were shared.
+//
+// It runs at sampling rates 1, 4 and 16 (Config.Sample) against a model that
+// applies the same rule: it stores only sampled hashes, and a worker's depth
+// is the position of the last sampled hash it holds before the first
+// sampled one it lacks, plus one. Chains grow with the rate so that prompts
+// still have several sampled positions.
 func TestLookupWithInternedSetsAgreesWithAModelOnRandomTraces(t *testing.T) {
-	for seed := uint64(1); seed <= 4; seed++ {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			ix, _, _ := newTestIndex(t, func(c *Config) { c.MaxWorkers = 200 })
-			rng := rand.New(rand.NewPCG(seed, 30))
-			const workers = 150
-			systems := make([][]uint64, 6)
-			for s := range systems {
-				systems[s] = chain(uint64(100+s), 24)
-			}
-			convs := make([][]uint64, 40)
-			for c := range convs {
-				convs[c] = chain(uint64(1000+c), 16)
-			}
-			model := make([]map[uint64]bool, workers)
-			nextID := make([]uint64, workers)
-			for w := range model {
-				model[w] = map[uint64]bool{}
-				nextID[w] = 1
-			}
-			name := func(w int) string { return fmt.Sprintf("w%03d", w) }
-			apply := func(w int, hs []uint64, store bool) {
-				ev := removed(hs...)
-				if store {
-					ev = stored(nil, hs...)
-				}
-				require.Equal(t, OutcomeApplied, mustApply(t, ix, name(w), 1, nextID[w], ev))
-				nextID[w]++
-				for _, h := range hs {
-					if store {
-						model[w][h] = true
-					} else {
-						delete(model[w], h)
-					}
-				}
-			}
-			prompt := func() []uint64 {
-				sys := systems[rng.IntN(len(systems))]
-				switch rng.IntN(4) {
-				case 0:
-					return sys[:1+rng.IntN(len(sys))]
-				case 1:
-					return chain(uint64(9_000+rng.IntN(1000)), 8)
-				default:
-					return append(append([]uint64(nil), sys...), convs[rng.IntN(len(convs))]...)
-				}
-			}
-			check := func(step int) {
-				for range 20 {
-					p := prompt()
-					want := map[string]int{}
-					for w := range model {
-						d := 0
-						for d < len(p) && model[w][p[d]] {
-							d++
-						}
-						if d > 0 {
-							want[name(w)] = d
-						}
-					}
-					got := map[string]int{}
-					for _, m := range ix.Lookup(p, nil) {
-						_, dup := got[m.Worker]
-						require.False(t, dup, "step %d: %s twice", step, m.Worker)
-						got[m.Worker] = m.Blocks
-					}
-					require.Equal(t, want, got, "step %d", step)
-				}
-			}
-			for step := 0; step < 3000; step++ {
-				w := rng.IntN(workers)
-				switch r := rng.IntN(100); {
-				case r < 40: // a system prompt, whole or a prefix of it
-					sys := systems[rng.IntN(len(systems))]
-					apply(w, sys[:1+rng.IntN(len(sys))], true)
-				case r < 60: // a conversation after it
-					apply(w, convs[rng.IntN(len(convs))], true)
-				case r < 80: // evict a tail
-					sys := systems[rng.IntN(len(systems))]
-					apply(w, sys[rng.IntN(len(sys)):], false)
-				case r < 90: // evict a block in the middle of a run
-					sys := systems[rng.IntN(len(systems))]
-					k := rng.IntN(len(sys))
-					apply(w, sys[k:k+1], false)
-				case r < 95:
-					ix.RemoveWorker(name(w))
-					model[w] = map[uint64]bool{}
-					nextID[w] = 1
-				default:
-					ix.ClearStale()
-				}
-				if step%100 == 0 {
-					check(step)
-				}
-			}
-			check(-1)
-			ix.ClearStale()
-			check(-2)
-		})
+	for _, n := range []int{1, 4, 16} {
+		for seed := uint64(1); seed <= 4; seed++ {
+			t.Run(fmt.Sprintf("sample=%d/seed=%d", n, seed), func(t *testing.T) {
+				agreeWithModelOnRandomTrace(t, n, seed)
+			})
+		}
 	}
+}
+
+func agreeWithModelOnRandomTrace(t *testing.T, n int, seed uint64) {
+	ix, _, _ := newTestIndex(t, func(c *Config) { c.MaxWorkers = 200; c.Sample = n })
+	rng := rand.New(rand.NewPCG(seed, 30))
+	const workers = 150
+	scale := max(1, n/4)
+	systems := make([][]uint64, 6)
+	for s := range systems {
+		systems[s] = chain(uint64(100+s), 24*scale)
+	}
+	convs := make([][]uint64, 40)
+	for c := range convs {
+		convs[c] = chain(uint64(1000+c), 16*scale)
+	}
+	model := make([]map[uint64]bool, workers)
+	nextID := make([]uint64, workers)
+	for w := range model {
+		model[w] = map[uint64]bool{}
+		nextID[w] = 1
+	}
+	name := func(w int) string { return fmt.Sprintf("w%03d", w) }
+	apply := func(w int, hs []uint64, store bool) {
+		ev := removed(hs...)
+		if store {
+			ev = stored(nil, hs...)
+		}
+		require.Equal(t, OutcomeApplied, mustApply(t, ix, name(w), 1, nextID[w], ev))
+		nextID[w]++
+		for _, h := range hs {
+			if !Sampled(h, n) {
+				continue
+			}
+			if store {
+				model[w][h] = true
+			} else {
+				delete(model[w], h)
+			}
+		}
+	}
+	prompt := func() []uint64 {
+		sys := systems[rng.IntN(len(systems))]
+		switch rng.IntN(4) {
+		case 0:
+			return sys[:1+rng.IntN(len(sys))]
+		case 1:
+			return chain(uint64(9_000+rng.IntN(1000)), 8*scale)
+		default:
+			return append(append([]uint64(nil), sys...), convs[rng.IntN(len(convs))]...)
+		}
+	}
+	check := func(step int) {
+		for range 20 {
+			p := prompt()
+			want := map[string]int{}
+			for w := range model {
+				d := 0
+				for i, h := range p {
+					if !Sampled(h, n) {
+						continue
+					}
+					if !model[w][h] {
+						break
+					}
+					d = i + 1
+				}
+				if d > 0 {
+					want[name(w)] = d
+				}
+			}
+			got := map[string]int{}
+			for _, m := range ix.Lookup(p, nil) {
+				_, dup := got[m.Worker]
+				require.False(t, dup, "step %d: %s twice", step, m.Worker)
+				got[m.Worker] = m.Blocks
+			}
+			require.Equal(t, want, got, "step %d", step)
+		}
+	}
+	for step := 0; step < 3000; step++ {
+		w := rng.IntN(workers)
+		switch r := rng.IntN(100); {
+		case r < 40: // a system prompt, whole or a prefix of it
+			sys := systems[rng.IntN(len(systems))]
+			apply(w, sys[:1+rng.IntN(len(sys))], true)
+		case r < 60: // a conversation after it
+			apply(w, convs[rng.IntN(len(convs))], true)
+		case r < 80: // evict a tail
+			sys := systems[rng.IntN(len(systems))]
+			apply(w, sys[rng.IntN(len(sys)):], false)
+		case r < 90: // evict a block in the middle of a run
+			sys := systems[rng.IntN(len(systems))]
+			k := rng.IntN(len(sys))
+			apply(w, sys[k:k+1], false)
+		case r < 95:
+			ix.RemoveWorker(name(w))
+			model[w] = map[uint64]bool{}
+			nextID[w] = 1
+		default:
+			ix.ClearStale()
+		}
+		if step%100 == 0 {
+			check(step)
+		}
+	}
+	check(-1)
+	ix.ClearStale()
+	check(-2)
 }
 
 // TestBlocksWithTheSameHoldersShareOneSet checks the point of interning:

@@ -84,11 +84,7 @@ func (p prefixIndex) Overlaps(dst []scheduler.Overlap, seqHashes []uint64) []sch
 // ExactOverlap is the prefix depth worker holds by the engine's own events
 // (frontend.ExactIndex): what tells an eviction from a wrong prediction.
 func (p prefixIndex) ExactOverlap(worker string, seqHashes []uint64) int {
-	n := 0
-	for n < len(seqHashes) && p.ix.Held(worker, seqHashes[n]) {
-		n++
-	}
-	return n
+	return p.ix.HeldDepth(worker, seqHashes)
 }
 
 func (p prefixIndex) Predict(worker string, seqHashes []uint64) {
