@@ -241,6 +241,10 @@ func TestACancelledSGLangPairStreamReleasesBothBookings(t *testing.T) {
 	require.Equal(t, 1.0, labelled(r.reg, metrics.NameDisaggDecisions, map[string]string{"mode": "disaggregated"}))
 }
 
+// firstByteTimeouts counts attempts the router gave up on for want of a
+// first byte (frontend/hung.go).
+const firstByteTimeouts = "switchyard_router_first_byte_timeouts_total"
+
 // runLong sends n long completions at once and returns their errors.
 func runLong(ctx context.Context, cl openai.Client, prompt string, n int) []error {
 	var wg sync.WaitGroup
@@ -295,6 +299,7 @@ func TestAStoppedSGLangPrefillServerIsRetriedOnTheOther(t *testing.T) {
 	require.Equal(t, 8.0, served(cold)-before, "every request's room was filled by %s", cold)
 	require.Equal(t, 9.0, dec.kvTransfers(kvPulled))
 	require.Zero(t, dec.kvTransfers(kvTimeout), "no decode waited out its room")
+	require.Zero(t, labelled(r.reg, firstByteTimeouts, nil), "the prefill's failure cancelled its decode leg: no timer had to")
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		return gauge(r.reg, metrics.NameWorkerActiveRequests, map[string]string{metrics.LabelWorker: "d1"}) <= 0 &&
 			gauge(r.reg, metrics.NameWorkerActiveRequests, map[string]string{metrics.LabelWorker: hot}) <= 0 &&
@@ -320,6 +325,7 @@ func TestAStoppedOnlySGLangPrefillServerFallsBackToAggregated(t *testing.T) {
 	require.Positive(t, labelled(r.reg, metrics.NameDisaggLegErrors, map[string]string{"leg": "prefill"}))
 	require.GreaterOrEqual(t, labelled(both.reg, "switchyard_worker_http_requests_total", nil), 4.0,
 		"each request ended on the both-worker")
+	require.Zero(t, labelled(r.reg, firstByteTimeouts, nil), "the prefill's failure cancelled its decode leg: no timer had to")
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		for _, id := range []string{"b1", "p1", "d1"} {
 			if gauge(r.reg, metrics.NameWorkerActiveRequests, map[string]string{metrics.LabelWorker: id}) > 0 {
