@@ -104,6 +104,7 @@ func TestEveryFlagOfEverySubcommandChangesTheConfigurationItNames(t *testing.T) 
 		"labels":               "zone=a,rack=b",
 		"http.session-headers": "x-session-id,X-Dynamo-Session-ID",
 		"engine-apis":          "anthropic-messages",
+		"pd":                   "2P2D",
 	}
 	for _, sc := range flagSubcommands() {
 		fs, read := sc.build()

@@ -29,6 +29,7 @@ import (
 	"github.com/switchyard/switchyard/internal/tlsconf"
 	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/tenant"
+	"github.com/switchyard/switchyard/wire"
 )
 
 // UpConfig is a whole local cluster in one process.
@@ -67,6 +68,11 @@ type UpConfig struct {
 	// ranks behind one API server, an adapter per rank (up_dp.go). It
 	// needs ProtocolVLLM.
 	DPSize int
+	// PDPrefill and PDDecode make the first PDPrefill workers prefill
+	// workers and the next PDDecode decode workers, speaking PDTransfer
+	// (wire.TransferVLLM or wire.TransferSGLang); up_pd.go.
+	PDPrefill, PDDecode int
+	PDTransfer          string
 }
 
 // DefaultUpConfig is the embedded default of `make up`.
@@ -75,6 +81,7 @@ func DefaultUpConfig() UpConfig {
 		Replicas: 3, Workers: 8, HTTPBase: 8080, WorkerPort: 9001, EtcdPort: 12379, NATSPort: 14222,
 		Host: "127.0.0.1", Speedup: 1, Replica: upReplicaConfig(), Worker: DefaultWorkerConfig(),
 		Status: time.Second, Protocol: ProtocolNative, ZMQPort: 15557, AdapterPort: 9101,
+		PDTransfer: wire.TransferVLLM,
 	}
 }
 
@@ -114,6 +121,10 @@ func Up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.DPSize < 0 || cfg.DPSize > 64 {
 		_, _ = fmt.Fprintf(stderr, "up: -dp-size %d must be in [0, 64]\n", cfg.DPSize)
+		return ErrUsage
+	}
+	if err := cfg.validatePD(); err != nil {
+		_, _ = fmt.Fprintf(stderr, "up: %v\n", err)
 		return ErrUsage
 	}
 	if cfg.Protocol == ProtocolVLLM && cfg.ZMQPort == 0 {
@@ -156,6 +167,9 @@ func upFlags() (*flag.FlagSet, func() (UpConfig, zapcore.Level, error)) {
 	fs.DurationVar(&cfg.Replica.Frontend.ShutdownGrace, "shutdown-grace", cfg.Replica.Frontend.ShutdownGrace, "how long each router then waits for its in-flight requests and streams")
 	fs.IntVar(&cfg.DPSize, "dp-size", cfg.DPSize, "with -protocol vllm: run every simulated engine with this many data-parallel ranks behind one API server, an adapter per rank (0 or 1: none)")
 	fs.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run every link over TLS with credentials, from a CA made for this run (docs/security.md)")
+	var pd string
+	fs.StringVar(&pd, "pd", "", "run a disaggregated fleet xPyD (for example 2P2D): the first x simulated workers prefill, the next y decode, the rest of -workers (raised to x+y) run both")
+	fs.StringVar(&cfg.PDTransfer, "kv-transfer", cfg.PDTransfer, "with -pd: the role workers' KV transfer protocol, vllm or sglang")
 	var policyFile string
 	fs.StringVar(&policyFile, "policy", "", "policy classes YAML (default: deploy/policy.yaml, built in)")
 	cfg.Replica.Tenants.RegisterFlags(fs, "auth.")
@@ -166,6 +180,13 @@ func upFlags() (*flag.FlagSet, func() (UpConfig, zapcore.Level, error)) {
 		given := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 		deriveVLLMPorts(&c, given["adapter-port"], given["zmq-port"])
+		if pd != "" {
+			var err error
+			if c.PDPrefill, c.PDDecode, err = parsePDShape(pd); err != nil {
+				return c, level, err
+			}
+			c.pdWorkers()
+		}
 		if policyFile != "" {
 			raw, err := os.ReadFile(policyFile)
 			if err != nil {
@@ -381,6 +402,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 	}
 	cfg.Replica.Gossip.SecretKey = key
 
+	cfg.pdWorkers()
 	grp, gctx := errgroup.WithContext(ctx)
 	for i := 0; i < cfg.Workers; i++ {
 		wc := cfg.Worker
@@ -388,6 +410,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 		wc.Cluster = cfg.Replica.Cluster
 		wc.Listen = net.JoinHostPort(cfg.Host, strconv.Itoa(portAt(cfg.WorkerPort, i)))
 		wc.Engine.Speedup = cfg.Speedup
+		cfg.pdRole(i, &wc)
 		if cfg.Protocol == ProtocolVLLM && cfg.DPSize > 1 {
 			startDPEngine(gctx, grp, cfg, i, wc, etcdURL, natsURL, pki, log)
 			continue
@@ -531,6 +554,7 @@ func RunUp(ctx context.Context, cfg UpConfig, log *zap.Logger, stdout io.Writer)
 	if cfg.Protocol == ProtocolVLLM {
 		_, _ = fmt.Fprint(stdout, vllmBanner(cfg))
 	}
+	_, _ = fmt.Fprint(stdout, pdBanner(cfg))
 	if f := cfg.Replica.Tenants.KeysFile; f != "" {
 		_, _ = fmt.Fprintf(stdout, "  API keys from %s: every request needs -H 'authorization: Bearer KEY' (reloaded every %v)\n", f, cfg.Replica.Tenants.ReloadInterval)
 		curl += " -H 'authorization: Bearer KEY'"
