@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -255,7 +256,9 @@ func (n *rollNode) stop(tb testing.TB) {
 	require.NoError(tb, n.sess.RegisterReplica(ctx, wire.ReplicaInfo{ID: n.id, HTTPAddr: "127.0.0.1:1", Ready: false}))
 	testenv.Eventually(tb, 30*time.Second, func() bool { return n.owned() == 0 }, "%s did not hand off its classes", n.id)
 	n.stopOwn()
-	<-n.ownDone
+	if err := <-n.ownDone; err != nil && !errors.Is(err, context.Canceled) {
+		tb.Errorf("%s: ownership stopped with %v", n.id, err)
+	}
 	n.stopAll()
 	n.allDone.Wait()
 	require.NoError(tb, n.sess.Revoke(ctx))
