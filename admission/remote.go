@@ -23,6 +23,12 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		return nil, false, fmt.Errorf("encode admit request: %w", err)
 	}
 	rctx, cancel := context.WithCancel(ctx)
+	// waitUntil is when this attempt's own wait ends (see below): a status
+	// probe that would come later is not armed.
+	waitUntil := c.clock.Now().Add(c.cfg.OwnerReplyTimeout)
+	if !r.Due.IsZero() {
+		waitUntil = r.Due.Add(time.Second)
+	}
 	if !r.Due.IsZero() {
 		// The owner rejects at the due time itself; the grace lets its
 		// typed rejection arrive before the entry gives up on its own.
@@ -42,7 +48,7 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	epochAtSend := c.epochs[r.Class]
 	c.mu.Unlock()
 	start := c.clock.Now()
-	msg, st, err := c.awaitAdmit(ctx, rctx, cancel, data, r, owner)
+	msg, st, err := c.awaitAdmit(ctx, rctx, cancel, data, r, owner, waitUntil)
 	cancel()
 	c.mu.Lock()
 	delete(c.pending, p)
@@ -229,13 +235,14 @@ type probeOutcome struct {
 // statusTimeout bounds one status probe's round trip.
 func (c *Client) statusTimeout() time.Duration { return min(c.cfg.StatusAfter, 2*time.Second) }
 
-// awaitAdmit sends the admit request on rctx and waits for its answer. An
-// attempt with no answer after StatusAfter, and every StatusAfter after
+// awaitAdmit sends the admit request on rctx and waits for its answer
+// (until is when rctx ends on the client's clock). An attempt with no
+// answer after StatusAfter, and every StatusAfter after
 // that, is probed at owner (status.go); a probe that decides the attempt
 // (granted, unknown, no responders) ends the wait: the request is
 // cancelled (its inbox dropped) and the probe's outcome returned. Otherwise
 // the admit's own reply or error is returned, as RequestWithContext gave it.
-func (c *Client) awaitAdmit(ctx, rctx context.Context, cancel context.CancelFunc, data []byte, r *scheduler.Request, owner Owner) (*nats.Msg, probeOutcome, error) {
+func (c *Client) awaitAdmit(ctx, rctx context.Context, cancel context.CancelFunc, data []byte, r *scheduler.Request, owner Owner, until time.Time) (*nats.Msg, probeOutcome, error) {
 	type answer struct {
 		msg *nats.Msg
 		err error
@@ -245,6 +252,10 @@ func (c *Client) awaitAdmit(ctx, rctx context.Context, cancel context.CancelFunc
 		msg, err := c.nc.RequestWithContext(rctx, c.subj.Admit(r.Class), data)
 		done <- answer{msg, err}
 	}()
+	if !c.clock.Now().Add(c.cfg.StatusAfter).Before(until) {
+		a := <-done // the attempt's own bound comes first: no probe
+		return a.msg, probeOutcome{}, a.err
+	}
 	probe := c.clock.NewTimer(c.cfg.StatusAfter)
 	defer probe.Stop()
 	for {
