@@ -156,11 +156,18 @@ func (c *Client) admit(ctx context.Context, r *scheduler.Request) (*Ticket, erro
 		if errors.Is(err, errNoResponders) {
 			unreachableAt, unreachableOwner, err = c.unreachableUntil(r.Class, owner), owner, nil
 		}
+		resubmit := errors.Is(err, errResubmitNow)
+		if resubmit {
+			err = nil
+		}
 		if err != nil || !retry {
 			return t, err
 		}
 		if waitSince.IsZero() {
 			waitSince = c.clock.Now()
+		}
+		if resubmit {
+			continue // the status probe found the attempt lost at a live owner
 		}
 		if !unreachableAt.IsZero() && !c.clock.Now().Before(unreachableAt) {
 			continue // the owner is unreachable: admit here at once

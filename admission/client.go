@@ -47,6 +47,15 @@ type ClientConfig struct {
 	// The whole admission of a request without a deadline is bounded too,
 	// by AdmitBound: NoOwnerTimeout + OwnerReplyTimeout of its arrival.
 	OwnerReplyTimeout time.Duration
+	// StatusAfter is how long an admit request sent to a remote owner
+	// waits for its answer before the entry asks that owner what became
+	// of the attempt (a status probe, status.go), and how often it asks
+	// again while the answer is "queued". NATS core is at-most-once: a
+	// lost reply, or an admit delivered to a subscription nobody reads,
+	// then costs about StatusAfter instead of OwnerReplyTimeout. Each
+	// probe is one small round trip to the owner and one actor turn
+	// there, so it should exceed the usual queue wait.
+	StatusAfter time.Duration
 	// Clock is what the entry side reads and waits on (nil: wall time). It
 	// must be the clock of the replica's scheduler.
 	Clock clock.Clock
@@ -105,6 +114,7 @@ func DefaultClientConfig() ClientConfig {
 		AbandonGrace:   500 * time.Millisecond,
 
 		OwnerReplyTimeout: time.Minute,
+		StatusAfter:       3 * time.Second,
 		EtcdDegradedAfter: 2 * time.Second,
 
 		OwnerUnreachableAfter: 2 * time.Second,
@@ -129,6 +139,8 @@ func (c ClientConfig) Validate() error {
 		return fmt.Errorf("admission: AbandonGrace must be >= 0")
 	case c.OwnerReplyTimeout <= 0:
 		return fmt.Errorf("admission: OwnerReplyTimeout must be > 0")
+	case c.StatusAfter <= 0:
+		return fmt.Errorf("admission: StatusAfter must be > 0")
 	case c.EtcdDegradedAfter <= 0:
 		return fmt.Errorf("admission: EtcdDegradedAfter must be > 0")
 	case c.OwnerUnreachableAfter <= 0:

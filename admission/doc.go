@@ -48,7 +48,9 @@
 // (degraded modes), degraded.go (the degraded quota policy), run.go (Run
 // and Leave), bookings.go (tracking, renewal and release of in-flight
 // bookings), rehome.go (moving them to a new owner), counts.go and
-// ticket.go. On the owner side, adopthold.go ends adoption holds.
+// ticket.go. On the owner side, adopthold.go ends adoption holds. status.go
+// is the status probe, both sides: an entry asks the owner about an attempt
+// that has had no answer for ClientConfig.StatusAfter.
 //
 // Quota leases a tenant's quota across the class owners its requests go to
 // (capacity leasing, docs/tenants.md): quota.go is the holder side (the

@@ -335,6 +335,10 @@ func fakeClockEntry(t *testing.T, h *harness) (*Client, *Metrics, *clock.Fake, C
 	clock := clock.NewFake(time.Now())
 	cfg := DefaultClientConfig()
 	cfg.Clock = clock
+	// These tests are about the paths behind the status probe (their owner
+	// x is a bare subscription, with no status subject): it is set past
+	// every bound, so it is never armed.
+	cfg.StatusAfter = 10 * cfg.AdmitBound()
 	return NewClient(cfg, "b", cluster, entryNC, port, srv, zap.NewNop(), m), m, clock, cfg
 }
 

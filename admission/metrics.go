@@ -13,15 +13,19 @@ type Metrics struct {
 	// (metrics.Admission.DegradedAdmissions, labelled by class).
 	DegradedByClass *prometheus.CounterVec
 
-	remoteSeconds     *prometheus.HistogramVec
-	retries           *prometheus.CounterVec
-	staleGrants       prometheus.Counter
-	degraded          prometheus.Gauge
-	degradedAdmits    prometheus.Counter
-	etcdDegraded      prometheus.Gauge
-	decodeErrors      *prometheus.CounterVec
-	staleLifeMarks    prometheus.Counter
-	cancelledGrants   prometheus.Counter
+	remoteSeconds   *prometheus.HistogramVec
+	retries         *prometheus.CounterVec
+	staleGrants     prometheus.Counter
+	degraded        prometheus.Gauge
+	degradedAdmits  prometheus.Counter
+	etcdDegraded    prometheus.Gauge
+	decodeErrors    *prometheus.CounterVec
+	staleLifeMarks  prometheus.Counter
+	cancelledGrants prometheus.Counter
+	// statusProbes and statusAnswers: the entry's probes of silent
+	// attempts by result, the owner's answers by status (status.go).
+	statusProbes      *prometheus.CounterVec
+	statusAnswers     *prometheus.CounterVec
 	adopted           prometheus.Counter
 	rehomed           prometheus.Counter
 	entryRejected     *prometheus.CounterVec
@@ -63,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{metrics.LabelResult}),
 		retries: f.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionEntryRetries,
-			Help: "Admission attempts an entry replica repeated, by cause (no_owner, ownership_moved, owner_changed, stale_grant, nats_error, reply_timeout, connection_lost).",
+			Help: "Admission attempts an entry replica repeated, by cause (no_owner, ownership_moved, owner_changed, stale_grant, nats_error, reply_timeout, connection_lost, status_unknown, status_unreachable).",
 		}, []string{"cause"}),
 		staleGrants: f.NewCounter(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionStaleGrants,
@@ -93,6 +97,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: metrics.NameAdmissionCancelledGrants,
 			Help: "Grants withdrawn (rolled back, counted cancelled) because the entry's cancel of the attempt had arrived before its admit request.",
 		}),
+		statusProbes: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionStatusProbes,
+			Help: "Status probes this entry replica sent about admit requests with no answer after the status bound, by result (queued, granted, unknown, no_responders, timeout, error).",
+		}, []string{metrics.LabelResult}),
+		statusAnswers: f.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.NameAdmissionStatusAnswers,
+			Help: "Status probes this replica answered as the owner an attempt was sent to, by status (queued, granted, unknown).",
+		}, []string{"status"}),
 		adopted: f.NewCounter(prometheus.CounterOpts{
 			Name: metrics.NameAdmissionAdoptedBookings,
 			Help: "In-flight bookings this replica adopted as a class's new owner.",

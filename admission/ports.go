@@ -30,6 +30,9 @@ type Actor interface {
 	RejectQueued(class string, reason scheduler.Reason)
 	// Snapshot is the actor's latest published snapshot (its queues).
 	Snapshot() *scheduler.Snapshot
+	// Attempt reports, on the actor's turn, what it knows of one attempt
+	// of a request (Core.Attempt): an owner's answer to a status probe.
+	Attempt(ctx context.Context, requestID string, attempt int) (scheduler.AttemptState, scheduler.BookingID, error)
 }
 
 // Owner is a class's owner as the cluster layer knows it.
@@ -57,4 +60,12 @@ type localActor struct {
 // handoff does not restart the rotation at the first class.
 func (l localActor) RejectQueued(class string, reason scheduler.Reason) {
 	_ = l.Do(context.Background(), func(c *scheduler.Core) { c.RejectQueued(class, reason) })
+}
+
+// Attempt reads Core.Attempt on the actor's turn.
+func (l localActor) Attempt(ctx context.Context, requestID string, attempt int) (scheduler.AttemptState, scheduler.BookingID, error) {
+	var st scheduler.AttemptState
+	var id scheduler.BookingID
+	err := l.Do(ctx, func(c *scheduler.Core) { st, id = c.Attempt(requestID, attempt) })
+	return st, id, err
 }

@@ -23,6 +23,12 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		return nil, false, fmt.Errorf("encode admit request: %w", err)
 	}
 	rctx, cancel := context.WithCancel(ctx)
+	// waitUntil is when this attempt's own wait ends (see below): a status
+	// probe that would come later is not armed.
+	waitUntil := c.clock.Now().Add(c.cfg.OwnerReplyTimeout)
+	if !r.Due.IsZero() {
+		waitUntil = r.Due.Add(time.Second)
+	}
 	if !r.Due.IsZero() {
 		// The owner rejects at the due time itself; the grace lets its
 		// typed rejection arrive before the entry gives up on its own.
@@ -42,12 +48,39 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 	epochAtSend := c.epochs[r.Class]
 	c.mu.Unlock()
 	start := c.clock.Now()
-	msg, err := c.nc.RequestWithContext(rctx, c.subj.Admit(r.Class), data)
+	msg, st, err := c.awaitAdmit(ctx, rctx, cancel, data, r, owner, waitUntil)
 	cancel()
 	c.mu.Lock()
 	delete(c.pending, p)
 	abandoned, connLost := p.abandoned, p.connLost
 	c.mu.Unlock()
+
+	var reply *wire.AdmitReply
+	switch st.result {
+	case probeGranted:
+		// The owner's status answer carries the grant its lost reply
+		// had; the original reply, if it arrives now, names the same
+		// booking and is dropped with the request's inbox.
+		reply, err = st.grant, nil
+	case probeUnknown:
+		// The owner does not hold the attempt: it never saw it (lost on
+		// the way, or on a subscription nobody reads) or it is finished
+		// and its reply was lost. Withdraw it there (a grant made after
+		// the answer is withdrawn, cancelled.go) and resubmit at once.
+		c.m.retries.WithLabelValues("status_unknown").Inc()
+		c.cancelAt(r, owner.Replica)
+		r.Attempt++
+		return nil, true, errResubmitNow
+	case probeNoResponders:
+		// The owner has no status subscription: cut from NATS, or gone.
+		// As for an admit answered "no responders" (unreachable.go),
+		// except that the owner may have counted this attempt.
+		c.m.retries.WithLabelValues("status_unreachable").Inc()
+		c.cancelAt(r, owner.Replica)
+		c.noteNoResponders(r.Class, owner)
+		r.Attempt++
+		return nil, true, errNoResponders
+	}
 
 	if err != nil {
 		switch {
@@ -99,12 +132,14 @@ func (c *Client) admitRemote(ctx context.Context, r *scheduler.Request, owner Ow
 		}
 	}
 	c.ownerAnswered(r.Class)
-	reply, err := wire.DecodeAdmitReply(msg.Data)
-	if err != nil {
-		c.m.decodeErrors.WithLabelValues("admit_reply").Inc()
-		c.m.retries.WithLabelValues("nats_error").Inc()
-		r.Attempt++
-		return nil, true, nil
+	if reply == nil {
+		reply, err = wire.DecodeAdmitReply(msg.Data)
+		if err != nil {
+			c.m.decodeErrors.WithLabelValues("admit_reply").Inc()
+			c.m.retries.WithLabelValues("nats_error").Inc()
+			r.Attempt++
+			return nil, true, nil
+		}
 	}
 	g, rerr := grantFromReply(reply, r.ID)
 	if rerr != nil {
@@ -168,5 +203,112 @@ func (c *Client) cancelAt(r *scheduler.Request, owner string) {
 	b, err := wire.EncodeAdmission(&wire.CancelRequest{ID: r.ID, Attempt: r.Attempt, Entry: c.replica, Owner: owner})
 	if err == nil {
 		_ = c.nc.Publish(c.subj.Cancel(r.Class), b)
+	}
+}
+
+// errResubmitNow is admitRemote's answer when the attempt is to be sent
+// again at once, without a backoff: the owner answered, it just does not
+// hold the attempt. Every such round costs a StatusAfter, so it cannot spin.
+var errResubmitNow = errors.New("admission: resubmit at once")
+
+// probeResult is what a status probe learned (status.go).
+type probeResult int
+
+const (
+	probeNone         probeResult = iota // no probe decided the attempt: the admit's own answer did
+	probeQueued                          // the owner holds it: keep waiting
+	probeGranted                         // its grant, again: use it
+	probeUnknown                         // the owner does not hold it: cancel and resubmit
+	probeNoResponders                    // the owner has no status subscription
+	probeTimeout                         // no answer: keep waiting, probe again
+	probeError                           // connection trouble or a bad answer: keep waiting
+)
+
+var probeLabels = [...]string{probeNone: "none", probeQueued: "queued", probeGranted: "granted", probeUnknown: "unknown",
+	probeNoResponders: "no_responders", probeTimeout: "timeout", probeError: "error"}
+
+type probeOutcome struct {
+	result probeResult
+	grant  *wire.AdmitReply // probeGranted
+}
+
+// statusTimeout bounds one status probe's round trip.
+func (c *Client) statusTimeout() time.Duration { return min(c.cfg.StatusAfter, 2*time.Second) }
+
+// awaitAdmit sends the admit request on rctx and waits for its answer
+// (until is when rctx ends on the client's clock). An attempt with no
+// answer after StatusAfter, and every StatusAfter after
+// that, is probed at owner (status.go); a probe that decides the attempt
+// (granted, unknown, no responders) ends the wait: the request is
+// cancelled (its inbox dropped) and the probe's outcome returned. Otherwise
+// the admit's own reply or error is returned, as RequestWithContext gave it.
+func (c *Client) awaitAdmit(ctx, rctx context.Context, cancel context.CancelFunc, data []byte, r *scheduler.Request, owner Owner, until time.Time) (*nats.Msg, probeOutcome, error) {
+	type answer struct {
+		msg *nats.Msg
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() { // waited for on every path below
+		msg, err := c.nc.RequestWithContext(rctx, c.subj.Admit(r.Class), data)
+		done <- answer{msg, err}
+	}()
+	if !c.clock.Now().Add(c.cfg.StatusAfter).Before(until) {
+		a := <-done // the attempt's own bound comes first: no probe
+		return a.msg, probeOutcome{}, a.err
+	}
+	probe := c.clock.NewTimer(c.cfg.StatusAfter)
+	defer probe.Stop()
+	for {
+		select {
+		case a := <-done:
+			return a.msg, probeOutcome{}, a.err
+		case <-probe.C():
+		}
+		st := c.probeStatus(ctx, r, owner)
+		c.m.statusProbes.WithLabelValues(probeLabels[st.result]).Inc()
+		switch st.result {
+		case probeGranted, probeUnknown, probeNoResponders:
+			cancel()
+			<-done // its reply, if it came meanwhile, is this attempt's: superseded
+			return nil, st, nil
+		}
+		probe.Reset(c.cfg.StatusAfter)
+	}
+}
+
+// probeStatus asks owner what became of r's current attempt.
+func (c *Client) probeStatus(ctx context.Context, r *scheduler.Request, owner Owner) probeOutcome {
+	b, err := wire.EncodeStatus(&wire.StatusRequest{Class: r.Class, ID: r.ID, Attempt: r.Attempt, Entry: c.replica, Owner: owner.Replica})
+	if err != nil {
+		return probeOutcome{result: probeError}
+	}
+	// A network round trip's bound: wall time, like the NATS request's
+	// own timeout (the client's clock may be a test's, held still).
+	pctx, cancel := context.WithTimeout(ctx, c.statusTimeout())
+	defer cancel()
+	msg, err := c.nc.RequestWithContext(pctx, c.subj.Status(owner.Replica), b)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return probeOutcome{result: probeNoResponders}
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return probeOutcome{result: probeTimeout}
+	case err != nil:
+		return probeOutcome{result: probeError}
+	}
+	rep, err := wire.DecodeStatusReply(msg.Data)
+	if err != nil {
+		c.m.decodeErrors.WithLabelValues("status_reply").Inc()
+		return probeOutcome{result: probeError}
+	}
+	if rep.Owner != owner.Replica {
+		return probeOutcome{result: probeError}
+	}
+	switch rep.Status {
+	case wire.StatusQueued:
+		return probeOutcome{result: probeQueued}
+	case wire.StatusGranted:
+		return probeOutcome{result: probeGranted, grant: rep.Grant}
+	default:
+		return probeOutcome{result: probeUnknown}
 	}
 }

@@ -62,6 +62,12 @@ type Server struct {
 	// of one whose admit arrived after its cancel is withdrawn
 	// (cancelled.go).
 	cancelled cancelledAttempts
+
+	// inbound and sent answer entries' status probes (status.go): the
+	// admits not yet handed to the actor, and the replies of the grants
+	// not yet acknowledged.
+	inbound inboundAttempts
+	sent    sentGrants
 }
 
 type ownedClass struct {
@@ -150,6 +156,11 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscribe life marks: %w", err)
 	}
+	statusSub, err := s.nc.Subscribe(s.subj.Status(s.replica), s.onStatus)
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("subscribe status probes: %w", err)
+	}
 	s.rmu.Lock()
 	s.replying = true
 	s.rmu.Unlock()
@@ -178,6 +189,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.publish(<-s.replies)
 	}
 	_ = sub.Unsubscribe()
+	_ = statusSub.Unsubscribe()
 	s.mu.Lock()
 	for class, oc := range s.owned {
 		for _, sub := range oc.subs {
@@ -322,15 +334,19 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 			Detail: fmt.Sprintf("request for class %q sent on the subject of class %q", in.Class, class)})
 		return
 	}
+	// From here until the actor has it (enqueueLeased) or it is answered
+	// without it (answer), a status probe reads it queued.
+	key := statusKey{in.ID, in.Attempt}
+	s.inbound.add(key)
 	if _, ok := s.Owns(class); !ok { // raced with Disown: the entry resubmits
-		s.reply(m, movedReply())
+		s.answer(m, key, movedReply())
 		return
 	}
 	req := RequestFromWire(in)
 	if d, done := s.adoptionHold(req); d > 0 {
 		// Wait off the subscription's goroutine: the class's other
 		// requests are not held behind this one.
-		if !s.beginHold(m) {
+		if !s.beginHold(m, req) {
 			return
 		}
 		s.m.heldForAdoption.Inc()
@@ -344,12 +360,19 @@ func (s *Server) onAdmit(class string, m *nats.Msg) {
 			case <-done: // adoption complete: every live entry re-homed
 				s.enqueueAdmit(class, m, req)
 			case <-s.runCtx.Done(): // stopping: the entry resubmits
-				s.reply(m, movedReply())
+				s.answer(m, key, movedReply())
 			}
 		}()
 		return
 	}
 	s.enqueueAdmit(class, m, req)
+}
+
+// answer replies to an admit request that does not reach the actor, and
+// ends its inbound record.
+func (s *Server) answer(m *nats.Msg, key statusKey, out *wire.AdmitReply) {
+	s.inbound.remove(key)
+	s.reply(m, out)
 }
 
 // adoptionHold returns how long r must still wait before its owner admits
@@ -383,7 +406,7 @@ func (s *Server) adoptionHold(r *scheduler.Request) (time.Duration, <-chan struc
 // goroutine (Run's stop waits for it: call s.holds.Done when it ends). Once
 // Run is stopping it answers "moved" instead (the entry resubmits) and
 // reports false.
-func (s *Server) beginHold(m *nats.Msg) bool {
+func (s *Server) beginHold(m *nats.Msg, req *scheduler.Request) bool {
 	s.mu.Lock() // ordered with Run's stop: no Add after its Wait began
 	stopping := s.runCtx.Err() != nil
 	if !stopping {
@@ -391,7 +414,7 @@ func (s *Server) beginHold(m *nats.Msg) bool {
 	}
 	s.mu.Unlock()
 	if stopping {
-		s.reply(m, movedReply())
+		s.answer(m, statusKey{req.ID, req.Attempt}, movedReply())
 	}
 	return !stopping
 }
@@ -405,7 +428,7 @@ func (s *Server) enqueueAdmit(class string, m *nats.Msg, req *scheduler.Request)
 		s.enqueueLeased(class, m, req, qt)
 		return
 	}
-	if !s.beginHold(m) {
+	if !s.beginHold(m, req) {
 		return
 	}
 	go func() {
@@ -414,14 +437,14 @@ func (s *Server) enqueueAdmit(class string, m *nats.Msg, req *scheduler.Request)
 		switch {
 		case s.runCtx.Err() != nil: // stopping: the entry resubmits
 			qt.cancel()
-			s.reply(m, movedReply())
+			s.answer(m, statusKey{req.ID, req.Attempt}, movedReply())
 		case err != nil:
 			out := &wire.AdmitReply{Owner: s.replica}
 			if e, ok := s.Owns(class); ok {
 				out.Epoch = e
 			}
 			fillRejection(out, err)
-			s.reply(m, out)
+			s.answer(m, statusKey{req.ID, req.Attempt}, out)
 		default:
 			s.enqueueLeased(class, m, req, qt)
 		}
@@ -471,9 +494,15 @@ func (s *Server) enqueueLeased(class string, m *nats.Msg, req *scheduler.Request
 				out.Candidates = append(out.Candidates, wire.Candidate{Worker: c.Worker, CachedTokens: c.CachedTokens, PredictedTTFTNano: int64(c.PredictedTTFT)})
 			}
 			out.Decode, out.Decision = decodeToWire(g)
+			// Kept for a status probe until the entry acknowledges it
+			// (status.go), on this turn: a probe's turn comes after it.
+			out.Owner, out.Instance = s.replica, s.instance
+			s.sent.save(statusKey{req.ID, req.Attempt}, g.Booking, out, s.clock.Now())
 		}
 		return s.handOff(outgoingReply{m: m, out: out, booking: g.Booking})
 	})
+	// The actor has it: the next turn, a status probe's, sees it.
+	s.inbound.remove(statusKey{req.ID, req.Attempt})
 }
 
 // handOff runs on the actor's turn (where nothing may block or wait): it
@@ -499,6 +528,7 @@ func (s *Server) handOff(r outgoingReply) bool {
 // freed at once instead of waiting for its ack timeout.
 func (s *Server) publish(r outgoingReply) {
 	if !s.reply(r.m, r.out) && r.out.OK {
+		s.sent.forgetBookings([]scheduler.BookingID{r.booking})
 		s.actor.Finish(r.booking)
 	}
 }
@@ -551,6 +581,8 @@ func (s *Server) onLife(m *nats.Msg) {
 	for i, b := range in.Bookings {
 		ids[i] = scheduler.BookingID(b)
 	}
+	// The entry has these grants: no status probe will ask for them.
+	s.sent.forgetBookings(ids)
 	switch in.Kind {
 	case wire.LifeDispatched:
 		for _, id := range ids {

@@ -134,7 +134,12 @@ const (
 	// NameAdmissionCancelledGrants counts grants withdrawn because their
 	// cancel had overtaken their admit request (admission/cancelled.go).
 	NameAdmissionCancelledGrants = "switchyard_admission_cancelled_grants_total"
-	NameClusterAcquireErrors     = "switchyard_cluster_ownership_acquire_errors_total"
+	// NameAdmissionStatusProbes counts the status probes an entry sent
+	// about attempts that had no answer, by result; NameAdmissionStatusAnswers
+	// the probes an owner answered, by status.
+	NameAdmissionStatusProbes  = "switchyard_admission_status_probes_total"
+	NameAdmissionStatusAnswers = "switchyard_admission_status_answers_total"
+	NameClusterAcquireErrors   = "switchyard_cluster_ownership_acquire_errors_total"
 
 	// KV index (kvindex/metrics.go).
 	NameIndexBlocks           = "switchyard_index_blocks"

@@ -165,8 +165,9 @@ func TestTheRouterUsesTheAdmissionSubjectsAndAWrongPasswordIsRefused(t *testing.
 	require.NoError(t, err)
 	require.Equal(t, "grant", string(m.Data))
 	// Tenant quotas are leased between routers: a quota owner answers
-	// lease requests and holders answer its recalls.
-	for _, s := range []string{subj.Quota("router-1"), subj.QuotaRecall("router-2")} {
+	// lease requests and holders answer its recalls. An entry asks the
+	// owner an attempt went to about it on that owner's status subject.
+	for _, s := range []string{subj.Quota("router-1"), subj.QuotaRecall("router-2"), subj.Status("router-1")} {
 		_, err = owner.Subscribe(s, func(m *nats.Msg) { _ = m.Respond([]byte("lease")) })
 		require.NoError(t, err)
 		require.NoError(t, owner.Flush())

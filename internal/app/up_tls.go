@@ -100,9 +100,9 @@ const natsRouterUser = "router"
 // answers only its own dump requests.
 func natsUsers(routerPassword string, workerPasswords map[string]string) []*natsserver.User {
 	router := &natsserver.Permissions{
-		Publish: &natsserver.SubjectPermission{Allow: []string{"sy.*.admit.*", "sy.*.cancel.*", "sy.*.life.*", "sy.*.adopt.*", "sy.*.quota.*", "sy.*.quotarecall.*", "sy.*.kvdump.*", "_INBOX.>"}},
+		Publish: &natsserver.SubjectPermission{Allow: []string{"sy.*.admit.*", "sy.*.cancel.*", "sy.*.life.*", "sy.*.adopt.*", "sy.*.quota.*", "sy.*.quotarecall.*", "sy.*.status.*", "sy.*.kvdump.*", "_INBOX.>"}},
 		Subscribe: &natsserver.SubjectPermission{Allow: []string{"sy.*.kv.*", "sy.*.load.*", "sy.*.admit.*", "sy.*.cancel.*",
-			"sy.*.life.*", "sy.*.adopt.*", "sy.*.quota.*", "sy.*.quotarecall.*", "_INBOX.>"}},
+			"sy.*.life.*", "sy.*.adopt.*", "sy.*.quota.*", "sy.*.quotarecall.*", "sy.*.status.*", "_INBOX.>"}},
 	}
 	users := []*natsserver.User{{Username: natsRouterUser, Password: routerPassword, Permissions: router}}
 	for id, pw := range workerPasswords {
