@@ -195,42 +195,7 @@ func TestAnSGLangLongPromptRunsAsAPairAndAShortOneRunsAggregated(t *testing.T) {
 }
 
 func TestACancelledSGLangPairStreamReleasesBothBookings(t *testing.T) {
-	c := routerTestCluster(t)
-	pre := c.addWorker("p1", sglangWorker(wire.RolePrefill))
-	dec := c.addWorker("d1", func(cfg *WorkerConfig) {
-		sglangWorker(wire.RoleDecode)(cfg)
-		cfg.Engine.Speedup = 1 // a stream that lasts
-	})
-	r := c.startPDOwner(2, 64)
-	role := func(ro string) float64 {
-		return gauge(r.reg, metrics.NameRoleActiveRequests, map[string]string{metrics.LabelRole: ro})
-	}
-	worker := func(id string) float64 {
-		return gauge(r.reg, metrics.NameWorkerActiveRequests, map[string]string{metrics.LabelWorker: id})
-	}
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		return gauge(r.reg, metrics.NameRoleWorkers, map[string]string{metrics.LabelRole: wire.RolePrefill}) == 1 &&
-			gauge(r.reg, metrics.NameRoleWorkers, map[string]string{metrics.LabelRole: wire.RoleDecode}) == 1
-	}, "one worker of each role")
-
-	ctx, cancel := context.WithCancel(testenv.Context(t))
-	defer cancel()
-	cl := r.client()
-	stream := cl.Completions.NewStreaming(ctx, openai.CompletionNewParams{
-		Model:     openai.CompletionNewParamsModel(testModel),
-		Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(strings.Repeat("a long shared context ", 60))},
-		MaxTokens: openai.Int(4000),
-	})
-	require.True(t, stream.Next(), "the decode leg streams: %v", stream.Err())
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		return worker("p1") == 1 && worker("d1") == 1 && role(wire.RolePrefill) == 1 && role(wire.RoleDecode) == 1 &&
-			role(wire.RoleBoth) == 0
-	}, "the pair booked on p1 and d1")
-	cancel()
-	_ = stream.Close()
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		return worker("p1") == 0 && worker("d1") == 0 && role(wire.RolePrefill) == 0 && role(wire.RoleDecode) == 0
-	}, "the cancel released both bookings (p1 %v, d1 %v)", worker("p1"), worker("d1"))
+	r, pre, dec := cancelAPairStream(t, sglangWorker)
 	// Nothing runs on for the client that left: the decode engine dropped
 	// the sequence, and the prefill served its room once.
 	testenv.Eventually(t, 10*time.Second, func() bool {

@@ -154,14 +154,24 @@ func gauge(reg prometheus.Gatherer, name string, labels map[string]string) float
 }
 
 func TestACancelledPairStreamReleasesBothBookings(t *testing.T) {
+	r, _, _ := cancelAPairStream(t, roleWorker)
+	require.Equal(t, 1.0, labelled(r.reg, metrics.NameDisaggDecisions, map[string]string{"mode": "disaggregated"}))
+}
+
+// cancelAPairStream registers a prefill worker p1 and a decode worker d1
+// made by role (the protocol's worker options), streams a long completion
+// through a pair, cancels it, and checks that both bookings are released.
+// It returns the router and both workers for the protocol's own checks.
+func cancelAPairStream(t *testing.T, role func(string) func(*WorkerConfig)) (r *runningReplica, pre, dec *runningWorker) {
+	t.Helper()
 	c := routerTestCluster(t)
-	c.addWorker("p1", roleWorker(wire.RolePrefill))
-	c.addWorker("d1", func(cfg *WorkerConfig) {
-		roleWorker(wire.RoleDecode)(cfg)
+	pre = c.addWorker("p1", role(wire.RolePrefill))
+	dec = c.addWorker("d1", func(cfg *WorkerConfig) {
+		role(wire.RoleDecode)(cfg)
 		cfg.Engine.Speedup = 1 // a stream that lasts
 	})
-	r := c.startPDOwner(2, 64)
-	role := func(ro string) float64 {
+	r = c.startPDOwner(2, 64)
+	roleActive := func(ro string) float64 {
 		return gauge(r.reg, metrics.NameRoleActiveRequests, map[string]string{metrics.LabelRole: ro})
 	}
 	worker := func(id string) float64 {
@@ -183,15 +193,15 @@ func TestACancelledPairStreamReleasesBothBookings(t *testing.T) {
 	require.True(t, stream.Next(), "the decode leg streams: %v", stream.Err())
 	// The pair is booked on both workers, and the role gauges say so.
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		return worker("p1") == 1 && worker("d1") == 1 && role(wire.RolePrefill) == 1 && role(wire.RoleDecode) == 1 &&
-			role(wire.RoleBoth) == 0
+		return worker("p1") == 1 && worker("d1") == 1 && roleActive(wire.RolePrefill) == 1 && roleActive(wire.RoleDecode) == 1 &&
+			roleActive(wire.RoleBoth) == 0
 	}, "the pair booked on p1 and d1")
 	cancel()
 	_ = stream.Close()
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		return worker("p1") == 0 && worker("d1") == 0 && role(wire.RolePrefill) == 0 && role(wire.RoleDecode) == 0
+		return worker("p1") == 0 && worker("d1") == 0 && roleActive(wire.RolePrefill) == 0 && roleActive(wire.RoleDecode) == 0
 	}, "the cancel released both bookings (p1 %v, d1 %v)", worker("p1"), worker("d1"))
-	require.Equal(t, 1.0, labelled(r.reg, metrics.NameDisaggDecisions, map[string]string{"mode": "disaggregated"}))
+	return r, pre, dec
 }
 
 // A tenant's concurrency quota of 1 admits one pair at a time: the pair
