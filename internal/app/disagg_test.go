@@ -6,7 +6,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -44,17 +43,7 @@ func (c *testCluster) startPDOwner(n, minTokens int) *runningReplica {
 	r := c.startReplicaWith("r1", "127.0.0.1:0", func(cfg *ReplicaConfig) { cfg.Scheduler.Disagg.MinTokens = minTokens })
 	c.waitOwned(defaultClasses, "r1")
 	testenv.Eventually(c.t, 10*time.Second, func() bool {
-		resp, err := http.Get("http://" + r.status.HTTPAddr + "/v1/models")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var list struct {
-			Data []struct {
-				Workers int `json:"switchyard_workers"`
-			} `json:"data"`
-		}
-		return json.NewDecoder(resp.Body).Decode(&list) == nil && len(list.Data) == 1 && list.Data[0].Workers == n
+		return modelWorkers("http://"+r.status.HTTPAddr) == n
 	}, "the replica sees %d workers", n)
 	return r
 }

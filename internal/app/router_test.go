@@ -55,22 +55,28 @@ func (c *testCluster) startOwner(n int) *runningReplica {
 	r := c.startReplica("r1")
 	c.waitOwned(defaultClasses, "r1")
 	testenv.Eventually(c.t, 10*time.Second, func() bool {
-		resp, err := http.Get("http://" + r.status.HTTPAddr + "/v1/models")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var list struct {
-			Data []struct {
-				Workers int `json:"switchyard_workers"`
-			} `json:"data"`
-		}
-		if json.NewDecoder(resp.Body).Decode(&list) != nil || len(list.Data) != 1 {
-			return false
-		}
-		return list.Data[0].Workers == n
+		return modelWorkers("http://"+r.status.HTTPAddr) == n
 	}, "the replica sees %d workers", n)
 	return r
+}
+
+// modelWorkers is the worker count /v1/models at base reports for the one
+// model the tests serve, or -1 when it cannot be read.
+func modelWorkers(base string) int {
+	resp, err := http.Get(base + "/v1/models")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Data []struct {
+			Workers int `json:"switchyard_workers"`
+		} `json:"data"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&list) != nil || len(list.Data) != 1 {
+		return -1
+	}
+	return list.Data[0].Workers
 }
 
 func TestStreamingAndNonStreamingCompletionsThroughTheRouterWithTheOpenAIClient(t *testing.T) {

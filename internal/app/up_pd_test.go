@@ -64,19 +64,7 @@ func TestUpPDRunsALongPromptAsAnSGLangPairAndAShortOneAggregated(t *testing.T) {
 	require.NotEmpty(t, addr)
 	require.Equal(t, "  disaggregated (sglang protocol): worker-1 prefill, worker-2 decode, worker-3 both (aggregated requests)", banner)
 	api := "http://" + addr
-	testenv.Eventually(t, 20*time.Second, func() bool {
-		resp, err := http.Get(api + "/v1/models")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var list struct {
-			Data []struct {
-				Workers int `json:"switchyard_workers"`
-			} `json:"data"`
-		}
-		return json.NewDecoder(resp.Body).Decode(&list) == nil && len(list.Data) == 1 && list.Data[0].Workers == 3
-	}, "the router sees the three workers")
+	testenv.Eventually(t, 20*time.Second, func() bool { return modelWorkers(api) == 3 }, "the router sees the three workers")
 
 	complete := func(prompt string) {
 		body, _ := json.Marshal(map[string]any{"model": cfg.Worker.Model, "prompt": prompt, "max_tokens": 4})
