@@ -73,8 +73,9 @@ func TestDeciderCachedPrefixRunsAggregated(t *testing.T) {
 	for i := range r.BlockHashes {
 		r.BlockHashes[i] = uint64(i + 1)
 	}
-	// The prefill worker holds all but 64 tokens: the uncached part is short.
-	r.Overlaps = []Overlap{{Worker: "p0", Blocks: th / 16}}
+	// The prefill worker and the both-worker hold all but 64 tokens: the
+	// uncached part is short wherever it runs.
+	r.Overlaps = []Overlap{{Worker: "p0", Blocks: th / 16}, {Worker: "b0", Blocks: th / 16}}
 	h.enqueue(r)
 	g := h.granted("warm")
 	require.False(t, g.Disaggregated())
@@ -382,15 +383,27 @@ func TestTheDerivedDeciderWeighsTheTransferTheDecodeWorkerNeeds(t *testing.T) {
 	require.Less(t, th, 512)
 	require.Greater(t, th, 416)
 
-	// 512 uncached tokens (at or above the threshold) of an 8,192-token
-	// prompt the prefill worker mostly caches, the decode worker not at
-	// all: moving 8,192 tokens costs more than the 512-token prefill
-	// stalls a batch, so it runs aggregated.
+	// An 8,192-token prompt the prefill worker and the both-worker
+	// mostly cache (512 uncached), the decode worker not at all: moving
+	// 8,192 tokens costs more than the both-worker's 512-token prefill
+	// stalls its batch, so it runs aggregated there.
 	h := newHarness(t, pdFleet(1, 1, 1, 0), classCfg("c", PolicyFCFS))
-	h.enqueue(prompt("prefill-warm", 512, Overlap{Worker: "p0", Blocks: 480}))
-	g := h.granted("prefill-warm")
+	h.enqueue(prompt("agg-warm", 512, Overlap{Worker: "p0", Blocks: 480}, Overlap{Worker: "b0", Blocks: 480}))
+	g := h.granted("agg-warm")
 	require.Equal(t, "b0", g.Worker)
 	require.Equal(t, DecisionShort, g.Decision)
+
+	// Only the prefill worker caches it: the aggregated run would compute
+	// all 8,192 tokens in the both-worker's batch, which stalls it longer
+	// than moving them takes, so it pairs (the prefill worker's cache
+	// spares the pair's prefill, not the aggregated run's).
+	for _, both := range []int{1, 0} {
+		h = newHarness(t, pdFleet(both, 1, 1, 0), classCfg("c", PolicyFCFS))
+		h.enqueue(prompt("prefill-warm", 512, Overlap{Worker: "p0", Blocks: 480}))
+		g = h.granted("prefill-warm")
+		require.True(t, g.Disaggregated(), "both-workers %d: %v", both, g.Decision)
+		require.Equal(t, "p0", g.Worker)
+	}
 
 	// The same prefill with the decode worker holding the prompt pairs.
 	h = newHarness(t, pdFleet(1, 1, 1, 0), classCfg("c", PolicyFCFS))
