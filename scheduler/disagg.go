@@ -434,7 +434,7 @@ func (c *Core) aggregatedLack(r *Request, d int) int {
 	cached := 0
 	r.eachOverlap(func(id string, _ int) {
 		if i, ok := c.workerIdx[id]; ok && roleOf(&c.workers[i].Worker) == RoleBoth && r.Allows(id) {
-			cached = max(cached, r.CachedTokens(id, c.workers[i].Worker.BlockSize))
+			cached = max(cached, r.CachedTokens(id, c.workers[i].BlockSize))
 		}
 	})
 	return max(0, r.PromptTokens-cached)
