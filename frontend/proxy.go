@@ -350,9 +350,11 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 	// the buffer needs a read, and is timed after it.
 	var readAt time.Time
 	for {
-		reads := !lineBuffered(br)
+		// ReadSlice reads the connection only when the buffer holds no
+		// whole line; it then returns more than was buffered, or an error.
+		buffered := br.Buffered()
 		line, err := br.ReadSlice('\n')
-		if reads || readAt.IsZero() {
+		if len(line) > buffered || err != nil || readAt.IsZero() {
 			readAt = x.s.now()
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -490,17 +492,6 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 			return http.StatusOK, false
 		}
 	}
-}
-
-// lineBuffered reports whether br holds a whole line, which ReadSlice
-// returns without reading.
-func lineBuffered(br *bufio.Reader) bool {
-	n := br.Buffered()
-	if n == 0 {
-		return false
-	}
-	b, _ := br.Peek(n)
-	return bytes.IndexByte(b, '\n') >= 0
 }
 
 // chunkUsage reports whether a chat or completions stream chunk carries a
