@@ -23,6 +23,7 @@ import (
 	"github.com/switchyard/switchyard/enginekv"
 	"github.com/switchyard/switchyard/internal/listflag"
 	"github.com/switchyard/switchyard/internal/tlsconf"
+	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -105,6 +106,9 @@ type Config struct {
 
 	HeartbeatInterval time.Duration
 	DumpChunkBlocks   int
+	// KVSample publishes only the block hashes a router's sampled index
+	// keeps at this rate (MirrorConfig.Sample; 0 or 1: every hash).
+	KVSample int
 	// MaxMirrorEntries bounds the engine-hash map (0: four times the
 	// engine's KV blocks, at least 4096).
 	MaxMirrorEntries int
@@ -192,6 +196,8 @@ func (c Config) Validate() error {
 		return bad("dump-chunk-blocks %d must be in [1, %d]", c.DumpChunkBlocks, wire.MaxBlocksPerMessage)
 	case c.KVTiers != "" && c.KVEvents == "":
 		return bad("kv-tiers needs kv-events")
+	case c.KVSample < 0 || c.KVSample > kvindex.MaxSample:
+		return bad("kv-sample %d must be in [0, %d]", c.KVSample, kvindex.MaxSample)
 	case c.MaxMirrorEntries < 0:
 		return bad("max-mirror-entries %d must not be negative", c.MaxMirrorEntries)
 	case c.TokenizerDir != "" && c.TokenizerSpec != "":
@@ -297,6 +303,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.DurationVar(&c.LoadInterval, prefix+"load-interval", c.LoadInterval, "engine metrics scrape and load report period")
 	fs.DurationVar(&c.HeartbeatInterval, prefix+"heartbeat-interval", c.HeartbeatInterval, "period of empty KV batches (heartbeats) to routers")
 	fs.IntVar(&c.DumpChunkBlocks, prefix+"dump-chunk-blocks", c.DumpChunkBlocks, "hashes per KV dump reply chunk")
+	fs.IntVar(&c.KVSample, prefix+"kv-sample", c.KVSample, "publish only the block hashes routers' sampled indexes keep at this rate (0 or 1: every hash); at most every router's -index.sample")
 	fs.StringVar(&c.KVTiers, prefix+"kv-tiers", c.KVTiers, "lower KV tiers to mirror for routers, comma-separated: cpu, disk (empty: GPU blocks only)")
 	fs.StringVar(&c.KVTierBlocks, prefix+"kv-tier-blocks", c.KVTierBlocks, "capacity in blocks of each lower tier, e.g. cpu=262144,disk=1048576 (default 8 x the engine's KV blocks)")
 	fs.IntVar(&c.DPRank, prefix+"dp-rank", c.DPRank, "data-parallel rank this adapter fronts (with -dp-size > 1)")
@@ -423,6 +430,7 @@ func New(cfg Config, deps Deps) (*Adapter, error) {
 	if cfg.KVEvents != "" {
 		mc := DefaultMirrorConfig()
 		mc.Worker, mc.Cluster, mc.HeartbeatInterval, mc.DumpChunkBlocks = cfg.ID, cfg.Cluster, cfg.HeartbeatInterval, cfg.DumpChunkBlocks
+		mc.Sample = cfg.KVSample
 		if a.mirror, err = NewMirror(mc, deps.NATS, log, deps.Registerer); err != nil {
 			return nil, err
 		}

@@ -165,8 +165,16 @@ func startRouterIndex(t *testing.T, n *testenv.NATS, worker string, capacity int
 
 func startRouterIndexTB(t testing.TB, n *testenv.NATS, worker string, capacity int) *routerIndex {
 	t.Helper()
+	return startSampledRouterIndex(t, n, worker, capacity, 1)
+}
+
+// startSampledRouterIndex is startRouterIndex with -index.sample sample.
+func startSampledRouterIndex(t testing.TB, n *testenv.NATS, worker string, capacity, sample int) *routerIndex {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	ix, err := kvindex.New(kvindex.DefaultConfig(), clock.Real{}, zap.NewNop(), reg)
+	icfg := kvindex.DefaultConfig()
+	icfg.Sample = sample
+	ix, err := kvindex.New(icfg, clock.Real{}, zap.NewNop(), reg)
 	require.NoError(t, err)
 	require.NoError(t, ix.SetCapacity(worker, capacity))
 	cfg := kvingest.DefaultConfig()
@@ -216,8 +224,14 @@ func (r *routerIndex) holdsExactly(t *testing.T, worker string, want []uint64, m
 // startMirror runs a mirror for worker publishing on a fresh connection.
 func startMirror(t testing.TB, n *testenv.NATS, worker string, shape Shape, reg prometheus.Registerer) *Mirror {
 	t.Helper()
+	return startSampledMirror(t, n, worker, shape, reg, 0)
+}
+
+// startSampledMirror is startMirror with MirrorConfig.Sample sample.
+func startSampledMirror(t testing.TB, n *testenv.NATS, worker string, shape Shape, reg prometheus.Registerer, sample int) *Mirror {
+	t.Helper()
 	cfg := DefaultMirrorConfig()
-	cfg.Worker, cfg.Cluster = worker, testCluster
+	cfg.Worker, cfg.Cluster, cfg.Sample = worker, testCluster, sample
 	cfg.HeartbeatInterval = 20 * time.Millisecond
 	m, err := NewMirror(cfg, n.Conn(t), zap.NewNop(), reg)
 	require.NoError(t, err)

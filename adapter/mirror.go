@@ -36,6 +36,13 @@ type MirrorConfig struct {
 	// zero value, or a lower one: then Worker is the tier's stream name,
 	// kvindex.TierStream). Blocks of every other tier are skipped.
 	Tier kvindex.Tier
+	// Sample makes the published batches carry only the hashes
+	// kvindex.Sampled keeps at this rate (0 or 1: every hash), for routers
+	// whose -index.sample is at least this: they would drop the others on
+	// arrival. Fewer bytes on NATS and less to decode on every router;
+	// every event is still published (some with no hashes), so event ids and
+	// dumps are unchanged. Dumps carry every hash (routers filter them).
+	Sample int
 }
 
 // DefaultMirrorConfig returns the mirror's defaults.
@@ -57,6 +64,8 @@ func (c MirrorConfig) Validate() error {
 		return fmt.Errorf("%w: mirror DumpChunkBlocks %d must be in [1, %d]", ErrInvalidConfig, c.DumpChunkBlocks, wire.MaxBlocksPerMessage)
 	case c.MaxBatchHashes <= 0 || c.MaxBatchHashes > wire.MaxBlocksPerMessage:
 		return fmt.Errorf("%w: mirror MaxBatchHashes %d must be in [1, %d]", ErrInvalidConfig, c.MaxBatchHashes, wire.MaxBlocksPerMessage)
+	case c.Sample < 0 || c.Sample > kvindex.MaxSample:
+		return fmt.Errorf("%w: mirror Sample %d must be in [0, %d]", ErrInvalidConfig, c.Sample, kvindex.MaxSample)
 	}
 	return nil
 }
@@ -648,6 +657,10 @@ func (m *Mirror) flushLocked() {
 	}
 	b := wire.KVEventBatch{Worker: m.cfg.Worker, Instance: m.instance, FirstID: m.lastID + 1,
 		TimeUnixNano: m.now().UnixNano(), Events: m.pending}
+	if m.cfg.Sample > 1 {
+		b.Sample = m.cfg.Sample
+		sampleEvents(b.Events, m.cfg.Sample)
+	}
 	m.buf = wire.AppendKVEventBatch(m.buf[:0], &b)
 	// The ids are spent even if the publish fails: routers then see a gap
 	// and repair from a dump, which is answered from this very state.
@@ -659,6 +672,21 @@ func (m *Mirror) flushLocked() {
 		return
 	}
 	m.m.batches[resultOK].Inc()
+}
+
+// sampleEvents keeps in each event's hashes only those kvindex.Sampled
+// keeps at rate n, in place.
+func sampleEvents(events []wire.KVEvent, n int) {
+	for i := range events {
+		e := &events[i]
+		kept := e.Hashes[:0]
+		for _, h := range e.Hashes {
+			if kvindex.Sampled(h, n) {
+				kept = append(kept, h)
+			}
+		}
+		e.Hashes = kept
+	}
 }
 
 // heartbeatLocked publishes an empty batch at the next id.

@@ -93,6 +93,9 @@ type workerState struct {
 	// the latest reset (0: none yet).
 	batches, stored, resets atomic.Uint64
 	lastReset               atomic.Uint32
+	// sample is the sampling rate the worker's last batch declared
+	// (wire.KVEventBatch.Sample; 0: every hash).
+	sample atomic.Uint32
 
 	mu        sync.Mutex
 	capacity  int
@@ -152,6 +155,10 @@ func (w *workerState) digest() Digest {
 type EventCounts struct {
 	Batches, Stored, Resets uint64
 	LastReset               string // "" before the first reset
+	// Sample is the sampling rate the worker's last batch declared: its
+	// publisher sends only about one stored block in Sample (0 or 1:
+	// every block).
+	Sample int
 }
 
 // EventCounts returns worker's counts (zero for a worker never seen).
@@ -160,7 +167,8 @@ func (ix *Index) EventCounts(name string) EventCounts {
 	if w == nil {
 		return EventCounts{}
 	}
-	c := EventCounts{Batches: w.batches.Load(), Stored: w.stored.Load(), Resets: w.resets.Load()}
+	c := EventCounts{Batches: w.batches.Load(), Stored: w.stored.Load(), Resets: w.resets.Load(),
+		Sample: int(w.sample.Load())}
 	if r := w.lastReset.Load(); r > 0 {
 		c.LastReset = ResetReason(r).String()
 	}
@@ -220,6 +228,7 @@ func (ix *Index) ApplyBatch(b *wire.KVEventBatch) (Outcome, error) {
 		return OutcomeIgnored, err
 	}
 	w.batches.Add(1)
+	w.sample.Store(uint32(max(0, b.Sample)))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.removed {

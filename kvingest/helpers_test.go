@@ -9,9 +9,11 @@ import (
 
 	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/internal/kvtest"
+	"github.com/switchyard/switchyard/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
+	testenv.RunNATSChildIfAsked()
 	goleak.VerifyTestMain(m)
 }
 

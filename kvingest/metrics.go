@@ -10,6 +10,7 @@ import (
 type subscriberMetrics struct {
 	decodeBatch, decodeChunk prometheus.Counter
 	filtered                 prometheus.Counter
+	sampleMismatch           prometheus.Counter
 	dumps                    *prometheus.CounterVec
 	lag                      prometheus.Histogram
 }
@@ -29,6 +30,10 @@ func newSubscriberMetrics(reg prometheus.Registerer) *subscriberMetrics {
 		filtered: f.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_index_filtered_total",
 			Help: "KV batches dropped by the subscriber's message filter (tests and fault injection).",
+		}),
+		sampleMismatch: f.NewCounter(prometheus.CounterOpts{
+			Name: metrics.NameIndexSampleMismatch,
+			Help: "KV batches whose publisher sampled block hashes more coarsely than this replica's index (-kv-sample above -index.sample).",
 		}),
 		dumps: f.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.NameIndexDumps,

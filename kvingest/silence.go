@@ -113,6 +113,13 @@ func (t *silenceTrack) observe(now time.Time, smp SilenceSample, window time.Dur
 	// in the last moments may still be on their way as events.
 	served := t.samples[n-2].ServedBlocks - first.ServedBlocks
 	stored := smp.Events.Stored - first.Events.Stored
+	// A publisher that samples (adapter -kv-sample N) sends about one
+	// stored block in N: judging it on N times the blocks keeps the chance
+	// that none of them was sampled negligible ((1-1/N)^(N·threshold) is
+	// below e^-threshold).
+	if s := smp.Events.Sample; s > 1 {
+		threshold *= uint64(s)
+	}
 	if stored > 0 || served < threshold {
 		t.state = SilentState{}
 		return

@@ -77,3 +77,17 @@ func TestASilentWorkerRecoversWhenABlockIsStoredAndIsForgottenWhenGone(t *testin
 	s.Observe(at.Add(5*time.Minute), nil)
 	require.Empty(t, s.Silent(), "a worker no longer sampled is forgotten")
 }
+
+func TestASampledPublisherIsJudgedOnItsRateTimesTheBlocks(t *testing.T) {
+	// 20 blocks every 10 s is 120 a minute: silent for a publisher of every
+	// block when none arrives, but a publisher sampling one block in 32
+	// would store none of them 2% of the time ((31/32)^120) while healthy.
+	s := NewSilence(time.Minute, 64, nil)
+	smp := &SilenceSample{Worker: "w1", Events: kvindex.EventCounts{Sample: 32}}
+	feed(s, time.Unix(1_700_000_000, 0), 2*time.Minute, smp, 20, 0, 5)
+	require.False(t, s.State("w1").Silent, "120 blocks a minute are below 64 x 32")
+
+	// At 64 x 32 blocks a window with nothing stored it is silent.
+	feed(s, time.Unix(1_700_000_200, 0), 2*time.Minute, smp, 500, 0, 5)
+	require.True(t, s.State("w1").Silent)
+}

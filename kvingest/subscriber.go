@@ -37,6 +37,8 @@ type Subscriber struct {
 	m      *subscriberMetrics
 	clock  clock.Clock
 	filter func(*nats.Msg) bool
+	// sampleWarned holds the workers whose sampling mismatch was logged.
+	sampleWarned sync.Map
 }
 
 // SubscriberOption customises a Subscriber.
@@ -99,11 +101,12 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	shards := make([]chan *nats.Msg, s.cfg.ApplyShards)
 	for i := range shards {
-		ch := make(chan *nats.Msg) // unbuffered: NATS's pending queue is the buffer
+		ch := make(chan *nats.Msg, shardQueue)
 		shards[i] = ch
 		wg.Go(func() {
+			var dec wire.KVBatchDecoder // this shard's: decoding reuses its memory
 			for m := range ch {
-				s.handle(m)
+				s.handle(m, &dec)
 			}
 		})
 	}
@@ -148,12 +151,12 @@ func shardOfWorker(worker string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-func (s *Subscriber) handle(m *nats.Msg) {
+func (s *Subscriber) handle(m *nats.Msg, dec *wire.KVBatchDecoder) {
 	if s.filter != nil && !s.filter(m) {
 		s.m.filtered.Inc()
 		return
 	}
-	b, err := wire.DecodeKVEventBatch(m.Data)
+	b, err := dec.Decode(m.Data)
 	if err == nil && wire.WorkerFromSubject(m.Subject) != b.Worker {
 		err = fmt.Errorf("%w: batch of %s on subject %s", wire.ErrMalformed, b.Worker, m.Subject)
 	}
@@ -167,9 +170,33 @@ func (s *Subscriber) handle(m *nats.Msg) {
 			s.m.lag.Observe(float64(lag) / 1e9)
 		}
 	}
-	if _, err := s.ix.ApplyBatch(b); err != nil {
+	if b.Sample > s.ix.Sample() {
+		// The publisher dropped hashes this index would keep: its lookups
+		// of this worker see only the publisher's rate (the hashes the
+		// index samples at its own rate are a subset of the publisher's
+		// exactly when the index's rate is at least as high). Applied
+		// anyway, it is still the best knowledge there is; counted so that
+		// the misconfiguration shows.
+		s.m.sampleMismatch.Inc()
+		s.warnSampleOnce(b.Worker, b.Sample)
+	}
+	out, err := s.ix.ApplyBatch(b)
+	if err != nil {
 		s.log.Warn("kv batch not applied", zap.String("worker", b.Worker), zap.Error(err))
 	}
+	if out == kvindex.OutcomeBuffered || out == kvindex.OutcomeResync {
+		dec.Take() // the index keeps the batch for its replay
+	}
+}
+
+// warnSampleOnce logs a worker's sampling rate above the index's once per
+// worker.
+func (s *Subscriber) warnSampleOnce(worker string, sample int) {
+	if _, seen := s.sampleWarned.LoadOrStore(worker, struct{}{}); seen {
+		return
+	}
+	s.log.Warn("kv events sampled more coarsely than this index: set -kv-sample on the adapter at most -index.sample",
+		zap.String("worker", worker), zap.Int("adapter_sample", sample), zap.Int("index_sample", s.ix.Sample()))
 }
 
 type retry struct {
@@ -320,3 +347,9 @@ func (s *Subscriber) sweepLoop(ctx context.Context) {
 		}
 	}
 }
+
+// shardQueue is how many messages the reader may hand an apply shard ahead
+// of it. NATS's pending queue stays the buffer that counts (its limit makes
+// the subscription a slow consumer); a short queue here only lets the reader
+// and the shards run without a hand-off per message.
+const shardQueue = 64

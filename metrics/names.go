@@ -148,6 +148,7 @@ const (
 	NameIndexEventsApplied    = "switchyard_index_events_applied_total"
 	NameIndexDecodeErrors     = "switchyard_index_decode_errors_total"
 	NameIndexGaps             = "switchyard_index_event_gaps_total"
+	NameIndexSampleMismatch   = "switchyard_index_sample_mismatch_total"
 	NameIndexDumps            = "switchyard_index_dumps_total"
 	NameIndexEventLag         = "switchyard_index_event_lag_seconds"
 	// NameRouterKVSilentWorkers counts workers that publish KV events yet

@@ -8,10 +8,10 @@ import (
 	"slices"
 )
 
-// KV event batch format, version 2 (little-endian):
+// KV event batch format, version 2 or 3 (little-endian):
 //
 //	magic "SK" | version u8 | worker: u8 len + bytes | instance u64 | first_id u64 |
-//	time_unix_nano i64 | n_events uvarint | events...
+//	time_unix_nano i64 | [version 3: sample uvarint] | n_events uvarint | events...
 //	event: kind u8 | stored: has_parent u8, [parent u64], n uvarint, n × hash u64
 //	                 removed: n uvarint, n × hash u64
 //	                 cleared: (nothing)
@@ -24,8 +24,12 @@ import (
 //
 // Version 1 (never released) had no publish time; consumers measure event lag
 // from it, so version 2 added it and version 1 is rejected as ErrVersion.
+// Version 3 adds the publisher's sampling rate (KVEventBatch.Sample); a
+// batch of every hash is still written as version 2, so a publisher that
+// does not sample speaks to routers of either version.
 const (
-	kvBatchVersion = 2
+	kvBatchVersion        = 2
+	kvBatchVersionSampled = 3
 	kvDumpVersion  = 1
 	// MaxBlocksPerMessage bounds the hashes a decoder accepts in one message,
 	// so a corrupt length cannot make it allocate without bound.
@@ -74,7 +78,10 @@ type KVEventBatch struct {
 	// TimeUnixNano is when the engine published the batch (0: unknown);
 	// consumers observe their event lag from it.
 	TimeUnixNano int64
-	Events       []KVEvent
+	// Sample is the publisher's sampling rate: its events carry only the
+	// hashes kvindex.Sampled keeps at this rate (0 or 1: every hash).
+	Sample int
+	Events []KVEvent
 }
 
 // LastID is the id of the batch's last event (FirstID-1 when empty).
@@ -82,11 +89,18 @@ func (b *KVEventBatch) LastID() uint64 { return b.FirstID + uint64(len(b.Events)
 
 // AppendKVEventBatch appends the encoding of b to dst.
 func AppendKVEventBatch(dst []byte, b *KVEventBatch) []byte {
-	dst = append(dst, 'S', 'K', kvBatchVersion)
+	version := byte(kvBatchVersion)
+	if b.Sample > 1 {
+		version = kvBatchVersionSampled
+	}
+	dst = append(dst, 'S', 'K', version)
 	dst = appendShortString(dst, b.Worker)
 	dst = binary.LittleEndian.AppendUint64(dst, b.Instance)
 	dst = binary.LittleEndian.AppendUint64(dst, b.FirstID)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(b.TimeUnixNano))
+	if version == kvBatchVersionSampled {
+		dst = binary.AppendUvarint(dst, uint64(b.Sample))
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(b.Events)))
 	for i := range b.Events {
 		e := &b.Events[i]
@@ -109,24 +123,77 @@ func AppendKVEventBatch(dst []byte, b *KVEventBatch) []byte {
 
 // DecodeKVEventBatch parses a batch. Errors wrap ErrMalformed or ErrVersion.
 func DecodeKVEventBatch(p []byte) (*KVEventBatch, error) {
-	r := reader{buf: p}
-	if err := r.header('S', 'K', kvBatchVersion); err != nil {
-		return nil, fmt.Errorf("kv batch: %w", err)
+	var d KVBatchDecoder
+	return d.Decode(p)
+}
+
+// maxKVSample bounds the sampling rate a batch may declare.
+const maxKVSample = 1 << 16
+
+// KVBatchDecoder decodes batch after batch into the same memory: a consumer
+// that decodes in a loop allocates only while batches grow. The zero value
+// is ready to use; a decoder is not safe for concurrent use.
+type KVBatchDecoder struct {
+	batch  KVEventBatch
+	events []KVEvent
+	arena  []uint64 // every event's hashes, back to back
+	spans  [][2]int // each event's hashes in arena
+}
+
+// Decode parses a batch. The batch and its events' hashes belong to the
+// decoder and are overwritten by its next Decode: a caller keeping the
+// batch beyond that must Take it instead. Errors wrap ErrMalformed or
+// ErrVersion.
+func (d *KVBatchDecoder) Decode(p []byte) (*KVEventBatch, error) {
+	if err := d.decode(p); err != nil {
+		return nil, err
 	}
-	b := &KVEventBatch{}
+	return &d.batch, nil
+}
+
+// Take hands the last decoded batch over to the caller: the decoder
+// forgets its memory and allocates afresh on its next Decode.
+func (d *KVBatchDecoder) Take() *KVEventBatch {
+	b := d.batch
+	*d = KVBatchDecoder{}
+	return &b
+}
+
+func (d *KVBatchDecoder) decode(p []byte) error {
+	r := reader{buf: p}
+	if len(r.buf) < 3 || r.buf[0] != 'S' || r.buf[1] != 'K' {
+		return fmt.Errorf("kv batch: %w: bad magic", ErrMalformed)
+	}
+	version := r.buf[2]
+	if version != kvBatchVersion && version != kvBatchVersionSampled {
+		return fmt.Errorf("kv batch: %w: version %d", ErrVersion, version)
+	}
+	r.buf = r.buf[3:]
+	events, arena, spans := d.events[:0], d.arena[:0], d.spans[:0]
+	b := &d.batch
+	*b = KVEventBatch{}
 	b.Worker = r.shortString()
 	b.Instance = r.u64()
 	b.FirstID = r.u64()
 	b.TimeUnixNano = int64(r.u64())
+	if version == kvBatchVersionSampled {
+		s := r.uvarint()
+		if r.err == nil && (s < 2 || s > maxKVSample) {
+			r.fail(fmt.Sprintf("sample %d outside [2, %d]", s, maxKVSample))
+		}
+		b.Sample = int(s)
+	}
 	n := r.count(1)
-	if r.err == nil {
+	if r.err == nil && events == nil {
 		// Events can be one byte on the wire and 40 in memory: grow with
 		// the events actually decoded rather than trusting the count.
-		b.Events = make([]KVEvent, 0, min(n, 1024))
+		events = make([]KVEvent, 0, min(n, 1024))
 	}
-	total := 0
+	// The hashes of every event go to one arena; the events' slices are
+	// cut from it once it stops growing.
 	for i := 0; i < n && r.err == nil; i++ {
 		e := KVEvent{Kind: KVEventKind(r.u8())}
+		from := len(arena)
 		switch e.Kind {
 		case KVStored:
 			switch r.u8() {
@@ -137,18 +204,18 @@ func DecodeKVEventBatch(p []byte) (*KVEventBatch, error) {
 			default:
 				r.fail("bad has_parent flag")
 			}
-			e.Hashes = r.hashes()
+			arena = r.appendHashes(arena)
 		case KVRemoved:
-			e.Hashes = r.hashes()
+			arena = r.appendHashes(arena)
 		case KVCleared:
 		default:
 			r.fail(fmt.Sprintf("unknown event kind %d", e.Kind))
 		}
-		total += len(e.Hashes)
-		if total > MaxBlocksPerMessage {
+		if len(arena) > MaxBlocksPerMessage {
 			r.fail("too many blocks")
 		}
-		b.Events = append(b.Events, e)
+		events = append(events, e)
+		spans = append(spans, [2]int{from, len(arena)})
 	}
 	if r.err == nil && len(r.buf) != 0 {
 		r.fail(fmt.Sprintf("%d trailing bytes", len(r.buf)))
@@ -159,13 +226,20 @@ func DecodeKVEventBatch(p []byte) (*KVEventBatch, error) {
 	if r.err == nil && b.FirstID == 0 {
 		r.fail("event id 0")
 	}
-	if r.err == nil && b.FirstID+uint64(len(b.Events)) < b.FirstID {
+	if r.err == nil && b.FirstID+uint64(len(events)) < b.FirstID {
 		r.fail("event id overflow")
 	}
+	d.events, d.arena, d.spans = events, arena, spans
 	if r.err != nil {
-		return nil, fmt.Errorf("kv batch: %w", r.err)
+		return fmt.Errorf("kv batch: %w", r.err)
 	}
-	return b, nil
+	for i, sp := range spans {
+		if events[i].Kind != KVCleared {
+			events[i].Hashes = arena[sp[0]:sp[1]:sp[1]]
+		}
+	}
+	b.Events = events
+	return nil
 }
 
 // KVDumpRequest asks a worker for its full block set on Subjects.KVDump.
@@ -398,6 +472,20 @@ func (r *reader) shortString() string {
 	return string(r.take(n))
 }
 
+// uvarint reads one uvarint.
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, k := binary.Uvarint(r.buf)
+	if k <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.buf = r.buf[k:]
+	return v
+}
+
 // count reads a uvarint element count and checks that at least minBytes per
 // element remain, so a corrupt count cannot force a large allocation.
 func (r *reader) count(minBytes int) int {
@@ -415,6 +503,19 @@ func (r *reader) count(minBytes int) int {
 		return 0
 	}
 	return int(v)
+}
+
+// appendHashes reads a count and that many hashes onto dst.
+func (r *reader) appendHashes(dst []uint64) []uint64 {
+	n := r.count(8)
+	if r.err != nil {
+		return dst
+	}
+	dst = slices.Grow(dst, n)
+	for range n {
+		dst = append(dst, r.u64())
+	}
+	return dst
 }
 
 func (r *reader) hashes() []uint64 {

@@ -165,6 +165,7 @@ func FuzzDecodeKVEventBatch(f *testing.F) {
 	f.Add(AppendKVEventBatch(nil, sampleBatch()))
 	f.Add(AppendKVEventBatch(nil, &KVEventBatch{Worker: "w", FirstID: 1}))
 	f.Add([]byte("SK\x02"))
+	f.Add(AppendKVEventBatch(nil, &KVEventBatch{Worker: "w", FirstID: 1, Sample: 16}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		b, err := DecodeKVEventBatch(p)
@@ -234,4 +235,79 @@ func FuzzDecodeLoadReport(f *testing.F) {
 			t.Fatalf("round trip failed: %v\n%+v\n%+v", err, r, again)
 		}
 	})
+}
+
+func TestASampledBatchIsVersion3AndCarriesItsRate(t *testing.T) {
+	b := &KVEventBatch{Worker: "w", Instance: 2, FirstID: 3, TimeUnixNano: 4, Sample: 32,
+		Events: []KVEvent{{Kind: KVRemoved, Hashes: []uint64{6}}}}
+	const want = "534b03" + "0177" + "0200000000000000" + "0300000000000000" + "0400000000000000" + "20" + "01" +
+		"02" + "01" + "0600000000000000"
+	p := AppendKVEventBatch(nil, b)
+	require.Equal(t, want, hex.EncodeToString(p))
+	out, err := DecodeKVEventBatch(p)
+	require.NoError(t, err)
+	require.Equal(t, b, out)
+
+	for _, bad := range []string{"00", "01", "818008"} { // 0, 1 and 2^17: outside [2, 2^16]
+		q, _ := hex.DecodeString("534b03" + "0177" + "0200000000000000" + "0300000000000000" + "0400000000000000" + bad + "00")
+		_, err := DecodeKVEventBatch(q)
+		require.ErrorIs(t, err, ErrMalformed, "sample %s", bad)
+	}
+}
+
+func TestADecoderReusedAcrossBatchesDecodesEachAsAFreshOne(t *testing.T) {
+	long := &KVEventBatch{Worker: "long", Instance: 1, FirstID: 1, Events: []KVEvent{
+		{Kind: KVStored, Hashes: []uint64{1, 2, 3, 4, 5, 6, 7, 8}}, {Kind: KVRemoved, Hashes: []uint64{9, 10}}, {Kind: KVCleared}}}
+	var d KVBatchDecoder
+	for _, in := range []*KVEventBatch{long, sampleBatch(), long, {Worker: "w", FirstID: 8}} {
+		out, err := d.Decode(AppendKVEventBatch(nil, in))
+		require.NoError(t, err)
+		require.Equal(t, in.Events == nil, len(out.Events) == 0)
+		fresh, err := DecodeKVEventBatch(AppendKVEventBatch(nil, in))
+		require.NoError(t, err)
+		require.Equal(t, fresh, out)
+	}
+	kept := d.Take()
+	_, err := d.Decode(AppendKVEventBatch(nil, long))
+	require.NoError(t, err)
+	require.Equal(t, "w", kept.Worker, "a taken batch is not overwritten by the next decode")
+}
+
+func FuzzKVBatchDecoderReuseMatchesAFreshDecode(f *testing.F) {
+	f.Add(AppendKVEventBatch(nil, sampleBatch()), AppendKVEventBatch(nil, &KVEventBatch{Worker: "w", FirstID: 1, Sample: 4}))
+	f.Add([]byte("SK\x03"), AppendKVEventBatch(nil, sampleBatch()))
+	f.Fuzz(func(t *testing.T, p1, p2 []byte) {
+		var d KVBatchDecoder
+		_, _ = d.Decode(p1) // whatever it leaves behind must not show in the next
+		got, err := d.Decode(p2)
+		want, wantErr := DecodeKVEventBatch(p2)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("reused decoder error %v, fresh %v", err, wantErr)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrVersion) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		if !reflect.DeepEqual(normalized(want), normalized(got)) {
+			t.Fatalf("reused decoder gave\n%+v\nfresh\n%+v", got, want)
+		}
+	})
+}
+
+// normalized treats empty and nil hash lists alike (an arena cut at zero
+// length may be either).
+func normalized(b *KVEventBatch) *KVEventBatch {
+	c := *b
+	c.Events = append([]KVEvent(nil), b.Events...)
+	for i := range c.Events {
+		if len(c.Events[i].Hashes) == 0 {
+			c.Events[i].Hashes = nil
+		}
+	}
+	if len(c.Events) == 0 {
+		c.Events = nil
+	}
+	return &c
 }
