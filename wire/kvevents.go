@@ -134,29 +134,32 @@ const maxKVSample = 1 << 16
 // that decodes in a loop allocates only while batches grow. The zero value
 // is ready to use; a decoder is not safe for concurrent use.
 type KVBatchDecoder struct {
-	batch  KVEventBatch
+	batch  *KVEventBatch
 	events []KVEvent
 	arena  []uint64 // every event's hashes, back to back
 	spans  [][2]int // each event's hashes in arena
 }
 
 // Decode parses a batch. The batch and its events' hashes belong to the
-// decoder and are overwritten by its next Decode: a caller keeping the
-// batch beyond that must Take it instead. Errors wrap ErrMalformed or
-// ErrVersion.
+// decoder and are overwritten by its next Decode, unless the caller Takes
+// them first. Errors wrap ErrMalformed or ErrVersion.
 func (d *KVBatchDecoder) Decode(p []byte) (*KVEventBatch, error) {
+	if d.batch == nil {
+		d.batch = &KVEventBatch{}
+	}
 	if err := d.decode(p); err != nil {
 		return nil, err
 	}
-	return &d.batch, nil
+	return d.batch, nil
 }
 
-// Take hands the last decoded batch over to the caller: the decoder
-// forgets its memory and allocates afresh on its next Decode.
+// Take hands the last decoded batch (the pointer Decode returned) over to
+// the caller for good: the decoder lets go of its memory and allocates
+// afresh on its next Decode.
 func (d *KVBatchDecoder) Take() *KVEventBatch {
 	b := d.batch
-	*d = KVBatchDecoder{}
-	return &b
+	d.batch, d.events, d.arena = nil, nil, nil
+	return b
 }
 
 func (d *KVBatchDecoder) decode(p []byte) error {
@@ -170,7 +173,7 @@ func (d *KVBatchDecoder) decode(p []byte) error {
 	}
 	r.buf = r.buf[3:]
 	events, arena, spans := d.events[:0], d.arena[:0], d.spans[:0]
-	b := &d.batch
+	b := d.batch
 	*b = KVEventBatch{}
 	b.Worker = r.shortString()
 	b.Instance = r.u64()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -267,10 +268,15 @@ func TestADecoderReusedAcrossBatchesDecodesEachAsAFreshOne(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, fresh, out)
 	}
-	kept := d.Take()
-	_, err := d.Decode(AppendKVEventBatch(nil, long))
+	last, err := d.Decode(AppendKVEventBatch(nil, long))
 	require.NoError(t, err)
-	require.Equal(t, "w", kept.Worker, "a taken batch is not overwritten by the next decode")
+	kept := d.Take()
+	require.Same(t, last, kept, "Take hands over the batch Decode returned")
+	want := *kept
+	want.Events = slices.Clone(kept.Events)
+	_, err = d.Decode(AppendKVEventBatch(nil, sampleBatch()))
+	require.NoError(t, err)
+	require.Equal(t, &want, kept, "a taken batch is not overwritten by the next decode")
 }
 
 func FuzzKVBatchDecoderReuseMatchesAFreshDecode(f *testing.F) {
