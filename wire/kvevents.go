@@ -30,7 +30,7 @@ import (
 const (
 	kvBatchVersion        = 2
 	kvBatchVersionSampled = 3
-	kvDumpVersion  = 1
+	kvDumpVersion         = 1
 	// MaxBlocksPerMessage bounds the hashes a decoder accepts in one message,
 	// so a corrupt length cannot make it allocate without bound.
 	MaxBlocksPerMessage = 1 << 20
