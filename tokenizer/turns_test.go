@@ -162,7 +162,7 @@ func TestJointRefusesWhatItCannotProve(t *testing.T) {
 		t.Fatal("a right side starting with whitespace must be refused")
 	}
 	for _, tok := range []addedToken{
-		{id: 300000, content: "\n<|im"},                   // matches across the joint
+		{id: 300000, content: "\n<|im"},                     // matches across the joint
 		{id: 300001, content: "<|im_start|>", lstrip: true}, // takes the newline before it
 	} {
 		m := withRawToken(o200k, tok)
