@@ -89,6 +89,9 @@ func (m *Model) matchedAtEnd(t addedToken, right string) bool {
 	}
 	after := t.content + right
 	for _, c := range m.rawTokens() {
+		if c.content == t.content && c.singleWord {
+			return false // of duplicate contents the matcher keeps the first
+		}
 		for i := 1; i < len(c.content); i++ {
 			if compatPrefix(c.content[i:], after) {
 				return false
