@@ -29,6 +29,14 @@
 // written directly, and TestBuiltinChatMLFastPathRendersAsTheTemplate and
 // TestLlama3FastPathRendersAsTheTemplate hold it equal to the template's.
 //
+// With those two templates, a plain chat is also tokenized turn by turn
+// when the model has a prefix cache (turnEncoder): the cache is keyed by a
+// seeded chain hash of the messages' roles and contents, so a
+// conversation's next turn renders and encodes only its new messages. The
+// tokenizer proves first that its encoding splits between two rendered
+// messages (tokenizer.Model.Joint); TestTurnByTurnTokensEqualTheWholeRendering
+// and its fuzz test hold the ids equal to encoding the whole rendering.
+//
 // BOS follows vLLM: chat prompts are tokenized without adding special
 // tokens (the template writes BOS), text prompts get the tokenizer's BOS
 // when it adds one and the request does not say add_special_tokens=false;

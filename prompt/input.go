@@ -86,8 +86,10 @@ type Input struct {
 	// AddSpecial says whether text prompts get the tokenizer's BOS.
 	AddSpecial bool
 
-	// key hashes the prompt part, for the engine-tokenization cache.
-	key uint64
+	// parts are the prompt-bearing fields as sent (Fields' raw values),
+	// which key hashes for the engine-tokenization cache: only requests
+	// that reach an engine pay for hashing them.
+	parts [6]json.RawMessage
 	// rawMessages is the client's messages array (for the engine fallback
 	// of chats); nil when the messages were converted (responses).
 	rawMessages json.RawMessage
@@ -173,7 +175,7 @@ func Parse(k Kind, f *Fields) (*Input, error) {
 	if err != nil {
 		return nil, err
 	}
-	in.key = in.hashKey(f)
+	in.parts = [6]json.RawMessage{f.Prompt, f.Messages, f.Input, f.Instructions, f.Tools, f.ChatTemplateKwargs}
 	return in, nil
 }
 
@@ -181,10 +183,26 @@ func (in *Input) parseChat(f *Fields) error {
 	if isNull(f.Messages) {
 		return badField("messages", "missing_required_parameter", "you must provide messages")
 	}
-	raws, ok := ScanArray(f.Messages, nil)
+	if msgs, ok := scanMessages(f.Messages); ok {
+		in.Messages = msgs
+	} else if err := in.parseMessages(f.Messages); err != nil {
+		return err
+	}
+	if err := in.parseTools(f.Tools); err != nil {
+		return err
+	}
+	in.rawMessages = f.Messages
+	return nil
+}
+
+// parseMessages is parseChat's path for what scanMessages does not vouch
+// for: the array is split first, then every message parsed on its own, and
+// anything malformed gets the error naming it.
+func (in *Input) parseMessages(raw json.RawMessage) error {
+	raws, ok := ScanArray(raw, nil)
 	if !ok {
 		raws = raws[:0]
-		if err := json.Unmarshal(f.Messages, &raws); err != nil {
+		if err := json.Unmarshal(raw, &raws); err != nil {
 			return badField("messages", "invalid_type", "messages must be an array of message objects")
 		}
 	}
@@ -199,11 +217,123 @@ func (in *Input) parseChat(f *Fields) error {
 		}
 		in.Messages[i] = m
 	}
-	if err := in.parseTools(f.Tools); err != nil {
-		return err
-	}
-	in.rawMessages = f.Messages
 	return nil
+}
+
+// scanMessages parses a messages array in one pass over its bytes, as
+// parseMessages would, when every element is a message object that
+// scanMessage vouches for and the array is valid JSON and not empty; ok is
+// false otherwise, and the caller takes parseMessages (which then yields
+// the same messages or the error). A long chat's messages were otherwise
+// walked twice: once to split the array, once per message.
+func scanMessages(doc []byte) ([]Message, bool) {
+	var stack [32]Message
+	msgs := stack[:0]
+	i := skipWS(doc, 0)
+	if i >= len(doc) || doc[i] != '[' {
+		return nil, false
+	}
+	i = skipWS(doc, i+1)
+	var buf [4]Member
+	for i < len(doc) && doc[i] == '{' {
+		start := i
+		end, members, ok := scanObject(doc, i, 0, buf[:0])
+		if !ok {
+			return nil, false
+		}
+		m, ok := messageOf(doc[start:end], members)
+		if !ok {
+			return nil, false
+		}
+		msgs = append(msgs, m)
+		i = skipWS(doc, end)
+		if i >= len(doc) {
+			return nil, false
+		}
+		if doc[i] == ']' {
+			if skipWS(doc, i+1) != len(doc) {
+				return nil, false
+			}
+			if cap(msgs) != len(msgs) { // on the stack, or grown past it
+				msgs = append(make([]Message, 0, len(msgs)), msgs...)
+			}
+			return msgs, true
+		}
+		if doc[i] != ',' {
+			return nil, false
+		}
+		i = skipWS(doc, i+1)
+	}
+	return nil, false // not an object, or an empty array
+}
+
+// messageOf is the Message of the object raw, whose members a scan has
+// just returned, when it is a message with a plain string role that
+// parseMessage would accept with its string (or null) content as scanned.
+func messageOf(raw []byte, members []Member) (Message, bool) {
+	var m Message
+	var content []byte
+	var seenRole, contentPlain bool
+	for _, mb := range members {
+		switch {
+		case mb.Escaped:
+			return Message{}, false
+		case string(mb.Key) == "role":
+			if seenRole || !mb.PlainString {
+				return Message{}, false
+			}
+			seenRole = true
+			m.Role = roleString(mb.Value[1 : len(mb.Value)-1])
+		case string(mb.Key) == "content":
+			if content != nil {
+				return Message{}, false
+			}
+			content, contentPlain = mb.Value, mb.PlainString
+		case FoldsTo(mb.Key, "role"), FoldsTo(mb.Key, "content"):
+			return Message{}, false
+		}
+	}
+	if m.Role == "" {
+		return Message{}, false // parseMessage names the missing role
+	}
+	m.Raw = raw
+	if first := string(members[0].Key); len(members) == 2 && (first == "role" || first == "content") {
+		m.plain, m.roleFirst = true, first == "role"
+	}
+	switch {
+	case content == nil || string(content) == "null":
+		m.NullContent = true
+	case contentPlain:
+		if c := content[1 : len(content)-1]; len(c) > 0 {
+			m.Content = unsafe.String(&c[0], len(c))
+		}
+	default:
+		// Escaped strings and parts, decoded as parseMessage decodes them;
+		// an error is left to parseMessage, which names the message.
+		text, parts, err := contentParts(content, "")
+		if err != nil {
+			return Message{}, false
+		}
+		m.Content, m.Parts = text, parts
+	}
+	return m, true
+}
+
+// roleString is role as a string, without allocating for the usual roles.
+func roleString(role []byte) string {
+	switch string(role) {
+	case "system":
+		return "system"
+	case "user":
+		return "user"
+	case "assistant":
+		return "assistant"
+	case "tool":
+		return "tool"
+	case "developer":
+		return "developer"
+	}
+	return string(role)
 }
 
 func (in *Input) parseTools(raw json.RawMessage) error {
@@ -596,9 +726,9 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
-// hashKey hashes everything that decides the prompt's token ids except the
+// key hashes everything that decides the prompt's token ids except the
 // model, which the cache key adds.
-func (in *Input) hashKey(f *Fields) uint64 {
+func (in *Input) key() uint64 {
 	h := xxh3.New()
 	var hdr [4]byte
 	hdr[0] = byte(in.Kind)
@@ -612,7 +742,7 @@ func (in *Input) hashKey(f *Fields) uint64 {
 		hdr[3] = 1
 	}
 	_, _ = h.Write(hdr[:])
-	for _, part := range []json.RawMessage{f.Prompt, f.Messages, f.Input, f.Instructions, f.Tools, f.ChatTemplateKwargs} {
+	for _, part := range in.parts {
 		var n [1]byte
 		_, _ = h.Write(part)
 		_, _ = h.Write(n[:])

@@ -152,3 +152,58 @@ func TestPlainWordAgreesWithPlainByte(t *testing.T) {
 		check(w)
 	}
 }
+
+// messageArrays are messages arrays that scanMessages and parseMessages
+// must agree on: plain and escaped contents, parts, nulls, keys repeated,
+// escaped or in another case, roles of every kind, whitespace, and
+// malformed arrays and elements (for which scanMessages must decline).
+var messageArrays = []string{
+	`[{"role":"user","content":"hi"}]`,
+	` [ {"content":"hi" , "role":"assistant"} , {"role":"user","content":"a\nb \"q\" \u00e9"} ] `,
+	`[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}}]}]`,
+	`[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]}]`,
+	`[{"role":"user","foo":1}]`, `[{"role":"user"}]`, `[{"content":"x","role":"user","name":"n"}]`,
+	`[{"role":"user","content":"a","content":"b"}]`, `[{"role":"user","role":"system","content":"a"}]`,
+	`[{"Role":"user","content":"a"}]`, `[{"role":"user","CONTENT":"a"}]`, `[{"r\u006fle":"user","content":"a"}]`,
+	`[{"role":"us\u0065r","content":"a"}]`, `[{"role":null,"content":"a"}]`, `[{"role":1,"content":"a"}]`, `[{"content":"a"}]`,
+	`[{"role":"x y","content":""}]`, `[{"role":"tool","content":"r","tool_call_id":"1"}]`, `[{"role":"developer","content":"d"}]`,
+	`[]`, `[1]`, `["x"]`, `[{"role":"user","content":"a"},]`, `[{"role":"user","content":"a"}`, `[{"role":"user","content":"a"}] x`,
+	`{"role":"user"}`, `[{"role":"user","content":5}]`, `[{"role":"user","content":[1]}]`, `[{"role":"user","content":"\ud800"}]`,
+	"[{\"role\":\"user\",\"content\":\"\xff\"}]", `[{"role":"user","content":"a"},{"role":"system","content":"b"},{"role":"user","content":"c"}]`,
+}
+
+// TestScanMessagesParsesAsParseMessages: on every array scanMessages takes,
+// its messages are parseMessages' own; on the rest it declines (and the
+// caller's parseMessages then reports the error).
+func TestScanMessagesParsesAsParseMessages(t *testing.T) {
+	took := 0
+	for _, doc := range messageArrays {
+		checkScanMessages(t, []byte(doc))
+		if _, ok := scanMessages([]byte(doc)); ok {
+			took++
+		}
+	}
+	require.Greater(t, took, len(messageArrays)/3)
+}
+
+func checkScanMessages(t *testing.T, doc []byte) {
+	t.Helper()
+	got, ok := scanMessages(doc)
+	var in Input
+	err := in.parseMessages(doc)
+	if !ok {
+		return
+	}
+	require.NoError(t, err, "%s: scanMessages took an array parseMessages refuses", doc)
+	require.Equal(t, in.Messages, got, "%s", doc)
+	require.Len(t, got, len(got[:cap(got)]), "the messages are allocated at their count")
+}
+
+func FuzzScanMessagesParsesAsParseMessages(f *testing.F) {
+	for _, doc := range messageArrays {
+		f.Add([]byte(doc))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		checkScanMessages(t, doc)
+	})
+}

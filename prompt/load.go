@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/switchyard/switchyard/tokenizer"
 	"github.com/switchyard/switchyard/tokenizer/chat"
@@ -166,6 +167,7 @@ func newModel(spec, digest string, tok *tokenizer.Model, cfg, tmpl []byte, prefi
 	if prefixCacheBytes > 0 {
 		cache := tokenizer.NewPrefixCache(prefixCacheBytes)
 		m.EncodeChat = func(text string) []uint32 { return tok.EncodeCached(cache, text) }
+		m.turns = newTurnEncoder(tok, cache, ct)
 	}
 	return m, nil
 }
@@ -222,31 +224,50 @@ func (c *chatTemplate) Render(in *Input) (string, error) {
 // third of a long chat's routing cost, for a template this simple.
 // TestBuiltinChatMLFastPathRendersAsTheTemplate holds the two equal.
 func (c *chatTemplate) renderChatML(in *Input) (string, bool) {
-	if !c.builtinChatML || in.Tools != nil || in.Kwargs != nil {
+	if !c.builtinChatML || !plainChat(in) {
 		return "", false
 	}
-	n := len("<|im_start|>assistant\n")
+	n := len(chatMLGeneration)
+	for i := range in.Messages {
+		m := &in.Messages[i]
+		n += len("<|im_start|>\n<|im_end|>\n") + len(m.Role) + len(m.Content)
+	}
+	b := make([]byte, 0, n)
+	for i := range in.Messages {
+		b = appendChatMLTurn(b, &in.Messages[i])
+	}
+	if in.AddGenerationPrompt {
+		b = append(b, chatMLGeneration...)
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b)), true
+}
+
+// chatMLGeneration is ChatML's generation prompt.
+const chatMLGeneration = "<|im_start|>assistant\n"
+
+// appendChatMLTurn appends message m as ChatML renders it:
+// <|im_start|>role\ncontent<|im_end|>\n.
+func appendChatMLTurn(b []byte, m *Message) []byte {
+	b = append(b, "<|im_start|>"...)
+	b = append(b, m.Role...)
+	b = append(b, '\n')
+	b = append(b, m.Content...)
+	return append(b, "<|im_end|>\n"...)
+}
+
+// plainChat reports whether in is a chat the fast paths render: plain
+// messages (role and string content only), no tools, no kwargs.
+func plainChat(in *Input) bool {
+	if in.Tools != nil || in.Kwargs != nil {
+		return false
+	}
 	for i := range in.Messages {
 		m := &in.Messages[i]
 		if !m.plain || m.NullContent || m.Parts != nil {
-			return "", false
+			return false
 		}
-		n += len("<|im_start|>\n<|im_end|>\n") + len(m.Role) + len(m.Content)
 	}
-	var b strings.Builder
-	b.Grow(n)
-	for i := range in.Messages {
-		m := &in.Messages[i]
-		b.WriteString("<|im_start|>")
-		b.WriteString(m.Role)
-		b.WriteByte('\n')
-		b.WriteString(m.Content)
-		b.WriteString("<|im_end|>\n")
-	}
-	if in.AddGenerationPrompt {
-		b.WriteString("<|im_start|>assistant\n")
-	}
-	return b.String(), true
+	return true
 }
 
 // llama3Source is Meta Llama 3's chat template (Meta-Llama-3-8B-Instruct
@@ -260,35 +281,44 @@ const llama3Source = "{% set loop_messages = messages %}{% for message in loop_m
 // saves the Jinja evaluator, two fifths of a long chat's routing CPU.
 // TestLlama3FastPathRendersAsTheTemplate holds the two equal.
 func (c *chatTemplate) renderLlama3(in *Input) (string, bool) {
-	if c.llama3BOS == nil || in.Tools != nil || in.Kwargs != nil {
+	if c.llama3BOS == nil || !plainChat(in) {
 		return "", false
 	}
-	const header, headerEnd, eot = "<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>"
-	n := len(*c.llama3BOS) + len(header) + len("assistant") + len(headerEnd)
+	n := len(*c.llama3BOS) + len(llama3Generation)
 	for i := range in.Messages {
 		m := &in.Messages[i]
-		if !m.plain || m.NullContent || m.Parts != nil {
-			return "", false
-		}
-		n += len(header) + len(m.Role) + len(headerEnd) + len(m.Content) + len(eot)
+		n += len(llama3Header) + len(m.Role) + len(llama3HeaderEnd) + len(m.Content) + len(llama3EOT)
 	}
-	var b strings.Builder
-	b.Grow(n)
-	b.WriteString(*c.llama3BOS)
+	b := make([]byte, 0, n)
 	for i := range in.Messages {
-		m := &in.Messages[i]
-		b.WriteString(header)
-		b.WriteString(m.Role)
-		b.WriteString(headerEnd)
-		b.WriteString(chat.Trim(m.Content))
-		b.WriteString(eot)
+		b = c.appendLlama3Turn(b, i, &in.Messages[i])
 	}
 	if in.AddGenerationPrompt {
-		b.WriteString(header)
-		b.WriteString("assistant")
-		b.WriteString(headerEnd)
+		b = append(b, llama3Generation...)
 	}
-	return b.String(), true
+	return unsafe.String(unsafe.SliceData(b), len(b)), true
+}
+
+// Llama 3's markers, and its generation prompt.
+const (
+	llama3Header     = "<|start_header_id|>"
+	llama3HeaderEnd  = "<|end_header_id|>\n\n"
+	llama3EOT        = "<|eot_id|>"
+	llama3Generation = llama3Header + "assistant" + llama3HeaderEnd
+)
+
+// appendLlama3Turn appends message i as llama3Source renders it: the
+// bos_token before the first, a header, the content trimmed as Jinja's
+// trim does, and <|eot_id|>.
+func (c *chatTemplate) appendLlama3Turn(b []byte, i int, m *Message) []byte {
+	if i == 0 {
+		b = append(b, *c.llama3BOS...)
+	}
+	b = append(b, llama3Header...)
+	b = append(b, m.Role...)
+	b = append(b, llama3HeaderEnd...)
+	b = append(b, chat.Trim(m.Content)...)
+	return append(b, llama3EOT...)
 }
 
 func (c *chatTemplate) renderJinja(in *Input) (string, error) {

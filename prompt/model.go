@@ -69,6 +69,10 @@ type Model struct {
 	Template Template
 	// Describe is a one-line summary for /debug/cluster.
 	Describe string
+
+	// turns encodes plain chats turn by turn when the template and the
+	// tokenizer allow it (see turnEncoder); nil otherwise.
+	turns *turnEncoder
 }
 
 func (m *Model) encodeChat(text string) []uint32 {

@@ -440,6 +440,11 @@ func idsResult(in *Input) Result {
 // request asks for special tokens (vLLM's behaviour), token ids as they are.
 func tokenizeWith(m *Model, in *Input) (Result, error) {
 	if in.IsChat() {
+		if m.turns != nil {
+			if ids, ok := m.turns.encode(in); ok {
+				return Result{Tokens: ids, Total: len(ids), Longest: len(ids)}, nil
+			}
+		}
 		text, err := m.Template.Render(in)
 		if err != nil {
 			return Result{}, fmt.Errorf("%w: %v", ErrRender, err)
@@ -507,7 +512,7 @@ func (r *Registry) engineAllowed(model string) bool {
 // through the cache. Other batched prompts are counted at the first one's
 // bytes-per-token ratio: only the first one is hashed.
 func (r *Registry) viaEngine(ctx context.Context, model string, in *Input, engines []string) (Result, bool) {
-	key := xxh3.HashStringSeed(model, in.key)
+	key := xxh3.HashStringSeed(model, in.key())
 	ids, _, ok := r.engines.get(key)
 	if !ok {
 		var err error

@@ -35,7 +35,7 @@ type PrefixCache struct {
 type cacheKey struct {
 	model *Model
 	hash  uint64
-	n     int // prefix length in bytes
+	n     int // prefix length in bytes; for EncodeTurns, -1
 }
 
 // cacheEntry holds the ids one call stored: the ids up to its last cut,

@@ -88,6 +88,8 @@ type scratch struct {
 	hashes []uint64
 	keys   []cacheKey
 	counts []int
+	// text is EncodeTurns' buffer for the one turn being rendered.
+	text []byte
 
 	// words caches the ids of recent pre-tokens of one model. Text repeats
 	// its words, and this small table stays in the CPU cache where the

@@ -1,0 +1,216 @@
+package tokenizer
+
+import (
+	"bytes"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// Joint is a place where a model's encoding provably splits: between any
+// text ending in its left string and any text starting with its right one
+// (see Model.Joint). Chat templates that render message by message write
+// such a joint between every two messages, so a conversation's next turn
+// can be encoded message by message (EncodeTurns) without rendering,
+// scanning or hashing the history again.
+type Joint struct {
+	m           *Model
+	left, right string
+}
+
+// Joint returns the joint between texts ending in left and texts starting
+// with right, when the model's encoding provably splits there: for every
+// text A ending in left and B starting with right (each may follow other
+// text), the ids of A+B are A's ids then B's, B encoded as text that does
+// not start the input. ok is false when that cannot be shown; callers then
+// encode whole texts.
+//
+// Two arguments are accepted, both on top of conditions on the added tokens
+// matched in the raw text (no token can match across the joint, none that
+// lstrip or single_word would read across it, right not starting with
+// whitespace that rstrip would absorb):
+//
+//   - left ends in "\n" and right starts with "<", and the model's
+//     pre-tokenization splits there in any text (chatMLTurns: cl100k's,
+//     Qwen 2's and o200k's split, byte-level, no normalizer) — ChatML's
+//     "<|im_end|>\n" | "<|im_start|>";
+//   - left ends in an added token's content that the scan provably matches
+//     there (no token can match across its start, none longer that could
+//     start there, not single_word), so the joint is the end of an added
+//     token, where Hugging Face tokenizes either side on its own — Llama
+//     3's "<|eot_id|>" | "<|start_header_id|>".
+func (m *Model) Joint(left, right string) (Joint, bool) {
+	if left == "" || right == "" {
+		return Joint{}, false
+	}
+	last, _ := utf8.DecodeLastRuneInString(left)
+	first, _ := utf8.DecodeRuneInString(right)
+	if unicode.IsSpace(first) {
+		return Joint{}, false // rstrip of a token ending at the joint would read across it
+	}
+	toks := m.rawTokens()
+	for _, t := range toks {
+		c := t.content
+		for i := 1; i < len(c); i++ {
+			if compatSuffix(c[:i], left) && compatPrefix(c[i:], right) {
+				return Joint{}, false // a token could match across the joint
+			}
+		}
+		if t.singleWord && (isWordRune(last) || isWordRune(first)) {
+			return Joint{}, false
+		}
+		if t.lstrip && unicode.IsSpace(last) && compatPrefix(c, right) {
+			return Joint{}, false // it could start at the joint and take left's whitespace
+		}
+	}
+	j := Joint{m: m, left: left, right: right}
+	if m.chatMLTurns() && strings.HasSuffix(left, "\n") && right[0] == '<' {
+		return j, true
+	}
+	for _, t := range toks {
+		if t.content != "" && strings.HasSuffix(left, t.content) && m.matchedAtEnd(t, right) {
+			return j, true
+		}
+	}
+	return Joint{}, false
+}
+
+// matchedAtEnd reports whether the raw scan of any text ending in t's
+// content, followed by text starting with right, matches t there: no token
+// can match across t's start (whatever precedes it), none longer than t
+// can start where t does, and t is not single_word (whose match depends on
+// the text before it). Its first rune is no whitespace, which a token
+// before it with rstrip would absorb.
+func (m *Model) matchedAtEnd(t addedToken, right string) bool {
+	r, _ := utf8.DecodeRuneInString(t.content)
+	if t.singleWord || unicode.IsSpace(r) {
+		return false
+	}
+	after := t.content + right
+	for _, c := range m.rawTokens() {
+		if c.content == t.content && c.singleWord {
+			return false // of duplicate contents the matcher keeps the first
+		}
+		for i := 1; i < len(c.content); i++ {
+			if compatPrefix(c.content[i:], after) {
+				return false
+			}
+		}
+		if len(c.content) > len(t.content) && compatPrefix(c.content, after) {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *Model) rawTokens() []addedToken {
+	if m.rawAdded == nil {
+		return nil
+	}
+	return m.rawAdded.toks
+}
+
+// compatSuffix reports whether s can be the end of a text ending in left.
+func compatSuffix(s, left string) bool {
+	return strings.HasSuffix(left, s) || strings.HasSuffix(s, left)
+}
+
+// compatPrefix reports whether s can be the start of a text starting with
+// right.
+func compatPrefix(s, right string) bool {
+	return strings.HasPrefix(right, s) || strings.HasPrefix(s, right)
+}
+
+// EncodeTurns returns m.Encode of the text made of len(keys) turns and a
+// tail, turn i's text being what turn(i, dst) appends to dst, reusing the
+// ids of the longest run of leading turns that c holds and storing the
+// turns it encodes. keys[i] must identify turns 0 to i together (a chain
+// hash of what renders them): only the turns after the cached run are
+// rendered. Every turn must end in j's left string and every turn after the
+// first, and a non-empty tail, start with its right one; ok is false when a
+// rendered turn does not (the caller then encodes the whole text) or when
+// j is not m's. The result may share its memory with the cache, as
+// EncodeCached's.
+func (m *Model) EncodeTurns(c *PrefixCache, j Joint, keys []uint64, turn func(i int, dst []byte) []byte, tail string) ([]uint32, bool) {
+	if c == nil || j.m != m || len(keys) == 0 || (tail != "" && !strings.HasPrefix(tail, j.right)) {
+		return nil, false
+	}
+	best := -1
+	var cached []uint32
+	c.mu.Lock()
+	for k := len(keys) - 1; k >= 0; k-- {
+		if ids, ok := c.get(cacheKey{m, keys[k], -1}); ok {
+			best, cached = k, ids
+			break
+		}
+	}
+	if best >= 0 {
+		c.hits++
+	} else {
+		c.misses++
+	}
+	c.mu.Unlock()
+
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	base := len(cached)
+	out, text := sc.ids[:0], sc.text[:0]
+	lastStored := base
+	storeKeys, counts := sc.keys[:0], sc.counts[:0]
+	ok := true
+	for i := best + 1; i < len(keys); i++ {
+		text = turn(i, text[:0])
+		if !bytes.HasSuffix(text, []byte(j.left)) || (i > 0 && !bytes.HasPrefix(text, []byte(j.right))) {
+			ok = false
+			break
+		}
+		// The ids keep no reference to the text: the buffer is reused.
+		out = m.appendEncodeFrom(out, unsafe.String(unsafe.SliceData(text), len(text)), i == 0, sc)
+		if i == len(keys)-1 || base+len(out)-lastStored >= storeEvery {
+			storeKeys = append(storeKeys, cacheKey{m, keys[i], -1})
+			counts = append(counts, base+len(out))
+			lastStored = base + len(out)
+		}
+	}
+	var res []uint32
+	if ok {
+		out = m.appendEncodeFrom(out, tail, false, sc)
+		res = make([]uint32, base+len(out))
+		copy(res, cached)
+		copy(res[base:], out)
+		if len(storeKeys) > 0 {
+			c.put(storeKeys, counts, res[:counts[len(counts)-1]])
+		}
+	}
+	if cap(out) <= maxScratchIDs {
+		sc.ids = out[:0]
+	} else {
+		sc.ids = nil
+	}
+	if cap(text) <= maxScratchText {
+		sc.text = text[:0]
+	} else {
+		sc.text = nil
+	}
+	sc.keys, sc.counts = storeKeys[:0], counts[:0]
+	return res, ok
+}
+
+// maxScratchText bounds the turn buffer a pooled scratch keeps (64 kB).
+const maxScratchText = 64 << 10
+
+// appendEncodeFrom is appendEncode for text that starts the input when
+// first is set, and follows other text otherwise.
+func (m *Model) appendEncodeFrom(dst []uint32, text string, first bool, sc *scratch) []uint32 {
+	sc.matches = m.rawAdded.find(text, sc.matches[:0])
+	matches := sc.matches
+	prev := 0
+	for k := range matches {
+		mt := matches[k]
+		dst = m.appendSegment(dst, text[prev:mt.start], first && prev == 0, sc)
+		dst = append(dst, mt.id)
+		prev = mt.stop
+	}
+	return m.appendSegment(dst, text[prev:], first && prev == 0, sc)
+}

@@ -1,0 +1,222 @@
+package tokenizer
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/zeebo/xxh3"
+)
+
+// turnKeys is the chain hash EncodeTurns' callers compute: keys[i] covers
+// messages 0 to i, each its role and content, length-prefixed.
+func turnKeys(msgs [][2]string) []uint64 {
+	h := xxh3.New()
+	keys := make([]uint64, len(msgs))
+	var n [8]byte
+	for i, msg := range msgs {
+		for _, s := range msg {
+			binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+			_, _ = h.Write(n[:])
+			_, _ = h.WriteString(s)
+		}
+		keys[i] = h.Sum64()
+	}
+	return keys
+}
+
+// chatTemplates render a conversation turn by turn (with the text that
+// precedes the first turn and the generation prompt) as chatML and
+// llama3Chat render it whole.
+type turnTemplate struct {
+	left, right string
+	turn        func(i int, msg [2]string) string
+	genPrompt   string
+}
+
+var (
+	chatMLTurnsTemplate = turnTemplate{left: "<|im_end|>\n", right: "<|im_start|>",
+		turn:      func(_ int, m [2]string) string { return "<|im_start|>" + m[0] + "\n" + m[1] + "<|im_end|>\n" },
+		genPrompt: "<|im_start|>assistant\n"}
+	llama3TurnsTemplate = turnTemplate{left: "<|eot_id|>", right: "<|start_header_id|>",
+		turn: func(i int, m [2]string) string {
+			s := "<|start_header_id|>" + m[0] + "<|end_header_id|>\n\n" + strings.TrimSpace(m[1]) + "<|eot_id|>"
+			if i == 0 {
+				s = "<|begin_of_text|>" + s
+			}
+			return s
+		},
+		genPrompt: "<|start_header_id|>assistant<|end_header_id|>\n\n"}
+)
+
+func (tt turnTemplate) render(msgs [][2]string, gen bool) string {
+	var b strings.Builder
+	for i, m := range msgs {
+		b.WriteString(tt.turn(i, m))
+	}
+	if gen {
+		b.WriteString(tt.genPrompt)
+	}
+	return b.String()
+}
+
+func (tt turnTemplate) encode(m *Model, c *PrefixCache, j Joint, msgs [][2]string, gen bool) ([]uint32, bool) {
+	tail := ""
+	if gen {
+		tail = tt.genPrompt
+	}
+	return m.EncodeTurns(c, j, turnKeys(msgs), func(i int, dst []byte) []byte {
+		return append(dst, tt.turn(i, msgs[i])...)
+	}, tail)
+}
+
+// TestEncodeTurnsEqualsEncodeOverRandomConversations: ChatML over o200k
+// and cl100k and Llama 3's template over its own tokenizer, every turn of
+// generated conversations — growing, edited in the middle, cut short, with
+// contents that write the markers themselves or end in whitespace,
+// newlines, slashes or "<" — encodes turn by turn exactly as Encode
+// encodes the whole text, and the cache reuses earlier turns.
+func TestEncodeTurnsEqualsEncodeOverRandomConversations(t *testing.T) {
+	type tc struct {
+		m  *Model
+		tt turnTemplate
+	}
+	cases := map[string]tc{"llama3": {llama3(t), llama3TurnsTemplate}}
+	for _, name := range []string{"o200k_base", "cl100k_base"} {
+		m, err := LoadTiktoken(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases[name] = tc{m, chatMLTurnsTemplate}
+	}
+	cases["llama3/chatml"] = tc{cases["llama3"].m, chatMLTurnsTemplate}
+	convs, turns := 150, 12
+	if raceBuild {
+		convs = 15
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			j, ok := c.m.Joint(c.tt.left, c.tt.right)
+			if !ok {
+				t.Fatalf("%s should split at %q|%q", name, c.tt.left, c.tt.right)
+			}
+			shared := NewPrefixCache(8 << 20)
+			tiny := NewPrefixCache(4 << 10) // evicts constantly
+			checked := 0
+			for ci := 0; ci < convs; ci++ {
+				rng := rand.New(rand.NewPCG(uint64(ci), 30))
+				own := NewPrefixCache(8 << 20)
+				conv := &conversation{msgs: [][2]string{{"system", hostileMessage(rng)}}}
+				for turn := 0; turn < turns; turn++ {
+					conv.step(rng)
+					if rng.IntN(2) == 0 {
+						conv.msgs[len(conv.msgs)-1][1] = hostileMessage(rng)
+					}
+					if rng.IntN(4) == 0 {
+						conv.msgs[rng.IntN(len(conv.msgs))][0] = []string{"user", "tool", "x y", "<", "\n"}[rng.IntN(5)]
+					}
+					gen := rng.IntN(4) > 0
+					want := c.m.Encode(c.tt.render(conv.msgs, gen))
+					for cname, pc := range map[string]*PrefixCache{"own": own, "shared": shared, "tiny": tiny} {
+						got, ok := c.tt.encode(c.m, pc, j, conv.msgs, gen)
+						if !ok || !slices.Equal(got, want) {
+							t.Fatalf("conversation %d turn %d, %s cache (ok %v): EncodeTurns differs from Encode\n text %q\n got  %v\n want %v",
+								ci, turn, cname, ok, c.tt.render(conv.msgs, gen), got, want)
+						}
+						checked++
+					}
+				}
+			}
+			if st := shared.Stats(); st.Hits < uint64(convs*turns/2) {
+				t.Fatalf("the shared cache reused too few prefixes: %+v", st)
+			}
+			t.Logf("%s: %d turn-by-turn encodings equal to Encode; shared cache %+v", name, checked, shared.Stats())
+		})
+	}
+}
+
+// TestJointRefusesWhatItCannotProve: GPT-2's pattern does not split
+// between "\n" and "<"; a joint at no added token's end proves nothing; an
+// added token that can match across the joint, or one that lstrip lets take
+// the newline before it, moves the split — and each of those really
+// encodes across the joint differently, so a joint granted there would be
+// wrong.
+func TestJointRefusesWhatItCannotProve(t *testing.T) {
+	r50k, err := LoadTiktoken("r50k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r50k.Joint("<|im_end|>\n", "<|im_start|>"); ok {
+		t.Fatal("r50k_base (GPT-2's pattern) must not split at ChatML turns")
+	}
+	o200k, err := LoadTiktoken("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := o200k.Joint("<|eot_id|>", "<|start_header_id|>"); ok {
+		t.Fatal("o200k_base has no <|eot_id|> token: nothing splits there")
+	}
+	if _, ok := o200k.Joint("<|im_end|>\n", " <|im_start|>"); ok {
+		t.Fatal("a right side starting with whitespace must be refused")
+	}
+	for _, tok := range []addedToken{
+		{id: 300000, content: "\n<|im"},                     // matches across the joint
+		{id: 300001, content: "<|im_start|>", lstrip: true}, // takes the newline before it
+	} {
+		m := withRawToken(o200k, tok)
+		if _, ok := m.Joint("<|im_end|>\n", "<|im_start|>"); ok {
+			t.Fatalf("token %+v: the joint must be refused", tok)
+		}
+		a, b := "<|im_start|>user\nhi<|im_end|>\n", "<|im_start|>assistant\n"
+		whole := m.Encode(a + b)
+		sc := scratchPool.Get().(*scratch)
+		split := m.appendEncodeFrom(m.Encode(a), b, false, sc)
+		scratchPool.Put(sc)
+		if slices.Equal(whole, split) {
+			t.Fatalf("token %+v: expected the text to encode across the joint differently; the guard's reason is gone", tok)
+		}
+	}
+	llama := llama3(t)
+	if _, ok := llama.Joint("<|eot_id|>", "<|start_header_id|>"); !ok {
+		t.Fatal("Llama 3 splits after <|eot_id|>")
+	}
+	if _, ok := withRawToken(llama, addedToken{id: 300002, content: "x<|eot_id|>"}).Joint("<|eot_id|>", "<|start_header_id|>"); ok {
+		t.Fatal("a token that can match across <|eot_id|>'s start must be refused")
+	}
+}
+
+// withRawToken is m with one more raw-matched added token.
+func withRawToken(m *Model, tok addedToken) *Model {
+	c := *m
+	c.rawAdded = newMatcher(append(slices.Clone(m.rawTokens()), tok), func(a addedToken) string { return a.content })
+	return &c
+}
+
+// TestEncodeTurnsRefusesTurnsThatMissTheJoint: a rendered turn that does not
+// end in the joint's left string, or start with its right one, makes
+// EncodeTurns refuse rather than encode at a place the joint did not prove.
+func TestEncodeTurnsRefusesTurnsThatMissTheJoint(t *testing.T) {
+	m, err := LoadTiktoken("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, ok := m.Joint("<|im_end|>\n", "<|im_start|>")
+	if !ok {
+		t.Fatal("o200k splits at ChatML turns")
+	}
+	c := NewPrefixCache(1 << 20)
+	for _, turns := range [][]string{{"<|im_start|>a\nx<|im_end|>"}, {"<|im_start|>a\nx<|im_end|>\n", "b<|im_end|>\n"}} {
+		keys := make([]uint64, len(turns))
+		for i := range keys {
+			keys[i] = uint64(i + 1)
+		}
+		if _, ok := m.EncodeTurns(c, j, keys, func(i int, dst []byte) []byte { return append(dst, turns[i]...) }, ""); ok {
+			t.Fatalf("turns %q: EncodeTurns must refuse", turns)
+		}
+	}
+	if _, ok := m.EncodeTurns(c, j, []uint64{9}, func(_ int, dst []byte) []byte { return append(dst, "<|im_start|>a\n<|im_end|>\n"...) }, "x"); ok {
+		t.Fatal("a tail that does not start with the right string must be refused")
+	}
+}
