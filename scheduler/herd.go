@@ -108,9 +108,10 @@ func (c *Core) herdBegin(r *Request) {
 		return
 	}
 	h.band = c.cfg.TTFT.Herd * h.est * c.ttft.work
-	// A prefix held by more workers than the decisions blind to each
-	// other can fill (a shared system prompt, on part of a large fleet or
-	// on all of a small one) tells the workers apart no more than none:
+	// A prefix held by at least as many workers as there are decisions
+	// blind to each other (a shared system prompt, on part of a large
+	// fleet or on all of a small one) tells the workers apart no more
+	// than none:
 	// its holders draw like the rest, and only the fewer workers holding
 	// more of the prompt keep their exact costs. The first block past the
 	// deepest report is the request's own.
@@ -175,10 +176,10 @@ func herdCommon(depths []int32, n int, est float64, top []int32) (int, []int32) 
 
 // herdDraws reports whether a worker with ovl blocks of the request's
 // prefix takes a draw: only those holding no more than the common prefix
-// (herdCommon).
-// A request with a deeper prefix on fewer workers is placed by its cache,
-// and a draw would only pull it away from it; the new conversations, which the
-// cost cannot place by cache, are the ones that herd.
+// (herdCommon). A request with a deeper prefix on fewer workers is placed
+// by its cache, and a draw would only pull it away from it; the new
+// conversations, which the cost cannot place by cache, are the ones that
+// herd.
 func (c *Core) herdDraws(ovl int) bool {
 	return c.herd.band > 0 && ovl <= c.herd.common
 }
