@@ -17,8 +17,10 @@ import "math"
 // decision under bursts). Each of them adds about a mean request's prefill
 // work to some worker, so costs closer than that product cannot be told
 // apart: the TTFT selector adds to the cost of every worker holding no more
-// of the prompt than every worker does a rendezvous draw in [0, band) keyed
-// by the request's first uncached block and the worker. Different requests
+// of the prompt than the common prefix (herdCommon: a depth held by at
+// least as many workers as there are decisions blind to each other) a
+// rendezvous draw in [0, band) keyed by the request's first uncached block
+// and the worker. Different requests
 // then spread over the workers within the band, the same on every replica,
 // and the same request ranks the workers the same from any replica; a
 // request cached deeper somewhere keeps that worker's exact cost (a draw
@@ -37,7 +39,9 @@ type herdState struct {
 
 	band   float64 // this selection's band (ms), 0 when off
 	key    uint64  // this selection's rendezvous key
-	common int     // this selection's prefix every registered worker holds, in blocks
+	common int     // this selection's prefix too widely held to tell workers apart, in blocks
+	depths []int32 // scratch: the reporting workers' overlaps
+	top    []int32 // scratch: herdCommon's deepest overlaps
 }
 
 // herdMark is one decision: when, and how many remote bookings had been
@@ -104,23 +108,24 @@ func (c *Core) herdBegin(r *Request) {
 		return
 	}
 	h.band = c.cfg.TTFT.Herd * h.est * c.ttft.work
-	// The prefix every worker reports (a shared system prompt) tells the
-	// workers apart no more than none; the first block past the deepest
-	// report is the request's own.
-	deepest, common, holders := 0, math.MaxInt, 0
+	// A prefix held by at least as many workers as there are decisions
+	// blind to each other (a shared system prompt, on part of a large
+	// fleet or on all of a small one) tells the workers apart no more
+	// than none:
+	// its holders draw like the rest, and only the fewer workers holding
+	// more of the prompt keep their exact costs. The first block past the
+	// deepest report is the request's own.
+	deepest := 0
+	h.depths = h.depths[:0]
 	c.stamp++
 	for _, i := range c.touched {
 		deepest = max(deepest, int(c.ovl[i]))
 		if c.allow[i] != c.stamp {
 			c.allow[i] = c.stamp
-			holders++
-			common = min(common, int(c.ovl[i]))
+			h.depths = append(h.depths, c.ovl[i])
 		}
 	}
-	if holders < len(c.workers) {
-		common = 0
-	}
-	h.common = common
+	h.common, h.top = herdCommon(h.depths, len(c.workers), h.est, h.top)
 	if n := len(r.BlockHashes); n > 0 {
 		h.key = mix64(r.BlockHashes[min(deepest, n-1)])
 	} else {
@@ -128,11 +133,53 @@ func (c *Core) herdBegin(r *Request) {
 	}
 }
 
+// herdCommon is the depth, in blocks, up to which a prefix does not tell
+// workers apart: the depth that at least fanout workers hold, fanout being
+// the decision and the est others blind to it (rounded up), or, when every
+// one of the n registered workers reports a prefix, the shallowest of them.
+// depths are the distinct reporting workers' overlaps; top is scratch for
+// the fanout deepest (O(len(depths) × fanout) at worst, O(len(depths))
+// when most holders hold the same prefix, as a system prompt's do).
+func herdCommon(depths []int32, n int, est float64, top []int32) (int, []int32) {
+	if len(depths) == 0 {
+		return 0, top
+	}
+	fanout := 1 + int(math.Ceil(est))
+	top = top[:0]
+	least := depths[0]
+	for _, d := range depths {
+		least = min(least, d)
+		if len(top) == fanout {
+			if d <= top[0] {
+				continue
+			}
+			copy(top, top[1:]) // drop the shallowest of the deepest fanout
+			top = top[:fanout-1]
+		}
+		// Keep top ascending.
+		j := len(top)
+		top = append(top, d)
+		for ; j > 0 && top[j-1] > d; j-- {
+			top[j] = top[j-1]
+		}
+		top[j] = d
+	}
+	common := 0
+	if len(depths) >= n {
+		common = int(least)
+	}
+	if len(top) == fanout {
+		common = max(common, int(top[0]))
+	}
+	return common, top
+}
+
 // herdDraws reports whether a worker with ovl blocks of the request's
-// prefix takes a draw: only those holding no more than every worker does.
-// A request with a deeper prefix somewhere is placed by its cache, and a
-// draw would only pull it away from it; the new conversations, which the
-// cost cannot place by cache, are the ones that herd.
+// prefix takes a draw: only those holding no more than the common prefix
+// (herdCommon). A request with a deeper prefix on fewer workers is placed
+// by its cache, and a draw would only pull it away from it; the new
+// conversations, which the cost cannot place by cache, are the ones that
+// herd.
 func (c *Core) herdDraws(ovl int) bool {
 	return c.herd.band > 0 && ovl <= c.herd.common
 }

@@ -22,6 +22,7 @@ type replicaSet struct {
 	ws         []Worker
 	background map[string]WorkerLoad
 	seq        int
+	shared     []Overlap // every new conversation's prefix reports (a shared system prompt)
 }
 
 func newReplicaSet(t *testing.T, n int, ws []Worker, mutate func(*Config)) *replicaSet {
@@ -70,6 +71,7 @@ func (rs *replicaSet) newConversation(isl int) *Request {
 	return &Request{
 		ID: fmt.Sprintf("r%d", rs.seq), Class: "a", Ingress: rs.clock.Now(), PromptTokens: isl,
 		BlockHashes: seqHashes(uint64(rs.seq)*7919, isl/16), ExpectedOutputTokens: 200,
+		Overlaps: append([]Overlap(nil), rs.shared...),
 	}
 }
 
@@ -208,4 +210,64 @@ func TestALoneReplicaDecidesTheSameWithAndWithoutTheHerdBand(t *testing.T) {
 	}
 	with, without := picks(2), picks(0)
 	require.Equal(t, without, with)
+}
+
+func TestABurstSharingAPrefixWithPartOfALargeFleetSpreadsOverItsHolders(t *testing.T) {
+	// 32 workers, the 8 cheapest holding a 4-block system prompt: more
+	// holders than a burst of 4 blind decisions can fill, so the prompt
+	// tells them apart no more than none. Before, its holders kept exact
+	// costs while every other worker drew, and every replica sent its new
+	// conversation to the cheapest holder.
+	rs := newReplicaSet(t, 4, workers(32, 0), nil)
+	rs.staircase()
+	for i := range 8 {
+		rs.shared = append(rs.shared, Overlap{Worker: fmt.Sprintf("w%d", i), Blocks: 4})
+	}
+	for range 3 {
+		rs.burst()
+	}
+	piles := 0
+	for range 20 {
+		per := rs.burst()
+		require.Less(t, maxPile(per), 4, "the whole burst went to one worker: %v", per)
+		piles += maxPile(per)
+	}
+	require.LessOrEqual(t, piles, 20*2, "bursts of 4 should mostly spread over 3 or 4 workers")
+}
+
+func TestAPrefixOnFewerWorkersThanTheBurstKeepsItsHoldersExact(t *testing.T) {
+	// One worker, the dearest, holds most of the prompt: it is placed by
+	// its cache on every replica, band or not.
+	rs := newReplicaSet(t, 4, workers(8, 0), nil)
+	rs.staircase()
+	for range 3 {
+		rs.burst()
+	}
+	rs.shared = []Overlap{{Worker: "w7", Blocks: 240}}
+	for range 5 {
+		require.Equal(t, map[string]int{"w7": 4}, rs.burst())
+	}
+}
+
+func TestHerdCommonIsTheDepthTheBurstsFanoutOfWorkersHold(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		depths []int32
+		n      int
+		est    float64
+		want   int
+	}{
+		{"no reports", nil, 8, 3, 0},
+		{"every worker holds the system prompt", []int32{2, 2, 5, 2, 2, 2, 2, 2}, 8, 20, 2},
+		{"a few holders, a large fleet", []int32{2, 2, 2}, 256, 3, 0},
+		{"as many holders as the fanout", []int32{2, 2, 2, 2}, 256, 3, 2},
+		{"a fractional estimate rounds up", []int32{2, 2, 2, 2}, 256, 3.2, 0},
+		{"the fanout-th deepest", []int32{9, 1, 3, 1, 7, 1}, 256, 2, 3},
+		{"alone", []int32{4}, 256, 0, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _ := herdCommon(tc.depths, tc.n, tc.est, nil)
+			require.Equal(t, tc.want, got)
+		})
+	}
 }

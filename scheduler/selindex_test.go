@@ -114,6 +114,16 @@ func (p *diffPair) request() *Request {
 		w := fmt.Sprintf("w%03d", rng.IntN(len(p.ws)+2)) // sometimes unregistered
 		r.Overlaps = append(r.Overlaps, Overlap{Worker: w, Blocks: rng.IntN(len(r.BlockHashes) + 3)})
 	}
+	if rng.IntN(4) == 0 && len(r.BlockHashes) > 0 {
+		// A system prompt on a random half of the fleet: often more holders
+		// than the herd's fanout, whose depth then draws like none.
+		depth := 1 + rng.IntN(min(3, len(r.BlockHashes)))
+		for _, w := range p.ws {
+			if rng.IntN(2) == 0 {
+				r.Overlaps = append(r.Overlaps, Overlap{Worker: w.ID, Blocks: depth})
+			}
+		}
+	}
 	if rng.IntN(4) == 0 { // a session, sometimes on an unregistered worker
 		r.Session = SessionAffinity{
 			Worker:      fmt.Sprintf("w%03d", rng.IntN(len(p.ws)+1)),
@@ -206,6 +216,9 @@ func (p *diffPair) step() {
 			}
 			if p.a.herd.band > 0 {
 				p.calls["indexed with a herd band"]++
+				if p.a.herd.common > 0 {
+					p.calls["indexed with a herd band over a common prefix"]++
+				}
 			}
 		}
 	case x < 65:
@@ -340,6 +353,7 @@ func TestTheIndexedSelectionChoosesWhatTheFullScanChooses(t *testing.T) {
 	t.Logf("compared: %v", total)
 	require.Greater(t, total["indexed"], trials*steps/10, "the index served too few of the selections")
 	require.Greater(t, total["indexed with a herd band"], trials*steps/100, "too few selections drew in a herd band")
+	require.Greater(t, total["indexed with a herd band over a common prefix"], trials*steps/400, "too few selections drew over a widely held prefix")
 	require.Greater(t, total["indexed with a session"], trials*steps/100, "too few indexed selections carried a session")
 }
 
