@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -40,6 +41,19 @@ import (
 // other load makes single runs swing, so compare the ratio, measured in one
 // run, rather than the absolute rates.
 func BenchmarkReplicaThroughput(b *testing.B) {
+	benchReplicaThroughput(b, []byte(chatBody(b, 4096)))
+}
+
+// BenchmarkReplicaThroughputLines is BenchmarkReplicaThroughput with the
+// chat's sentences on lines of their own: its messages hold escaped
+// newlines ("\n" in the JSON), as real conversations do, where
+// chatBody's have none.
+func BenchmarkReplicaThroughputLines(b *testing.B) {
+	chat := bytes.ReplaceAll([]byte(chatBody(b, 4096)), []byte(") "), []byte(`)\n`))
+	benchReplicaThroughput(b, chat)
+}
+
+func benchReplicaThroughput(b *testing.B, chat []byte) {
 	const clients = 32
 	up := newUpstream(b, 64)
 	router, stopRouter := newScaleRouter(b, up.URL())
@@ -49,7 +63,7 @@ func BenchmarkReplicaThroughput(b *testing.B) {
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * clients, DisableCompression: true}}
 	defer client.CloseIdleConnections()
-	turns := nextTurns(b, []byte(chatBody(b, 4096)))
+	turns := nextTurns(b, chat)
 	var seq atomic.Int64
 	body := func() string { return turns(int(seq.Add(1))) }
 	const path = "/v1/chat/completions"
