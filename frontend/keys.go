@@ -215,7 +215,7 @@ func (w *keyWalker) value(i, depth int, l keyLevel) (int, *keyError) {
 	case '[':
 		return w.array(i, depth, l)
 	case '"':
-		end, _, ke := w.str(i)
+		end, _, ke := w.str(i, false)
 		return end, ke
 	}
 	for i < len(w.b) && !endsScalar(w.b[i]) {
@@ -257,7 +257,7 @@ func (w *keyWalker) object(i, depth int, l keyLevel) (int, *keyError) {
 	var seen map[string][]byte
 	i = skipSpace(w.b, i+1)
 	for i < len(w.b) && w.b[i] == '"' {
-		end, key, ke := w.str(i)
+		end, key, ke := w.str(i, true)
 		if ke != nil {
 			return end, ke
 		}
@@ -366,10 +366,13 @@ func endsScalar(c byte) bool {
 }
 
 // str walks the string at b[i] == '"'. It returns the index past it and,
-// decoded, its text (aliasing b when it has no escape). A string with a
-// lone surrogate escape is an error: encoding/json reads it as U+FFFD,
-// Python keeps the surrogate.
-func (w *keyWalker) str(i int) (int, []byte, *keyError) {
+// when text is set (a key), its decoded text (aliasing b when it has no
+// escape). A value's text is never read, so it is not decoded: a chat's
+// messages are long strings full of escaped newlines, and decoding each
+// (allocating a copy) was most of the walk. A string with a lone surrogate
+// escape is an error either way: encoding/json reads it as U+FFFD, Python
+// keeps the surrogate.
+func (w *keyWalker) str(i int, text bool) (int, []byte, *keyError) {
 	start, j := i, i+1
 	for {
 		q := bytes.IndexByte(w.b[j:], '"')
@@ -394,6 +397,9 @@ func (w *keyWalker) str(i int) (int, []byte, *keyError) {
 		if loneSurrogate(raw) {
 			return q + 1, nil, &keyError{code: codeInvalidUnicode, msg: "a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff not in a pair)"}
 		}
+		if !text {
+			return q + 1, nil, nil
+		}
 		var s string
 		if json.Unmarshal(raw, &s) != nil {
 			return q + 1, nil, nil
@@ -406,9 +412,12 @@ func (w *keyWalker) str(i int) (int, []byte, *keyError) {
 // of a surrogate that is not a high one followed by a low one.
 func loneSurrogate(raw []byte) bool {
 	for i := 0; i < len(raw); i++ {
-		if raw[i] != '\\' {
-			continue
+		// Jump to the next escape: a long value has few.
+		e := bytes.IndexByte(raw[i:], '\\')
+		if e < 0 {
+			return false
 		}
+		i += e
 		if i+1 >= len(raw) || raw[i+1] != 'u' {
 			i++
 			continue

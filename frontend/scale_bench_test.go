@@ -1,15 +1,18 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"runtime"
 	rtmetrics "runtime/metrics"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,6 +43,19 @@ import (
 // other load makes single runs swing, so compare the ratio, measured in one
 // run, rather than the absolute rates.
 func BenchmarkReplicaThroughput(b *testing.B) {
+	benchReplicaThroughput(b, []byte(chatBody(b, 4096)))
+}
+
+// BenchmarkReplicaThroughputLines is BenchmarkReplicaThroughput with the
+// chat's sentences on lines of their own: its messages hold escaped
+// newlines ("\n" in the JSON), as real conversations do, where
+// chatBody's have none.
+func BenchmarkReplicaThroughputLines(b *testing.B) {
+	chat := bytes.ReplaceAll([]byte(chatBody(b, 4096)), []byte(") "), []byte(`)\n`))
+	benchReplicaThroughput(b, chat)
+}
+
+func benchReplicaThroughput(b *testing.B, chat []byte) {
 	const clients = 32
 	up := newUpstream(b, 64)
 	router, stopRouter := newScaleRouter(b, up.URL())
@@ -49,7 +65,7 @@ func BenchmarkReplicaThroughput(b *testing.B) {
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * clients, DisableCompression: true}}
 	defer client.CloseIdleConnections()
-	turns := nextTurns(b, []byte(chatBody(b, 4096)))
+	turns := nextTurns(b, chat)
 	var seq atomic.Int64
 	body := func() string { return turns(int(seq.Add(1))) }
 	const path = "/v1/chat/completions"
@@ -214,4 +230,65 @@ func newBareProxy(b *testing.B, engineURL string) (string, func()) {
 		_ = hs.Shutdown(context.Background())
 		<-done
 	}
+}
+
+// BenchmarkReplicaOneTarget sends the requests of BenchmarkReplicaThroughput
+// through one target per sub-benchmark (direct, proxy, router), so that a
+// CPU profile holds one of them: compare the router's against the proxy's
+// with go tool pprof -diff_base. Besides the process CPU per request it
+// reports the read and write system calls per request (syscr, syscw of
+// /proc/self/io; Linux only, 0 elsewhere).
+func BenchmarkReplicaOneTarget(b *testing.B) {
+	for _, target := range []string{"direct", "proxy", "router"} {
+		b.Run(target, func(b *testing.B) {
+			const clients = 32
+			up := newUpstream(b, 64)
+			base := up.URL()
+			switch target {
+			case "proxy":
+				u, stop := newBareProxy(b, up.URL())
+				defer stop()
+				base = u
+			case "router":
+				u, stop := newScaleRouter(b, up.URL())
+				defer stop()
+				base = u
+			}
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * clients, DisableCompression: true}}
+			defer client.CloseIdleConnections()
+			turns := nextTurns(b, []byte(chatBody(b, 4096)))
+			var seq atomic.Int64
+			body := func() string { return turns(int(seq.Add(1))) }
+			url := base + "/v1/chat/completions"
+			runStreams(b, client, url, body, 2*clients, clients, 0) // warm
+			runtime.GC()
+			b.ResetTimer()
+			c0, r0, w0 := cpuTime(), syscallsRead(), syscallsWritten()
+			runStreams(b, client, url, body, b.N, clients, 0)
+			runtime.GC()
+			b.StopTimer()
+			n := float64(b.N)
+			b.ReportMetric(float64((cpuTime()-c0).Microseconds())/n, "cpu-us/req")
+			b.ReportMetric(float64(syscallsRead()-r0)/n, "syscr/req")
+			b.ReportMetric(float64(syscallsWritten()-w0)/n, "syscw/req")
+		})
+	}
+}
+
+func syscallsRead() int    { return procIO("syscr") }
+func syscallsWritten() int { return procIO("syscw") }
+
+// procIO is a counter of /proc/self/io (0 where there is none).
+func procIO(name string) int {
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok && k == name {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
 }
