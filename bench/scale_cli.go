@@ -471,15 +471,19 @@ func writeScaleMarkdown(b *strings.Builder, rep *ScaleReport) {
 		b.WriteString("## Routing quality at scale (simulator)\n\n")
 		b.WriteString("| workers | replicas | time scale | requests | hit rate | vs 1 replica (points) | all-pools LRU bound | one-worker LRU | TTFT p50 ms | TTFT p99 ms | wall s |\n")
 		b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		one := map[int]float64{}
+		// One replica's run of the same workload and sampling rate is
+		// each row's baseline.
+		type runKey struct{ workers, copies, requests, sample int }
+		key := func(q ScaleQuality) runKey { return runKey{q.Workers, q.Copies, q.Requests, max(1, q.Sample)} }
+		one := map[runKey]float64{}
 		for _, q := range rep.Quality {
 			if q.Replicas == 1 {
-				one[q.Workers] = q.HitRate
+				one[key(q)] = q.HitRate
 			}
 		}
 		for _, q := range rep.Quality {
 			d := "—"
-			if base, ok := one[q.Workers]; ok {
+			if base, ok := one[key(q)]; ok {
 				d = fmt.Sprintf("%+.1f", 100*(q.HitRate-base))
 			}
 			fmt.Fprintf(b, "| %d | %d | %.0f× | %d | %.1f%% | %s | %.1f%% | %.1f%% | %.0f | %.0f | %.0f |\n",
@@ -487,11 +491,32 @@ func writeScaleMarkdown(b *strings.Builder, rep *ScaleReport) {
 		}
 		worst := 0.0
 		for _, q := range rep.Quality {
-			if base, ok := one[q.Workers]; ok {
+			if base, ok := one[key(q)]; ok {
 				worst = max(worst, 100*(base-q.HitRate))
 			}
 		}
 		fmt.Fprintf(b, "\nGoal, hit rate within %d point of one replica: %s (largest loss %.1f points).\n\n", goalHitRatePoints, status(worst <= goalHitRatePoints), worst)
+		var fleet []ScaleQuality
+		for _, q := range rep.Quality {
+			if q.Copies > 0 || q.Ingest != nil {
+				fleet = append(fleet, q)
+			}
+		}
+		if len(fleet) > 0 {
+			b.WriteString("Workload and ingest of each run (copies: FleetTrace's copies of the trace, 0 the one trace; ingest: one replica's KV batch apply CPU per simulated second, decode not included):\n\n")
+			b.WriteString("| workers | replicas | copies | sample | KV blocks | requests | req/worker | simulated s | evicted blocks | blocks/s per replica | apply ns/block | ingest cores per replica |\n")
+			b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+			for _, q := range fleet {
+				in := SimIngestReport{}
+				if q.Ingest != nil {
+					in = *q.Ingest
+				}
+				fmt.Fprintf(b, "| %d | %d | %d | %d | %d | %d | %.1f | %.2f | %d | %.0f | %.0f | %.3f |\n",
+					q.Workers, q.Replicas, q.Copies, max(1, q.Sample), q.KVBlocks, q.Requests, float64(q.Requests)/float64(q.Workers),
+					q.SimulatedS, q.Evicted, in.BlocksPerS, in.ApplyNsBlock, in.Cores)
+			}
+			b.WriteString("\n")
+		}
 	}
 	if len(rep.GoTest) > 0 {
 		b.WriteString("## Go benchmarks\n\n| benchmark | metrics |\n|---|---|\n")
