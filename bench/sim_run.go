@@ -364,7 +364,18 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 	}
 	for r := range s.replicas {
 		icfg := kvindex.DefaultConfig()
-		icfg.MaxWorkers = max(icfg.MaxWorkers, 3*cfg.Workers) // host and disk tiers are one more stream each
+		// Host and disk tiers are one more stream each. No more ids than
+		// streams: binding a worker copies the id → name table (MaxWorkers
+		// wide), which at 10,000 workers made room for tiers nobody
+		// configured cost 3× the copying per replica.
+		streams := 1
+		if cfg.Engine.HostBlocks > 0 {
+			streams++
+		}
+		if cfg.Engine.DiskBlocks > 0 {
+			streams++
+		}
+		icfg.MaxWorkers = max(icfg.MaxWorkers, streams*cfg.Workers)
 		// Predictions live PredictTTL; room for every prompt block routed
 		// in that window keeps them from being dropped.
 		icfg.MaxPredictedEntries = 1 << 24
