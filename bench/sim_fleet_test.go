@@ -29,7 +29,7 @@ func TestFleetTraceCopiesShareNoBlockAndCarryTheFleetsRate(t *testing.T) {
 
 	// The span 3000.5 ms at 2× is 1500.25 ms; the rotation's period adds a
 	// mean gap (a fifth of it): copies start a third of 1800.3 ms apart.
-	period := time.Duration(1500250*time.Microsecond) + time.Duration(1500250*time.Microsecond)/5
+	period := 1500250*time.Microsecond + 1500250*time.Microsecond/5
 	owner := map[uint64]int{} // block id → copy
 	perCopy := make([]int, copies)
 	for n, r := range fleet {
