@@ -67,6 +67,7 @@ type scaleFlags struct {
 	simKVBlocks int
 	cpuProfile  string
 	simRound    time.Duration
+	simSplit    int
 	sample      int
 	sections    []string
 	gotest      []string
@@ -83,6 +84,7 @@ func newScaleFlags() *scaleFlags {
 		simReplicas: []int{1, 8, 32},
 		simRequests: 3_000,
 		simSample:   []int{1},
+		simSplit:    8,
 		sample:      1,
 		sections:    []string{"index", "ingest", "sim"},
 	}
@@ -104,6 +106,7 @@ func (c *scaleCLI) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.simRequests, "scale-sim-requests", f.simRequests, "scale: trace requests per routing-quality run (with --scale-sim-copies: the first of the merged copies)")
 	fs.IntVar(&f.simCopies, "scale-sim-copies", f.simCopies, "scale: replay this many copies of the Mooncake trace as independent user populations (disjoint block ids, rotated in time), each compressed so the copies together carry §1's load per engine (0: the one trace, compressed 6x per 8 workers)")
 	fs.DurationVar(&f.simRound, "scale-sim-gossip-round", f.simRound, "scale: coalesce load changes into one gossip update per round, as -sim-gossip-round (0: each change on its own)")
+	fs.IntVar(&f.simSplit, "scale-sim-split-classes", f.simSplit, "scale: spread the trace's requests over this many classes, so that several replicas own classes (1: one owner admits every request)")
 	fs.StringVar(&f.cpuProfile, "scale-cpuprofile", f.cpuProfile, "scale: write a CPU profile of the run to this file")
 	listFlag(fs, "scale-sim-sample", "scale: index sampling rates of the simulated replicas, as -index.sample (1: every block)", &f.simSample, atoi)
 	fs.IntVar(&f.simKVBlocks, "scale-sim-kv-blocks", f.simKVBlocks, "scale: every simulated engine's KV pool in blocks (0: the simulator's default, 54,400 of 16 tokens)")
@@ -238,7 +241,7 @@ func (c *scaleCLI) Run(ctx context.Context, env SimEnv) error {
 	}
 	if has("sim") {
 		for _, w := range f.simWorkers {
-			run := scaleSimRun{workers: w, requests: f.simRequests, copies: f.simCopies, kvBlocks: f.simKVBlocks, round: f.simRound}
+			run := scaleSimRun{workers: w, requests: f.simRequests, copies: f.simCopies, kvBlocks: f.simKVBlocks, round: f.simRound, split: f.simSplit}
 			if err := run.prepare(reqs); err != nil {
 				return err
 			}
@@ -281,6 +284,7 @@ func (c *scaleCLI) Run(ctx context.Context, env SimEnv) error {
 type scaleSimRun struct {
 	workers, requests, copies, kvBlocks int
 	round                               time.Duration
+	split                               int
 	reqs                                []TraceRequest
 	timeScale                           float64 // of the simulation (1 for FleetTrace's pre-scaled arrivals)
 	traceScale                          float64 // of each copy of the trace
@@ -310,7 +314,7 @@ func (r *scaleSimRun) config(replicas, sample int) SimConfig {
 	cfg.Label = fmt.Sprintf("scale-%dw-%dr", r.workers, replicas)
 	cfg.Workers, cfg.Replicas = r.workers, replicas
 	cfg.TimeScale = r.timeScale
-	cfg.SplitClasses = 8
+	cfg.SplitClasses = r.split
 	cfg.IndexSample = sample
 	cfg.GossipRound = r.round
 	if r.kvBlocks > 0 {
