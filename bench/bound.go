@@ -62,11 +62,18 @@ type blockLRU struct {
 	hash       []uint64
 	prev, next []int32
 	head, tail int32 // most and least recently used; -1 when empty
+	capacity   int
 }
 
+// lruPrealloc bounds what newBlockLRU allocates up front: the all-pools
+// LRU of 10,000 workers has room for 544 M blocks, far more than any run
+// touches, and grows by append instead.
+const lruPrealloc = 1 << 20
+
 func newBlockLRU(capacity int) *blockLRU {
-	return &blockLRU{slot: make(map[uint64]int32, capacity), hash: make([]uint64, 0, capacity),
-		prev: make([]int32, 0, capacity), next: make([]int32, 0, capacity), head: -1, tail: -1}
+	n := min(capacity, lruPrealloc)
+	return &blockLRU{slot: make(map[uint64]int32, n), hash: make([]uint64, 0, n),
+		prev: make([]int32, 0, n), next: make([]int32, 0, n), head: -1, tail: -1, capacity: capacity}
 }
 
 // access returns how many leading blocks of hashes were cached, then makes
@@ -87,7 +94,7 @@ func (c *blockLRU) access(hashes []uint64) int {
 			continue
 		}
 		var s int32
-		if len(c.hash) < cap(c.hash) {
+		if len(c.hash) < c.capacity {
 			s = int32(len(c.hash))
 			c.hash, c.prev, c.next = append(c.hash, h), append(c.prev, -1), append(c.next, -1)
 		} else {

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +62,12 @@ type scaleFlags struct {
 	simWorkers  []int
 	simReplicas []int
 	simRequests int
+	simCopies   int
+	simSample   []int
+	simKVBlocks int
+	cpuProfile  string
+	simRound    time.Duration
+	simSplit    int
 	sample      int
 	sections    []string
 	gotest      []string
@@ -75,6 +83,8 @@ func newScaleFlags() *scaleFlags {
 		simWorkers:  []int{64, 256},
 		simReplicas: []int{1, 8, 32},
 		simRequests: 3_000,
+		simSample:   []int{1},
+		simSplit:    8,
 		sample:      1,
 		sections:    []string{"index", "ingest", "sim"},
 	}
@@ -93,7 +103,13 @@ func (c *scaleCLI) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.sample, "scale-sample", f.sample, "scale: index sampling rate of the index and ingest sections, as -index.sample (1: every block)")
 	listFlag(fs, "scale-sim-workers", "scale: simulated fleet sizes for routing quality (the trace is time-compressed 6x per 8 workers)", &f.simWorkers, atoi)
 	listFlag(fs, "scale-sim-replicas", "scale: replica counts for routing quality", &f.simReplicas, atoi)
-	fs.IntVar(&f.simRequests, "scale-sim-requests", f.simRequests, "scale: trace requests per routing-quality run")
+	fs.IntVar(&f.simRequests, "scale-sim-requests", f.simRequests, "scale: trace requests per routing-quality run (with --scale-sim-copies: the first of the merged copies)")
+	fs.IntVar(&f.simCopies, "scale-sim-copies", f.simCopies, "scale: replay this many copies of the Mooncake trace as independent user populations (disjoint block ids, rotated in time), each compressed so the copies together carry §1's load per engine (0: the one trace, compressed 6x per 8 workers)")
+	fs.DurationVar(&f.simRound, "scale-sim-gossip-round", f.simRound, "scale: coalesce load changes into one gossip update per round, as -sim-gossip-round (0: each change on its own)")
+	fs.IntVar(&f.simSplit, "scale-sim-split-classes", f.simSplit, "scale: spread the trace's requests over this many classes, so that several replicas own classes (1: one owner admits every request)")
+	fs.StringVar(&f.cpuProfile, "scale-cpuprofile", f.cpuProfile, "scale: write a CPU profile of the run to this file")
+	listFlag(fs, "scale-sim-sample", "scale: index sampling rates of the simulated replicas, as -index.sample (1: every block)", &f.simSample, atoi)
+	fs.IntVar(&f.simKVBlocks, "scale-sim-kv-blocks", f.simKVBlocks, "scale: every simulated engine's KV pool in blocks (0: the simulator's default, 54,400 of 16 tokens)")
 	listFlag(fs, "scale-sections", "scale: sections to run: index, ingest, sim, or none (only --scale-gotest)", &f.sections, func(s string) (string, error) {
 		switch s {
 		case "index", "ingest", "sim", "none":
@@ -119,7 +135,12 @@ type ScaleQuality struct {
 	Replicas  int     `json:"replicas"`
 	TimeScale float64 `json:"time_scale"`
 	Requests  int     `json:"requests"`
-	HitRate   float64 `json:"hit_rate"`
+	// Copies is FleetTrace's copies (0: the one trace), Sample the
+	// replicas' index sampling rate, KVBlocks every engine's pool.
+	Copies   int     `json:"copies,omitempty"`
+	Sample   int     `json:"sample,omitempty"`
+	KVBlocks int     `json:"kv_blocks,omitempty"`
+	HitRate  float64 `json:"hit_rate"`
 	// BoundAll is the hit rate of one LRU of every worker's pool together,
 	// BoundOne of one worker's pool (CacheBound).
 	BoundAll float64 `json:"bound_all_pools"`
@@ -127,6 +148,12 @@ type ScaleQuality struct {
 	TTFTp50  float64 `json:"ttft_p50_ms"`
 	TTFTp99  float64 `json:"ttft_p99_ms"`
 	WallS    float64 `json:"wall_s"`
+	// SimulatedS is the run's virtual time, Evicted the blocks the
+	// engines evicted in it (0: no pool filled, its size did not matter).
+	SimulatedS float64 `json:"simulated_s,omitempty"`
+	Evicted    uint64  `json:"evicted_blocks,omitempty"`
+	// Ingest is one replica's KV event apply CPU in the run.
+	Ingest *SimIngestReport `json:"ingest,omitempty"`
 }
 
 // GoBenchLine is one result line of `go test -bench` output.
@@ -151,6 +178,17 @@ func (c *scaleCLI) Run(ctx context.Context, env SimEnv) error {
 		}
 		return false
 	}
+	if f.cpuProfile != "" {
+		fh, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		defer func() { _ = fh.Close() }()
+		if err := pprof.StartCPUProfile(fh); err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var rep ScaleReport
 	progress := func(format string, args ...any) { _, _ = fmt.Fprintf(env.Stderr, "scale: "+format+"\n", args...) }
 	if has("index") {
@@ -174,7 +212,11 @@ func (c *scaleCLI) Run(ctx context.Context, env SimEnv) error {
 	var reqs []TraceRequest
 	if has("ingest") || has("sim") {
 		var err error
-		if reqs, err = ReadAll(env.Trace, max(f.requests, f.simRequests)); err != nil {
+		n := max(f.requests, f.simRequests)
+		if has("sim") && f.simCopies > 0 {
+			n = 0 // every copy is the whole trace
+		}
+		if reqs, err = ReadAll(env.Trace, n); err != nil {
 			return fmt.Errorf("scale: read trace: %w", err)
 		}
 	}
@@ -199,14 +241,24 @@ func (c *scaleCLI) Run(ctx context.Context, env SimEnv) error {
 	}
 	if has("sim") {
 		for _, w := range f.simWorkers {
-			for _, n := range f.simReplicas {
-				q, err := runScaleQuality(ctx, reqs, w, n, f.simRequests)
-				if err != nil {
-					return err
+			run := scaleSimRun{workers: w, requests: f.simRequests, copies: f.simCopies, kvBlocks: f.simKVBlocks, round: f.simRound, split: f.simSplit}
+			if err := run.prepare(reqs); err != nil {
+				return err
+			}
+			for _, sample := range f.simSample {
+				for _, n := range f.simReplicas {
+					q, err := run.quality(ctx, n, sample)
+					if err != nil {
+						return err
+					}
+					in := ""
+					if q.Ingest != nil {
+						in = fmt.Sprintf(", ingest %.3f cores per replica (%.0f blocks/s, %.0f ns/block)", q.Ingest.Cores, q.Ingest.BlocksPerS, q.Ingest.ApplyNsBlock)
+					}
+					progress("sim %d workers × %d replicas, sample %d, %d requests over %.1f simulated s: hit rate %.1f%% (all pools %.1f%%, one worker %.1f%%)%s, %d blocks evicted, %.0f wall s",
+						w, n, max(1, sample), q.Requests, q.SimulatedS, 100*q.HitRate, 100*q.BoundAll, 100*q.BoundOne, in, q.Evicted, q.WallS)
+					rep.Quality = append(rep.Quality, q)
 				}
-				progress("sim %d workers × %d replicas: hit rate %.1f%% (all pools %.1f%%, one worker %.1f%%), %.0f wall s",
-					w, n, 100*q.HitRate, 100*q.BoundAll, 100*q.BoundOne, q.WallS)
-				rep.Quality = append(rep.Quality, q)
 			}
 		}
 	}
@@ -225,29 +277,76 @@ func (c *scaleCLI) Run(ctx context.Context, env SimEnv) error {
 	return writeScaleOutputs(env, &rep)
 }
 
-// runScaleQuality simulates workers engines behind replicas routers on the
-// first requests of reqs, the trace compressed 6× per 8 workers (§1's load
-// per engine), classes split 8 ways so that several replicas own classes.
-func runScaleQuality(ctx context.Context, reqs []TraceRequest, workers, replicas, requests int) (ScaleQuality, error) {
+// scaleSimRun is the routing-quality section at one fleet size: the
+// workload (the one trace compressed 6× per 8 workers, or FleetTrace's
+// copies at the same load per engine) and its cache bound, shared by the
+// runs at each replica count and sampling rate.
+type scaleSimRun struct {
+	workers, requests, copies, kvBlocks int
+	round                               time.Duration
+	split                               int
+	reqs                                []TraceRequest
+	timeScale                           float64 // of the simulation (1 for FleetTrace's pre-scaled arrivals)
+	traceScale                          float64 // of each copy of the trace
+	bound                               CacheBound
+}
+
+func (r *scaleSimRun) prepare(reqs []TraceRequest) error {
+	r.traceScale = 6 * float64(r.workers) / 8
+	r.timeScale = r.traceScale
+	r.reqs = reqs
+	if r.copies > 0 {
+		r.traceScale = FleetTimeScale(r.workers, r.copies)
+		fleet, err := FleetTrace(reqs, r.copies, r.traceScale)
+		if err != nil {
+			return fmt.Errorf("scale sim: %w", err)
+		}
+		r.reqs, r.timeScale = fleet, 1
+	}
+	r.reqs = r.reqs[:min(len(r.reqs), r.requests)]
+	cfg := r.config(1, 1)
+	r.bound = ComputeCacheBound(r.reqs, cfg.Vocab, cfg.Engine.BlockSize, cfg.Engine.NumBlocks, r.workers)
+	return nil
+}
+
+func (r *scaleSimRun) config(replicas, sample int) SimConfig {
 	cfg := DefaultSimConfig()
-	cfg.Label = fmt.Sprintf("scale-%dw-%dr", workers, replicas)
-	cfg.Workers, cfg.Replicas = workers, replicas
-	cfg.TimeScale = 6 * float64(workers) / 8
-	cfg.MaxRequests = requests
-	cfg.SplitClasses = 8
+	cfg.Label = fmt.Sprintf("scale-%dw-%dr", r.workers, replicas)
+	cfg.Workers, cfg.Replicas = r.workers, replicas
+	cfg.TimeScale = r.timeScale
+	cfg.SplitClasses = r.split
+	cfg.IndexSample = sample
+	cfg.GossipRound = r.round
+	if r.kvBlocks > 0 {
+		cfg.Engine.NumBlocks = r.kvBlocks
+	}
+	return cfg
+}
+
+// quality simulates the run's workers behind replicas routers, classes
+// split 8 ways so that several replicas own classes, and accounts one
+// replica's ingest CPU (on this goroutine's OS thread, locked for it).
+func (r *scaleSimRun) quality(ctx context.Context, replicas, sample int) (ScaleQuality, error) {
+	cfg := r.config(replicas, sample)
+	cfg.MeasureIngest = true
 	start := time.Now()
-	rep, err := RunSim(ctx, cfg, reqs, nil)
+	runtime.LockOSThread()
+	rep, err := RunSim(ctx, cfg, r.reqs, nil)
+	runtime.UnlockOSThread()
 	if err != nil {
 		return ScaleQuality{}, fmt.Errorf("scale sim %s: %w", cfg.Label, err)
 	}
-	sub := reqs[:min(len(reqs), requests)]
-	b := ComputeCacheBound(sub, cfg.Vocab, cfg.Engine.BlockSize, cfg.Engine.NumBlocks, workers)
-	return ScaleQuality{
-		Workers: workers, Replicas: replicas, TimeScale: cfg.TimeScale, Requests: len(rep.Results),
-		HitRate: rep.Summary.HitRate, BoundAll: b.AllPools, BoundOne: b.OneWorker,
+	q := ScaleQuality{
+		Workers: r.workers, Replicas: replicas, TimeScale: r.traceScale, Requests: len(rep.Results),
+		Copies: r.copies, Sample: max(1, sample), KVBlocks: cfg.Engine.NumBlocks,
+		HitRate: rep.Summary.HitRate, BoundAll: r.bound.AllPools, BoundOne: r.bound.OneWorker,
 		TTFTp50: rep.Summary.TTFT.P50, TTFTp99: rep.Summary.TTFT.P99,
-		WallS: time.Since(start).Seconds(),
-	}, nil
+		WallS: time.Since(start).Seconds(), SimulatedS: rep.SimulatedS, Ingest: rep.Ingest,
+	}
+	for _, w := range rep.Workers {
+		q.Evicted += w.Evicted
+	}
+	return q, nil
 }
 
 // mergeScaleReport adds the measurements of an earlier report to rep.
@@ -376,15 +475,19 @@ func writeScaleMarkdown(b *strings.Builder, rep *ScaleReport) {
 		b.WriteString("## Routing quality at scale (simulator)\n\n")
 		b.WriteString("| workers | replicas | time scale | requests | hit rate | vs 1 replica (points) | all-pools LRU bound | one-worker LRU | TTFT p50 ms | TTFT p99 ms | wall s |\n")
 		b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		one := map[int]float64{}
+		// One replica's run of the same workload and sampling rate is
+		// each row's baseline.
+		type runKey struct{ workers, copies, requests, sample int }
+		key := func(q ScaleQuality) runKey { return runKey{q.Workers, q.Copies, q.Requests, max(1, q.Sample)} }
+		one := map[runKey]float64{}
 		for _, q := range rep.Quality {
 			if q.Replicas == 1 {
-				one[q.Workers] = q.HitRate
+				one[key(q)] = q.HitRate
 			}
 		}
 		for _, q := range rep.Quality {
 			d := "—"
-			if base, ok := one[q.Workers]; ok {
+			if base, ok := one[key(q)]; ok {
 				d = fmt.Sprintf("%+.1f", 100*(q.HitRate-base))
 			}
 			fmt.Fprintf(b, "| %d | %d | %.0f× | %d | %.1f%% | %s | %.1f%% | %.1f%% | %.0f | %.0f | %.0f |\n",
@@ -392,11 +495,32 @@ func writeScaleMarkdown(b *strings.Builder, rep *ScaleReport) {
 		}
 		worst := 0.0
 		for _, q := range rep.Quality {
-			if base, ok := one[q.Workers]; ok {
+			if base, ok := one[key(q)]; ok {
 				worst = max(worst, 100*(base-q.HitRate))
 			}
 		}
 		fmt.Fprintf(b, "\nGoal, hit rate within %d point of one replica: %s (largest loss %.1f points).\n\n", goalHitRatePoints, status(worst <= goalHitRatePoints), worst)
+		var fleet []ScaleQuality
+		for _, q := range rep.Quality {
+			if q.Copies > 0 || q.Ingest != nil {
+				fleet = append(fleet, q)
+			}
+		}
+		if len(fleet) > 0 {
+			b.WriteString("Workload and ingest of each run (copies: FleetTrace's copies of the trace, 0 the one trace; ingest: one replica's KV batch apply CPU per simulated second, decode not included):\n\n")
+			b.WriteString("| workers | replicas | copies | sample | KV blocks | requests | req/worker | simulated s | evicted blocks | blocks/s per replica | apply ns/block | ingest cores per replica |\n")
+			b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+			for _, q := range fleet {
+				in := SimIngestReport{}
+				if q.Ingest != nil {
+					in = *q.Ingest
+				}
+				fmt.Fprintf(b, "| %d | %d | %d | %d | %d | %d | %.1f | %.2f | %d | %.0f | %.0f | %.3f |\n",
+					q.Workers, q.Replicas, q.Copies, max(1, q.Sample), q.KVBlocks, q.Requests, float64(q.Requests)/float64(q.Workers),
+					q.SimulatedS, q.Evicted, in.BlocksPerS, in.ApplyNsBlock, in.Cores)
+			}
+			b.WriteString("\n")
+		}
 	}
 	if len(rep.GoTest) > 0 {
 		b.WriteString("## Go benchmarks\n\n| benchmark | metrics |\n|---|---|\n")

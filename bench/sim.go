@@ -124,6 +124,12 @@ type SimConfig struct {
 	// subscribes to every worker's events).
 	Gossip      bool
 	GossipDelay time.Duration
+	// GossipRound > 0 coalesces load changes into one update per round
+	// (the live gossip's Interval): the loads that changed go out at the
+	// round's end, read then, and reach every replica GossipDelay later as
+	// one update. 0 gossips each change on its own, GossipDelay after the
+	// event that made it.
+	GossipRound time.Duration
 	// EventDelay is how long a KV event batch takes from an engine to every
 	// replica's index (NATS).
 	EventDelay time.Duration
@@ -195,6 +201,10 @@ type SimConfig struct {
 	// rates and batch shapes from them). It may keep the batch and must
 	// not modify it.
 	KVTap func(*wire.KVEventBatch)
+	// MeasureIngest accounts the thread CPU time every replica's index
+	// spends applying KV event batches (SimReport.Ingest). The caller
+	// locks its goroutine to its OS thread for the run.
+	MeasureIngest bool
 }
 
 // DefaultSimConfig returns one replica in front of eight workers with the
@@ -239,9 +249,10 @@ func DefaultSimConfig() SimConfig {
 	}
 }
 
-// maxSimNodes bounds replicas and workers (the index interns workers to
-// 16 bits; beyond a few hundred the simulation is not what this tool is for).
-const maxSimNodes = 4096
+// maxSimNodes bounds replicas and workers: every replica's index interns
+// a worker's three streams (engine, host and disk tiers) to 16-bit ids, so
+// 3 × 20,000 stays below kvindex's 65,534.
+const maxSimNodes = 20_000
 
 // Validate names the first bad field.
 func (c SimConfig) Validate() error {
@@ -261,6 +272,8 @@ func (c SimConfig) Validate() error {
 		return bad("admission %d is not cluster or per-replica", int(c.Admission))
 	case c.GossipDelay < 0:
 		return bad("gossip_delay %v must not be negative", c.GossipDelay)
+	case c.GossipRound < 0:
+		return bad("gossip_round %v must not be negative", c.GossipRound)
 	case c.EventDelay < 0:
 		return bad("event_delay %v must not be negative", c.EventDelay)
 	case !(c.SessionMargin >= 0) || math.IsInf(c.SessionMargin, 0):

@@ -135,6 +135,7 @@ func (c *simCLI) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&b.Workers, "sim-workers", b.Workers, "sim: simulated workers")
 	fs.Uint64Var(&b.Seed, "sim-seed", b.Seed, "sim: seed of every random choice")
 	fs.DurationVar(&b.GossipDelay, "sim-gossip-delay", b.GossipDelay, "sim: delay of gossiped loads and predictions")
+	fs.DurationVar(&b.GossipRound, "sim-gossip-round", b.GossipRound, "sim: coalesce load changes into one gossip update per round, as the live gossip's interval (0: each change on its own)")
 	fs.DurationVar(&b.EventDelay, "sim-event-delay", b.EventDelay, "sim: delay of KV events from engines to every replica's index")
 	fs.DurationVar(&b.PredictTTL, "sim-predict-ttl", b.PredictTTL, "sim: lifetime of a routing decision's predicted prefix")
 	fs.IntVar(&b.IndexSample, "sim-index-sample", b.IndexSample, "sim: every replica's index keeps about one block hash in this many, as -index.sample (0 or 1: every block)")

@@ -46,6 +46,9 @@ type SimReport struct {
 	SLOGoodputRPS float64 `json:"slo_goodput_rps"`
 	// PD is the disaggregated fleet's part (sim_pd.go); absent without one.
 	PD *SimPDReport `json:"disaggregation,omitempty"`
+	// Ingest is one replica's KV event ingest (SimConfig.MeasureIngest;
+	// absent without it: CPU time is not deterministic).
+	Ingest *SimIngestReport `json:"ingest,omitempty"`
 	// Results holds every request's measurement (written to results.jsonl
 	// on request, never into the report JSON).
 	Results []Result `json:"-"`
@@ -60,6 +63,7 @@ type SimConfigInfo struct {
 	Admission       string    `json:"admission"`
 	Gossip          bool      `json:"gossip"`
 	GossipDelayMs   float64   `json:"gossip_delay_ms"`
+	GossipRoundMs   float64   `json:"gossip_round_ms,omitempty"`
 	EventDelayMs    float64   `json:"event_delay_ms"`
 	PredictTTLMs    float64   `json:"predict_ttl_ms"`
 	TimeScale       float64   `json:"time_scale"`
@@ -147,7 +151,7 @@ func (s *simulation) report() *SimReport {
 		Label: cfg.Label,
 		Config: SimConfigInfo{
 			Seed: cfg.Seed, Replicas: cfg.Replicas, Workers: cfg.Workers, Policy: cfg.Policy.String(),
-			Admission: cfg.Admission.String(), Gossip: cfg.Gossip, GossipDelayMs: ms(cfg.GossipDelay),
+			Admission: cfg.Admission.String(), Gossip: cfg.Gossip, GossipDelayMs: ms(cfg.GossipDelay), GossipRoundMs: ms(cfg.GossipRound),
 			EventDelayMs: ms(cfg.EventDelay), PredictTTLMs: ms(cfg.PredictTTL), TimeScale: cfg.TimeScale,
 			ArrivalSpreadMs: ms(cfg.ArrivalSpread),
 			Requests:        len(s.reqs), MaxRunning: cfg.maxRunning(), SingleClass: cfg.SingleClass,
@@ -189,6 +193,9 @@ func (s *simulation) report() *SimReport {
 		rep.SLOGoodputRPS = float64(rep.SLOGood) / sum.DurationS
 	}
 	rep.PD = s.pdReport()
+	if cfg.MeasureIngest {
+		rep.Ingest = s.ingest.report(len(s.replicas), rep.SimulatedS)
+	}
 	if rep.PD != nil {
 		rep.Config.TransferGbps, rep.Config.TransferSetupMs = cfg.Engine.TransferGbps, cfg.Engine.TransferSetupMs
 	}

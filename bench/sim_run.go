@@ -59,6 +59,8 @@ const (
 	evPredict                         // a: origin replica, b: worker, hashes, exp
 	evWake                            // a: replica
 	evSession                         // a: replica, b: worker, exp: session id, hashes[0]: routing time (sim_sessions.go)
+	evRound                           // the gossip round's end: dirty loads go out (SimConfig.GossipRound)
+	evLoads                           // loads: one gossip round's loads, every origin's
 )
 
 type simEvent struct {
@@ -71,6 +73,13 @@ type simEvent struct {
 	batch  *wire.KVEventBatch
 	dump   *kvindex.Dump
 	hashes []uint64
+	loads  []simLoadUpdate
+}
+
+// simLoadUpdate is one replica's booked load on one worker, gossiped.
+type simLoadUpdate struct {
+	origin, worker int
+	load           scheduler.WorkerLoad
 }
 
 // eventHeap orders events by (time, insertion): equal times run in the
@@ -209,7 +218,9 @@ type simulation struct {
 	owner       map[string]int // class → owning replica (cluster admission)
 
 	gossip    [][]scheduler.WorkerLoad // [origin replica][worker], as last gossiped
+	gossipSum []scheduler.WorkerLoad   // [worker]: the sum over origins of gossip
 	gossipVer uint64
+	roundAt   int64 // pending evRound time, -1 when none
 
 	marks    []simMark
 	outcomes []simOutcome
@@ -224,6 +235,7 @@ type simulation struct {
 	quality  SimQuality
 	sessions *simSessions
 	pd       simPD
+	ingest   simIngest
 }
 
 // simLoadView is one replica's view of the other replicas' gossiped loads.
@@ -232,19 +244,25 @@ type simLoadView struct {
 	self int
 }
 
-// RemoteLoad implements scheduler.LoadView.
+// RemoteLoad implements scheduler.LoadView: every origin's gossiped load
+// but self's, from the running sum (a Core re-reads every worker after each
+// gossip update: a loop over the origins here made that O(replicas ×
+// workers) per update).
 func (v simLoadView) RemoteLoad(worker string) scheduler.WorkerLoad {
 	w, ok := v.s.widx[worker]
 	if !ok {
 		return scheduler.WorkerLoad{}
 	}
-	var l scheduler.WorkerLoad
-	for o := range v.s.gossip {
-		if o != v.self {
-			l = l.Add(v.s.gossip[o][w])
-		}
+	return subLoad(v.s.gossipSum[w], v.s.gossip[v.self][w])
+}
+
+// subLoad is the element-wise difference a − b.
+func subLoad(a, b scheduler.WorkerLoad) scheduler.WorkerLoad {
+	return scheduler.WorkerLoad{
+		ActiveRequests: a.ActiveRequests - b.ActiveRequests,
+		PrefillTokens:  a.PrefillTokens - b.PrefillTokens,
+		DecodeBlocks:   a.DecodeBlocks - b.DecodeBlocks,
 	}
-	return l
 }
 
 // LoadVersion implements scheduler.VersionedLoadView: the Cores re-read
@@ -295,7 +313,7 @@ func RunSim(ctx context.Context, cfg SimConfig, reqs []TraceRequest, log *zap.Lo
 
 func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simulation, error) {
 	s := &simulation{
-		cfg: cfg, log: log, clock: &simClock{},
+		cfg: cfg, log: log, clock: &simClock{}, roundAt: -1,
 		widx: make(map[string]int, cfg.Workers), owner: map[string]int{},
 		reqs: make([]simRequest, len(reqs)), quality: newSimQuality(), sessions: newSimSessions(cfg),
 	}
@@ -342,10 +360,22 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 		for r := range s.gossip {
 			s.gossip[r] = make([]scheduler.WorkerLoad, cfg.Workers)
 		}
+		s.gossipSum = make([]scheduler.WorkerLoad, cfg.Workers)
 	}
 	for r := range s.replicas {
 		icfg := kvindex.DefaultConfig()
-		icfg.MaxWorkers = max(icfg.MaxWorkers, 3*cfg.Workers) // host and disk tiers are one more stream each
+		// Host and disk tiers are one more stream each. No more ids than
+		// streams: binding a worker copies the id → name table (MaxWorkers
+		// wide), which at 10,000 workers made room for tiers nobody
+		// configured cost 3× the copying per replica.
+		streams := 1
+		if cfg.Engine.HostBlocks > 0 {
+			streams++
+		}
+		if cfg.Engine.DiskBlocks > 0 {
+			streams++
+		}
+		icfg.MaxWorkers = max(icfg.MaxWorkers, streams*cfg.Workers)
 		// Predictions live PredictTTL; room for every prompt block routed
 		// in that window keeps them from being dropped.
 		icfg.MaxPredictedEntries = 1 << 24
@@ -473,6 +503,10 @@ func (s *simulation) run(ctx context.Context) error {
 			s.applyPredict(e)
 		case evSession:
 			s.applySession(e)
+		case evRound:
+			s.endRound()
+		case evLoads:
+			s.applyLoads(e.loads)
 		case evWake:
 			rep := &s.replicas[e.a]
 			if rep.wakeAt != e.at {
@@ -800,6 +834,11 @@ func (s *simulation) delta(i int, d engine.Delta) {
 // ---------------------------------------------------------------- KV events
 
 func (s *simulation) deliverKV(e simEvent) {
+	if s.cfg.MeasureIngest {
+		s.ingest.count(e.batch)
+		t0 := threadCPU()
+		defer func() { s.ingest.cpu += threadCPU() - t0 }()
+	}
 	for r := range s.replicas {
 		o, err := s.replicas[r].index.ApplyBatch(e.batch)
 		if err != nil {
@@ -856,6 +895,14 @@ func (s *simulation) markDirty(r, w int) {
 // delay an update applies at once and may admit more (and so dirty more):
 // it loops until nothing changed.
 func (s *simulation) publishDirty() {
+	if s.cfg.GossipRound > 0 {
+		if len(s.dirty) > 0 && s.roundAt < 0 {
+			r := int64(s.cfg.GossipRound)
+			s.roundAt = (s.clock.now/r + 1) * r
+			s.schedule(simEvent{at: s.roundAt, kind: evRound})
+		}
+		return
+	}
 	for len(s.dirty) > 0 {
 		batch := s.dirty
 		s.dirty = s.spare[:0]
@@ -879,7 +926,7 @@ func (s *simulation) publishDirty() {
 // backlog re-evaluate their queues (capacity elsewhere may have been
 // freed), the others note when their view changed (the herd count).
 func (s *simulation) applyLoad(e simEvent) {
-	s.gossip[e.a][e.b] = e.load
+	s.setLoad(e.a, e.b, e.load)
 	s.gossipVer++
 	for r := range s.replicas {
 		if r == e.a {
@@ -896,5 +943,53 @@ func (s *simulation) applyPredict(e simEvent) {
 		if r != e.a {
 			_ = s.replicas[r].index.PredictUntil(s.workers[e.b].id, e.hashes, exp)
 		}
+	}
+}
+
+// setLoad installs origin's gossiped load on worker w.
+func (s *simulation) setLoad(origin, w int, l scheduler.WorkerLoad) {
+	s.gossipSum[w] = subLoad(s.gossipSum[w], s.gossip[origin][w]).Add(l)
+	s.gossip[origin][w] = l
+}
+
+// endRound is the end of a gossip round (SimConfig.GossipRound): the loads
+// that changed in it, read now, go out as one update that every replica
+// receives GossipDelay later, as a live replica coalesces its changes into
+// one broadcast per gossip interval.
+func (s *simulation) endRound() {
+	s.roundAt = -1
+	if len(s.dirty) == 0 {
+		return
+	}
+	loads := make([]simLoadUpdate, len(s.dirty))
+	for i, k := range s.dirty {
+		r, w := int(k>>32), int(k&0xffffffff)
+		loads[i] = simLoadUpdate{origin: r, worker: w, load: s.replicas[r].core.Load(s.workers[w].id)}
+	}
+	s.dirty = s.dirty[:0]
+	s.dirtyGen++
+	s.schedule(simEvent{at: s.clock.now + int64(s.cfg.GossipDelay), kind: evLoads, loads: loads})
+}
+
+// applyLoads installs one round's loads, then lets every replica that
+// received another origin's load re-evaluate its queues once (applyLoad).
+func (s *simulation) applyLoads(loads []simLoadUpdate) {
+	origins := -1 // the one origin of every load, or -2 for several
+	for _, u := range loads {
+		s.setLoad(u.origin, u.worker, u.load)
+		switch {
+		case origins == -1:
+			origins = u.origin
+		case origins != u.origin:
+			origins = -2
+		}
+	}
+	s.gossipVer++
+	for r := range s.replicas {
+		if r == origins {
+			continue
+		}
+		s.replicas[r].core.Drain()
+		s.afterCore(r)
 	}
 }
