@@ -212,11 +212,12 @@ func pushPull(t *testing.T, a, b *owner) {
 func TestPushPullRepairConverges(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	rounds := map[int]int{}
+	a, b := idleOwner(t, "a", State{}), idleOwner(t, "b", State{})
 	for i := range 600 {
 		workers := []int{4, 40, 300}[i%3]
 		sa, sb := correctState(r, workers), correctState(r, workers)
 		want := Merge(sa, sb)
-		a, b := idleOwner(t, "a", sa), idleOwner(t, "b", sb)
+		a.state, b.state = sa, sb
 		n := 0
 		for ; n < 6 && !(a.state.Equal(want) && b.state.Equal(want)); n++ {
 			pushPull(t, a, b)

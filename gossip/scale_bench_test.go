@@ -47,3 +47,34 @@ func BenchmarkScaleConvergence(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScalePushPullSize is the push-pull size estimate at 10,000
+// workers and 8, 32 and 64 replicas, where the in-process cluster does not
+// fit the machine: the encoded full state every replica carried per
+// push-pull before codec version 4 (full_state_B), the digest it carries
+// now (digest_B), each as bytes per second per replica at the default
+// interval (a replica sends about two per interval: the one it starts and
+// the one it answers), and the fetch a replica sends for one origin that
+// differs (fetch_origin_B, 256 buckets). Fetch answers are not in the
+// estimate: they are what differs, measured by BenchmarkScaleGossip.
+func BenchmarkScalePushPullSize(b *testing.B) {
+	for _, n := range []int{8, 32, 64} {
+		b.Run(fmt.Sprintf("workers=10000/replicas=%d", n), func(b *testing.B) {
+			s := benchState(n, 10_000)
+			o := &owner{self: "replica-0", state: s}
+			var full, digest, fetch int
+			for b.Loop() {
+				full = len(appendState(nil, 1, s))
+				digest = len(o.encodeDigest(1))
+				sum := s.summary("replica-1")
+				fetch = len(appendFetch(nil, &fetchMsg{From: "replica-0", Origins: []fetchOrigin{o.fetchOrigin("replica-1", sum, sum)}}))
+			}
+			perReplica := 2 / DefaultConfig().PushPullInterval.Seconds()
+			b.ReportMetric(float64(full), "full_state_B")
+			b.ReportMetric(float64(full)*perReplica, "full_state_B/s/replica")
+			b.ReportMetric(float64(digest), "digest_B")
+			b.ReportMetric(float64(digest)*perReplica, "digest_B/s/replica")
+			b.ReportMetric(float64(fetch), "fetch_origin_B")
+		})
+	}
+}
