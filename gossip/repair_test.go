@@ -219,7 +219,7 @@ func TestPushPullRepairConverges(t *testing.T) {
 		want := Merge(sa, sb)
 		a.state, b.state = sa, sb
 		n := 0
-		for ; n < 6 && !(a.state.Equal(want) && b.state.Equal(want)); n++ {
+		for ; n < 6 && (!a.state.Equal(want) || !b.state.Equal(want)); n++ {
 			pushPull(t, a, b)
 		}
 		require.Truef(t, a.state.Equal(want) && b.state.Equal(want), "case %d: not converged after %d exchanges", i, n)
