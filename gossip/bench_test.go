@@ -69,7 +69,7 @@ func BenchmarkBandwidth1000Workers(b *testing.B) {
 	for _, n := range []int{3, 8} {
 		for _, changes := range []int{0, 20, 100} {
 			b.Run(fmt.Sprintf("replicas=%d/changes=%d", n, changes), func(b *testing.B) {
-				benchBandwidth(b, n, 1000, changes)
+				benchBandwidth(b, n, 1000, changes, nil)
 			})
 		}
 	}
@@ -122,8 +122,10 @@ func BenchmarkPushPullBandwidth1000Workers(b *testing.B) {
 	}
 }
 
-func benchBandwidth(b *testing.B, replicas, workers, changes int) {
-	rs := startCluster(b, replicas, nil)
+// benchBandwidth runs the load-change workload; mutate (nil for none)
+// adjusts every replica's config.
+func benchBandwidth(b *testing.B, replicas, workers, changes int, mutate func(*Config)) {
+	rs := startCluster(b, replicas, mutate)
 	names := make([]string, workers)
 	for i := range names {
 		names[i] = fmt.Sprintf("worker-%04d", i)
@@ -134,8 +136,9 @@ func benchBandwidth(b *testing.B, replicas, workers, changes int) {
 	for i := range loads {
 		loads[i] = make(map[string]WorkerLoad, workers)
 	}
-	sent := func() (wire, payload, lagSum, lagCount float64) {
+	sent := func() (wire, stream, payload, lagSum, lagCount float64) {
 		for _, r := range rs {
+			stream += counter(b, r.m.transportSent.WithLabelValues("stream"))
 			wire += counter(b, r.m.transportSent.WithLabelValues("packet")) + counter(b, r.m.transportSent.WithLabelValues("stream"))
 			payload += counter(b, r.m.broadcastBytes)
 			s, c := histogram(b, r.reg, "switchyard_gossip_propagation_lag_seconds")
@@ -160,7 +163,7 @@ func benchBandwidth(b *testing.B, replicas, workers, changes int) {
 	perDigest := max(1, int(rs[0].cfg.DigestInterval/interval))
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	wire0, payload0, lagSum0, lagCount0 := sent()
+	wire0, stream0, payload0, lagSum0, lagCount0 := sent()
 	start := time.Now()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -182,7 +185,7 @@ func benchBandwidth(b *testing.B, replicas, workers, changes int) {
 	}
 	b.StopTimer()
 	elapsed := time.Since(start).Seconds()
-	wire1, payload1, lagSum1, lagCount1 := sent()
+	wire1, stream1, payload1, lagSum1, lagCount1 := sent()
 
 	full := State{Origins: map[string]map[string]Entry{}}
 	version := uint64(time.Now().UnixNano())
@@ -198,6 +201,11 @@ func benchBandwidth(b *testing.B, replicas, workers, changes int) {
 	stateBytes := float64(len(appendState(nil, 0, full)))
 	b.ReportMetric((wire1-wire0)/elapsed/float64(replicas), "wire_B/s/replica")
 	b.ReportMetric((payload1-payload0)/elapsed/float64(replicas), "payload_B/s/replica")
+	// TCP streams carry push-pull (and, from codec 4, its fetches): scaled
+	// from the configured push-pull interval to the default one.
+	stream := (stream1 - stream0) / elapsed / float64(replicas)
+	b.ReportMetric(stream, "stream_B/s/replica")
+	b.ReportMetric(stream*rs[0].cfg.PushPullInterval.Seconds()/DefaultConfig().PushPullInterval.Seconds(), "stream_at_default_B/s/replica")
 	b.ReportMetric(2*stateBytes/rs[0].cfg.PushPullInterval.Seconds(), "push_pull_uncompressed_B/s/replica")
 	if lagCount1 > lagCount0 {
 		b.ReportMetric((lagSum1-lagSum0)/(lagCount1-lagCount0)*1000, "lag_mean_ms")

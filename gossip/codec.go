@@ -6,30 +6,39 @@ import (
 	"sort"
 )
 
-// Wire format, version 2. Every message starts with the magic "SG", the codec
-// version and a kind byte. Integers are varints (zigzag for signed values);
-// strings are a uvarint length (at most maxStringLen) and the bytes.
+// Wire format. Every message starts with the magic "SG", the codec version
+// and a kind byte. Integers are varints (zigzag for signed values); strings
+// are a uvarint length (at most maxStringLen) and the bytes.
 //
 //	loads (kind 1):      origin | version u64 | timestamp varint | shard_bits u8 |
 //	                     shard uvarint | part uvarint | n uvarint | n × entry
 //	prediction (kind 2): origin | id uvarint | timestamp varint | worker |
 //	                     expires varint | n uvarint | n × hash u64
-//	state (kind 3):      timestamp varint | n_origins uvarint | n × (origin |
-//	                     floor uvarint | version u64 | n uvarint | n × entry)
+//	state (kind 3):      timestamp varint | state body
+//	state body:          n_origins uvarint | n × (origin | floor_lag uvarint |
+//	                     version u64 | n uvarint | n × entry)
 //	session (kind 4):    sessions.go (decoded there, not by decodeMessage)
+//	digest, fetch, answer (kinds 5–7, version 4): repair.go
 //	entry:               worker | version_lag uvarint (version − entry version) |
 //	                     active varint | prefill varint | decode varint |
 //	                     last_event_id uvarint | blocks varint | instance uvarint |
 //	                     suspect_since varint | recovered_at varint (version 3)
 //
 // Version 2 added the digest's engine instance; version 3 the worker health
-// record (Health). Version 2 messages are still read (their entries carry no
-// health); version 1 messages are rejected (ErrVersion) like any other
-// version.
+// record (Health); version 4 the repair kinds (push-pull carries per-origin
+// digests, and what differs is fetched: repair.go). Loads, predictions,
+// sessions and the full state did not change in version 4 and are still
+// written as version 3, so a replica of the previous release keeps reading
+// every broadcast during a rolling upgrade. Versions 2 to 4 are read
+// (version 2 entries carry no health); version 1 messages are rejected
+// (ErrVersion) like any other version.
 //
 // Timestamps and expiry times are Unix nanoseconds of the author's clock.
 const (
-	codecVersion = 3
+	codecVersion = 4
+	// broadcastVersion is the version written on the kinds version 4 did
+	// not change (loads, prediction, state, session).
+	broadcastVersion = 3
 	// minCodecVersion is the oldest version decoded: a replica of the
 	// previous release still shares its loads during a rolling upgrade.
 	minCodecVersion = 2
@@ -58,6 +67,12 @@ func (k msgKind) String() string {
 		return "state"
 	case kindSession:
 		return "session"
+	case kindDigest:
+		return "digest"
+	case kindFetch:
+		return "fetch"
+	case kindAnswer:
+		return "fetch_answer"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -104,7 +119,11 @@ type stateMsg struct {
 }
 
 func appendHeader(b []byte, k msgKind) []byte {
-	return append(b, 'S', 'G', codecVersion, byte(k))
+	v := byte(broadcastVersion)
+	if k >= kindDigest {
+		v = codecVersion
+	}
+	return append(b, 'S', 'G', v, byte(k))
 }
 
 func appendString(b []byte, s string) []byte {
@@ -160,6 +179,12 @@ func appendPrediction(b []byte, m *predictionMsg) []byte {
 func appendState(b []byte, timestamp int64, s State) []byte {
 	b = appendHeader(b, kindState)
 	b = binary.AppendVarint(b, timestamp)
+	return appendStateBody(b, s)
+}
+
+// appendStateBody encodes s without header: the full state's body and a
+// fetch answer's.
+func appendStateBody(b []byte, s State) []byte {
 	origins := s.origins()
 	b = binary.AppendUvarint(b, uint64(len(origins)))
 	for _, o := range origins {
@@ -192,14 +217,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // returned pointers is non-nil when err is nil. Errors wrap ErrForeign,
 // ErrVersion or ErrMalformed; it never panics.
 func decodeMessage(p []byte) (msgKind, *loadsMsg, *predictionMsg, *stateMsg, error) {
-	r := reader{buf: p}
-	if len(p) >= 3 && p[0] == 'S' && p[1] == 'G' && p[2] >= minCodecVersion && p[2] < codecVersion {
-		r.version = p[2]
-		r.magic('S', 'G', p[2])
-	} else {
-		r.version = codecVersion
-		r.magic('S', 'G', codecVersion)
-	}
+	r := newReader(p)
 	k := msgKind(r.u8())
 	if r.err != nil {
 		return 0, nil, nil, nil, r.err
@@ -220,7 +238,8 @@ func decodeMessage(p []byte) (msgKind, *loadsMsg, *predictionMsg, *stateMsg, err
 		}
 		return k, nil, m, nil, nil
 	case kindState:
-		m := r.state()
+		m := &stateMsg{Timestamp: r.varint()}
+		m.State = r.stateBody()
 		r.end()
 		if r.err != nil {
 			return k, nil, nil, nil, fmt.Errorf("state: %w", r.err)
@@ -228,6 +247,20 @@ func decodeMessage(p []byte) (msgKind, *loadsMsg, *predictionMsg, *stateMsg, err
 		return k, nil, nil, m, nil
 	}
 	return k, nil, nil, nil, fmt.Errorf("%w: unknown kind %d", ErrMalformed, uint8(k))
+}
+
+// newReader checks the magic and a version this build reads (minCodecVersion
+// to codecVersion) and records the version.
+func newReader(p []byte) reader {
+	r := reader{buf: p}
+	if len(p) >= 3 && p[0] == 'S' && p[1] == 'G' && p[2] >= minCodecVersion && p[2] < codecVersion {
+		r.version = p[2]
+		r.magic('S', 'G', p[2])
+	} else {
+		r.version = codecVersion
+		r.magic('S', 'G', codecVersion)
+	}
+	return r
 }
 
 // reader decodes with a sticky error: after the first failure every method
@@ -440,14 +473,13 @@ func (r *reader) prediction() *predictionMsg {
 	return m
 }
 
-func (r *reader) state() *stateMsg {
-	m := &stateMsg{}
-	m.Timestamp = r.varint()
+func (r *reader) stateBody() State {
+	var st State
 	// An origin needs at least a length byte, a floor byte, 8 version bytes
 	// and a count byte.
 	n := r.count(11)
 	if r.err != nil {
-		return nil
+		return st
 	}
 	for i := 0; i < n && r.err == nil; i++ {
 		o := r.str()
@@ -465,16 +497,16 @@ func (r *reader) state() *stateMsg {
 			r.fail("floor lag %d exceeds version %d", floorLag, version)
 			break
 		}
-		if _, dup := m.State.Origins[o]; dup {
+		if _, dup := st.Origins[o]; dup {
 			r.fail("duplicate origin %q", o)
 			break
 		}
-		if _, dup := m.State.Floors[o]; dup {
+		if _, dup := st.Floors[o]; dup {
 			r.fail("duplicate origin %q", o)
 			break
 		}
 		if floor := version - floorLag; floor > 0 {
-			m.State.setFloor(o, floor)
+			st.setFloor(o, floor)
 		}
 		entries := make(map[string]Entry, k)
 		for j := 0; j < k && r.err == nil; j++ {
@@ -485,11 +517,11 @@ func (r *reader) state() *stateMsg {
 			entries[w] = e
 		}
 		if len(entries) > 0 {
-			if m.State.Origins == nil {
-				m.State.Origins = make(map[string]map[string]Entry)
+			if st.Origins == nil {
+				st.Origins = make(map[string]map[string]Entry)
 			}
-			m.State.Origins[o] = entries
+			st.Origins[o] = entries
 		}
 	}
-	return m
+	return st
 }

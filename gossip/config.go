@@ -233,7 +233,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.DurationVar(&c.GossipInterval, prefix+"gossip-interval", c.GossipInterval, "memberlist gossip interval")
 	fs.IntVar(&c.GossipNodes, prefix+"gossip-nodes", c.GossipNodes, "memberlist gossip fan-out")
 	fs.IntVar(&c.RetransmitMult, prefix+"retransmit-mult", c.RetransmitMult, "memberlist retransmit multiplier")
-	fs.DurationVar(&c.PushPullInterval, prefix+"push-pull-interval", c.PushPullInterval, "full state sync interval")
+	fs.DurationVar(&c.PushPullInterval, prefix+"push-pull-interval", c.PushPullInterval, "anti-entropy interval: push-pull exchanges digests and fetches what differs")
 	fs.DurationVar(&c.ProbeInterval, prefix+"probe-interval", c.ProbeInterval, "failure detector probe interval")
 	fs.DurationVar(&c.ProbeTimeout, prefix+"probe-timeout", c.ProbeTimeout, "failure detector probe timeout")
 	fs.IntVar(&c.SuspicionMult, prefix+"suspicion-mult", c.SuspicionMult, "failure detector suspicion multiplier")

@@ -30,10 +30,13 @@
 // only retransmits what its node queued). Predictions are unique broadcasts,
 // deduplicated by (origin, id) and relayed once; so are session records
 // (sessions.go: which worker a session's latest turn was routed to).
-// Push-pull exchanges the full
-// State as anti-entropy and on join. A departed origin (no longer a live
-// member) keeps its entries for GracePeriod; then its floor is raised to its
-// newest version.
+// Push-pull (anti-entropy, and on join) exchanges a digest: per origin its
+// floor, newest version, entry count and a hash of its (worker, version)
+// pairs. Where a summary differs the replica fetches, over a reliable
+// stream, the entries of the buckets that differ (repair.go), so push-pull
+// grows with replicas, and with what broadcasts missed, rather than with
+// replicas × workers. A departed origin (no longer a live member) keeps its
+// entries for GracePeriod; then its floor is raised to its newest version.
 //
 // Bandwidth is bounded by memberlist, not by load: broadcasts ride at most
 // GossipNodes packets (UDP, ≤1400 bytes) per GossipInterval, plus push-pull.
@@ -43,7 +46,8 @@
 // # Concurrency
 //
 // Run owns everything it starts: the memberlist (its goroutines, and the
-// counting transport's stream forwarder), a join goroutine, the keyring
+// counting transport's stream forwarder), a join goroutine, the sender of
+// repair fetches and answers (fetch.go), the keyring
 // file watcher (with KeyringFile), and the owner loop, which runs on Run's
 // goroutine. Run returns only after all have
 // exited. New starts nothing.
@@ -68,7 +72,7 @@
 // Producers (SetLocalLoads, SetDigests, SetLocalHealth, Predict) never block: they publish a
 // copy through an atomic pointer or a non-blocking send. Readers
 // (RemoteLoad, RemoteDigests) read an immutable snapshot the owner publishes
-// through an atomic pointer; LocalState returns the state encoding the owner
+// through an atomic pointer; LocalState returns the digest encoding the owner
 // refreshes at most every 500 ms. The prediction sink is called from the
 // owner loop only.
 package gossip

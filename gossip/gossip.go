@@ -86,13 +86,20 @@ type Gossip struct {
 	sink        atomic.Pointer[PredictionSink]
 	sessionSink atomic.Pointer[SessionSink]
 	snap        atomic.Pointer[snapshot]
-	fullSt      atomic.Pointer[[]byte]
-	delegate    *delegate
-	members     *memberTable // live members, copied in memberlist's callbacks
+	pushSt      atomic.Pointer[[]byte] // the encoded push-pull digest
+	// outbox queues fetches and answers for the sender goroutine (fetch.go).
+	outbox   chan outMsg
+	delegate *delegate
+	members  *memberTable // live members, copied in memberlist's callbacks
 	// keyring is memberlist's (nil: no encryption); SetKeys and the keyring
 	// file watcher change it while memberlist runs (it locks itself).
 	keyring *memberlist.Keyring
 	km      keyringMetrics
+	// muteBroadcasts makes GetBroadcasts discard what it would send: tests
+	// set it to lose broadcasts, leaving push-pull and its fetches as the
+	// only way state travels.
+	muteBroadcasts atomic.Bool
+	lostBroadcasts atomic.Int64 // what muteBroadcasts discarded
 }
 
 type inboxItem struct {
@@ -102,6 +109,8 @@ type inboxItem struct {
 	pred  *predictionMsg
 	state *State
 	sess  *sessionMsg
+	// repair is a digest, fetch or answer (repair.go).
+	repair *repairMsg
 }
 
 type predictRequest struct {
@@ -147,6 +156,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, opts ...Option)
 		// turn) and share their bound.
 		sessions: make(chan sessionRequest, cfg.PredictionQueueSize),
 		ready:    make(chan struct{}),
+		outbox:   make(chan outMsg, sendQueueSize),
 	}
 	for _, o := range opts {
 		o(g)
@@ -163,8 +173,8 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, opts ...Option)
 	g.delegate = &delegate{g: g}
 	g.members = newMemberTable()
 	g.snap.Store(&snapshot{})
-	empty := appendState(nil, 0, State{})
-	g.fullSt.Store(&empty)
+	empty := appendDigest(nil, &digestMsg{From: cfg.NodeName})
+	g.pushSt.Store(&empty)
 	return g, nil
 }
 
@@ -346,6 +356,11 @@ func (g *Gossip) Run(ctx context.Context) error {
 		defer wg.Done()
 		g.joinLoop(ownerCtx, ml)
 	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		g.sendLoop(ownerCtx, ml)
+	}()
 	if g.cfg.KeyringFile != "" {
 		wg.Add(1)
 		go func() {
@@ -516,6 +531,10 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		d.notifySession(buf)
 		return
 	}
+	if isRepairMessage(buf) {
+		d.notifyRepair(buf)
+		return
+	}
 	kind, lm, pm, _, err := decodeMessage(buf)
 	if err == nil && kind == kindState {
 		err = fmt.Errorf("%w: full state outside push-pull", ErrMalformed)
@@ -532,6 +551,10 @@ func (d *delegate) NotifyMsg(buf []byte) {
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	if d.g.muteBroadcasts.Load() {
+		d.g.lostBroadcasts.Add(int64(len(d.g.queue.GetBroadcasts(overhead, limit))))
+		return nil
+	}
 	msgs := d.g.queue.GetBroadcasts(overhead, limit)
 	n := 0
 	for _, m := range msgs {
@@ -542,13 +565,18 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 }
 
 func (d *delegate) LocalState(bool) []byte {
-	b := *d.g.fullSt.Load()
+	b := *d.g.pushSt.Load()
 	d.g.m.stateBytes.Observe(float64(len(b)))
 	return b
 }
 
 func (d *delegate) MergeRemoteState(buf []byte, _ bool) {
 	g := d.g
+	if isRepairMessage(buf) {
+		d.mergeDigest(buf)
+		return
+	}
+	// A full state: what a replica of codec version 3 or older sends.
 	kind, _, _, sm, err := decodeMessage(buf)
 	if err == nil && kind != kindState {
 		err = fmt.Errorf("%w: %s message in push-pull", ErrMalformed, kind)

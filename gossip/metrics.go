@@ -36,6 +36,8 @@ type metrics struct {
 	joinFailures   prometheus.Counter
 	memberlistLogs *prometheus.CounterVec
 	queued         prometheus.Gauge
+	fetches        *prometheus.CounterVec
+	fetchedEntries *prometheus.CounterVec
 }
 
 var dropReasons = []string{dropInboxFull, dropPredictionFull, dropStopped, dropExpired, dropInvalidWorker, dropSessionFull}
@@ -56,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"kind"}),
 		stateBytes: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    metricnames.NameGossipStateBytes,
-			Help:    "Size of the full state sent on push-pull.",
+			Help:    "Size of the push-pull payload sent: the per-origin digest (the full state before codec version 4).",
 			Buckets: sizeBuckets,
 		}),
 		dropped: f.NewCounterVec(prometheus.CounterOpts{
@@ -103,6 +105,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: metricnames.NameGossipBroadcastQueue,
 			Help: "Broadcasts waiting in the transmit queue.",
 		}),
+	}
+	m.fetches = f.NewCounterVec(prometheus.CounterOpts{
+		Name: metricnames.NameGossipFetches,
+		Help: "Repair fetches after a push-pull digest differed, by event (requested, answered, received, send_error, queue_full).",
+	}, []string{"event"})
+	m.fetchedEntries = f.NewCounterVec(prometheus.CounterOpts{
+		Name: metricnames.NameGossipFetchedEntries,
+		Help: "Entries received in fetch answers, by outcome: new (joined), known (already held or older), own (claims about this replica).",
+	}, []string{"outcome"})
+	for _, e := range fetchEvents {
+		m.fetches.WithLabelValues(e)
+	}
+	for _, o := range []string{"new", "known", "own"} {
+		m.fetchedEntries.WithLabelValues(o)
 	}
 	for _, r := range dropReasons {
 		m.dropped.WithLabelValues(r)

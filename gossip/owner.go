@@ -92,8 +92,8 @@ func (o *owner) tick() {
 	}
 	o.publish()
 	if o.stateDirty && now.Sub(o.lastEncode) >= stateEncodeInterval {
-		b := appendState(nil, now.UnixNano(), o.state)
-		o.g.fullSt.Store(&b)
+		b := o.encodeDigest(now.UnixNano())
+		o.g.pushSt.Store(&b)
 		o.stateDirty = false
 		o.lastEncode = now
 	}
@@ -233,6 +233,12 @@ func (o *owner) handle(it inboxItem) {
 		o.handleState(*it.state)
 	case kindSession:
 		o.handleSession(it.sess, it.raw)
+	case kindDigest:
+		o.handleDigest(it.repair.digest)
+	case kindFetch:
+		o.handleFetch(it.repair.fetch)
+	case kindAnswer:
+		o.handleAnswer(it.repair.answer)
 	}
 }
 
@@ -259,6 +265,8 @@ func (o *owner) handleLoads(m *loadsMsg, raw []byte) {
 	o.g.m.relayed.WithLabelValues(kindLoads.String()).Inc()
 }
 
+// handleState joins a full state from push-pull: what a replica of codec
+// version 3 or older sends during a rolling upgrade.
 func (o *owner) handleState(s State) {
 	if claims, floor := s.Origins[o.self], s.Floors[o.self]; claims != nil || floor > 0 {
 		delete(s.Origins, o.self)

@@ -56,17 +56,17 @@ func appendSession(b []byte, m *sessionMsg) []byte {
 	return b
 }
 
-// isSessionMessage reports whether p claims to be a session message of
-// this codec version (decodeSession then checks the rest).
+// isSessionMessage reports whether p claims to be a session message of a
+// codec version that has them (3 and later; decodeSession then checks the
+// rest).
 func isSessionMessage(p []byte) bool {
-	return len(p) >= 4 && p[0] == 'S' && p[1] == 'G' && p[2] == codecVersion && msgKind(p[3]) == kindSession
+	return len(p) >= 4 && p[0] == 'S' && p[1] == 'G' && p[2] >= broadcastVersion && p[2] <= codecVersion && msgKind(p[3]) == kindSession
 }
 
 // decodeSession parses a session message. Errors wrap ErrForeign,
 // ErrVersion or ErrMalformed; it never panics.
 func decodeSession(p []byte) (*sessionMsg, error) {
-	r := reader{buf: p, version: codecVersion}
-	r.magic('S', 'G', codecVersion)
+	r := newReader(p)
 	if k := msgKind(r.u8()); r.err == nil && k != kindSession {
 		return nil, fmt.Errorf("%w: %s message, want session", ErrMalformed, k)
 	}

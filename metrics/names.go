@@ -185,6 +185,8 @@ const (
 	NameGossipDecodeErrors          = "switchyard_gossip_decode_errors_total"
 	NameGossipJoinFailures          = "switchyard_gossip_join_failures_total"
 	NameGossipMemberlistLogMessages = "switchyard_gossip_memberlist_log_messages_total"
+	NameGossipFetches               = "switchyard_gossip_fetches_total"
+	NameGossipFetchedEntries        = "switchyard_gossip_fetched_entries_total"
 
 	// The high-water exporter's own health (this package: NewExporter).
 	NameExporterSnapshots         = "switchyard_metrics_admission_snapshots_total"
