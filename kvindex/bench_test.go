@@ -270,3 +270,38 @@ func BenchmarkClearStale(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLookupPredictedSharedPrefix is a lookup whose first blocks are
+// predicted on a large part of the fleet: routers predict every prompt
+// they route, so a system prompt a fleet shares ends up predicted on every
+// worker it was sent to. Each of the workers holds predictions for the
+// shared 64 blocks and 16 of its own beyond them; the query is the shared
+// prefix and one worker's continuation.
+func BenchmarkLookupPredictedSharedPrefix(b *testing.B) {
+	for _, workers := range []int{16, 256, 2500} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			ix, _, _ := newTestIndex(b, func(c *Config) {
+				c.MaxWorkers = workers
+				c.MaxPredictedEntries = workers * 128
+			})
+			shared := chain(1<<30, 64)
+			var query []uint64
+			for w := range workers {
+				own := append(slices.Clone(shared), chain(uint64(w), 16)...)
+				if err := ix.Predict(fmt.Sprintf("w%05d", w), own, time.Hour); err != nil {
+					b.Fatal(err)
+				}
+				query = own
+			}
+			dst := make([]Match, 0, workers)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				dst = ix.Lookup(query, dst[:0])
+			}
+			if len(dst) != workers {
+				b.Fatalf("matched %d workers, want %d", len(dst), workers)
+			}
+		})
+	}
+}

@@ -143,6 +143,12 @@ func (s *predShard) has(h uint64, id uint16, now int64) bool {
 
 // lookup walks the predicted entries like Lookup walks the exact ones and
 // merges each worker's predicted depth into dst[start:], keeping the larger.
+//
+// A prefix predicted on many workers (a system prompt a fleet shares) keeps
+// the walk linear: a step marks the ids its hash holds in a bitset and
+// keeps the active ids marked, rather than searching the hash's list once
+// per active id, and the ended walks are merged into dst through a map
+// rather than a scan of dst each.
 func (p *predictions) lookup(seqHashes []uint64, now int64, names []string, dst []Match, start int) []Match {
 	var stack [16]uint16
 	active := stack[:0]
@@ -154,26 +160,84 @@ func (p *predictions) lookup(seqHashes []uint64, now int64, names []string, dst 
 		}
 	}
 	s.mu.Unlock()
+	var ended [16]predEnd
+	ends := ended[:0]
+	var marks []uint64 // ids the current hash holds, when active is long
 	depth := 1
 	for ; depth < len(seqHashes) && len(active) > 0; depth++ {
 		h := seqHashes[depth]
 		s := p.shardOf(h)
 		kept := active[:0]
 		s.mu.Lock()
-		for _, id := range active {
-			if s.has(h, id, now) {
-				kept = append(kept, id)
-			} else {
-				dst = mergeMatch(dst, start, names, id, depth)
+		list := s.m[h]
+		if len(active) <= predScanActive {
+			for _, id := range active {
+				if s.has(h, id, now) {
+					kept = append(kept, id)
+				} else {
+					ends = append(ends, predEnd{id, depth})
+				}
+			}
+		} else {
+			if marks == nil {
+				marks = make([]uint64, (maxWorkerID+1+63)/64)
+			}
+			for _, e := range list {
+				if e.exp > now {
+					marks[e.id/64] |= 1 << (e.id % 64)
+				}
+			}
+			for _, id := range active {
+				if marks[id/64]&(1<<(id%64)) != 0 {
+					kept = append(kept, id)
+				} else {
+					ends = append(ends, predEnd{id, depth})
+				}
+			}
+			for _, e := range list {
+				marks[e.id/64] = 0
 			}
 		}
 		s.mu.Unlock()
 		active = kept
 	}
 	for _, id := range active {
-		dst = mergeMatch(dst, start, names, id, depth)
+		ends = append(ends, predEnd{id, depth})
+	}
+	if len(ends) <= predScanActive {
+		for _, e := range ends {
+			dst = mergeMatch(dst, start, names, e.id, e.depth)
+		}
+		return dst
+	}
+	at := make(map[string]int, len(dst)-start+len(ends))
+	for i := start; i < len(dst); i++ {
+		at[dst[i].Worker] = i
+	}
+	for _, e := range ends {
+		if int(e.id) >= len(names) || names[e.id] == "" {
+			continue
+		}
+		name := names[e.id]
+		if i, ok := at[name]; ok {
+			dst[i].Blocks = max(dst[i].Blocks, e.depth)
+			continue
+		}
+		at[name] = len(dst)
+		dst = append(dst, Match{Worker: name, Blocks: e.depth})
 	}
 	return dst
+}
+
+// predScanActive is the number of predicted workers up to which a lookup
+// searches lists and dst directly (a few compares each) instead of
+// building a bitset and a map.
+const predScanActive = 16
+
+// predEnd is where one worker's predicted walk ended: its depth in blocks.
+type predEnd struct {
+	id    uint16
+	depth int
 }
 
 func mergeMatch(dst []Match, start int, names []string, id uint16, depth int) []Match {

@@ -1,6 +1,8 @@
 package kvindex
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -70,4 +72,63 @@ func TestRemovingAWorkerDropsItsPredictions(t *testing.T) {
 	require.Equal(t, []Match{{"b", 1}}, ix.Lookup(chain(1, 3), nil), "a removed worker's predictions vanish at once")
 	ix.ClearStale()
 	require.Equal(t, 1, ix.PredictedEntries(), "and the next ClearStale reclaims them")
+}
+
+// TestLookupOfAPrefixPredictedOnManyWorkersMatchesABruteForceWalk holds the
+// lookup's long-list path (more predicted workers than predScanActive) and
+// its short one to a per-worker brute force: a worker's depth is the
+// larger of its exact depth and the longest run of unexpired predictions
+// from the first block.
+func TestLookupOfAPrefixPredictedOnManyWorkersMatchesABruteForceWalk(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 30))
+	for trial := range 40 {
+		ix, _, clk := newTestIndex(t, func(c *Config) { c.MaxWorkers = 400 })
+		h := chain(uint64(trial), 12)
+		workers := 1 + rng.IntN(300) // many trials above predScanActive
+		type pw struct {
+			blocks int
+			until  time.Duration
+		}
+		preds := map[string][]pw{}
+		exact := map[string]int{}
+		for w := range workers {
+			name := fmt.Sprintf("w%03d", w)
+			if rng.IntN(5) == 0 {
+				n := 1 + rng.IntN(len(h))
+				mustApply(t, ix, name, 1, 1, stored(nil, h[:n]...))
+				exact[name] = n
+			}
+			for range rng.IntN(3) {
+				p := pw{blocks: 1 + rng.IntN(len(h)), until: time.Duration(1+rng.IntN(8)) * time.Second}
+				require.NoError(t, ix.Predict(name, h[:p.blocks], p.until))
+				preds[name] = append(preds[name], p)
+			}
+		}
+		for step := range 3 {
+			elapsed := time.Duration(step*3) * time.Second
+			var want []Match
+			for w := range workers {
+				name := fmt.Sprintf("w%03d", w)
+				// Block i is predicted while some prediction covering it
+				// is unexpired: the run from block 0 is the longest prefix
+				// every block of which is covered.
+				depth := 0
+				for i := range h {
+					covered := false
+					for _, p := range preds[name] {
+						covered = covered || (p.blocks > i && p.until > elapsed)
+					}
+					if !covered {
+						break
+					}
+					depth = i + 1
+				}
+				if d := max(depth, exact[name]); d > 0 {
+					want = append(want, Match{Worker: name, Blocks: d})
+				}
+			}
+			require.Equal(t, sortedMatches(want), sortedMatches(ix.Lookup(h, nil)), "trial %d, %v in", trial, elapsed)
+			clk.Advance(3 * time.Second)
+		}
+	}
 }
