@@ -16,7 +16,7 @@ import (
 //
 // Chat contents hold escapes at every line break, and json.Unmarshal paid
 // for a validating pass and a reflective decode on each of them. Here text
-// that needs no decoding aliases raw (as plainString's does; see Parse) and
+// that needs no decoding aliases raw (see Parse) and
 // anything else is decoded into one allocation, never longer than raw
 // unless raw holds invalid UTF-8.
 func unquote(raw []byte) (string, bool) {
