@@ -70,3 +70,50 @@ func FuzzUnquoteAgreesWithEncodingJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestParseDecodesEscapedMessagesAsEncodingJSONWithOneAllocationEach: a
+// chat whose roles and contents hold escapes parses to what encoding/json
+// decodes, and each escaped string costs one allocation (encoding/json's
+// decode cost four per message).
+func TestParseDecodesEscapedMessagesAsEncodingJSONWithOneAllocationEach(t *testing.T) {
+	body := []byte(`{"messages":[` +
+		`{"role":"system","content":"You are terse.\nAnswer in \"one\" line.\u00e9"},` +
+		`{"role":"user","content":"line one\nline two\ttabbed \ud83e\udd8a \ud800 lone"},` +
+		`{"role":"assistant","content":"ok\r\n\/path\\to"},` +
+		`{"content":"plain, aliased","role":"us\u0065r"},` +
+		`{"role":"user","content":"next\nturn"}]}`)
+	f := bodyFields(t, body)
+	var want []struct{ Role, Content string }
+	require.NoError(t, json.Unmarshal(f.Messages, &want))
+	in, err := Parse(KindChat, f)
+	require.NoError(t, err)
+	require.Len(t, in.Messages, len(want))
+	for i, m := range in.Messages {
+		assert.Equal(t, want[i].Role, m.Role, "message %d", i)
+		assert.Equal(t, want[i].Content, m.Content, "message %d", i)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := Parse(KindChat, f); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// A plain chat's 3 (BenchmarkChatNextTurn/parse), and one string per
+	// escaped role or content (4 contents, 1 role); encoding/json's decode
+	// made this 68.
+	assert.LessOrEqual(t, allocs, 3.0+5)
+}
+
+// TestAnInvalidEscapeIsTheSameTypedError: what encoding/json refused is
+// still a *RequestError naming the field.
+func TestAnInvalidEscapeIsTheSameTypedError(t *testing.T) {
+	for _, content := range []string{`"bad \q escape"`, `"bad \u12G4 escape"`} {
+		_, err := Parse(KindChat, &Fields{Messages: json.RawMessage(`[{"role":"user","content":` + content + `}]`)})
+		var re *RequestError
+		require.ErrorAs(t, err, &re, content)
+		assert.Equal(t, "messages", re.Param, content) // the array does not parse
+		assert.ErrorIs(t, err, ErrBadRequest)
+		_, err = Parse(KindCompletion, &Fields{Prompt: json.RawMessage(content)})
+		require.ErrorAs(t, err, &re, content)
+		assert.Equal(t, "prompt", re.Param, content)
+	}
+}
