@@ -43,9 +43,16 @@ func chat4k(b testing.TB, m *Model, tokens int) []map[string]string {
 
 // nextTurnBodies are 256 request bodies of the 4k chat, each with a final
 // user message of its own (the next turn of one conversation, as the
-// replica benchmark's clients send it).
-func nextTurnBodies(b testing.TB, m *Model) [][]byte {
+// replica benchmark's clients send it). With lines, the chat's sentences
+// are on lines of their own, as frontend's BenchmarkReplicaThroughputLines
+// has them: every message holds escaped newlines, as real ones do.
+func nextTurnBodies(b testing.TB, m *Model, lines bool) [][]byte {
 	msgs := chat4k(b, m, 4096)
+	if lines {
+		for _, msg := range msgs {
+			msg["content"] = strings.ReplaceAll(msg["content"], ") ", ")\n")
+		}
+	}
 	bodies := make([][]byte, 256)
 	for i := range bodies {
 		turn := append(msgs[:len(msgs):len(msgs)], map[string]string{"role": "user", "content": "And in turn " + strconv.Itoa(i) + ", which worker holds the prefix?"})
@@ -74,13 +81,19 @@ func bodyFields(b testing.TB, body []byte) *Fields {
 // benchmark's request, the 4k-token chat's next turn with o200k_base
 // (ChatML): Parse of the body's fields, then Tokenize (render and the
 // cached encode). cpu-ns/op is the process CPU per request.
-func BenchmarkChatNextTurn(b *testing.B) {
+func BenchmarkChatNextTurn(b *testing.B) { benchChatNextTurn(b, false) }
+
+// BenchmarkChatNextTurnLines is BenchmarkChatNextTurn on the chat with
+// escaped newlines in every message.
+func BenchmarkChatNextTurnLines(b *testing.B) { benchChatNextTurn(b, true) }
+
+func benchChatNextTurn(b *testing.B, lines bool) {
 	cfg := DefaultConfig()
 	cfg.Tokenizers = map[string]string{"m": "tiktoken:o200k_base"}
 	reg, err := NewRegistry(cfg, Deps{}, zap.NewNop(), nil)
 	require.NoError(b, err)
 	m, _ := reg.Model("m")
-	bodies := nextTurnBodies(b, m)
+	bodies := nextTurnBodies(b, m, lines)
 	fields := make([]*Fields, len(bodies))
 	for i, body := range bodies {
 		fields[i] = bodyFields(b, body)

@@ -8,7 +8,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/zeebo/xxh3"
@@ -268,22 +267,26 @@ func scanMessages(doc []byte) ([]Message, bool) {
 }
 
 // messageOf is the Message of the object raw, whose members a scan has
-// just returned, when it is a message with a plain string role that
+// just returned, when it is a message with a string role that
 // parseMessage would accept with its string (or null) content as scanned.
 func messageOf(raw []byte, members []Member) (Message, bool) {
 	var m Message
 	var content []byte
-	var seenRole, contentPlain bool
+	var seenRole, contentPlain, ok bool
 	for _, mb := range members {
 		switch {
 		case mb.Escaped:
 			return Message{}, false
 		case string(mb.Key) == "role":
-			if seenRole || !mb.PlainString {
+			if seenRole || mb.Value[0] != '"' {
 				return Message{}, false
 			}
 			seenRole = true
-			m.Role = roleString(mb.Value[1 : len(mb.Value)-1])
+			if mb.PlainString {
+				m.Role = roleString(mb.Value[1 : len(mb.Value)-1])
+			} else if m.Role, ok = unquote(mb.Value); !ok {
+				return Message{}, false
+			}
 		case string(mb.Key) == "content":
 			if content != nil {
 				return Message{}, false
@@ -427,11 +430,9 @@ func contentParts(raw json.RawMessage, param string) (string, []string, error) {
 	raw = bytes.TrimSpace(raw)
 	switch raw[0] {
 	case '"':
-		s, ok := plainString(raw)
+		s, ok := unquote(raw)
 		if !ok {
-			if err := json.Unmarshal(raw, &s); err != nil {
-				return "", nil, badField(param, "invalid_type", "content is not a valid string")
-			}
+			return "", nil, badField(param, "invalid_type", "content is not a valid string")
 		}
 		return s, nil, nil
 	case '[':
@@ -553,11 +554,9 @@ func promptString(raw json.RawMessage, param string) (string, error) {
 	if len(raw) == 0 || raw[0] != '"' {
 		return "", badField(param, "invalid_type", "every prompt of a batch must be a string")
 	}
-	s, ok := plainString(raw)
+	s, ok := unquote(raw)
 	if !ok {
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", badField(param, "invalid_type", param+" is not a valid string")
-		}
+		return "", badField(param, "invalid_type", param+" is not a valid string")
 	}
 	return s, nil
 }
@@ -753,26 +752,6 @@ func (in *Input) key() uint64 {
 func isNull(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
 	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))
-}
-
-// plainString returns the text of a JSON string literal that needs no
-// unescaping (no backslash, valid UTF-8): json.Unmarshal would return
-// exactly the bytes between the quotes. raw must come from a document that
-// json.Unmarshal accepted. Prompts are a request's largest field; this
-// saves decoding them a second time, and copying them: the string aliases
-// raw (see Parse).
-func plainString(raw []byte) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return "", false
-	}
-	s := raw[1 : len(raw)-1]
-	if bytes.IndexByte(s, '\\') >= 0 || !utf8.Valid(s) {
-		return "", false
-	}
-	if len(s) == 0 {
-		return "", true
-	}
-	return unsafe.String(&s[0], len(s)), true
 }
 
 // topLevelMembers counts the members of a JSON object that json.Unmarshal

@@ -345,6 +345,10 @@ func scanMessage(raw []byte, buf []Member) (wm wireMessage, n int, first string,
 			switch {
 			case mb.PlainString:
 				wm.Role = string(mb.Value[1 : len(mb.Value)-1])
+			case mb.Value[0] == '"':
+				if wm.Role, ok = unquote(mb.Value); !ok {
+					return wireMessage{}, 0, "", false
+				}
 			case string(mb.Value) == "null":
 			default:
 				return wireMessage{}, 0, "", false

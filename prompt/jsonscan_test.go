@@ -67,10 +67,18 @@ func TestScanArraySplitsElementsAsEncodingJSONDoes(t *testing.T) {
 func TestScanMessageDefersWhatOnlyEncodingJSONDecidesExactly(t *testing.T) {
 	for _, raw := range []string{
 		`{"Role":"user","content":"x"}`, `{"role":"user","CONTENT":"x"}`, `{"role":"a","role":"b"}`,
-		`{"role":1}`, `{"role":"\u0075ser"}`, `{"r\u006fle":"user"}`, "{\"role\":\"\xff\"}", `[]`,
+		`{"role":1}`, `{"r\u006fle":"user"}`, `{"role":"us\qer"}`, `[]`,
 	} {
 		_, _, _, ok := scanMessage([]byte(raw), nil)
 		assert.False(t, ok, "%s must go to encoding/json", raw)
+	}
+	// An escaped role is decoded here, as encoding/json decodes it.
+	for _, raw := range []string{`{"role":"\u0075ser"}`, "{\"role\":\"\xff\"}", `{"role":"a\ud800\n"}`} {
+		wm, _, _, ok := scanMessage([]byte(raw), nil)
+		require.True(t, ok, raw)
+		var ref wireMessage
+		require.NoError(t, json.Unmarshal([]byte(raw), &ref))
+		assert.Equal(t, ref.Role, wm.Role, raw)
 	}
 	wm, n, first, ok := scanMessage([]byte(`{"content":null,"role":"assistant","tool_calls":[]}`), nil)
 	require.True(t, ok)
