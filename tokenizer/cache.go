@@ -92,6 +92,22 @@ func (c *PrefixCache) get(k cacheKey) ([]uint32, bool) {
 	return ref.el.Value.(*cacheEntry).ids[:ref.count:ref.count], true
 }
 
+// longest finds the longest cached of n prefixes, key(k) naming the k-th
+// (longer with k), and counts the hit or miss: it returns the prefix's
+// index and ids, or -1 when none is cached.
+func (c *PrefixCache) longest(n int, key func(k int) cacheKey) (int, []uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := n - 1; k >= 0; k-- {
+		if ids, ok := c.get(key(k)); ok {
+			c.hits++
+			return k, ids
+		}
+	}
+	c.misses++
+	return -1, nil
+}
+
 // put stores ids with the prefixes keys[i] of counts[i] ids each (counts
 // ascending, the last len(ids)). A key already held keeps its entry (the
 // ids of one prefix are the same whichever call stored them).
@@ -168,21 +184,7 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 	}
 	sc.hashes = hashes
 
-	best := -1
-	var cached []uint32
-	c.mu.Lock()
-	for k := len(cuts) - 1; k >= 0; k-- {
-		if ids, ok := c.get(cacheKey{m, hashes[k], cuts[k].stop}); ok {
-			best, cached = k, ids
-			break
-		}
-	}
-	if best >= 0 {
-		c.hits++
-	} else {
-		c.misses++
-	}
-	c.mu.Unlock()
+	best, cached := c.longest(len(cuts), func(k int) cacheKey { return cacheKey{m, hashes[k], cuts[k].stop} })
 
 	prev = 0
 	if best >= 0 {

@@ -136,21 +136,7 @@ func (m *Model) EncodeTurns(c *PrefixCache, j Joint, keys []uint64, turn func(i 
 	if c == nil || j.m != m || len(keys) == 0 || (tail != "" && !strings.HasPrefix(tail, j.right)) {
 		return nil, false
 	}
-	best := -1
-	var cached []uint32
-	c.mu.Lock()
-	for k := len(keys) - 1; k >= 0; k-- {
-		if ids, ok := c.get(cacheKey{m, keys[k], -1}); ok {
-			best, cached = k, ids
-			break
-		}
-	}
-	if best >= 0 {
-		c.hits++
-	} else {
-		c.misses++
-	}
-	c.mu.Unlock()
+	best, cached := c.longest(len(keys), func(k int) cacheKey { return cacheKey{m, keys[k], -1} })
 
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)

@@ -492,15 +492,10 @@ func (r *reader) uvarint() uint64 {
 // count reads a uvarint element count and checks that at least minBytes per
 // element remain, so a corrupt count cannot force a large allocation.
 func (r *reader) count(minBytes int) int {
+	v := r.uvarint()
 	if r.err != nil {
 		return 0
 	}
-	v, k := binary.Uvarint(r.buf)
-	if k <= 0 {
-		r.fail("bad varint")
-		return 0
-	}
-	r.buf = r.buf[k:]
 	if v > MaxBlocksPerMessage || v*uint64(minBytes) > uint64(len(r.buf)) {
 		r.fail("count exceeds message")
 		return 0
@@ -521,14 +516,4 @@ func (r *reader) appendHashes(dst []uint64) []uint64 {
 	return dst
 }
 
-func (r *reader) hashes() []uint64 {
-	n := r.count(8)
-	if r.err != nil {
-		return nil
-	}
-	hs := make([]uint64, n)
-	for i := range hs {
-		hs[i] = r.u64()
-	}
-	return hs
-}
+func (r *reader) hashes() []uint64 { return r.appendHashes([]uint64{}) }
