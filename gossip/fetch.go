@@ -41,15 +41,11 @@ func (g *Gossip) sendLoop(ctx context.Context, ml *memberlist.Memberlist) {
 		case <-ctx.Done():
 			return
 		case m := <-g.outbox:
-			var to *memberlist.Node
-			for _, n := range ml.Members() {
-				if n.Name == m.to {
-					to = n
-					break
-				}
-			}
+			// The address comes from this replica's member table, never
+			// from memberlist's own records, which its packet handler
+			// rewrites without a lock (members.go).
 			err := fmt.Errorf("%s is not a live member", m.to)
-			if to != nil {
+			if to, ok := g.members.node(m.to); ok {
 				err = ml.SendReliable(to, m.msg)
 			}
 			if err != nil {

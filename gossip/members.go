@@ -22,15 +22,31 @@ type memberTable struct {
 type memberCopy struct {
 	addr string
 	meta []byte
+	// node is the address part of memberlist's record, for SendReliable.
+	node memberlist.Node
 }
 
 func newMemberTable() *memberTable { return &memberTable{nodes: make(map[string]memberCopy)} }
 
 func (t *memberTable) set(n *memberlist.Node) {
-	c := memberCopy{addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), meta: slices.Clone(n.Meta)}
+	c := memberCopy{addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), meta: slices.Clone(n.Meta),
+		node: memberlist.Node{Name: n.Name, Addr: slices.Clone(n.Addr), Port: n.Port}}
 	t.mu.Lock()
 	t.nodes[n.Name] = c
 	t.mu.Unlock()
+}
+
+// node returns a copy of name's address record, false when name is not a
+// live member.
+func (t *memberTable) node(name string) (*memberlist.Node, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, ok := t.nodes[name]
+	if !ok {
+		return nil, false
+	}
+	n := c.node
+	return &n, true
 }
 
 // reset forgets every member (a new memberlist starts from itself).
