@@ -678,14 +678,7 @@ func (m *Mirror) flushLocked() {
 // keeps at rate n, in place.
 func sampleEvents(events []wire.KVEvent, n int) {
 	for i := range events {
-		e := &events[i]
-		kept := e.Hashes[:0]
-		for _, h := range e.Hashes {
-			if kvindex.Sampled(h, n) {
-				kept = append(kept, h)
-			}
-		}
-		e.Hashes = kept
+		events[i].Hashes = kvindex.KeepSampled(events[i].Hashes, n)
 	}
 }
 

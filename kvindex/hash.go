@@ -123,3 +123,18 @@ func Sampled(h uint64, n int) bool {
 	hi, _ := bits.Mul64(mix(h), uint64(n))
 	return hi == 0
 }
+
+// KeepSampled removes from hs, in place, the hashes Sampled does not keep
+// at rate n, and returns what is left (hs itself at n <= 1).
+func KeepSampled(hs []uint64, n int) []uint64 {
+	if n <= 1 {
+		return hs
+	}
+	kept := hs[:0]
+	for _, h := range hs {
+		if Sampled(h, n) {
+			kept = append(kept, h)
+		}
+	}
+	return kept
+}

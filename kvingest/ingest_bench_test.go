@@ -72,13 +72,7 @@ func newIngestFeed(cluster string, workers, rounds, pubSample int) *ingestFeed {
 			if pubSample > 1 {
 				b.Sample = pubSample
 				for i := range b.Events {
-					var kept []uint64
-					for _, h := range b.Events[i].Hashes {
-						if kvindex.Sampled(h, pubSample) {
-							kept = append(kept, h)
-						}
-					}
-					b.Events[i].Hashes = kept
+					b.Events[i].Hashes = kvindex.KeepSampled(slices.Clone(b.Events[i].Hashes), pubSample)
 				}
 			}
 			last[w] = b.LastID()
