@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -173,6 +174,43 @@ func BenchmarkEngineStepTiers(b *testing.B) {
 			b.StopTimer()
 			st := l.e.Stats()
 			b.ReportMetric(float64(st.BlocksEvicted-st0.BlocksEvicted)/float64(st.Steps-st0.Steps), "evicted/step")
+		})
+	}
+}
+
+// BenchmarkNewEngines builds a fleet of idle engines with the simulator's
+// pool (bench/sim.go: 1700 × 512 tokens in 16-token blocks) and reports the
+// heap they hold: an engine that has served nothing should cost little, so
+// a simulated fleet of thousands fits in memory.
+func BenchmarkNewEngines(b *testing.B) {
+	for _, engines := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("engines=%d", engines), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.NumBlocks = 1700 * 512 / cfg.BlockSize
+			var heap uint64
+			for b.Loop() {
+				b.StopTimer()
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				b.StartTimer()
+				fleet := make([]*Engine, engines)
+				for i := range fleet {
+					e, err := New(cfg, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					fleet[i] = e
+				}
+				b.StopTimer()
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				heap = after.HeapAlloc - before.HeapAlloc
+				runtime.KeepAlive(fleet)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(heap)/float64(engines), "heap-B/engine")
+			b.ReportMetric(float64(heap)/(1<<20), "heap-MiB")
 		})
 	}
 }

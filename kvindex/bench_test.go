@@ -305,3 +305,31 @@ func BenchmarkLookupPredictedSharedPrefix(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBindWorkers registers a fleet of workers into an empty index, as
+// a router does when it starts or a fleet scales out: each registration
+// binds a fresh id to its worker's name. It reports the time per bind
+// across the whole fleet, so a bind that grows with the fleet shows as a
+// per-bind cost that grows with workers.
+func BenchmarkBindWorkers(b *testing.B) {
+	for _, workers := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			names := make([]string, workers)
+			for w := range names {
+				names[w] = fmt.Sprintf("w%05d", w)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				ix, _, _ := newTestIndex(b, func(c *Config) { c.MaxWorkers = workers })
+				b.StartTimer()
+				for _, n := range names {
+					if err := ix.SetCapacity(n, 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*workers), "ns/bind")
+		})
+	}
+}
