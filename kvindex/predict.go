@@ -27,6 +27,21 @@ type predictions struct {
 	shards  [predShards]predShard
 	count   atomic.Int64 // live (hash, worker) entries, expired included until swept
 	dropped atomic.Int64
+	// scratch holds *predScratch for lookups of a prefix predicted on
+	// more than predScanActive workers. Lookups run concurrently, so each
+	// takes its own; a pool rather than one per Index.
+	scratch sync.Pool
+}
+
+// predScratch is the working memory of a lookup of a widely predicted
+// prefix: allocating it per lookup (an 8 KiB bitset, a map and the id
+// lists) was most of that lookup's allocation. Between lookups marks is all
+// zero and at is empty.
+type predScratch struct {
+	active []uint16
+	ends   []predEnd
+	marks  []uint64 // one bit per interned id
+	at     map[string]int
 }
 
 func (p *predictions) init() {
@@ -148,21 +163,28 @@ func (s *predShard) has(h uint64, id uint16, now int64) bool {
 // the walk linear: a step marks the ids its hash holds in a bitset and
 // keeps the active ids marked, rather than searching the hash's list once
 // per active id, and the ended walks are merged into dst through a map
-// rather than a scan of dst each.
+// rather than a scan of dst each. That path's working memory comes from a
+// pool (predScratch), so a warm lookup allocates nothing beyond dst; a
+// prefix predicted on at most predScanActive workers never touches the
+// pool.
 func (p *predictions) lookup(seqHashes []uint64, now int64, names []string, dst []Match, start int) []Match {
-	var stack [16]uint16
-	active := stack[:0]
+	var stack [predScanActive]uint16
+	var ended [predScanActive]predEnd
+	active, ends := stack[:0], ended[:0]
+	var sc *predScratch
 	s := p.shardOf(seqHashes[0])
 	s.mu.Lock()
-	for _, e := range s.m[seqHashes[0]] {
+	first := s.m[seqHashes[0]]
+	if len(first) > predScanActive {
+		sc = p.getScratch(len(first))
+		active, ends = sc.active[:0], sc.ends[:0]
+	}
+	for _, e := range first {
 		if e.exp > now {
 			active = append(active, e.id)
 		}
 	}
 	s.mu.Unlock()
-	var ended [16]predEnd
-	ends := ended[:0]
-	var marks []uint64 // ids the current hash holds, when active is long
 	depth := 1
 	for ; depth < len(seqHashes) && len(active) > 0; depth++ {
 		h := seqHashes[depth]
@@ -179,9 +201,9 @@ func (p *predictions) lookup(seqHashes []uint64, now int64, names []string, dst 
 				}
 			}
 		} else {
-			if marks == nil {
-				marks = make([]uint64, (maxWorkerID+1+63)/64)
-			}
+			// Only a first hash of more than predScanActive workers
+			// gets here, and it took the scratch.
+			marks := sc.marks
 			for _, e := range list {
 				if e.exp > now {
 					marks[e.id/64] |= 1 << (e.id % 64)
@@ -208,25 +230,49 @@ func (p *predictions) lookup(seqHashes []uint64, now int64, names []string, dst 
 		for _, e := range ends {
 			dst = mergeMatch(dst, start, names, e.id, e.depth)
 		}
-		return dst
-	}
-	at := make(map[string]int, len(dst)-start+len(ends))
-	for i := start; i < len(dst); i++ {
-		at[dst[i].Worker] = i
-	}
-	for _, e := range ends {
-		if int(e.id) >= len(names) || names[e.id] == "" {
-			continue
+	} else {
+		at := sc.at
+		for i := start; i < len(dst); i++ {
+			at[dst[i].Worker] = i
 		}
-		name := names[e.id]
-		if i, ok := at[name]; ok {
-			dst[i].Blocks = max(dst[i].Blocks, e.depth)
-			continue
+		for _, e := range ends {
+			if int(e.id) >= len(names) || names[e.id] == "" {
+				continue
+			}
+			name := names[e.id]
+			if i, ok := at[name]; ok {
+				dst[i].Blocks = max(dst[i].Blocks, e.depth)
+				continue
+			}
+			at[name] = len(dst)
+			dst = append(dst, Match{Worker: name, Blocks: e.depth})
 		}
-		at[name] = len(dst)
-		dst = append(dst, Match{Worker: name, Blocks: e.depth})
+		clear(at)
+	}
+	if sc != nil {
+		p.scratch.Put(sc)
 	}
 	return dst
+}
+
+// getScratch returns a lookup's scratch, from the pool if it has one, with
+// room for n active ids and n ended walks: the first hash's n workers bound
+// both, as each walk ends once. The lists are sized here and never appended
+// beyond, so lookup never stores its own slices into the scratch, which
+// would move its stack arrays to the heap.
+func (p *predictions) getScratch(n int) *predScratch {
+	sc, _ := p.scratch.Get().(*predScratch)
+	if sc == nil {
+		sc = &predScratch{
+			marks: make([]uint64, (maxWorkerID+1+63)/64),
+			at:    make(map[string]int),
+		}
+	}
+	if cap(sc.active) < n {
+		sc.active = make([]uint16, 0, n)
+		sc.ends = make([]predEnd, 0, n)
+	}
+	return sc
 }
 
 // predScanActive is the number of predicted workers up to which a lookup

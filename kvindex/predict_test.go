@@ -3,6 +3,8 @@ package kvindex
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,5 +132,79 @@ func TestLookupOfAPrefixPredictedOnManyWorkersMatchesABruteForceWalk(t *testing.
 			require.Equal(t, sortedMatches(want), sortedMatches(ix.Lookup(h, nil)), "trial %d, %v in", trial, elapsed)
 			clk.Advance(3 * time.Second)
 		}
+	}
+}
+
+// predictSharedPrefix predicts on each of workers a shared prefix of 32
+// blocks and 1 to 8 blocks of its own beyond it, gives every third worker
+// exact entries for part of the prefix, and returns the queries: the
+// prefix followed by each worker's own blocks.
+func predictSharedPrefix(t *testing.T, ix *Index, workers int) [][]uint64 {
+	t.Helper()
+	shared := chain(1<<30, 32)
+	var queries [][]uint64
+	for w := range workers {
+		name := fmt.Sprintf("w%04d", w)
+		own := append(slices.Clone(shared), chain(uint64(w), 1+w%8)...)
+		require.NoError(t, ix.Predict(name, own, time.Hour))
+		if w%3 == 0 {
+			mustApply(t, ix, name, 1, 1, stored(nil, shared[:1+w%32]...))
+		}
+		queries = append(queries, own)
+	}
+	return queries
+}
+
+func TestLookupOfAWidelyPredictedPrefixAllocatesNothingOnceWarm(t *testing.T) {
+	if raceBuild {
+		t.Skip("the race detector drops sync.Pool puts on purpose")
+	}
+	ix, _, _ := newTestIndex(t, func(c *Config) { c.MaxWorkers = 300 })
+	queries := predictSharedPrefix(t, ix, 300)
+	dst := make([]Match, 0, 300)
+	for _, q := range queries[:8] {
+		dst = ix.Lookup(q, dst[:0]) // warm: the scratch grows to its largest
+	}
+	require.Len(t, dst, 300, "every worker predicted the shared prefix")
+	allocs := testing.AllocsPerRun(50, func() {
+		dst = ix.Lookup(queries[len(queries)-1], dst[:0])
+	})
+	require.Zero(t, allocs)
+}
+
+// TestConcurrentLookupsOfAWidelyPredictedPrefixAgreeWithSequentialOnes runs
+// lookups that take the pooled scratch from several goroutines at once,
+// each with a dst that already holds matches of its own, and compares them
+// with the answers of lookups made one at a time: scratch shared between
+// lookups, or left dirty by one, changes an answer (and the race detector
+// reports the sharing).
+func TestConcurrentLookupsOfAWidelyPredictedPrefixAgreeWithSequentialOnes(t *testing.T) {
+	ix, _, _ := newTestIndex(t, func(c *Config) { c.MaxWorkers = 200 })
+	queries := predictSharedPrefix(t, ix, 200)
+	prior := []Match{{Worker: "before", Blocks: 1}}
+	want := make([][]Match, len(queries))
+	for i, q := range queries {
+		want[i] = sortedMatches(ix.Lookup(q, slices.Clone(prior)))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Go(func() {
+			for round := range 5 {
+				for k := range queries {
+					i := (k*7 + g*13 + round) % len(queries)
+					got := sortedMatches(ix.Lookup(queries[i], slices.Clone(prior)))
+					if !slices.Equal(got, want[i]) {
+						errs <- fmt.Errorf("goroutine %d, query %d: %d matches, want %d", g, i, len(got), len(want[i]))
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
