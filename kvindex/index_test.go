@@ -196,3 +196,98 @@ func TestConcurrentLookupsSeeConsistentDepthsWhileEventsApply(t *testing.T) {
 	readers.Wait()
 	require.Equal(t, len(base), ix.TotalBlocks(), "every churn store was removed again")
 }
+
+// TestATableALookupHoldsNeverNamesTheNextHolderOfAnId holds the id → name
+// table to what lookups rely on without a lock: a lookup that loaded the
+// table before an id was freed never reports that id under the worker it
+// is bound to next, whose entries it may meet in the index.
+func TestATableALookupHoldsNeverNamesTheNextHolderOfAnId(t *testing.T) {
+	ix, _, _ := newTestIndex(t)
+	mustApply(t, ix, "a", 1, 1, stored(nil, chain(1, 2)...))
+	id := int(ix.lookupWorker("a").ID())
+	held := *ix.names.Load() // a lookup starts
+	require.Equal(t, "a", held.name(id))
+
+	ix.RemoveWorker("a")
+	ix.ClearStale()
+	mustApply(t, ix, "b", 1, 1, stored(nil, chain(2, 2)...))
+	require.Equal(t, id, int(ix.lookupWorker("b").ID()), "b takes a's freed id")
+	require.Equal(t, "b", (*ix.names.Load()).name(id), "lookups that start now name b")
+	require.NotEqual(t, "b", held.name(id), "the earlier lookup may meet b's entries under the id")
+}
+
+// TestLookupsNameEveryWorkerOfAFleetRegisteredOneByOne registers more
+// workers than the table's first sizes, so it grows several times, with
+// entries of each worker's own, and checks each lookup names its owner.
+func TestLookupsNameEveryWorkerOfAFleetRegisteredOneByOne(t *testing.T) {
+	ix, _, _ := newTestIndex(t, func(c *Config) { c.MaxWorkers = 3000 })
+	early := map[int]nameTable{}
+	for w := range 3000 {
+		mustApply(t, ix, fmt.Sprintf("w%04d", w), 1, 1, stored(nil, chain(uint64(w), 3)...))
+		if w == 9 || w == 700 {
+			early[w] = *ix.names.Load()
+		}
+	}
+	for w := range 3000 {
+		require.Equal(t, []Match{{fmt.Sprintf("w%04d", w), 3}}, ix.Lookup(chain(uint64(w), 3), nil))
+	}
+	for upTo, table := range early {
+		for w := 0; w <= upTo; w++ {
+			name := fmt.Sprintf("w%04d", w)
+			require.Equal(t, name, table.name(int(ix.lookupWorker(name).ID())), "a table loaded earlier still names the workers it had")
+		}
+	}
+}
+
+// TestConcurrentLookupsNeverNameAnotherWorkerWhileIdsChangeHands churns
+// workers through removal, ClearStale and re-registration (so ids change
+// hands and the name table grows) while lookups run; each worker holds
+// hashes no other worker holds, so a lookup that names any worker but the
+// owner of what it looked up misread the table (and the race detector
+// reports unsynchronised writes to it).
+func TestConcurrentLookupsNeverNameAnotherWorkerWhileIdsChangeHands(t *testing.T) {
+	const workers = 40
+	// Room for a round's restarts and removals to retire an id each
+	// before ClearStale frees them.
+	ix, _, _ := newTestIndex(t, func(c *Config) { c.MaxWorkers = 2 * workers })
+	own := func(w int) []uint64 { return chain(uint64(1000+w), 4) }
+	var readers, writer sync.WaitGroup
+	stop := make(chan struct{})
+	for r := range 2 {
+		readers.Go(func() {
+			var dst []Match
+			for i := r; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				w := i % workers
+				dst = ix.Lookup(own(w), dst[:0])
+				for _, m := range dst {
+					if want := fmt.Sprintf("w%02d", w); m.Worker != want {
+						t.Errorf("a lookup of %s's hashes named %s", want, m.Worker)
+					}
+				}
+			}
+		})
+	}
+	writer.Go(func() {
+		for round := range 30 {
+			for w := range workers {
+				name := fmt.Sprintf("w%02d", w)
+				if (w+round)%3 == 0 {
+					ix.RemoveWorker(name)
+					continue
+				}
+				if _, err := ix.ApplyBatch(batch(name, uint64(round+1), 1, stored(nil, own(w)...))); err != nil {
+					t.Error(err)
+				}
+			}
+			ix.ClearStale()
+		}
+	})
+	writer.Wait()
+	close(stop)
+	readers.Wait()
+}

@@ -167,7 +167,7 @@ func (s *predShard) has(h uint64, id uint16, now int64) bool {
 // pool (predScratch), so a warm lookup allocates nothing beyond dst; a
 // prefix predicted on at most predScanActive workers never touches the
 // pool.
-func (p *predictions) lookup(seqHashes []uint64, now int64, names []string, dst []Match, start int) []Match {
+func (p *predictions) lookup(seqHashes []uint64, now int64, names nameTable, dst []Match, start int) []Match {
 	var stack [predScanActive]uint16
 	var ended [predScanActive]predEnd
 	active, ends := stack[:0], ended[:0]
@@ -236,10 +236,10 @@ func (p *predictions) lookup(seqHashes []uint64, now int64, names []string, dst 
 			at[dst[i].Worker] = i
 		}
 		for _, e := range ends {
-			if int(e.id) >= len(names) || names[e.id] == "" {
+			name := names.name(int(e.id))
+			if name == "" {
 				continue
 			}
-			name := names[e.id]
 			if i, ok := at[name]; ok {
 				dst[i].Blocks = max(dst[i].Blocks, e.depth)
 				continue
@@ -286,11 +286,11 @@ type predEnd struct {
 	depth int
 }
 
-func mergeMatch(dst []Match, start int, names []string, id uint16, depth int) []Match {
-	if int(id) >= len(names) || names[id] == "" {
+func mergeMatch(dst []Match, start int, names nameTable, id uint16, depth int) []Match {
+	name := names.name(int(id))
+	if name == "" {
 		return dst
 	}
-	name := names[id]
 	for i := start; i < len(dst); i++ {
 		if dst[i].Worker == name {
 			dst[i].Blocks = max(dst[i].Blocks, depth)
