@@ -27,9 +27,11 @@
 // cleared cache, removal) never scans on the apply path: the worker's
 // interned id is retired (masked out of lookups at once) and the worker
 // continues under a fresh id; one ClearStale scan later reclaims every
-// retired id together. Lock order: worker mutex, clear mutex, registry
-// mutex, mask mutex; then shard mutexes, and the holder sets' mutex
-// innermost. The Index starts no goroutine.
+// retired id together. A lookup during which ClearStale freed ids starts
+// again, since a freed id may have changed hands under it (nameTable in
+// index.go). Lock order: worker mutex, clear mutex, registry mutex, mask
+// mutex; then shard mutexes, and the holder sets' mutex innermost. The
+// Index starts no goroutine.
 //
 // # Lookup cost
 //
