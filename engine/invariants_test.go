@@ -55,15 +55,25 @@ func checkInvariants(t *testing.T, e *Engine) {
 			free++
 		}
 	}
+	free += e.pool.n - len(e.pool.blocks) // never used
 	require.Equal(t, free, e.pool.nFree)
-	n := 0
-	for id := e.pool.head; id >= 0; id = e.pool.blocks[id].next {
-		if e.pool.blocks[id].ref != 0 {
-			t.Fatalf("block %d on the free list has ref %d", id, e.pool.blocks[id].ref)
+	n := e.pool.n - len(e.pool.blocks)
+	for _, l := range []struct {
+		on   onList
+		list freeList
+	}{{onFront, e.pool.front}, {onBack, e.pool.back}} {
+		prev := int32(-1)
+		for id := l.list.head; id >= 0; id = e.pool.blocks[id].next {
+			b := e.pool.blocks[id]
+			if b.ref != 0 || b.on != l.on || b.prev != prev {
+				t.Fatalf("block %d on free list %d has ref %d, list %d, prev %d (want %d)", id, l.on, b.ref, b.on, b.prev, prev)
+			}
+			prev = id
+			n++
 		}
-		n++
+		require.Equal(t, prev, l.list.tail)
 	}
-	require.Equal(t, free, n, "the free list holds exactly the free blocks")
+	require.Equal(t, free, n, "the free lists and the never-used blocks are exactly the free blocks")
 	for h, id := range e.pool.cached {
 		if b := e.pool.blocks[id]; !b.hashed || b.hash != h {
 			t.Fatalf("cached hash %x points at block %d holding %x (hashed=%v)", h, id, b.hash, b.hashed)
