@@ -28,7 +28,7 @@
 // interned id is retired (masked out of lookups at once) and the worker
 // continues under a fresh id; one ClearStale scan later reclaims every
 // retired id together. A lookup during which ClearStale freed ids starts
-// again, since a freed id may have changed hands under it (nameTable in
+// again, since a freed id may have changed hands under it (lookupKept in
 // index.go). Lock order: worker mutex, clear mutex, registry mutex, mask
 // mutex; then shard mutexes, and the holder sets' mutex innermost. The
 // Index starts no goroutine.

@@ -73,8 +73,9 @@ type Index struct {
 	// stack arrays (more than 4096 interned ids).
 	scratch sync.Pool
 
-	// regMu guards the worker registry below; names is its id → name
-	// table read by Lookup without locks (nameTable).
+	// regMu guards the worker registry below; names is its
+	// copy-on-write id → name table read by Lookup without locks
+	// (nameTable).
 	regMu   sync.Mutex
 	byName  map[string]*workerState
 	byID    []*workerState
@@ -188,61 +189,52 @@ func (ix *Index) allocIDLocked() (uint16, bool) {
 func (ix *Index) bindLocked(w *workerState, id uint16) {
 	ix.byID[id] = w
 	w.id.Store(uint32(id))
-	ix.setNameLocked(id, &w.name)
+	ix.setNameLocked(id, w.name)
 }
 
-// nameTable is the id → name table lookups read without a lock: an id's
-// slot points at its worker's name, or is nil (never bound, or retired).
+// nameTable is the id → name table lookups read without a lock ("" for
+// an id with no worker). It is copy-on-write, with one exception that
+// makes registration O(1) amortised: binding a fresh id, one past the
+// table's end, writes into the spare capacity of the table's array and
+// publishes a header one longer. No published header covers that slot, so
+// no reader can see the write; the array doubles when full. Copying the
+// whole table on every bind made registering n workers O(n²) (10,000
+// workers: 1.0 s and 0.8 GB of copies).
 //
-// It used to be copied whole on every bind, which made registering n
-// workers O(n²) (10,000 workers: 0.9 s and 0.8 GB of copies). Now a slot
-// is written in place, atomically, and the table is copied only to grow
-// (doubling, so a bind is O(1) amortised) and once per ClearStale. What a
-// lookup relies on is that it never reports one worker's entries under
-// another's name. Writes in place give it that:
-//   - binding a fresh id: no entries carry it before the bind;
-//   - retiring an id (nil): the lookup drops its entries, as it would
-//     after the retire anyway;
-//   - binding an id ClearStale freed, which is the only way an id changes
-//     hands: ClearStale removes the old worker's entries, then publishes a
-//     fresh copy of the table, then frees the id. A rebind writes into
-//     that copy or a later one, which only lookups that began after the
-//     entries were gone can hold. A lookup that holds an older table sees
-//     the id as it was, as the copy-on-write table had it; if the id's
-//     next worker stores entries before that lookup ends, it would name
-//     them wrongly (so would the copy-on-write table), so lookupKept
-//     starts again when ClearStale freed ids during it.
-type nameTable []atomic.Pointer[string]
+// Changing a slot a header covers (retiring an id, or binding an id
+// ClearStale freed) still copies, so a lookup keeps the table it loaded:
+// it never names a worker bound after it started. Its names stay inline,
+// as the walk reads them once per match (a pointer per slot, written in
+// place, cost the fleet lookup benchmark's tail a dereference per match).
+type nameTable []string
 
 // name returns id's worker, or "" for an id with none.
 func (t nameTable) name(id int) string {
 	if id >= len(t) {
 		return ""
 	}
-	if p := t[id].Load(); p != nil {
-		return *p
-	}
-	return ""
+	return t[id]
 }
 
-// copyNames returns a copy of t with n slots (n >= len(t)).
-func copyNames(t nameTable, n int) *nameTable {
-	c := make(nameTable, n)
-	for i := range t {
-		c[i].Store(t[i].Load())
+// setNameLocked binds id to name ("": none). The caller holds regMu.
+func (ix *Index) setNameLocked(id uint16, name string) {
+	t := *ix.names.Load()
+	n := int(id) + 1
+	if n <= len(t) {
+		c := make(nameTable, len(t), cap(t))
+		copy(c, t)
+		c[id] = name
+		ix.names.Store(&c)
+		return
 	}
-	return &c
-}
-
-// setNameLocked points id's slot at name (nil: none). The caller holds
-// regMu.
-func (ix *Index) setNameLocked(id uint16, name *string) {
-	t := ix.names.Load()
-	if int(id) >= len(*t) {
-		t = copyNames(*t, min(max(2*len(*t), int(id)+1), maxWorkerID+1))
-		ix.names.Store(t)
+	if n > cap(t) {
+		c := make(nameTable, len(t), min(max(2*cap(t), n), maxWorkerID+1))
+		copy(c, t)
+		t = c
 	}
-	(*t)[id].Store(name)
+	t = t[:n] // the slots between are "": fresh arrays, never published
+	t[id] = name
+	ix.names.Store(&t)
 }
 
 func (ix *Index) lookupWorker(name string) *workerState {
@@ -343,7 +335,7 @@ func (ix *Index) retireLocked(w *workerState) {
 	old := w.ID()
 	if ix.byID[old] == w {
 		ix.byID[old] = nil
-		ix.setNameLocked(old, nil)
+		ix.setNameLocked(old, "")
 	}
 	ix.setMask(old, true)
 	ix.retired = append(ix.retired, old)
@@ -420,11 +412,7 @@ func (ix *Index) ClearStale() int {
 		ix.setMask(id, false)
 	}
 	ix.regMu.Lock()
-	// The entries of ids are gone: lookups that load the table from now
-	// on may see them bound to new workers, older ones must not
-	// (nameTable).
-	ix.names.Store(copyNames(*ix.names.Load(), len(*ix.names.Load())))
-	ix.freed.Add(1)
+	ix.freed.Add(1) // before any of ids can change hands (lookupKept)
 	ix.freeIDs = append(ix.freeIDs, ids...)
 	ix.regMu.Unlock()
 	return int(total)
