@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -167,7 +168,7 @@ func FuzzForwardedBodyAsksForUsageAsWithStreamUsage(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		p, apiErr := parseRequest(endpointCompletions, body, http.Header{})
+		p, apiErr := parseRequest(endpointCompletions, slices.Clone(body), http.Header{})
 		if apiErr != nil || !p.injectedUsage || bytes.Contains(body, []byte("switchyard")) {
 			return
 		}
