@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/tenant"
 )
@@ -423,7 +424,7 @@ func (x *exchange) relayStream(t Ticket, g scheduler.Grant, resp *http.Response)
 					usageLine = append(usageLine[:0], payload...)
 					if x.p.injectedUsage {
 						// The client did not ask for usage: the router did.
-						if kept, changed := withoutUsage(payload); kept == nil {
+						if kept, changed := withoutUsageScan(payload); kept == nil {
 							out, skipBlank = nil, true
 						} else if changed {
 							out = append(append(append([]byte(nil), dataPrefix...), ' '), append(kept, '\n')...)
@@ -539,6 +540,39 @@ func isEmptyArray(v []byte) bool {
 	}
 	rest := bytes.TrimLeft(v[1:], " \t\r\n")
 	return len(rest) > 0 && rest[0] == ']'
+}
+
+// withoutUsageScan is withoutUsage, deciding the common cases (the usage
+// chunk, dropped whole; a chunk whose usage is null or absent, kept as it
+// is) from one scan of the chunk's top-level members instead of decoding
+// it into a map: it runs on the last chunk of every stream whose client
+// did not ask for usage. A chunk the scan cannot decide (an escaped key,
+// or usage beside choices, which must be re-encoded) goes to withoutUsage.
+func withoutUsageScan(payload []byte) (kept []byte, changed bool) {
+	var buf [8]prompt.Member
+	members, ok := prompt.ScanObject(payload, buf[:0])
+	if !ok {
+		return withoutUsage(payload)
+	}
+	var usage, choices []byte
+	for _, m := range members {
+		if m.Escaped {
+			return withoutUsage(payload)
+		}
+		switch string(m.Key) {
+		case "usage":
+			usage = m.Value // the last of duplicates, as decoding into a map
+		case "choices":
+			choices = m.Value
+		}
+	}
+	switch {
+	case usage == nil || string(usage) == "null":
+		return payload, false
+	case choices == nil || string(choices) == "[]" || string(choices) == "null":
+		return nil, true
+	}
+	return withoutUsage(payload)
 }
 
 // withoutUsage is a stream chunk as a client that did not ask for usage

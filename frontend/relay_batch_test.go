@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -167,11 +168,14 @@ func FuzzForwardedBodyAsksForUsageAsWithStreamUsage(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		p, apiErr := parseRequest(endpointCompletions, body, http.Header{})
+		// As readBody leaves it: room for the member after the body, which
+		// parseRequest may use (and body stays the fuzzer's).
+		owned := append(make([]byte, 0, len(body)+1+streamUsageRoom), body...)
+		p, apiErr := parseRequest(endpointCompletions, owned, http.Header{})
 		if apiErr != nil || !p.injectedUsage || bytes.Contains(body, []byte("switchyard")) {
 			return
 		}
-		want, err := withStreamUsage(body)
+		want, err := withStreamUsage(slices.Clone(body)[:len(body):len(body)])
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(p.forward))
 	})

@@ -160,7 +160,9 @@ type parsedRequest struct {
 }
 
 // parseRequest decodes and validates body for ep. It returns an *APIError
-// for every client mistake. Tokenization is the caller's next step
+// for every client mistake. It takes body over: the forwarded body may be
+// built in body's spare capacity, over body's last bytes
+// (withStreamUsageAt). Tokenization is the caller's next step
 // (tokenize), once the model is known to be served.
 func parseRequest(ep endpoint, body []byte, h http.Header) (*parsedRequest, *APIError) {
 	if ep == endpointMessages {
@@ -283,6 +285,13 @@ func withStreamUsage(body []byte) ([]byte, error) {
 // withStreamUsageAt is withStreamUsage for a body whose top-level
 // stream_options value is opts (a slice of body; nil when the body has
 // none) and which has members (any member at all).
+//
+// A body without stream_options gets the member appended after its last
+// one, in body's spare capacity when it has enough (readBody leaves room):
+// the bytes before the closing brace stay where they are, so the strings
+// the parse aliased into them stay valid, and the 4k chat's 18 kB are not
+// copied. body's bytes from its closing brace on are then overwritten: the
+// caller gives body up.
 func withStreamUsageAt(body, opts []byte, members bool) ([]byte, error) {
 	if opts != nil {
 		value := includeUsage
@@ -305,16 +314,38 @@ func withStreamUsageAt(body, opts []byte, members bool) ([]byte, error) {
 		out = append(out, value...)
 		return append(out, body[off+len(opts):]...), nil
 	}
-	open := bytes.IndexByte(body, '{')
-	out := make([]byte, 0, len(body)+len(includeUsage)+20)
-	out = append(out, body[:open+1]...)
-	out = append(out, `"stream_options":`...)
-	out = append(out, includeUsage...)
-	if members {
-		out = append(out, ',')
+	end := bytes.LastIndexByte(body, '}')
+	if end < 0 {
+		return nil, errors.New("the body is not a JSON object")
 	}
-	return append(out, body[open+1:]...), nil
+	add := len(usageMember)
+	if members {
+		add++
+	}
+	var out []byte
+	if n := len(body) + add; n <= cap(body) {
+		out = body[:n]
+		copy(out[end+add:], body[end:]) // the closing brace and what follows
+	} else {
+		out = make([]byte, n)
+		copy(out, body[:end])
+		copy(out[end+add:], body[end:])
+	}
+	at := end
+	if members {
+		out[at] = ','
+		at++
+	}
+	copy(out[at:], usageMember)
+	return out, nil
 }
+
+// usageMember is the stream_options member withStreamUsageAt adds.
+var usageMember = []byte(`"stream_options":{"include_usage":true}`)
+
+// streamUsageRoom is the spare capacity readBody leaves after a body, so
+// that withStreamUsageAt can add usageMember (and a comma) in place.
+const streamUsageRoom = 64
 
 // promptError maps a prompt package error to the OpenAI error shape: a
 // malformed prompt names its field; a template that failed on the request

@@ -643,8 +643,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *APIE
 		// of that size, where io.ReadAll would grow one from 512 bytes,
 		// copying a 4k-token chat's body a dozen times. One spare byte lets
 		// the read see the end; a body longer than announced is net/http's
-		// error, not a silent cut.
-		body, err = readFull(rd, make([]byte, 0, n+1))
+		// error, not a silent cut. streamUsageRoom more let the forwarded
+		// body ask for usage without a copy (withStreamUsageAt).
+		body, err = readFull(rd, make([]byte, 0, n+1+streamUsageRoom))
 	} else {
 		body, err = io.ReadAll(rd)
 	}

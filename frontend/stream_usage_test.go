@@ -83,3 +83,37 @@ func FuzzChunkUsage(f *testing.F) {
 		_ = fmt.Sprint(usage)
 	})
 }
+
+// FuzzWithoutUsageScanAgreesWithWithoutUsage: the scanning route and the
+// decoding one make the same chunk of every payload.
+func FuzzWithoutUsageScanAgreesWithWithoutUsage(f *testing.F) {
+	for _, seed := range []string{
+		`{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"content":"usage"}}],"usage":null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"content":"x"}}],"usage":{"prompt_tokens":5}}`,
+		`{"choices":null,"usage":{"prompt_tokens":5}}`,
+		`{"usage":{"prompt_tokens":5}}`,
+		`{"usage":{"prompt_tokens":5},"usage":null}`,
+		`{"choices":[ ],"usage":{}}`,
+		`{"\u0075sage":{"prompt_tokens":5}}`,
+		`{"usage":{"prompt_tokens":5}} x`,
+		`[1]`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		wantKept, wantChanged := withoutUsage(payload)
+		kept, changed := withoutUsageScan(payload)
+		require.Equal(t, wantChanged, changed)
+		require.Equal(t, wantKept == nil, kept == nil)
+		require.Equal(t, string(wantKept), string(kept))
+	})
+}
+
+func TestTheUsageChunkIsDroppedWithoutDecodingIt(t *testing.T) {
+	chunk := []byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":4500,"completion_tokens":64,"total_tokens":4564}}`)
+	var kept []byte
+	allocs := testing.AllocsPerRun(100, func() { kept, _ = withoutUsageScan(chunk) })
+	assert.Nil(t, kept)
+	assert.Zero(t, allocs)
+}

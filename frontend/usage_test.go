@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -49,8 +50,8 @@ func TestAStreamThatAskedForUsageStillGetsIt(t *testing.T) {
 
 func TestWithStreamUsageReencodesOnlyStreamOptions(t *testing.T) {
 	for in, want := range map[string]string{
-		`{"model":"m","prompt":"<x>"}`:          `{"stream_options":{"include_usage":true},"model":"m","prompt":"<x>"}`,
-		` { } `:                                 ` {"stream_options":{"include_usage":true} } `,
+		`{"model":"m","prompt":"<x>"}`:          `{"model":"m","prompt":"<x>","stream_options":{"include_usage":true}}`,
+		` { } `:                                 ` { "stream_options":{"include_usage":true}} `,
 		`{"a":1,"stream_options":null,"b":"<"}`: `{"a":1,"stream_options":{"include_usage":true},"b":"<"}`,
 		`{"stream_options":{"continuous_usage_stats":true,"x":1}}`: `{"stream_options":{"include_usage":true,"x":1}}`,
 		`{"stream_\u006fptions":{"include_usage":false},"p":"<"}`:  `{"stream_\u006fptions":{"include_usage":true},"p":"<"}`,
@@ -123,4 +124,31 @@ func BenchmarkWithStreamUsage(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func TestAStreamsUsageIsAskedForInTheBodysSpareCapacityWithoutDisturbingTheParse(t *testing.T) {
+	const chat = `{"model":"m","stream":true,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hello there"}]} `
+	body := append(make([]byte, 0, len(chat)+1+streamUsageRoom), chat...)
+	p, apiErr := parseRequest(endpointChat, body, http.Header{})
+	require.Nil(t, apiErr)
+	require.True(t, p.injectedUsage)
+	assert.Equal(t, `{"model":"m","stream":true,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hello there"}],"stream_options":{"include_usage":true}} `, string(p.forward))
+	assert.Same(t, unsafe.SliceData(body), unsafe.SliceData(p.forward), "the forwarded body is built in place, not copied")
+
+	// The parse's strings alias the body before its closing brace, which
+	// stayed where it was.
+	pristine, apiErr := parseRequest(endpointChat, []byte(strings.Replace(chat, `"stream":true`, `"stream":false`, 1)), http.Header{})
+	require.Nil(t, apiErr)
+	require.False(t, pristine.injectedUsage)
+	assert.Equal(t, pristine.input.Messages, p.input.Messages)
+	assert.Equal(t, "m", p.model)
+}
+
+func TestABodyWithoutSpareCapacityIsCopiedToAskForUsage(t *testing.T) {
+	const in = `{"model":"m","prompt":"hi","stream":true}`
+	body := []byte(in)[:len(in):len(in)]
+	p, apiErr := parseRequest(endpointCompletions, body, http.Header{})
+	require.Nil(t, apiErr)
+	assert.Equal(t, `{"model":"m","prompt":"hi","stream":true,"stream_options":{"include_usage":true}}`, string(p.forward))
+	assert.Equal(t, in, string(body), "the client's bytes are untouched")
 }

@@ -278,7 +278,7 @@ func BenchmarkClearStale(b *testing.B) {
 // shared 64 blocks and 16 of its own beyond them; the query is the shared
 // prefix and one worker's continuation.
 func BenchmarkLookupPredictedSharedPrefix(b *testing.B) {
-	for _, workers := range []int{16, 256, 2500} {
+	for _, workers := range []int{1, 16, 256, 2500} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			ix, _, _ := newTestIndex(b, func(c *Config) {
 				c.MaxWorkers = workers
