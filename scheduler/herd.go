@@ -211,6 +211,28 @@ func (c *Core) herdDraws(ovl int) bool {
 	return c.herd.band > 0 && ovl <= c.herd.common
 }
 
+// herdShallow reports whether worker s, holding ovl blocks of the prompt,
+// more than the common prefix, holds too little past it to keep its exact
+// cost. Every drawing worker's cost is raised by its draw, the least of
+// which is about band ÷ (workers + 1): that is the edge a holder's
+// exemption gives it. A holder whose cache past the common prefix saves
+// less prefill than that edge wins by the exemption alone, and on every
+// replica alike: the replicas blind to each other all choose it (at
+// 10,000 workers, the few holders of one user population's first block).
+// Such a holder draws like the rest. In a fleet not much larger than the
+// decisions blind to each other (workers <= 2 × fanout) the edge is most
+// of the band, and the exemption is what keeps a conversation at its
+// cache (docs/benchmarks.md §7's 8 workers): there it stays.
+func (c *Core) herdShallow(s *workerSlot, ovl int) bool {
+	h := &c.herd
+	n := float64(len(c.workers))
+	if h.band <= 0 || ovl <= h.common || n <= 2*(1+math.Ceil(h.est)) {
+		return false
+	}
+	saves := c.cfg.TTFT.Prefill[1] * float64((ovl-h.common)*int(s.blockSize))
+	return saves < h.band/(n+1)
+}
+
 // herdOffset is worker s's draw for this selection, in [0, band).
 func (c *Core) herdOffset(s *workerSlot) float64 {
 	return c.herd.band * (float64(c.herdRank(s)) / (1 << 53))

@@ -372,3 +372,25 @@ func TestTheRendezvousKeyIsTheFirstBlockTheIndexKeepsPastTheDeepestReport(t *tes
 		})
 	}
 }
+
+func TestABurstInALargeFleetDoesNotPileOnTheFewHoldersOfAShallowPrefix(t *testing.T) {
+	// 64 workers, four owners: the two cheapest hold one block of every
+	// new conversation's prompt (a population's first block, on fewer
+	// workers than the burst). Exempt from the draw, they kept exact costs
+	// while everyone else was raised by theirs, and every owner sent its
+	// conversation to the cheapest of them (map[w0:4]). One block saves
+	// less prefill than the least draw: they draw like the rest.
+	rs := newReplicaSet(t, 4, workers(64, 0), nil)
+	rs.staircase()
+	rs.shared = []Overlap{{Worker: "w0", Blocks: 1}, {Worker: "w1", Blocks: 1}}
+	for range 3 {
+		rs.burst()
+	}
+	piles := 0
+	for range 20 {
+		per := rs.burst()
+		require.Less(t, maxPile(per), 4, "the whole burst went to one worker: %v", per)
+		piles += maxPile(per)
+	}
+	require.LessOrEqual(t, piles, 20*2, "bursts of 4 should mostly spread over 3 or 4 workers")
+}
