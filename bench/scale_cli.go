@@ -154,6 +154,9 @@ type ScaleQuality struct {
 	Evicted    uint64  `json:"evicted_blocks,omitempty"`
 	// Ingest is one replica's KV event apply CPU in the run.
 	Ingest *SimIngestReport `json:"ingest,omitempty"`
+	// Quality is the run's routing quality (reachable, achieved and
+	// realised prompt tokens: where a loss against one replica went).
+	Quality *SimQuality `json:"routing_quality,omitempty"`
 }
 
 // GoBenchLine is one result line of `go test -bench` output.
@@ -343,6 +346,8 @@ func (r *scaleSimRun) quality(ctx context.Context, replicas, sample int) (ScaleQ
 		TTFTp50: rep.Summary.TTFT.P50, TTFTp99: rep.Summary.TTFT.P99,
 		WallS: time.Since(start).Seconds(), SimulatedS: rep.SimulatedS, Ingest: rep.Ingest,
 	}
+	qual := rep.Quality
+	q.Quality = &qual
 	for _, w := range rep.Workers {
 		q.Evicted += w.Evicted
 	}

@@ -412,6 +412,10 @@ func newSimulation(cfg SimConfig, reqs []TraceRequest, log *zap.Logger) (*simula
 		// decision's booking was on its way to the others shows up within
 		// two gossip delays of it.
 		sc.TTFT.HerdWindow = 2 * float64(cfg.GossipDelay) / float64(time.Millisecond)
+		// and with their index's sampling, as a live replica's wiring does.
+		if n := cfg.IndexSample; n > 1 {
+			sc.IndexKeeps = func(h uint64) bool { return kvindex.Sampled(h, n) }
+		}
 		// and with the engines' KV transfer model (the decider's).
 		sc.Disagg = disaggModel(cfg.Engine, sc.Disagg)
 		if cfg.Fleet.Disaggregated() && !cfg.Decider {

@@ -46,6 +46,13 @@ type Config struct {
 	// Disagg is the prefill/decode decider's transfer model and default
 	// threshold (disagg.go).
 	Disagg DisaggConfig
+	// IndexKeeps reports whether the KV index that reports the requests'
+	// overlaps keeps a block hash (a sampled index keeps about one in N:
+	// kvindex.Sampled). Overlaps are then reported only at kept positions,
+	// and the herd band keys its rendezvous draw by the first kept hash past
+	// the deepest report, the first block the index would have reported had
+	// any worker held it (herd.go). nil: the index keeps every hash.
+	IndexKeeps func(hash uint64) bool
 }
 
 // DefaultConfig returns the defaults: the ttft selector with

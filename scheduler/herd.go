@@ -127,10 +127,37 @@ func (c *Core) herdBegin(r *Request) {
 	}
 	h.common, h.top = herdCommon(h.depths, len(c.workers), h.est, h.top)
 	if n := len(r.BlockHashes); n > 0 {
-		h.key = mix64(r.BlockHashes[min(deepest, n-1)])
+		h.key = mix64(r.BlockHashes[herdKeyBlock(r.BlockHashes, deepest, c.cfg.IndexKeeps)])
 	} else {
 		h.key = hashString(r.ID)
 	}
+}
+
+// herdKeyBlock is the position of the block that keys a request's
+// rendezvous draw: the first block at or past deepest (the deepest
+// reported overlap) that the index keeps, or the prompt's last block when
+// it keeps none of them. keeps nil keeps every block: deepest itself.
+//
+// The key must be the request's own: requests sharing it rank the workers
+// the same on every replica, which keeps the cold requests of one new
+// prefix together and sends them all to one worker. A sampled index
+// reports depths only at the positions it keeps, so a prefix every request
+// shares (Mooncake's first 512 tokens, a system prompt) is reported short
+// of its end; keyed by the block after that report, every new conversation
+// shared one key, and every owner sent its share of a burst to the same
+// worker until gossip showed the pile (docs/benchmarks.md §10). The first
+// kept block past the report is one no worker holds as far as the index
+// can tell: requests sharing it share an uncached prefix at the index's
+// resolution, as the block after the report does at full resolution.
+func herdKeyBlock(hashes []uint64, deepest int, keeps func(uint64) bool) int {
+	k := min(max(deepest, 0), len(hashes)-1)
+	if keeps == nil {
+		return k
+	}
+	for k < len(hashes)-1 && !keeps(hashes[k]) {
+		k++
+	}
+	return k
 }
 
 // herdCommon is the depth, in blocks, up to which a prefix does not tell
@@ -182,6 +209,28 @@ func herdCommon(depths []int32, n int, est float64, top []int32) (int, []int32) 
 // herd.
 func (c *Core) herdDraws(ovl int) bool {
 	return c.herd.band > 0 && ovl <= c.herd.common
+}
+
+// herdShallow reports whether worker s, holding ovl blocks of the prompt,
+// more than the common prefix, holds too little past it to keep its exact
+// cost. Every drawing worker's cost is raised by its draw, the least of
+// which is about band ÷ (workers + 1): that is the edge a holder's
+// exemption gives it. A holder whose cache past the common prefix saves
+// less prefill than that edge wins by the exemption alone, and on every
+// replica alike: the replicas blind to each other all choose it (at
+// 10,000 workers, the few holders of one user population's first block).
+// Such a holder draws like the rest. In a fleet not much larger than the
+// decisions blind to each other (workers <= 2 × fanout) the edge is most
+// of the band, and the exemption is what keeps a conversation at its
+// cache (docs/benchmarks.md §7's 8 workers): there it stays.
+func (c *Core) herdShallow(s *workerSlot, ovl int) bool {
+	h := &c.herd
+	n := float64(len(c.workers))
+	if h.band <= 0 || ovl <= h.common || n <= 2*(1+math.Ceil(h.est)) {
+		return false
+	}
+	saves := c.cfg.TTFT.Prefill[1] * float64((ovl-h.common)*int(s.blockSize))
+	return saves < h.band/(n+1)
 }
 
 // herdOffset is worker s's draw for this selection, in [0, band).

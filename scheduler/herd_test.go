@@ -23,6 +23,7 @@ type replicaSet struct {
 	background map[string]WorkerLoad
 	seq        int
 	shared     []Overlap // every new conversation's prefix reports (a shared system prompt)
+	prefix     []uint64  // every new conversation's first block hashes (nil: its own from the first)
 }
 
 func newReplicaSet(t *testing.T, n int, ws []Worker, mutate func(*Config)) *replicaSet {
@@ -70,7 +71,7 @@ func (rs *replicaSet) newConversation(isl int) *Request {
 	rs.seq++
 	return &Request{
 		ID: fmt.Sprintf("r%d", rs.seq), Class: "a", Ingress: rs.clock.Now(), PromptTokens: isl,
-		BlockHashes: seqHashes(uint64(rs.seq)*7919, isl/16), ExpectedOutputTokens: 200,
+		BlockHashes: append(append([]uint64(nil), rs.prefix...), seqHashes(uint64(rs.seq)*7919, isl/16-len(rs.prefix))...), ExpectedOutputTokens: 200,
 		Overlaps: append([]Overlap(nil), rs.shared...),
 	}
 }
@@ -270,4 +271,126 @@ func TestHerdCommonIsTheDepthTheBurstsFanoutOfWorkersHold(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
+}
+
+// sampledKeeps stands for a sampled index (kvindex.Sampled): it keeps
+// about one block hash in eight, chosen by the hash alone.
+func sampledKeeps(h uint64) bool { return mix64(h^0x5a17)%8 == 0 }
+
+// lastKeptDepth is the depth a sampled index reports for a worker holding
+// all of hashes: one past the last position it keeps, 0 when none.
+func lastKeptDepth(hashes []uint64, keeps func(uint64) bool) int {
+	d := 0
+	for i, h := range hashes {
+		if keeps(h) {
+			d = i + 1
+		}
+	}
+	return d
+}
+
+// sampledSystemPrompt makes every new conversation of rs start with the
+// same 32 blocks, held by every worker and reported, as a sampled index
+// reports them, short of their end; it returns the reported depth.
+func (rs *replicaSet) sampledSystemPrompt() int {
+	rs.t.Helper()
+	rs.prefix = seqHashes(1, 32)
+	d := lastKeptDepth(rs.prefix, sampledKeeps)
+	require.True(rs.t, d > 0 && d < 32, "the index must keep a block of the prompt, and report it short of its end: depth %d", d)
+	rs.shared = rs.shared[:0]
+	for _, w := range rs.ws {
+		rs.shared = append(rs.shared, Overlap{Worker: w.ID, Blocks: d})
+	}
+	return d
+}
+
+func TestABurstOverASharedPrefixASampledIndexReportsShortSpreadsOverTheFleet(t *testing.T) {
+	// Four owners decide a burst of new conversations on the same stale
+	// view. Every conversation starts with the same 32 blocks, on every
+	// worker, which a sampled index reports some blocks short of their
+	// end. Keyed by the block after the report (inside the shared prompt),
+	// every conversation drew the same worker on every owner: each burst
+	// went whole to one worker (map[wN:4]). Keyed by the first block the
+	// index keeps past the report, each conversation draws by its own.
+	rs := newReplicaSet(t, 4, workers(32, 0), func(c *Config) { c.IndexKeeps = sampledKeeps })
+	rs.staircase()
+	rs.sampledSystemPrompt()
+	for range 3 { // the first bursts teach each replica what it cannot see
+		rs.burst()
+	}
+	piles := 0
+	for range 20 {
+		per := rs.burst()
+		require.Less(t, maxPile(per), 4, "the whole burst went to one worker: %v", per)
+		piles += maxPile(per)
+	}
+	require.LessOrEqual(t, piles, 20*2, "bursts of 4 should mostly spread over 3 or 4 workers")
+}
+
+func TestABurstSharingANewPrefixPastTheSampledReportStaysTogether(t *testing.T) {
+	// The same owners and shared prompt, and then a document no worker
+	// holds, the same in every request of the burst (questions on one new
+	// document): its first kept block keys every request alike, so every
+	// owner sends its request to the same worker, and the document is
+	// computed once.
+	rs := newReplicaSet(t, 4, workers(32, 0), func(c *Config) { c.IndexKeeps = sampledKeeps })
+	rs.staircase()
+	rs.sampledSystemPrompt()
+	for range 3 {
+		rs.burst()
+	}
+	doc := seqHashes(2, 64)
+	require.Positive(t, lastKeptDepth(doc, sampledKeeps), "the index must keep a block of the document")
+	rs.prefix = append(rs.prefix, doc...)
+	for range 5 {
+		per := rs.burst()
+		require.Len(t, per, 1, "the burst on one new document was split: %v", per)
+	}
+}
+
+func TestTheRendezvousKeyIsTheFirstBlockTheIndexKeepsPastTheDeepestReport(t *testing.T) {
+	hs := []uint64{10, 11, 12, 13, 14, 15}
+	even := func(h uint64) bool { return h%2 == 0 }
+	none := func(uint64) bool { return false }
+	for _, tc := range []struct {
+		name    string
+		deepest int
+		keeps   func(uint64) bool
+		want    int
+	}{
+		{"every block kept: the block after the report", 3, nil, 3},
+		{"nothing reported, every block kept", 0, nil, 0},
+		{"the report ends before a kept block", 2, even, 2},
+		{"the report ends before an unkept block", 3, even, 4},
+		{"no kept block past the report: the last block", 5, even, 5},
+		{"nothing kept: the last block", 0, none, 5},
+		{"a report past the prompt: the last block", 9, nil, 5},
+		{"a report past the prompt, sampled", 9, even, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, herdKeyBlock(hs, tc.deepest, tc.keeps))
+		})
+	}
+}
+
+func TestABurstInALargeFleetDoesNotPileOnTheFewHoldersOfAShallowPrefix(t *testing.T) {
+	// 64 workers, four owners: the two cheapest hold one block of every
+	// new conversation's prompt (a population's first block, on fewer
+	// workers than the burst). Exempt from the draw, they kept exact costs
+	// while everyone else was raised by theirs, and every owner sent its
+	// conversation to the cheapest of them (map[w0:4]). One block saves
+	// less prefill than the least draw: they draw like the rest.
+	rs := newReplicaSet(t, 4, workers(64, 0), nil)
+	rs.staircase()
+	rs.shared = []Overlap{{Worker: "w0", Blocks: 1}, {Worker: "w1", Blocks: 1}}
+	for range 3 {
+		rs.burst()
+	}
+	piles := 0
+	for range 20 {
+		per := rs.burst()
+		require.Less(t, maxPile(per), 4, "the whole burst went to one worker: %v", per)
+		piles += maxPile(per)
+	}
+	require.LessOrEqual(t, piles, 20*2, "bursts of 4 should mostly spread over 3 or 4 workers")
 }

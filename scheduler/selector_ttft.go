@@ -370,7 +370,7 @@ func (c *Core) ttftOffsets(cost float64, s *workerSlot, ovl int) float64 {
 	if c.cfg.TTFT.Spread > 0 {
 		cost += c.cfg.TTFT.Spread * c.ttftOffset(s.ID)
 	}
-	if c.herdDraws(ovl) {
+	if c.herdDraws(ovl) || c.herdShallow(s, ovl) {
 		cost += c.herdOffset(s)
 	}
 	return cost

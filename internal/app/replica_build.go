@@ -165,6 +165,11 @@ func (r *replica) build() error {
 		clk = clock.Real{}
 	}
 	cfg.Admission.Clock = clk
+	// The herd band keys its draw by a block the index can report
+	// (scheduler.Config.IndexKeeps): with a sampled index, the kept ones.
+	if n := cfg.Index.Sample; n > 1 {
+		cfg.Scheduler.IndexKeeps = func(h uint64) bool { return kvindex.Sampled(h, n) }
+	}
 	core := scheduler.NewCore(cfg.Scheduler, clk, r.remote, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
 	core.SetClasses(policy.Classes)
 	r.actor = scheduler.NewActor(core, clk, log)
