@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchyard/switchyard/frontend"
+	"github.com/switchyard/switchyard/gossip"
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/scheduler"
 )
@@ -280,9 +281,27 @@ func testHungEngine(t *testing.T, c *testCluster, hung hungEngine) {
 	}
 	t.Logf("hung engine: %v first-byte timeouts, slowest answer %v (first-byte cap %v)", timeouts(), slowest, firstByteCap)
 
+	// A replica that did not suspect the worker itself learns another's
+	// suspicion by gossip: a broadcast within a few rounds, or, when a
+	// broadcast misses it (the race detector's load on a full package run
+	// makes UDP losses likelier), the next push-pull repair. The wait
+	// covers one push-pull interval past the rounds.
+	settle := gossip.DefaultConfig().PushPullInterval + 10*time.Second
 	for _, r := range rs {
-		testenv.Eventually(t, 10*time.Second, func() bool { return !contains(schedulable(t, r), "w3") },
-			"%s stops selecting the hung worker", r.status.ID)
+		if !contains(schedulable(t, r), "w3") {
+			continue
+		}
+		for _, o := range rs {
+			t.Logf("%s still selects w3 after the hang; %s: own first-byte timeouts %v, suspicions raised %v, suspects in its view %v, gossip fetches %v, members %v, departing %v, dropped %v, decode errors %v",
+				r.status.ID, o.status.ID, counterSum(t, o.reg, "switchyard_router_first_byte_timeouts_total"),
+				counterSum(t, o.reg, "switchyard_router_worker_suspicions_total"),
+				gaugeValue(t, o, "switchyard_router_workers_suspected"), counterSum(t, o.reg, "switchyard_gossip_fetches_total"),
+				gaugeValue(t, o, "switchyard_gossip_members"), gaugeValue(t, o, "switchyard_gossip_departing_origins"),
+				counterSum(t, o.reg, "switchyard_gossip_dropped_messages_total"), counterSum(t, o.reg, "switchyard_gossip_decode_errors_total"))
+		}
+		testenv.Eventually(t, settle, func() bool { return !contains(schedulable(t, r), "w3") },
+			"%s stops selecting the hung worker (gossip fetches when the wait began: %v)", r.status.ID,
+			counterSum(t, r.reg, "switchyard_gossip_fetches_total"))
 	}
 	before := timeouts()
 	check("after the suspicion", run(45))
