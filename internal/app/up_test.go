@@ -237,12 +237,27 @@ func TestAStoppedUpLeavesGossipCleanlyWithNothingAlarmingLogged(t *testing.T) {
 }
 
 func TestUpNamesABusyPortAndWhatItWantedItFor(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	// Hold a port whose neighbour below is free, so that router-1's API
+	// passes and router-2's is the busy one: an ephemeral port's neighbour
+	// may belong to another test's connection (tests in other packages run
+	// at the same time).
+	var l net.Listener
+	for range 20 {
+		held, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		below, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", held.Addr().(*net.TCPAddr).Port-1))
+		if err == nil {
+			require.NoError(t, below.Close())
+			l = held
+			break
+		}
+		require.NoError(t, held.Close())
+	}
+	require.NotNil(t, l, "no loopback port with a free neighbour in 20 tries")
 	defer l.Close()
 	cfg := upTestConfig(t, 2, 1)
 	cfg.HTTPBase = l.Addr().(*net.TCPAddr).Port - 1
-	err = waitUpPorts(context.Background(), cfg, 0, io.Discard)
+	err := waitUpPorts(context.Background(), cfg, 0, io.Discard)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), fmt.Sprintf("port %d (router-2's API) on 127.0.0.1 is in use", cfg.HTTPBase+1))
 	comm, rerr := os.ReadFile("/proc/self/comm")
