@@ -127,10 +127,12 @@ func (rs *replicaSet) staircase() {
 	rs.publish()
 }
 
-func TestReplicasDecidingABurstOnTheSameStaleViewDoNotAllPickOneWorker(t *testing.T) {
-	rs := newReplicaSet(t, 4, workers(8, 0), nil)
-	rs.staircase()
-	for range 3 { // the first bursts teach each replica what it cannot see
+// requireBurstsSpread sends three bursts that teach each replica what it
+// cannot see, then twenty more, none of which may go whole to one worker
+// and which must mostly spread over three or four.
+func (rs *replicaSet) requireBurstsSpread(t *testing.T) {
+	t.Helper()
+	for range 3 {
 		rs.burst()
 	}
 	piles := 0
@@ -140,6 +142,12 @@ func TestReplicasDecidingABurstOnTheSameStaleViewDoNotAllPickOneWorker(t *testin
 		piles += maxPile(per)
 	}
 	require.LessOrEqual(t, piles, 20*2, "bursts of 4 should mostly spread over 3 or 4 workers")
+}
+
+func TestReplicasDecidingABurstOnTheSameStaleViewDoNotAllPickOneWorker(t *testing.T) {
+	rs := newReplicaSet(t, 4, workers(8, 0), nil)
+	rs.staircase()
+	rs.requireBurstsSpread(t)
 	for _, c := range rs.cores {
 		require.InDelta(t, 3, c.herd.est, 0.01, "each decision is blind to the other three replicas' bookings")
 	}
@@ -224,16 +232,7 @@ func TestABurstSharingAPrefixWithPartOfALargeFleetSpreadsOverItsHolders(t *testi
 	for i := range 8 {
 		rs.shared = append(rs.shared, Overlap{Worker: fmt.Sprintf("w%d", i), Blocks: 4})
 	}
-	for range 3 {
-		rs.burst()
-	}
-	piles := 0
-	for range 20 {
-		per := rs.burst()
-		require.Less(t, maxPile(per), 4, "the whole burst went to one worker: %v", per)
-		piles += maxPile(per)
-	}
-	require.LessOrEqual(t, piles, 20*2, "bursts of 4 should mostly spread over 3 or 4 workers")
+	rs.requireBurstsSpread(t)
 }
 
 func TestAPrefixOnFewerWorkersThanTheBurstKeepsItsHoldersExact(t *testing.T) {
@@ -315,16 +314,7 @@ func TestABurstOverASharedPrefixASampledIndexReportsShortSpreadsOverTheFleet(t *
 	rs := newReplicaSet(t, 4, workers(32, 0), func(c *Config) { c.IndexKeeps = sampledKeeps })
 	rs.staircase()
 	rs.sampledSystemPrompt()
-	for range 3 { // the first bursts teach each replica what it cannot see
-		rs.burst()
-	}
-	piles := 0
-	for range 20 {
-		per := rs.burst()
-		require.Less(t, maxPile(per), 4, "the whole burst went to one worker: %v", per)
-		piles += maxPile(per)
-	}
-	require.LessOrEqual(t, piles, 20*2, "bursts of 4 should mostly spread over 3 or 4 workers")
+	rs.requireBurstsSpread(t)
 }
 
 func TestABurstSharingANewPrefixPastTheSampledReportStaysTogether(t *testing.T) {
@@ -383,14 +373,5 @@ func TestABurstInALargeFleetDoesNotPileOnTheFewHoldersOfAShallowPrefix(t *testin
 	rs := newReplicaSet(t, 4, workers(64, 0), nil)
 	rs.staircase()
 	rs.shared = []Overlap{{Worker: "w0", Blocks: 1}, {Worker: "w1", Blocks: 1}}
-	for range 3 {
-		rs.burst()
-	}
-	piles := 0
-	for range 20 {
-		per := rs.burst()
-		require.Less(t, maxPile(per), 4, "the whole burst went to one worker: %v", per)
-		piles += maxPile(per)
-	}
-	require.LessOrEqual(t, piles, 20*2, "bursts of 4 should mostly spread over 3 or 4 workers")
+	rs.requireBurstsSpread(t)
 }
