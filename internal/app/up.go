@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -656,16 +657,42 @@ func formatStatusLine(line string, width int) string {
 }
 
 func startEmbeddedEtcd(dir, host string, port int, pki *upPKI) (string, func(), error) {
-	peerPort := port + 1
-	if port == 0 { // any free ports: etcd needs them spelled out in its URLs
-		var err error
-		if port, err = freePort(host); err != nil {
+	if port != 0 {
+		return startEmbeddedEtcdAt(dir, host, port, port+1, pki)
+	}
+	return startEmbeddedEtcdOnFreePorts(dir, host, pki, freePort)
+}
+
+// etcdPortAttempts is how many pairs of free ports startEmbeddedEtcdOnFreePorts
+// tries before it reports the last bind error.
+const etcdPortAttempts = 5
+
+// startEmbeddedEtcdOnFreePorts starts etcd on ports pick finds free. etcd
+// needs its ports spelled out in its URLs, so they are picked before etcd
+// binds them, and another process (an outgoing connection's local port, on
+// a busy machine) can take one in between: etcd then fails to bind before it
+// has written anything, and the start is tried again on fresh ports.
+func startEmbeddedEtcdOnFreePorts(dir, host string, pki *upPKI, pick func(host string) (int, error)) (string, func(), error) {
+	var err error
+	for range etcdPortAttempts {
+		var client, peer int
+		if client, err = pick(host); err != nil {
 			return "", nil, err
 		}
-		if peerPort, err = freePort(host); err != nil {
+		if peer, err = pick(host); err != nil {
 			return "", nil, err
+		}
+		var u string
+		var stop func()
+		u, stop, err = startEmbeddedEtcdAt(dir, host, client, peer, pki)
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return u, stop, err
 		}
 	}
+	return "", nil, err
+}
+
+func startEmbeddedEtcdAt(dir, host string, port, peerPort int, pki *upPKI) (string, func(), error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
 	cfg.Name = "switchyard-up"
