@@ -22,17 +22,15 @@ import (
 	"github.com/switchyard/switchyard/wire"
 )
 
-func pdWorkerConfig(id, role, transfer string) WorkerConfig {
+func pdWorkerConfig(t *testing.T, id, role, transfer string) WorkerConfig {
 	cfg := testWorkerConfig()
 	cfg.ID = id
 	cfg.PD.Role, cfg.PD.KVTransfer = role, transfer
 	cfg.PD.PullTimeout = 5 * time.Second
 	if role == wire.RolePrefill && transfer == wire.TransferSGLang {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err == nil {
-			cfg.PD.BootstrapPort = ln.Addr().(*net.TCPAddr).Port
-			_ = ln.Close()
-		}
+		// Outside the ephemeral range: a port the kernel handed out and
+		// this test closed could go to another test's connection.
+		cfg.PD.BootstrapPort = testenv.FreePort(t)
 		cfg.PD.BootstrapListen = fmt.Sprintf("127.0.0.1:%d", cfg.PD.BootstrapPort)
 	}
 	return cfg
@@ -86,8 +84,8 @@ func (w *runningWorker) kvTransfers(outcome string) float64 {
 }
 
 func TestAVLLMPrefillAnswersKVTransferParamsThatADecodeWorkerPullsOnce(t *testing.T) {
-	p := startWorker(t, pdWorkerConfig("p1", wire.RolePrefill, wire.TransferVLLM))
-	d := startWorker(t, pdWorkerConfig("d1", wire.RoleDecode, wire.TransferVLLM))
+	p := startWorker(t, pdWorkerConfig(t, "p1", wire.RolePrefill, wire.TransferVLLM))
+	d := startWorker(t, pdWorkerConfig(t, "d1", wire.RoleDecode, wire.TransferVLLM))
 	prompt := workerLongPrompt("disaggregation")
 
 	status, body := postJSON(t, p.url, "/v1/completions", prefillLeg(prompt, ""), "req-1")
@@ -126,7 +124,7 @@ func TestAVLLMPrefillAnswersKVTransferParamsThatADecodeWorkerPullsOnce(t *testin
 }
 
 func TestAPrefillWhoseOneTokenEndsTheSequenceReturnsNoParameters(t *testing.T) {
-	p := startWorker(t, pdWorkerConfig("p1", wire.RolePrefill, wire.TransferVLLM))
+	p := startWorker(t, pdWorkerConfig(t, "p1", wire.RolePrefill, wire.TransferVLLM))
 	status, body := postJSON(t, p.url, "/v1/completions", prefillLeg("short answer", `,"sim_stop_after":1`), "req-eos")
 	require.Equal(t, http.StatusOK, status, string(body))
 	var pre map[string]json.RawMessage
@@ -138,7 +136,7 @@ func TestAPrefillWhoseOneTokenEndsTheSequenceReturnsNoParameters(t *testing.T) {
 }
 
 func TestADecodeRejectsParametersItCannotUseWithTypedErrors(t *testing.T) {
-	d := startWorker(t, pdWorkerConfig("d1", wire.RoleDecode, wire.TransferVLLM))
+	d := startWorker(t, pdWorkerConfig(t, "d1", wire.RoleDecode, wire.TransferVLLM))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	closedPort := ln.Addr().(*net.TCPAddr).Port
@@ -169,9 +167,9 @@ func TestADecodeRejectsParametersItCannotUseWithTypedErrors(t *testing.T) {
 }
 
 func TestAnSGLangDecodeWaitsForItsRoomOnThePrefillsBootstrapPort(t *testing.T) {
-	pcfg := pdWorkerConfig("p1", wire.RolePrefill, wire.TransferSGLang)
+	pcfg := pdWorkerConfig(t, "p1", wire.RolePrefill, wire.TransferSGLang)
 	p := startWorker(t, pcfg)
-	d := startWorker(t, pdWorkerConfig("d1", wire.RoleDecode, wire.TransferSGLang))
+	d := startWorker(t, pdWorkerConfig(t, "d1", wire.RoleDecode, wire.TransferSGLang))
 	port := pcfg.PD.BootstrapPort
 	prompt := workerLongPrompt("bootstrap")
 	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":5,"stream":true,`+
@@ -204,9 +202,9 @@ func TestAnSGLangDecodeWaitsForItsRoomOnThePrefillsBootstrapPort(t *testing.T) {
 }
 
 func TestAnSGLangRoomThatNeverComesTimesOutWithATypedError(t *testing.T) {
-	pcfg := pdWorkerConfig("p1", wire.RolePrefill, wire.TransferSGLang)
+	pcfg := pdWorkerConfig(t, "p1", wire.RolePrefill, wire.TransferSGLang)
 	startWorker(t, pcfg)
-	cfg := pdWorkerConfig("d1", wire.RoleDecode, wire.TransferSGLang)
+	cfg := pdWorkerConfig(t, "d1", wire.RoleDecode, wire.TransferSGLang)
 	cfg.PD.PullTimeout = 200 * time.Millisecond
 	d := startWorker(t, cfg)
 	body := fmt.Sprintf(`{"model":%q,"prompt":"hello","max_tokens":3,"bootstrap_host":"127.0.0.1","bootstrap_port":%d,"bootstrap_room":7}`,
@@ -232,7 +230,7 @@ func TestTheWorkerFlagsSetTheRoleAndAreValidated(t *testing.T) {
 
 // The official client passes kv_transfer_params through as an extra field.
 func TestTheOfficialClientCarriesKVTransferParams(t *testing.T) {
-	p := startWorker(t, pdWorkerConfig("p1", wire.RolePrefill, wire.TransferVLLM))
+	p := startWorker(t, pdWorkerConfig(t, "p1", wire.RolePrefill, wire.TransferVLLM))
 	c := openai.NewClient(option.WithBaseURL(p.url+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 	var raw bytes.Buffer
 	_, err := c.Completions.New(t.Context(), openai.CompletionNewParams{
@@ -255,13 +253,13 @@ func TestTheOfficialClientCarriesKVTransferParams(t *testing.T) {
 func TestRoleWorkersRegisterTheirRoleTransferAndBootstrapPort(t *testing.T) {
 	etcd := testenv.StartEtcd(t)
 	cli := etcd.Client(t)
-	pcfg := pdWorkerConfig("p1", wire.RolePrefill, wire.TransferSGLang)
+	pcfg := pdWorkerConfig(t, "p1", wire.RolePrefill, wire.TransferSGLang)
 	pcfg.EtcdEndpoints = etcd.Endpoints
 	startWorker(t, pcfg)
-	dcfg := pdWorkerConfig("d1", wire.RoleDecode, wire.TransferVLLM)
+	dcfg := pdWorkerConfig(t, "d1", wire.RoleDecode, wire.TransferVLLM)
 	dcfg.EtcdEndpoints = etcd.Endpoints
 	startWorker(t, dcfg)
-	bcfg := pdWorkerConfig("b1", wire.RoleBoth, wire.TransferVLLM)
+	bcfg := pdWorkerConfig(t, "b1", wire.RoleBoth, wire.TransferVLLM)
 	bcfg.EtcdEndpoints = etcd.Endpoints
 	startWorker(t, bcfg)
 	read := func(id string) *wire.WorkerInfo {
@@ -316,8 +314,8 @@ func TestADecodeWorkerPublishesTheTransferredBlocksAsStored(t *testing.T) {
 	kvSub, err := nc.SubscribeSync(wire.NewSubjects("test").KV("d1"))
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
-	p := startWorker(t, pdWorkerConfig("p1", wire.RolePrefill, wire.TransferVLLM))
-	dcfg := pdWorkerConfig("d1", wire.RoleDecode, wire.TransferVLLM)
+	p := startWorker(t, pdWorkerConfig(t, "p1", wire.RolePrefill, wire.TransferVLLM))
+	dcfg := pdWorkerConfig(t, "d1", wire.RoleDecode, wire.TransferVLLM)
 	dcfg.NATSURL = nt.URL
 	d := startWorker(t, dcfg)
 	text := workerLongPrompt("transferred")
