@@ -82,10 +82,9 @@ func (c *testCluster) frontedWorker(id string, mutate func(*WorkerConfig)) (*run
 		p.ServeHTTP(w, r)
 	}))
 	c.t.Cleanup(f.srv.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the worker itself
-	require.NoError(c.t, err)
-	addr := ln.Addr().String()
-	require.NoError(c.t, ln.Close())
+	// a free port for the worker itself, outside the ephemeral range that
+	// other tests' connections draw from
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(c.t))
 	f.target.Store("http://" + addr)
 	w := c.addWorker(id, func(cfg *WorkerConfig) {
 		if mutate != nil {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -272,10 +271,9 @@ func TestAStoppedPrefillWorkerUnderLoadIsRetriedOnTheOther(t *testing.T) {
 		}))
 		t.Cleanup(front.Close)
 		fronts[id] = front
-		ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the worker itself
-		require.NoError(t, err)
-		addr := ln.Addr().String()
-		require.NoError(t, ln.Close())
+		// a free port for the worker itself, outside the ephemeral range that
+		// other tests' connections draw from
+		addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 		target.Store("http://" + addr)
 		workers[id] = c.addWorker(id, func(cfg *WorkerConfig) {
 			roleWorker(wire.RolePrefill)(cfg)
