@@ -80,6 +80,27 @@ func TestScaleReportMergesEarlierRunsAndStatesTheThroughputGoal(t *testing.T) {
 	assert.FileExists(t, filepath.Join(out, FileScaleHitRate))
 }
 
+// With both throughput benchmarks in the output, the goal is stated
+// against the isolated one (each target its own process), before or after
+// the in-process one.
+func TestScaleReportStatesTheThroughputGoalAgainstTheIsolatedBenchmark(t *testing.T) {
+	inProcess := "BenchmarkReplicaThroughput-2   \t    3000\t   6236724 ns/op\t 0.1023 proxy-cpu-ms/req\t 24.81 ratio-%\n"
+	isolated := "BenchmarkReplicaThroughputIsolated-2   \t    3000\t   2117986 ns/op\t 0.2773 proxy-cpu-ms/req\t 59.13 ratio-%\n"
+	for name, lines := range map[string]string{"isolated last": inProcess + isolated, "isolated first": isolated + inProcess} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			gotest := filepath.Join(dir, "go.txt")
+			require.NoError(t, os.WriteFile(gotest, []byte("goos: linux\n"+lines+"PASS\n"), 0o644))
+			var stdout, stderr bytes.Buffer
+			err := Main(testenv.Context(t), []string{"--scale", "--scale-sections", "none", "--scale-gotest", gotest,
+				"--trace", "mooncake", "--file", "testdata/mooncake_small.jsonl", "--out", t.TempDir()}, &stdout, &stderr)
+			require.NoError(t, err, "stderr: %s", stderr.String())
+			assert.Contains(t, stdout.String(), "bare proxy's requests per second per core: **met** (59%)")
+			assert.Contains(t, stdout.String(), "| BenchmarkReplicaThroughput-2 |", "the in-process run is still listed")
+		})
+	}
+}
+
 func TestScaleReportRejectsAnUnknownSection(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := Main(testenv.Context(t), []string{"--scale", "--scale-sections", "lookup", "--trace", "mooncake", "--file", "testdata/mooncake_small.jsonl"}, &stdout, &stderr)

@@ -320,7 +320,7 @@ type benchServer struct {
 	stop func()
 }
 
-func newBenchServer(b *testing.B, s *Server) *benchServer {
+func newBenchServer(b testing.TB, s *Server) *benchServer {
 	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())

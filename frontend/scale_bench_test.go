@@ -194,7 +194,7 @@ func (p scaleIndex) Predict(worker string, seqHashes []uint64) {
 
 // newScaleRouter serves a router replica on loopback in front of 8 workers
 // that are all the engine at engineURL.
-func newScaleRouter(b *testing.B, engineURL string) (string, func()) {
+func newScaleRouter(b testing.TB, engineURL string) (string, func()) {
 	const nWorkers = 8
 	var ws staticWorkers
 	var sw []scheduler.Worker
@@ -215,12 +215,13 @@ func newScaleRouter(b *testing.B, engineURL string) (string, func()) {
 
 // newBareProxy serves the baseline: the standard library's reverse proxy,
 // flushing every write as a streaming proxy must.
-func newBareProxy(b *testing.B, engineURL string) (string, func()) {
+func newBareProxy(b testing.TB, engineURL string) (string, func()) {
 	target, err := url.Parse(engineURL)
 	require.NoError(b, err)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.FlushInterval = -1
-	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}
+	tr := &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}
+	rp.Transport = tr
 	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(b, err)
 	hs := &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
@@ -229,6 +230,7 @@ func newBareProxy(b *testing.B, engineURL string) (string, func()) {
 	return "http://" + ln.Addr().String(), func() {
 		_ = hs.Shutdown(context.Background())
 		<-done
+		tr.CloseIdleConnections()
 	}
 }
 
