@@ -48,9 +48,11 @@ func BenchmarkReplicaThroughputIsolated(b *testing.B) {
 	body := func() string { return turns(int(seq.Add(1))) }
 	const path = "/v1/chat/completions"
 	pass := func(c *benchChild, n int) childUsage {
-		u0 := c.usage(b)
+		u0, t0 := c.usage(b), time.Now()
 		runStreams(b, client, c.url+path, body, n, clients, 0)
-		return c.usage(b).minus(u0)
+		u := c.usage(b).minus(u0)
+		u.wall = time.Since(t0)
+		return u
 	}
 	for _, c := range []*benchChild{proxy, router} {
 		pass(c, 2*clients) // connections, pools, the tokenizer's caches
@@ -66,6 +68,8 @@ func BenchmarkReplicaThroughputIsolated(b *testing.B) {
 	}
 	b.StopTimer()
 	n := float64(rounds * per)
+	b.ReportMetric(n/proxyUse.wall.Seconds(), "proxy-wall-req/s")
+	b.ReportMetric(n/routerUse.wall.Seconds(), "router-wall-req/s")
 	b.ReportMetric(float64(proxyUse.syscr)/n, "proxy-syscr/req")
 	b.ReportMetric(float64(proxyUse.syscw)/n, "proxy-syscw/req")
 	b.ReportMetric(float64(routerUse.syscr)/n, "router-syscr/req")
@@ -127,18 +131,19 @@ func startBenchChild(b *testing.B, target, engine string) *benchChild {
 	return c
 }
 
-// childUsage is a child's process CPU and system calls.
+// childUsage is a child's process CPU and system calls (over a pass: and
+// the pass's wall time).
 type childUsage struct {
-	cpu          time.Duration
+	cpu, wall    time.Duration
 	syscr, syscw int
 }
 
 func (u childUsage) minus(v childUsage) childUsage {
-	return childUsage{u.cpu - v.cpu, u.syscr - v.syscr, u.syscw - v.syscw}
+	return childUsage{u.cpu - v.cpu, u.wall - v.wall, u.syscr - v.syscr, u.syscw - v.syscw}
 }
 
 func (u childUsage) plus(v childUsage) childUsage {
-	return childUsage{u.cpu + v.cpu, u.syscr + v.syscr, u.syscw + v.syscw}
+	return childUsage{u.cpu + v.cpu, u.wall + v.wall, u.syscr + v.syscr, u.syscw + v.syscw}
 }
 
 func (c *benchChild) usage(b *testing.B) childUsage {
