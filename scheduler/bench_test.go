@@ -174,12 +174,13 @@ func BenchmarkAdmissionProduction(b *testing.B) {
 		sel              Selector
 		workers, backlog int
 		herd             float64
+		sampled          bool // the index keeps one hash in 8 (IndexKeeps)
 	}
 	var cases []tcase
 	for _, sel := range []Selector{SelectorBlocks, SelectorTTFT} {
 		for _, n := range []int{100, 1000} {
 			for _, backlog := range []int{0, 10000} {
-				cases = append(cases, tcase{"versioned", sel, n, backlog, 0})
+				cases = append(cases, tcase{"versioned", sel, n, backlog, 0, false})
 			}
 		}
 	}
@@ -187,15 +188,21 @@ func BenchmarkAdmissionProduction(b *testing.B) {
 	// decision): every idle worker's draw is computed
 	for _, n := range []int{100, 1000} {
 		for _, backlog := range []int{0, 10000} {
-			cases = append(cases, tcase{"versioned", SelectorTTFT, n, backlog, 3})
+			cases = append(cases, tcase{"versioned", SelectorTTFT, n, backlog, 3, false})
 		}
 	}
+	// the same with a sampled index: the draw's key is searched for past
+	// the deepest report among the kept hashes (herdKeyBlock)
+	cases = append(cases, tcase{"versioned", SelectorTTFT, 1000, 0, 3, true})
 	// the unversioned view production had before
-	cases = append(cases, tcase{"plain", SelectorBlocks, 1000, 0, 0}, tcase{"plain", SelectorBlocks, 1000, 10000, 0})
+	cases = append(cases, tcase{"plain", SelectorBlocks, 1000, 0, 0, false}, tcase{"plain", SelectorBlocks, 1000, 10000, 0, false})
 	for _, tc := range cases {
 		name := fmt.Sprintf("view=%s/selector=%s/workers=%d/backlog=%d", tc.view, tc.sel, tc.workers, tc.backlog)
 		if tc.herd > 0 {
 			name = fmt.Sprintf("view=%s/selector=%s/herd=%g/workers=%d/backlog=%d", tc.view, tc.sel, tc.herd, tc.workers, tc.backlog)
+		}
+		if tc.sampled {
+			name += "/sample=8"
 		}
 		b.Run(name, func(b *testing.B) {
 			view := &RemoteLoads{}
@@ -210,6 +217,9 @@ func BenchmarkAdmissionProduction(b *testing.B) {
 			}
 			c := benchCoreWith(b, tc.workers, tc.backlog, lv)
 			c.cfg.Selector = tc.sel
+			if tc.sampled {
+				c.cfg.IndexKeeps = sampledKeeps
+			}
 			benchAdmitHerd(b, c, benchRequest(tc.workers), tc.sel == SelectorTTFT, tc.herd)
 		})
 	}
