@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,7 +34,11 @@ func sessionTurn(t *testing.T, r *runningReplica, key, prompt string) string {
 
 // sessionCluster is three replicas over three workers that publish no KV
 // events: nothing but the gossiped session map can tell a replica where a
-// session's previous turn ran.
+// session's previous turn ran. Affinity is hard: soft affinity lets a
+// session go when its worker's predicted TTFT exceeds the best's by half,
+// and on a loaded test machine one slow first token calibrates a worker
+// that far up; these tests are about the gossiped map, not the margin
+// (frontend's session tests cover it).
 func sessionCluster(t *testing.T) (map[string]*runningWorker, []*runningReplica) {
 	c := routerTestCluster(t)
 	ws := map[string]*runningWorker{}
@@ -41,7 +46,11 @@ func sessionCluster(t *testing.T) (map[string]*runningWorker, []*runningReplica)
 		id := fmt.Sprintf("w%d", i)
 		ws[id] = c.addWorker(id, func(cfg *WorkerConfig) { cfg.NATSURL = "" })
 	}
-	rs := []*runningReplica{c.startReplica("r1"), c.startReplica("r2"), c.startReplica("r3")}
+	hard := func(cfg *ReplicaConfig) {
+		cfg.PolicyYAML = append(slices.Clone(defaultPolicyYAML), "\nsessions:\n  affinity: hard\n"...)
+	}
+	rs := []*runningReplica{c.startReplicaWith("r1", "127.0.0.1:0", hard), c.startReplicaWith("r2", "127.0.0.1:0", hard),
+		c.startReplicaWith("r3", "127.0.0.1:0", hard)}
 	c.waitOwned(defaultClasses, "r1", "r2", "r3")
 	for _, r := range rs {
 		awaitDebugCluster(t, r.status.HTTPAddr, func(d clusterDoc) bool { return len(d.Workers) == 3 && len(d.Members) == 3 },

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/switchyard/switchyard/adapter"
+	"github.com/switchyard/switchyard/enginekv"
 	"github.com/switchyard/switchyard/internal/testenv"
 	"github.com/switchyard/switchyard/metrics"
 	"github.com/switchyard/switchyard/wire"
@@ -27,9 +28,10 @@ import (
 // nowhere and publishes its KV events on ZMQ) with an adapter beside it that
 // makes it worker id of the cluster.
 type vllmEngine struct {
-	id     string
-	worker *runningWorker
-	stop   func()
+	id         string
+	worker     *runningWorker
+	adapterURL string // the adapter's HTTP base URL (its /metrics)
+	stop       func()
 }
 
 func startVLLMEngineWithAdapter(t *testing.T, c *testCluster, id string, format func(*VLLMWorkerConfig)) *vllmEngine {
@@ -74,8 +76,9 @@ func startVLLMEngine(t *testing.T, c *testCluster, id string, mutateWorker func(
 	ready := make(chan string, 1)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	go func() { done <- RunAdapterWithLinks(ctx, acfg, Links{}, log, func(u string) { ready <- u }) }()
+	var adapterURL string
 	select {
-	case <-ready:
+	case adapterURL = <-ready:
 	case err := <-done:
 		cancel()
 		t.Fatalf("adapter %s did not start: %v", id, err)
@@ -83,7 +86,7 @@ func startVLLMEngine(t *testing.T, c *testCluster, id string, mutateWorker func(
 		cancel()
 		t.Fatalf("adapter %s did not start within 30s", id)
 	}
-	e := &vllmEngine{id: id, worker: w, stop: func() {
+	e := &vllmEngine{id: id, worker: w, adapterURL: adapterURL, stop: func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("adapter %s: %v", id, err)
@@ -144,8 +147,24 @@ func multiTurnChatThroughAdapters(t *testing.T, format func(*VLLMWorkerConfig)) 
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	byID := map[string]*vllmEngine{}
+	for _, e := range engines {
+		byID[e.id] = e
+	}
 	caughtUp := func(worker string, after time.Time) {
 		t.Helper()
+		// First the adapter has read every batch the engine published by
+		// now (a loaded machine can hold them in ZMQ for longer than any
+		// fixed delay); a load report sent after that carries their ids.
+		e := byID[worker]
+		published := scrapedCounter(t, e.worker.url+"/metrics", enginekv.NamePubBatches)
+		require.Positive(t, published, "%s published its blocks' events", worker)
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			return scrapedCounter(t, e.adapterURL+"/metrics", enginekv.NameBatches) >= published
+		}, "%s's adapter read the engine's %v batches", worker, published)
+		if now := time.Now(); now.After(after) {
+			after = now
+		}
 		var want uint64
 		testenv.Eventually(t, 10*time.Second, func() bool {
 			for {
@@ -217,4 +236,18 @@ func awaitV1AndV2Registered(t *testing.T, r *runningReplica) {
 		b, err := io.ReadAll(resp.Body)
 		return err == nil && strings.Contains(string(b), `"v1"`) && strings.Contains(string(b), `"v2"`)
 	}, "both adapters' workers registered on the router")
+}
+
+// scrapedCounter is the sum of counter name's series at a /metrics URL.
+func scrapedCounter(t *testing.T, url, name string) float64 {
+	t.Helper()
+	fams, err := scrape(url)
+	require.NoError(t, err)
+	sum := 0.0
+	if f, ok := fams[name]; ok {
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
