@@ -71,7 +71,7 @@ type blockMemo struct {
 }
 
 // maxMemos bounds the block sizes and seeds one run remembers values for.
-const maxMemos = 4
+const maxMemos = 8
 
 // cacheRef is where a prefix's ids are: the first count ids of an entry's
 // run.

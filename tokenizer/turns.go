@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -221,6 +222,19 @@ func (c *PrefixCache) extend(from *run, base int, more []uint32, keys []cacheKey
 		c.mu.Unlock()
 		return IDs{Head: from.ids[:n:n], c: c, run: from}
 	}
+	var memo [maxMemos]blockMemo
+	var memos []blockMemo
+	if from != nil {
+		// The values of from's blocks inside the prefix hold for the new
+		// array's too (they depend on those ids only); below their length
+		// they are never written again, so they are copied unlocked.
+		memos = memo[:0]
+		for _, m := range from.memo {
+			if k := min(len(m.vals), base/m.key.Block); k > 0 {
+				memos = append(memos, blockMemo{key: m.key, vals: m.vals[:k:k]})
+			}
+		}
+	}
 	c.mu.Unlock()
 	// A fresh array, with room for the turns of a few more requests (a
 	// quarter more, at least 512 ids, but not more than doubled), charged
@@ -232,6 +246,9 @@ func (c *PrefixCache) extend(from *run, base int, more []uint32, keys []cacheKey
 	}
 	copy(ids[base:], more)
 	r := &run{ids: ids, used: n}
+	for _, m := range memos {
+		r.memo = append(r.memo, blockMemo{key: m.key, vals: slices.Clone(m.vals)})
+	}
 	if len(keys) > 0 && runBytes(r)+entryBytes(len(keys)) <= c.maxBytes {
 		c.mu.Lock()
 		c.putLocked(keys, counts, r)
