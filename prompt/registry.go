@@ -63,7 +63,8 @@ func (r Result) SequenceHashes(blockSize int, seed uint64) []uint64 {
 	memo := r.IDs.Memo(key)
 	out := append(make([]uint64, 0, n), memo...)
 	head, tail := r.IDs.Head, r.IDs.Tail
-	var straddle []uint32
+	var stack [64]uint32 // the block that straddles head and tail, up to 64 ids
+	straddle := stack[:0]
 	for i := len(out); i < n; i++ {
 		from, to := i*blockSize, (i+1)*blockSize
 		var block []uint32
