@@ -179,9 +179,9 @@ func (m *Model) EncodeTurnsIDs(c *PrefixCache, j Joint, keys []uint64, turn func
 	if ok {
 		turns := len(out)
 		out = m.appendEncodeFrom(out, tail, false, sc)
-		res = c.extend(from, base, out[:turns], storeKeys, counts)
-		if len(out) > turns {
-			res.Tail = append([]uint32(nil), out[turns:]...)
+		res = c.extend(from, base, out[:turns], len(keys)-best-1, storeKeys, counts)
+		if rest := out[len(res.Head)-base:]; len(rest) > 0 {
+			res.Tail = append([]uint32(nil), rest...)
 		}
 	}
 	if cap(out) <= maxScratchIDs {
@@ -199,12 +199,17 @@ func (m *Model) EncodeTurnsIDs(c *PrefixCache, j Joint, keys []uint64, turn func
 }
 
 // extend returns as Head the first base ids of from (nil: none) followed
-// by more, and stores its prefixes keys[i] of counts[i] ids each (none:
-// nothing to store, more is empty). The ids go after from's in place when
-// from's array has room and no call has written past base yet (the
-// winner of two calls extending the same prefix); else into a new array
-// with room to grow, which the cache keeps.
-func (c *PrefixCache) extend(from *run, base int, more []uint32, keys []cacheKey, counts []int) IDs {
+// by more, the ids of turns new turns, and stores its prefixes keys[i] of
+// counts[i] ids each (none: nothing to store, more is empty). The ids go
+// after from's in place when from's array has room and no call has written
+// past base yet (the winner of two calls extending the same prefix); else
+// into a new array with room to grow, which the cache keeps — except for
+// one new turn after a prefix that another call extended already (the
+// next turns of one history, a shared system prompt's first questions):
+// those are neither copied nor stored, and Head is only from's base ids
+// (the caller puts more in the Tail). Should such a conversation go on,
+// its next request encodes that turn again, once, and stores it.
+func (c *PrefixCache) extend(from *run, base int, more []uint32, turns int, keys []cacheKey, counts []int) IDs {
 	if len(more) == 0 && len(keys) == 0 {
 		if from == nil {
 			return IDs{}
@@ -222,6 +227,10 @@ func (c *PrefixCache) extend(from *run, base int, more []uint32, keys []cacheKey
 		c.mu.Unlock()
 		return IDs{Head: from.ids[:n:n], c: c, run: from}
 	}
+	if from != nil && from.refs > 0 && from.used != base && turns == 1 {
+		c.mu.Unlock()
+		return IDs{Head: from.ids[:base:base], c: c, run: from}
+	}
 	var memo [maxMemos]blockMemo
 	var memos []blockMemo
 	if from != nil {
@@ -236,15 +245,20 @@ func (c *PrefixCache) extend(from *run, base int, more []uint32, keys []cacheKey
 		}
 	}
 	c.mu.Unlock()
-	// A fresh array, with room for the turns of a few more requests (a
-	// quarter more, at least 512 ids, but not more than doubled), charged
-	// whole: the copy of the cached prefix is amortised over the turns
-	// that fill the room.
-	ids := make([]uint32, n+max(n/4, min(n, 512)))
+	// A new array, with room for the turns of a few more requests: append
+	// grows it by about a quarter (and zeroes only the room), so the copy
+	// of the cached prefix is amortised over the turns that fill the room.
+	room := max(n/4, min(n, 512))
+	var ids []uint32
 	if from != nil {
-		copy(ids, from.ids[:base])
+		ids = append(from.ids[:base:base], more...)
+	} else {
+		ids = append(make([]uint32, 0, n+room), more...)
 	}
-	copy(ids[base:], more)
+	if cap(ids)-n < room {
+		ids = slices.Grow(ids, room)
+	}
+	ids = ids[:cap(ids)]
 	r := &run{ids: ids, used: n}
 	for _, m := range memos {
 		r.memo = append(r.memo, blockMemo{key: m.key, vals: slices.Clone(m.vals)})

@@ -104,9 +104,12 @@ func chargedBytes(c *PrefixCache) int64 {
 
 // TestANextTurnWritesItsIDsAfterTheCachedOnesInPlace: a conversation's next
 // turn gets its history's cached ids uncopied, its new turn written in the
-// cached array's spare room; a second next turn of the same history (an
-// edit, a retry with another message) finds that room taken and copies,
-// and neither sees the other's ids.
+// cached array's spare room; a second next turn of the same history (a
+// retry with another message, another user after a shared system prompt)
+// finds that room taken and gets the history uncopied and its turn as the
+// tail, stored nowhere; when that conversation goes on, its history is
+// copied once into an array of its own, which its next turns extend. No
+// result sees another's ids.
 func TestANextTurnWritesItsIDsAfterTheCachedOnesInPlace(t *testing.T) {
 	m, err := LoadTiktoken("o200k_base")
 	if err != nil {
@@ -127,13 +130,20 @@ func TestANextTurnWritesItsIDsAfterTheCachedOnesInPlace(t *testing.T) {
 	if &a.Head[0] != &first.Head[0] {
 		t.Fatal("the next turn copied its history's ids: they should be the cached array's")
 	}
-	if len(a.Head) <= len(first.Head) || &b.Head[0] == &first.Head[0] {
-		t.Fatalf("the first next turn extends the array (%d ids after %d), the second copies", len(a.Head), len(first.Head))
+	if len(a.Head) <= len(first.Head) || &b.Head[0] != &first.Head[0] || len(b.Head) != len(first.Head) {
+		t.Fatalf("the first next turn extends the array (%d ids after %d), the second shares the history (%d ids) uncopied", len(a.Head), len(first.Head), len(b.Head))
+	}
+	onward := append(other[:len(other):len(other)], [2]string{"assistant", "sure"}, [2]string{"user", "go on"})
+	d, _ := tt.encodeIDs(m, c, j, onward, true)
+	further := append(onward[:len(onward):len(onward)], [2]string{"assistant", "done"}, [2]string{"user", "thanks"})
+	e, _ := tt.encodeIDs(m, c, j, further, true)
+	if &d.Head[0] == &first.Head[0] || &e.Head[0] != &d.Head[0] {
+		t.Fatal("the other conversation's history is copied once, then extended in place")
 	}
 	for _, x := range []struct {
 		ids  IDs
 		msgs [][2]string
-	}{{first, history}, {a, next}, {b, other}} {
+	}{{first, history}, {a, next}, {b, other}, {d, onward}, {e, further}} {
 		if want := m.Encode(tt.render(x.msgs, true)); !slices.Equal(x.ids.Slice(), want) {
 			t.Fatalf("%q: ids differ from Encode\n got  %v\n want %v", x.msgs[len(x.msgs)-1][1], x.ids.Slice(), want)
 		}
