@@ -415,8 +415,8 @@ func benchRequestBodies(b *testing.B, prompts Prompts, ep endpoint, size int, bo
 		if err != nil {
 			b.Fatal(err)
 		}
-		tokens = len(res.Tokens)
-		_ = kvindex.SequenceHashes(res.Tokens, 16, kvindex.ModelSeed("m"))
+		tokens = res.IDs.Len()
+		_ = res.SequenceHashes(16, kvindex.ModelSeed("m"))
 	}
 	// On a shared machine wall time per op includes waiting for a core;
 	// process CPU per op is the router's cost.

@@ -3,7 +3,7 @@ package frontend
 import (
 	"slices"
 
-	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
 )
 
@@ -38,13 +38,13 @@ func addSize(sizes []int, bs int) []int {
 
 // sizedHashes is the prompt's sequence hashes at rt's other block sizes
 // (nil when the model's workers share one).
-func (rt *routing) sizedHashes(tokens []uint32, seed uint64) []scheduler.BlockSequence {
+func (rt *routing) sizedHashes(ids prompt.Result, seed uint64) []scheduler.BlockSequence {
 	if len(rt.otherSizes) == 0 {
 		return nil
 	}
 	out := make([]scheduler.BlockSequence, 0, len(rt.otherSizes))
 	for _, bs := range rt.otherSizes {
-		out = append(out, scheduler.BlockSequence{BlockSize: bs, Hashes: kvindex.SequenceHashes(tokens, bs, seed)})
+		out = append(out, scheduler.BlockSequence{BlockSize: bs, Hashes: ids.SequenceHashes(bs, seed)})
 	}
 	return out
 }

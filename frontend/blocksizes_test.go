@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchyard/switchyard/internal/clock"
 	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/prompt"
 	"github.com/switchyard/switchyard/scheduler"
 	"github.com/switchyard/switchyard/tokenizer"
 	"github.com/switchyard/switchyard/wire"
@@ -122,7 +123,7 @@ func TestAModelServedAtOneBlockSizeIsHashedOnce(t *testing.T) {
 	}
 	assert.Equal(t, 16, rt.blockSize)
 	assert.Empty(t, rt.otherSizes)
-	assert.Nil(t, rt.sizedHashes([]uint32{1, 2, 3}, 1))
+	assert.Nil(t, rt.sizedHashes(prompt.Result{IDs: tokenizer.IDs{Head: []uint32{1, 2, 3}}}, 1))
 	for _, bs := range []int{32, 1, 16, 32} {
 		sized = rt.noteBlockSize(bs, sized)
 	}
@@ -140,6 +141,7 @@ func BenchmarkRouteAndHash(b *testing.B) {
 	for i := range tokens {
 		tokens[i] = uint32(i*7919 + 1)
 	}
+	ids := prompt.Result{IDs: tokenizer.IDs{Head: tokens}} // not from a cache: hashed in full every time
 	for _, c := range []struct {
 		name  string
 		sizes []int
@@ -157,7 +159,7 @@ func BenchmarkRouteAndHash(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				rt, _ := s.route("m")
-				req := scheduler.Request{BlockHashes: kvindex.SequenceHashes(tokens, rt.blockSize, seed), SizedHashes: rt.sizedHashes(tokens, seed)}
+				req := scheduler.Request{BlockHashes: ids.SequenceHashes(rt.blockSize, seed), SizedHashes: rt.sizedHashes(ids, seed)}
 				req.Overlaps = s.overlaps(&req)
 			}
 		})

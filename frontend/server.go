@@ -575,18 +575,20 @@ func (s *Server) route(model string) (routing, *APIError) {
 }
 
 // tokenize turns p's prompt into token ids for the model and checks the
-// context length.
-func (s *Server) tokenize(ctx context.Context, p *parsedRequest, rt routing) *APIError {
+// context length. The ids are returned rather than kept in p: a next turn's
+// cached history is shared with the tokenizer's cache, and nothing but the
+// block hashing (prompt.Result.SequenceHashes) reads them.
+func (s *Server) tokenize(ctx context.Context, p *parsedRequest, rt routing) (prompt.Result, *APIError) {
 	res, err := s.deps.Prompts.Tokenize(ctx, p.model, p.input, rt.engines)
 	if err != nil {
-		return promptError(err)
+		return prompt.Result{}, promptError(err)
 	}
-	p.tokens, p.promptTokens, p.longestPrompt = res.Tokens, res.Total, res.Longest
+	p.promptTokens, p.longestPrompt = res.Total, res.Longest
 	if res.Longest > s.cfg.MaxPromptTokens {
-		return badRequest(p.endpoint.promptParam(), "context_length_exceeded",
+		return prompt.Result{}, badRequest(p.endpoint.promptParam(), "context_length_exceeded",
 			fmt.Sprintf("the prompt has %d tokens, more than the maximum of %d", res.Longest, s.cfg.MaxPromptTokens))
 	}
-	return nil
+	return res, nil
 }
 
 // constrain intersects the client's allow-list with the model's workers and
@@ -725,7 +727,8 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		apiErr.write(w)
 		return apiErr.Status
 	}
-	if apiErr := s.tokenize(r.Context(), p, rt); apiErr != nil {
+	ids, apiErr := s.tokenize(r.Context(), p, rt)
+	if apiErr != nil {
 		apiErr.write(w)
 		return apiErr.Status
 	}
@@ -752,8 +755,8 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, ep end
 		PriorityJump:         def.PriorityJump,
 		Ingress:              ingress,
 		PromptTokens:         p.promptTokens,
-		BlockHashes:          kvindex.SequenceHashes(p.tokens, rt.blockSize, seed),
-		SizedHashes:          rt.sizedHashes(p.tokens, seed),
+		BlockHashes:          ids.SequenceHashes(rt.blockSize, seed),
+		SizedHashes:          rt.sizedHashes(ids, seed),
 		Pinned:               p.hints.worker,
 		ExpectedOutputTokens: p.maxTokens, // bookOutput completes it
 	}

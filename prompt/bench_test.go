@@ -108,7 +108,7 @@ func benchChatNextTurn(b *testing.B, lines bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return len(res.Tokens)
+		return res.IDs.Len()
 	}
 	tokenize(fields[0]) // the conversation's history is cached
 	b.Run("parse+tokenize", func(b *testing.B) {

@@ -36,6 +36,10 @@
 // tokenizer proves first that its encoding splits between two rendered
 // messages (tokenizer.Model.Joint); TestTurnByTurnTokensEqualTheWholeRendering
 // and its fuzz test hold the ids equal to encoding the whole rendering.
+// Such a Result holds its cached history uncopied (Result.IDs, in two
+// parts), and Result.SequenceHashes remembers the history's block hashes
+// beside it in the cache, so a next turn hashes only its new blocks
+// (TestTurnByTurnBlockHashesEqualHashingTheWholeRendering).
 //
 // BOS follows vLLM: chat prompts are tokenized without adding special
 // tokens (the template writes BOS), text prompts get the tokenizer's BOS

@@ -38,7 +38,7 @@ func TestADeadEngineIsSkippedForTheNextHealthyOneNotTheApproximatePath(t *testin
 		res, err := r.Tokenize(context.Background(), "remote", parse(t, KindCompletion, `{"prompt":"`+text+`"}`), engines)
 		require.NoError(t, err)
 		assert.Equal(t, PathEngine, res.Path, "%q is tokenized by the live engine", text)
-		assert.Equal(t, tok.Encode(text), res.Tokens)
+		assert.Equal(t, tok.Encode(text), res.IDs.Slice())
 	}
 	assert.Equal(t, int64(1), deadCalls.Load(), "the dead engine costs one attempt, then is skipped for the back-off")
 	assert.Equal(t, int64(8), liveCalls.Load())

@@ -135,10 +135,10 @@ func TestLocalTokenizationAddsBOSToCompletionsButNotToChats(t *testing.T) {
 
 	res, err := r.Tokenize(context.Background(), "llama", parse(t, KindCompletion, `{"prompt":"Hello world"}`), nil)
 	require.NoError(t, err)
-	assert.Equal(t, append([]uint32{128000}, tok.Encode("Hello world")...), res.Tokens)
+	assert.Equal(t, append([]uint32{128000}, tok.Encode("Hello world")...), res.IDs.Slice())
 	res, err = r.Tokenize(context.Background(), "llama", parse(t, KindCompletion, `{"prompt":"Hello world","add_special_tokens":false}`), nil)
 	require.NoError(t, err)
-	assert.Equal(t, tok.Encode("Hello world"), res.Tokens)
+	assert.Equal(t, tok.Encode("Hello world"), res.IDs.Slice())
 
 	chatIn := parse(t, KindChat, `{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"Hi"}]}`)
 	res, err = r.Tokenize(context.Background(), "llama", chatIn, nil)
@@ -147,9 +147,9 @@ func TestLocalTokenizationAddsBOSToCompletionsButNotToChats(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(text, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nbe brief<|eot_id|>"), text)
 	assert.True(t, strings.HasSuffix(text, "<|start_header_id|>assistant<|end_header_id|>\n\n"), "the generation prompt is added by default")
-	assert.Equal(t, tok.Encode(text), res.Tokens, "the template writes BOS, the tokenizer adds none")
-	assert.Equal(t, uint32(128000), res.Tokens[0])
-	assert.NotEqual(t, uint32(128000), res.Tokens[1], "BOS once, not twice")
+	assert.Equal(t, tok.Encode(text), res.IDs.Slice(), "the template writes BOS, the tokenizer adds none")
+	assert.Equal(t, uint32(128000), res.IDs.Slice()[0])
+	assert.NotEqual(t, uint32(128000), res.IDs.Slice()[1], "BOS once, not twice")
 }
 
 func TestBatchedPromptsHashTheFirstAndBookEveryToken(t *testing.T) {
@@ -159,13 +159,13 @@ func TestBatchedPromptsHashTheFirstAndBookEveryToken(t *testing.T) {
 	res, err := r.Tokenize(context.Background(), "m", parse(t, KindCompletion, `{"prompt":["one two three","four five six seven eight"]}`), nil)
 	require.NoError(t, err)
 	a, b := m.Encode("one two three"), m.Encode("four five six seven eight")
-	assert.Equal(t, a, res.Tokens, "the prefix is the first prompt's")
+	assert.Equal(t, a, res.IDs.Slice(), "the prefix is the first prompt's")
 	assert.Equal(t, len(a)+len(b), res.Total, "the load is every prompt's")
 	assert.Equal(t, max(len(a), len(b)), res.Longest)
 
 	ids, err := r.Tokenize(context.Background(), "m", parse(t, KindCompletion, `{"prompt":[[1,2,3],[4,5]]}`), nil)
 	require.NoError(t, err)
-	assert.Equal(t, Result{Tokens: []uint32{1, 2, 3}, Total: 5, Longest: 3}, ids, "token ids need no tokenizer")
+	assert.Equal(t, Result{IDs: tokenizer.IDs{Head: []uint32{1, 2, 3}}, Total: 5, Longest: 3}, ids, "token ids need no tokenizer")
 }
 
 func TestToolsAndToolCallsEnterTheTemplate(t *testing.T) {
@@ -250,14 +250,14 @@ func TestAModelWithoutATokenizerAsksItsEngineThenCachesTheAnswer(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, PathEngine, res.Path)
 	want := tok.Encode("<|im_start|>user\nWhat is a switchyard?<|im_end|>\n<|im_start|>assistant\n")
-	assert.Equal(t, want, res.Tokens, "the engine's ids")
+	assert.Equal(t, want, res.IDs.Slice(), "the engine's ids")
 	_, err = r.Tokenize(ctx, "remote", parse(t, KindChat, `{"messages":[{"role":"user","content":"What is a switchyard?"}]}`), []string{srv.URL})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), calls.Load(), "the same prompt part is answered from the cache")
 
 	comp, err := r.Tokenize(ctx, "remote", parse(t, KindCompletion, `{"prompt":"plain text"}`), []string{srv.URL})
 	require.NoError(t, err)
-	assert.Equal(t, tok.Encode("plain text"), comp.Tokens)
+	assert.Equal(t, tok.Encode("plain text"), comp.IDs.Slice())
 
 	fail.Store(true)
 	other := parse(t, KindCompletion, `{"prompt":"an engine that refuses"}`)
@@ -310,8 +310,8 @@ func TestApproximateHashingKeepsEqualPrefixesEqual(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, PathApproximate, a.Path)
 	n := len(shared) / approxBytes
-	assert.Equal(t, a.Tokens[:n], b.Tokens[:n], "the shared text gives shared pseudo-tokens")
-	assert.NotEqual(t, a.Tokens[n:], b.Tokens[n:len(a.Tokens)])
+	assert.Equal(t, a.IDs.Slice()[:n], b.IDs.Slice()[:n], "the shared text gives shared pseudo-tokens")
+	assert.NotEqual(t, a.IDs.Slice()[n:], b.IDs.Slice()[n:len(a.IDs.Slice())])
 	assert.Equal(t, (len(shared)+len("first")+3)/4, a.Total, "one pseudo-token per 4 bytes")
 }
 
@@ -370,7 +370,7 @@ func TestARouterFetchesAWorkersAdvertisedTokenizerAndChecksItsDigest(t *testing.
 	assert.Equal(t, PathFetched, res.Path)
 	text, err := local.Template.Render(parse(t, KindChat, `{"messages":[{"role":"user","content":"Hello there"}]}`))
 	require.NoError(t, err)
-	assert.Equal(t, local.Encode(text), res.Tokens, "fetched files tokenize exactly as the same files on disk")
+	assert.Equal(t, local.Encode(text), res.IDs.Slice(), "fetched files tokenize exactly as the same files on disk")
 
 	var evil ModelInfo
 	require.Eventually(t, func() bool { evil = infoOf(r, "evil"); return evil.Error != "" }, 60*time.Second, 10*time.Millisecond)

@@ -17,7 +17,9 @@ import (
 	"github.com/zeebo/xxh3"
 	"go.uber.org/zap"
 
+	"github.com/switchyard/switchyard/kvindex"
 	"github.com/switchyard/switchyard/metrics"
+	"github.com/switchyard/switchyard/tokenizer"
 	"github.com/switchyard/switchyard/wire"
 )
 
@@ -30,9 +32,12 @@ const (
 
 // Result is a request's tokenization.
 type Result struct {
-	// Tokens are the ids of the first (or only) prompt: what the request's
-	// block hashes are computed from.
-	Tokens []uint32
+	// IDs are the ids of the first (or only) prompt: what the request's
+	// block hashes are computed from (SequenceHashes). A chat tokenized
+	// turn by turn gets its cached history as IDs.Head, shared with the
+	// tokenizer's prefix cache and read only, and its generation prompt as
+	// IDs.Tail; other results have only a Head.
+	IDs tokenizer.IDs
 	// Total is the number of prompt tokens over every batched prompt: the
 	// load the request books.
 	Total int
@@ -42,6 +47,46 @@ type Result struct {
 	// Path says how the ids were obtained; zero for a request whose
 	// prompts are all token ids (no tokenizer was needed).
 	Path Path
+}
+
+// SequenceHashes is kvindex.SequenceHashes of the ids (the sequence hash
+// of every full block of blockSize ids, seeded with seed), in a new slice.
+// The hashes of the blocks inside a cached history are remembered beside
+// it, so that the conversation's next turn hashes only the blocks past
+// them: each hash depends only on the ids up to its block's end.
+func (r Result) SequenceHashes(blockSize int, seed uint64) []uint64 {
+	if blockSize <= 0 || r.IDs.Len() < blockSize {
+		return nil
+	}
+	n := r.IDs.Len() / blockSize
+	key := tokenizer.MemoKey{Block: blockSize, Seed: seed}
+	memo := r.IDs.Memo(key)
+	out := append(make([]uint64, 0, n), memo...)
+	head, tail := r.IDs.Head, r.IDs.Tail
+	var stack [64]uint32 // the block that straddles head and tail, up to 64 ids
+	straddle := stack[:0]
+	for i := len(out); i < n; i++ {
+		from, to := i*blockSize, (i+1)*blockSize
+		var block []uint32
+		switch {
+		case to <= len(head):
+			block = head[from:to]
+		case from >= len(head):
+			block = tail[from-len(head) : to-len(head)]
+		default: // the block that starts in the head and ends in the tail
+			straddle = append(append(straddle[:0], head[from:]...), tail[:to-len(head)]...)
+			block = straddle
+		}
+		h := kvindex.BlockHash(block, seed)
+		if i > 0 {
+			h = kvindex.ChainHash(out[i-1], h, seed)
+		}
+		out = append(out, h)
+	}
+	if len(memo) < len(head)/blockSize {
+		r.IDs.Remember(key, out)
+	}
+	return out
 }
 
 // Deps are the Registry's replaceable parts; zero fields take defaults.
@@ -426,7 +471,7 @@ func allIDs(in *Input) bool {
 }
 
 func idsResult(in *Input) Result {
-	res := Result{Tokens: in.Prompts[0].IDs}
+	res := Result{IDs: tokenizer.IDs{Head: in.Prompts[0].IDs}}
 	for _, p := range in.Prompts {
 		res.Total += len(p.IDs)
 		res.Longest = max(res.Longest, len(p.IDs))
@@ -442,7 +487,7 @@ func tokenizeWith(m *Model, in *Input) (Result, error) {
 	if in.IsChat() {
 		if m.turns != nil {
 			if ids, ok := m.turns.encode(in); ok {
-				return Result{Tokens: ids, Total: len(ids), Longest: len(ids)}, nil
+				return Result{IDs: ids, Total: ids.Len(), Longest: ids.Len()}, nil
 			}
 		}
 		text, err := m.Template.Render(in)
@@ -450,7 +495,7 @@ func tokenizeWith(m *Model, in *Input) (Result, error) {
 			return Result{}, fmt.Errorf("%w: %v", ErrRender, err)
 		}
 		ids := m.encodeChat(text)
-		return Result{Tokens: ids, Total: len(ids), Longest: len(ids)}, nil
+		return Result{IDs: tokenizer.IDs{Head: ids}, Total: len(ids), Longest: len(ids)}, nil
 	}
 	var res Result
 	for i, p := range in.Prompts {
@@ -465,7 +510,7 @@ func tokenizeWith(m *Model, in *Input) (Result, error) {
 			}
 		}
 		if i == 0 {
-			res.Tokens = ids
+			res.IDs = tokenizer.IDs{Head: ids}
 		}
 		res.Total += len(ids)
 		res.Longest = max(res.Longest, len(ids))
@@ -481,7 +526,7 @@ func approximate(in *Input) (Result, error) {
 			return Result{}, err
 		}
 		ids := approxTokens(text)
-		return Result{Tokens: ids, Total: len(ids), Longest: len(ids), Path: PathApproximate}, nil
+		return Result{IDs: tokenizer.IDs{Head: ids}, Total: len(ids), Longest: len(ids), Path: PathApproximate}, nil
 	}
 	res := Result{Path: PathApproximate}
 	for i, p := range in.Prompts {
@@ -490,9 +535,9 @@ func approximate(in *Input) (Result, error) {
 			n = approxCount(p.Text)
 		}
 		if i == 0 {
-			res.Tokens = p.IDs
+			res.IDs = tokenizer.IDs{Head: p.IDs}
 			if !p.IsIDs {
-				res.Tokens = approxTokens(p.Text)
+				res.IDs = tokenizer.IDs{Head: approxTokens(p.Text)}
 			}
 		}
 		res.Total += n
@@ -528,7 +573,7 @@ func (r *Registry) viaEngine(ctx context.Context, model string, in *Input, engin
 		}
 		r.engines.put(key, ids, len(ids))
 	}
-	res := Result{Tokens: ids, Total: len(ids), Longest: len(ids), Path: PathEngine}
+	res := Result{IDs: tokenizer.IDs{Head: ids}, Total: len(ids), Longest: len(ids), Path: PathEngine}
 	if in.IsChat() || len(in.Prompts) == 1 {
 		return res, true
 	}
@@ -689,7 +734,7 @@ func (r *Registry) TokenizeEach(model string, in *Input) ([][]uint32, error) {
 		if err != nil {
 			return nil, err
 		}
-		return [][]uint32{res.Tokens}, nil
+		return [][]uint32{res.IDs.Slice()}, nil
 	}
 	out := make([][]uint32, len(in.Prompts))
 	for i, p := range in.Prompts {
@@ -704,7 +749,7 @@ func (r *Registry) TokenizeEach(model string, in *Input) ([][]uint32, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[i] = res.Tokens
+		out[i] = res.IDs.Slice()
 	}
 	return out, nil
 }

@@ -59,9 +59,10 @@ const maxStackTurns = 64
 
 // encode returns in's ids, equal to those of its rendering, and false when
 // in is not a chat it encodes turn by turn (the caller renders it whole).
-func (e *turnEncoder) encode(in *Input) ([]uint32, bool) {
+// The ids' Head is shared with the cache: read only.
+func (e *turnEncoder) encode(in *Input) (tokenizer.IDs, bool) {
 	if in.ContinueFinalMessage || !plainChat(in) {
-		return nil, false
+		return tokenizer.IDs{}, false
 	}
 	var buf [maxStackTurns]uint64
 	keys := buf[:0]
@@ -91,7 +92,7 @@ func (e *turnEncoder) encode(in *Input) ([]uint32, bool) {
 			tail = llama3Generation
 		}
 	}
-	return e.tok.EncodeTurns(e.cache, e.joint, keys, func(i int, dst []byte) []byte {
+	return e.tok.EncodeTurnsIDs(e.cache, e.joint, keys, func(i int, dst []byte) []byte {
 		return turn(dst, i, &in.Messages[i])
 	}, tail)
 }

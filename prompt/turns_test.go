@@ -2,6 +2,7 @@ package prompt
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchyard/switchyard/internal/testenv"
+	"github.com/switchyard/switchyard/kvindex"
+	"github.com/switchyard/switchyard/tokenizer"
 )
 
 // turnPieces are what the generated contents are made of: prose, the
@@ -70,19 +73,7 @@ func TestTurnByTurnTokensEqualTheWholeRendering(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(ci), 30))
 				msgs := []map[string]any{{"role": "system", "content": turnContent(rng)}}
 				for range turns {
-					switch k := rng.IntN(10); {
-					case k < 7 || len(msgs) < 3:
-						msgs = append(msgs, map[string]any{"role": "user", "content": turnContent(rng)},
-							map[string]any{"role": "assistant", "content": turnContent(rng)})
-					case k < 8:
-						msgs[1+rng.IntN(len(msgs)-1)] = map[string]any{"role": "user", "content": turnContent(rng)}
-					case k < 9:
-						// the same content under another role
-						i := rng.IntN(len(msgs))
-						msgs[i] = map[string]any{"role": []string{"user", "assistant", "tool", "developer"}[rng.IntN(4)], "content": msgs[i]["content"]}
-					default:
-						msgs = msgs[:len(msgs)-1]
-					}
+					msgs = nextConversation(rng, msgs)
 					body := turnBody(t, rng, msgs)
 					var f Fields
 					require.NoError(t, json.Unmarshal(body, &f))
@@ -96,7 +87,7 @@ func TestTurnByTurnTokensEqualTheWholeRendering(t *testing.T) {
 						continue
 					}
 					require.NoError(t, err, "%s", body)
-					require.True(t, slices.Equal(want.Tokens, got.Tokens), "conversation %d: turn-by-turn tokens differ\n body %s\n got  %v\n want %v", ci, body, got.Tokens, want.Tokens)
+					require.True(t, slices.Equal(want.IDs.Slice(), got.IDs.Slice()), "conversation %d: turn-by-turn tokens differ\n body %s\n got  %v\n want %v", ci, body, got.IDs.Slice(), want.IDs.Slice())
 					checked++
 					if took {
 						byTurns++
@@ -108,6 +99,149 @@ func TestTurnByTurnTokensEqualTheWholeRendering(t *testing.T) {
 			require.Greater(t, st.Hits, uint64(byTurns/3), "next turns reuse the earlier turns: %+v", st)
 			t.Logf("%s: %d requests, %d turn by turn, all equal to the whole rendering's tokens; cache %+v", name, checked, byTurns, st)
 		})
+	}
+}
+
+// nextConversation is msgs a turn later: grown by a user message and an
+// answer (most often), edited in the middle, the same content under
+// another role, or cut short by a message.
+func nextConversation(rng *rand.Rand, msgs []map[string]any) []map[string]any {
+	switch k := rng.IntN(10); {
+	case k < 7 || len(msgs) < 3:
+		msgs = append(msgs, map[string]any{"role": "user", "content": turnContent(rng)},
+			map[string]any{"role": "assistant", "content": turnContent(rng)})
+	case k < 8:
+		msgs[1+rng.IntN(len(msgs)-1)] = map[string]any{"role": "user", "content": turnContent(rng)}
+	case k < 9:
+		i := rng.IntN(len(msgs))
+		msgs[i] = map[string]any{"role": []string{"user", "assistant", "tool", "developer"}[rng.IntN(4)], "content": msgs[i]["content"]}
+	default:
+		msgs = msgs[:len(msgs)-1]
+	}
+	return msgs
+}
+
+// TestTurnByTurnBlockHashesEqualHashingTheWholeRendering: over the random
+// conversations of TestTurnByTurnTokensEqualTheWholeRendering, with longer
+// contents so that turns span blocks, every request's SequenceHashes at
+// several block sizes (one id, sizes that do not divide the turns, a block
+// that straddles the cached history and the generation prompt) and two
+// seeds equal kvindex.SequenceHashes of the whole rendering's ids — through
+// a cache that keeps the conversations and one that evicts constantly —
+// and most next turns found their history's hashes remembered.
+func TestTurnByTurnBlockHashesEqualHashingTheWholeRendering(t *testing.T) {
+	convs, turns := 40, 10
+	if testing.Short() {
+		convs = 8
+	}
+	sizes := []int{1, 3, 16, 32}
+	seeds := []uint64{kvindex.BaseSeed, kvindex.ModelSeed("m")}
+	for name, pair := range turnModels(t) {
+		spec := pair[1].Spec
+		tiny, err := OpenSpec(spec, 8<<10)
+		require.NoError(t, err)
+		for cname, cached := range map[string]*Model{"kept": pair[0], "evicting": tiny} {
+			t.Run(name+"/"+cname, func(t *testing.T) {
+				plain := pair[1]
+				checked, remembered, nextTurns := 0, 0, 0
+				for ci := range convs {
+					rng := rand.New(rand.NewPCG(uint64(ci), 32))
+					long := func() string { return turnContent(rng) + strings.Repeat(" word", rng.IntN(60)) + turnContent(rng) }
+					msgs := []map[string]any{{"role": "system", "content": long()}}
+					for range turns {
+						msgs = nextConversation(rng, msgs)
+						for _, m := range msgs[max(len(msgs)-2, 1):] {
+							if c, ok := m["content"].(string); ok && len(c) < 40 {
+								m["content"] = c + long()
+							}
+						}
+						body := turnBody(t, rng, msgs)
+						var f Fields
+						require.NoError(t, json.Unmarshal(body, &f))
+						in, err := Parse(KindChat, &f)
+						require.NoError(t, err)
+						want, wantErr := tokenizeWith(plain, in)
+						got, err := tokenizeWith(cached, in)
+						if wantErr != nil {
+							require.Error(t, err, "%s", body)
+							continue
+						}
+						require.NoError(t, err, "%s", body)
+						ids := want.IDs.Slice()
+						require.Equal(t, ids, got.IDs.Slice(), "conversation %d: ids\n body %s", ci, body)
+						require.Equal(t, len(ids), got.IDs.Len())
+						if plainChat(in) && !in.ContinueFinalMessage && len(got.IDs.Head) >= 32 { // the turn path
+							nextTurns++
+							if got.IDs.Memo(tokenizer.MemoKey{Block: 16, Seed: seeds[1]}) != nil {
+								remembered++
+							}
+						}
+						for _, k := range rng.Perm(len(sizes) * len(seeds)) {
+							bs, seed := sizes[k%len(sizes)], seeds[k/len(sizes)]
+							require.Equal(t, kvindex.SequenceHashes(ids, bs, seed), got.SequenceHashes(bs, seed),
+								"conversation %d, block size %d, seed %d: hashes\n body %s", ci, bs, seed, body)
+							checked++
+						}
+					}
+				}
+				if cname == "kept" {
+					require.Greater(t, remembered, nextTurns/2, "next turns find their history's hashes beside its ids")
+				}
+				t.Logf("%d hash sequences equal to hashing the whole rendering's ids; %d of %d requests found hashes remembered", checked, remembered, nextTurns)
+			})
+		}
+	}
+}
+
+// TestNextTurnsOfOnePrefixAtOnceHashAsTheirOwnIDs: goroutines sending
+// different next turns of one cached conversation at once, each hashing at
+// its own block sizes, get their own ids and hashes: none sees another's
+// new turn in the history they share, nor its hashes (run with -race).
+func TestNextTurnsOfOnePrefixAtOnceHashAsTheirOwnIDs(t *testing.T) {
+	pair := turnModels(t)["o200k"]
+	history := []map[string]string{{"role": "system", "content": strings.Repeat("shared system prompt ", 40)}}
+	for i := range 6 {
+		history = append(history, map[string]string{"role": "user", "content": strings.Repeat("question ", 10+i)},
+			map[string]string{"role": "assistant", "content": strings.Repeat("answer ", 20+i)})
+	}
+	parse := func(msgs []map[string]string) *Input {
+		raw, err := json.Marshal(msgs)
+		require.NoError(t, err)
+		in, err := Parse(KindChat, &Fields{Messages: raw})
+		require.NoError(t, err)
+		return in
+	}
+	first, err := tokenizeWith(pair[0], parse(history))
+	require.NoError(t, err)
+	first.SequenceHashes(16, 1)
+	for round := range 20 {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(round), uint64(g)))
+				msgs := slices.Clone(history)
+				for range 1 + rng.IntN(3) {
+					msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("goroutine %d %s", g, turnContent(rng))})
+				}
+				in := parse(msgs)
+				want, _ := tokenizeWith(pair[1], in)
+				<-start
+				got, _ := tokenizeWith(pair[0], in)
+				for _, bs := range []int{16, 1 + g} {
+					if h := got.SequenceHashes(bs, 1); !slices.Equal(h, kvindex.SequenceHashes(want.IDs.Slice(), bs, 1)) {
+						t.Errorf("round %d goroutine %d block size %d: hashes differ", round, g, bs)
+					}
+				}
+				if !slices.Equal(want.IDs.Slice(), got.IDs.Slice()) {
+					t.Errorf("round %d goroutine %d: ids differ", round, g)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
 	}
 }
 
@@ -177,7 +311,7 @@ func TestTurnCacheIsSafeForConcurrentUse(t *testing.T) {
 				}
 				want, _ := tokenizeWith(pair[1], in)
 				got, _ := tokenizeWith(pair[0], in)
-				if !slices.Equal(want.Tokens, got.Tokens) {
+				if !slices.Equal(want.IDs.Slice(), got.IDs.Slice()) {
 					t.Errorf("goroutine %d: tokens differ for %s", g, raw)
 					return
 				}
@@ -223,7 +357,7 @@ func FuzzTurnByTurnTokensEqualTheWholeRendering(f *testing.F) {
 			want, wantErr := tokenizeWith(plain, in)
 			got, err := tokenizeWith(cached, in)
 			require.Equal(t, wantErr == nil, err == nil)
-			require.Equal(t, want.Tokens, got.Tokens, "%s", raw)
+			require.Equal(t, want.IDs.Slice(), got.IDs.Slice(), "%s", raw)
 		}
 	})
 }

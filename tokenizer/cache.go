@@ -38,15 +38,43 @@ type cacheKey struct {
 	n     int // prefix length in bytes; for EncodeTurns, -1
 }
 
-// cacheEntry holds the ids one call stored: the ids up to its last cut,
-// and the keys of the prefixes (cuts) it holds, each a prefix of ids. The
-// prefixes of one call share one copy and leave the cache together.
+// cacheEntry holds the prefixes (cuts) one call stored, each the first
+// count ids of its run. The prefixes of one call leave the cache together.
 type cacheEntry struct {
 	keys []cacheKey // the keys that point here (see put)
-	ids  []uint32
+	run  *run
 }
 
-// cacheRef is where a prefix's ids are: the first count ids of an entry.
+// run is an array of ids that successive turns of one conversation share:
+// each entry holds a prefix of it, and a call that extends the run's last
+// stored prefix writes its new ids after it, in the array's spare room,
+// instead of copying the prefix (EncodeTurnsIDs). Ids below used are never
+// written again, so a prefix handed out stays valid while later calls
+// append. used, refs and memo are guarded by the cache's mutex.
+type run struct {
+	ids []uint32 // len(ids) == cap(ids): the whole array
+	// used is how many ids are written; only a call extending exactly
+	// used ids may write after them.
+	used int
+	// refs counts the cache entries that hold the run: the cache charges
+	// the run's array and memo once, while refs > 0.
+	refs int
+	// memo holds, per block size and seed, values per block over the
+	// run's ids (the sequence hashes the caller computes), each depending
+	// only on the ids up to its block's end; see IDs.Memo.
+	memo []blockMemo
+}
+
+type blockMemo struct {
+	key  MemoKey
+	vals []uint64
+}
+
+// maxMemos bounds the block sizes and seeds one run remembers values for.
+const maxMemos = 8
+
+// cacheRef is where a prefix's ids are: the first count ids of an entry's
+// run.
 type cacheRef struct {
 	el    *list.Element
 	count int
@@ -83,41 +111,49 @@ func (c *PrefixCache) Stats() CacheStats {
 	return CacheStats{Hits: c.hits, Misses: c.misses, Entries: len(c.items), Bytes: c.bytes}
 }
 
-func (c *PrefixCache) get(k cacheKey) ([]uint32, bool) {
+func (c *PrefixCache) get(k cacheKey) (*run, int, bool) {
 	ref, ok := c.items[k]
 	if !ok {
-		return nil, false
+		return nil, 0, false
 	}
 	c.lru.MoveToFront(ref.el)
-	return ref.el.Value.(*cacheEntry).ids[:ref.count:ref.count], true
+	return ref.el.Value.(*cacheEntry).run, ref.count, true
 }
 
 // longest finds the longest cached of n prefixes, key(k) naming the k-th
 // (longer with k), and counts the hit or miss: it returns the prefix's
-// index and ids, or -1 when none is cached.
-func (c *PrefixCache) longest(n int, key func(k int) cacheKey) (int, []uint32) {
+// index, its run and its length, or -1 when none is cached.
+func (c *PrefixCache) longest(n int, key func(k int) cacheKey) (int, *run, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k := n - 1; k >= 0; k-- {
-		if ids, ok := c.get(key(k)); ok {
+		if r, count, ok := c.get(key(k)); ok {
 			c.hits++
-			return k, ids
+			return k, r, count
 		}
 	}
 	c.misses++
-	return -1, nil
+	return -1, nil, 0
 }
 
 // put stores ids with the prefixes keys[i] of counts[i] ids each (counts
 // ascending, the last len(ids)). A key already held keeps its entry (the
-// ids of one prefix are the same whichever call stored them).
+// ids of one prefix are the same whichever call stored them). ids may be
+// the start of a caller's result: the run never writes to it.
 func (c *PrefixCache) put(keys []cacheKey, counts []int, ids []uint32) {
-	if entryBytes(ids, len(keys)) > c.maxBytes || len(keys) == 0 {
+	ids = ids[:cap(ids)]
+	r := &run{ids: ids, used: len(ids)}
+	if runBytes(r)+entryBytes(len(keys)) > c.maxBytes || len(keys) == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := &cacheEntry{ids: ids}
+	c.putLocked(keys, counts, r)
+}
+
+// putLocked stores r's prefixes keys[i] of counts[i] ids each.
+func (c *PrefixCache) putLocked(keys []cacheKey, counts []int, r *run) {
+	e := &cacheEntry{run: r}
 	var el *list.Element
 	for i, k := range keys {
 		if ref, ok := c.items[k]; ok {
@@ -133,22 +169,46 @@ func (c *PrefixCache) put(keys []cacheKey, counts []int, ids []uint32) {
 	if el == nil {
 		return // every prefix was held already
 	}
-	c.bytes += entryBytes(ids, len(e.keys)) // the keys held already are charged to their own entries
-	for c.bytes > c.maxBytes {
+	if r.refs == 0 {
+		c.bytes += runBytes(r)
+	}
+	r.refs++
+	c.bytes += entryBytes(len(e.keys)) // the keys held already are charged to their own entries
+	c.evictLocked()
+}
+
+// evictLocked removes the least recently used entries until the cache is
+// within its bound.
+func (c *PrefixCache) evictLocked() {
+	for c.bytes > c.maxBytes && c.lru.Len() > 0 {
 		last := c.lru.Back()
 		old := last.Value.(*cacheEntry)
 		c.lru.Remove(last)
 		for _, k := range old.keys {
 			delete(c.items, k)
 		}
-		c.bytes -= entryBytes(old.ids, len(old.keys))
+		c.bytes -= entryBytes(len(old.keys))
+		if old.run.refs--; old.run.refs == 0 {
+			c.bytes -= runBytes(old.run)
+			old.run.memo = nil // nothing remembers into a run the cache no longer holds
+		}
 	}
 }
 
-// entryBytes is what an entry of ids holding keys prefixes is charged. The
-// whole array counts: ids may be the start of a caller's result.
-func entryBytes(ids []uint32, keys int) int64 {
-	return int64(cap(ids))*4 + entryOverhead + int64(keys)*keyOverhead
+// entryBytes is what an entry holding keys prefixes is charged beyond its
+// run.
+func entryBytes(keys int) int64 {
+	return entryOverhead + int64(keys)*keyOverhead
+}
+
+// runBytes is what a run is charged while entries hold it: its whole array
+// (the spare room included) and its memo.
+func runBytes(r *run) int64 {
+	n := int64(cap(r.ids)) * 4
+	for _, m := range r.memo {
+		n += int64(cap(m.vals)) * 8
+	}
+	return n
 }
 
 // EncodeCached returns m.Encode(text), reusing the ids of the longest
@@ -184,7 +244,11 @@ func (m *Model) EncodeCached(c *PrefixCache, text string) []uint32 {
 	}
 	sc.hashes = hashes
 
-	best, cached := c.longest(len(cuts), func(k int) cacheKey { return cacheKey{m, hashes[k], cuts[k].stop} })
+	best, r, count := c.longest(len(cuts), func(k int) cacheKey { return cacheKey{m, hashes[k], cuts[k].stop} })
+	var cached []uint32
+	if r != nil {
+		cached = r.ids[:count]
+	}
 
 	prev = 0
 	if best >= 0 {

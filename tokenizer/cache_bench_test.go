@@ -52,6 +52,22 @@ func cpuNow() time.Duration {
 // caller's chain keys are made outside the loop here; the prompt package
 // hashes the messages' bytes, BenchmarkChatNextTurn there).
 func BenchmarkEncodeTurnsNextTurn(b *testing.B) {
+	benchEncodeTurnsNextTurn(b, func(m *Model, c *PrefixCache, j Joint, keys []uint64, turn func(int, []byte) []byte, tail string) {
+		m.EncodeTurns(c, j, keys, turn, tail)
+	})
+}
+
+// BenchmarkEncodeTurnsIDsNextTurn is BenchmarkEncodeTurnsNextTurn through
+// EncodeTurnsIDs, as the prompt package calls it: the cached history is
+// the result's Head, uncopied, and the generation prompt its Tail
+// (EncodeTurns gathers the two into one slice).
+func BenchmarkEncodeTurnsIDsNextTurn(b *testing.B) {
+	benchEncodeTurnsNextTurn(b, func(m *Model, c *PrefixCache, j Joint, keys []uint64, turn func(int, []byte) []byte, tail string) {
+		m.EncodeTurnsIDs(c, j, keys, turn, tail)
+	})
+}
+
+func benchEncodeTurnsNextTurn(b *testing.B, encode func(m *Model, c *PrefixCache, j Joint, keys []uint64, turn func(int, []byte) []byte, tail string)) {
 	m := llama3(b)
 	j, ok := m.Joint(llama3TurnsTemplate.left, llama3TurnsTemplate.right)
 	if !ok {
@@ -76,7 +92,7 @@ func BenchmarkEncodeTurnsNextTurn(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		conv := convs[i%len(convs)]
-		m.EncodeTurns(c, j, keys[i%len(keys)], func(k int, dst []byte) []byte {
+		encode(m, c, j, keys[i%len(keys)], func(k int, dst []byte) []byte {
 			return append(dst, llama3TurnsTemplate.turn(k, conv[k])...)
 		}, llama3TurnsTemplate.genPrompt)
 		i++

@@ -83,6 +83,18 @@
 // copy of its ids. The result always equals Encode
 // (TestEncodeCachedEqualsEncode...).
 //
+// (*Model).EncodeTurnsIDs encodes a chat turn by turn through the same
+// cache, keyed by the caller's chain hash of the messages, and returns the
+// ids in two parts (IDs): the cached history, uncopied and read only, then
+// what is new. The turns of one conversation share one growing array (a
+// run): the request that extends a run's last stored turn writes its new
+// ids in the array's room, a fork of one new turn after a history another
+// request extended shares the history and stores nothing, and any other
+// request copies its history once into a new run. Beside each run, IDs.Memo
+// and IDs.Remember keep per-block values (the router's block sequence
+// hashes) for each block size and seed, so that a next turn computes only
+// the blocks past the cached ones; they are charged to the cache's bytes.
+//
 // The splitters decide ASCII text on a byte class table and decode runes
 // only where a non-ASCII byte could change a piece; the word cache of each
 // pooled scratch (recent pieces and their ids, direct-mapped, no pointers)
@@ -113,6 +125,8 @@
 //
 // A loaded Model is immutable and safe for concurrent use; LoadTiktoken
 // builds each embedded encoding once per process and shares it. A
-// PrefixCache is safe for concurrent use (one mutex). Nothing here starts
-// goroutines.
+// PrefixCache is safe for concurrent use (one mutex, which also guards the
+// runs' written length, references and memos; ids below a run's written
+// length are never written again, so results read them unlocked). Nothing
+// here starts goroutines.
 package tokenizer

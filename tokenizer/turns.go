@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -122,25 +123,40 @@ func compatPrefix(s, right string) bool {
 	return strings.HasPrefix(right, s) || strings.HasPrefix(s, right)
 }
 
-// EncodeTurns returns m.Encode of the text made of len(keys) turns and a
-// tail, turn i's text being what turn(i, dst) appends to dst, reusing the
+// EncodeTurns is EncodeTurnsIDs with the ids in one slice, which may share
+// its memory with the cache (read only, as EncodeCached's).
+func (m *Model) EncodeTurns(c *PrefixCache, j Joint, keys []uint64, turn func(i int, dst []byte) []byte, tail string) ([]uint32, bool) {
+	x, ok := m.EncodeTurnsIDs(c, j, keys, turn, tail)
+	if !ok {
+		return nil, false
+	}
+	return x.Slice(), true
+}
+
+// EncodeTurnsIDs returns m.Encode of the text made of len(keys) turns and
+// a tail, turn i's text being what turn(i, dst) appends to dst, reusing the
 // ids of the longest run of leading turns that c holds and storing the
 // turns it encodes. keys[i] must identify turns 0 to i together (a chain
 // hash of what renders them): only the turns after the cached run are
 // rendered. Every turn must end in j's left string and every turn after the
 // first, and a non-empty tail, start with its right one; ok is false when a
 // rendered turn does not (the caller then encodes the whole text) or when
-// j is not m's. The result may share its memory with the cache, as
-// EncodeCached's.
-func (m *Model) EncodeTurns(c *PrefixCache, j Joint, keys []uint64, turn func(i int, dst []byte) []byte, tail string) ([]uint32, bool) {
+// j is not m's.
+//
+// The result's Head is the turns' ids, Tail the tail's. A call whose turns
+// are all cached gets the cached ids as Head, uncopied; a call that
+// extends the last turns stored in a cached array writes its new turns'
+// ids into the array's spare room (one call only: the others copy), so a
+// conversation's next turn does not copy its history either. The Head is
+// shared with the cache and other calls: read only.
+func (m *Model) EncodeTurnsIDs(c *PrefixCache, j Joint, keys []uint64, turn func(i int, dst []byte) []byte, tail string) (IDs, bool) {
 	if c == nil || j.m != m || len(keys) == 0 || (tail != "" && !strings.HasPrefix(tail, j.right)) {
-		return nil, false
+		return IDs{}, false
 	}
-	best, cached := c.longest(len(keys), func(k int) cacheKey { return cacheKey{m, keys[k], -1} })
+	best, from, base := c.longest(len(keys), func(k int) cacheKey { return cacheKey{m, keys[k], -1} })
 
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	base := len(cached)
 	out, text := sc.ids[:0], sc.text[:0]
 	lastStored := base
 	storeKeys, counts := sc.keys[:0], sc.counts[:0]
@@ -159,14 +175,13 @@ func (m *Model) EncodeTurns(c *PrefixCache, j Joint, keys []uint64, turn func(i 
 			lastStored = base + len(out)
 		}
 	}
-	var res []uint32
+	var res IDs
 	if ok {
+		turns := len(out)
 		out = m.appendEncodeFrom(out, tail, false, sc)
-		res = make([]uint32, base+len(out))
-		copy(res, cached)
-		copy(res[base:], out)
-		if len(storeKeys) > 0 {
-			c.put(storeKeys, counts, res[:counts[len(counts)-1]])
+		res = c.extend(from, base, out[:turns], len(keys)-best-1, storeKeys, counts)
+		if rest := out[len(res.Head)-base:]; len(rest) > 0 {
+			res.Tail = append([]uint32(nil), rest...)
 		}
 	}
 	if cap(out) <= maxScratchIDs {
@@ -181,6 +196,79 @@ func (m *Model) EncodeTurns(c *PrefixCache, j Joint, keys []uint64, turn func(i 
 	}
 	sc.keys, sc.counts = storeKeys[:0], counts[:0]
 	return res, ok
+}
+
+// extend returns as Head the first base ids of from (nil: none) followed
+// by more, the ids of turns new turns, and stores its prefixes keys[i] of
+// counts[i] ids each (none: nothing to store, more is empty). The ids go
+// after from's in place when from's array has room and no call has written
+// past base yet (the winner of two calls extending the same prefix); else
+// into a new array with room to grow, which the cache keeps — except for
+// one new turn after a prefix that another call extended already (the
+// next turns of one history, a shared system prompt's first questions):
+// those are neither copied nor stored, and Head is only from's base ids
+// (the caller puts more in the Tail). Should such a conversation go on,
+// its next request encodes that turn again, once, and stores it.
+func (c *PrefixCache) extend(from *run, base int, more []uint32, turns int, keys []cacheKey, counts []int) IDs {
+	if len(more) == 0 && len(keys) == 0 {
+		if from == nil {
+			return IDs{}
+		}
+		return IDs{Head: from.ids[:base:base], c: c, run: from}
+	}
+	n := base + len(more)
+	c.mu.Lock()
+	if from != nil && from.refs > 0 && from.used == base && n <= len(from.ids) {
+		copy(from.ids[base:n], more)
+		from.used = n
+		if len(keys) > 0 {
+			c.putLocked(keys, counts, from)
+		}
+		c.mu.Unlock()
+		return IDs{Head: from.ids[:n:n], c: c, run: from}
+	}
+	if from != nil && from.refs > 0 && from.used != base && turns == 1 {
+		c.mu.Unlock()
+		return IDs{Head: from.ids[:base:base], c: c, run: from}
+	}
+	var memo [maxMemos]blockMemo
+	var memos []blockMemo
+	if from != nil {
+		// The values of from's blocks inside the prefix hold for the new
+		// array's too (they depend on those ids only); below their length
+		// they are never written again, so they are copied unlocked.
+		memos = memo[:0]
+		for _, m := range from.memo {
+			if k := min(len(m.vals), base/m.key.Block); k > 0 {
+				memos = append(memos, blockMemo{key: m.key, vals: m.vals[:k:k]})
+			}
+		}
+	}
+	c.mu.Unlock()
+	// A new array, with room for the turns of a few more requests: append
+	// grows it by about a quarter (and zeroes only the room), so the copy
+	// of the cached prefix is amortised over the turns that fill the room.
+	room := max(n/4, min(n, 512))
+	var ids []uint32
+	if from != nil {
+		ids = append(from.ids[:base:base], more...)
+	} else {
+		ids = append(make([]uint32, 0, n+room), more...)
+	}
+	if cap(ids)-n < room {
+		ids = slices.Grow(ids, room)
+	}
+	ids = ids[:cap(ids)]
+	r := &run{ids: ids, used: n}
+	for _, m := range memos {
+		r.memo = append(r.memo, blockMemo{key: m.key, vals: slices.Clone(m.vals)})
+	}
+	if len(keys) > 0 && runBytes(r)+entryBytes(len(keys)) <= c.maxBytes {
+		c.mu.Lock()
+		c.putLocked(keys, counts, r)
+		c.mu.Unlock()
+	}
+	return IDs{Head: ids[:n:n], c: c, run: r}
 }
 
 // maxScratchText bounds the turn buffer a pooled scratch keeps (64 kB).

@@ -2,9 +2,11 @@ package tokenizer
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/zeebo/xxh3"
@@ -72,6 +74,137 @@ func (tt turnTemplate) encode(m *Model, c *PrefixCache, j Joint, msgs [][2]strin
 	}, tail)
 }
 
+func (tt turnTemplate) encodeIDs(m *Model, c *PrefixCache, j Joint, msgs [][2]string, gen bool) (IDs, bool) {
+	tail := ""
+	if gen {
+		tail = tt.genPrompt
+	}
+	return m.EncodeTurnsIDs(c, j, turnKeys(msgs), func(i int, dst []byte) []byte {
+		return append(dst, tt.turn(i, msgs[i])...)
+	}, tail)
+}
+
+// chargedBytes is what c's entries and the runs they hold come to, counted
+// afresh: the running count must equal it.
+func chargedBytes(c *PrefixCache) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	runs := map[*run]bool{}
+	for el := c.lru.Front(); el != nil; el = el.Next() {
+		e := el.Value.(*cacheEntry)
+		n += entryBytes(len(e.keys))
+		if !runs[e.run] {
+			runs[e.run] = true
+			n += runBytes(e.run)
+		}
+	}
+	return n
+}
+
+// TestANextTurnWritesItsIDsAfterTheCachedOnesInPlace: a conversation's next
+// turn gets its history's cached ids uncopied, its new turn written in the
+// cached array's spare room; a second next turn of the same history (a
+// retry with another message, another user after a shared system prompt)
+// finds that room taken and gets the history uncopied and its turn as the
+// tail, stored nowhere; when that conversation goes on, its history is
+// copied once into an array of its own, which its next turns extend. No
+// result sees another's ids.
+func TestANextTurnWritesItsIDsAfterTheCachedOnesInPlace(t *testing.T) {
+	m, err := LoadTiktoken("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tt := chatMLTurnsTemplate
+	j, _ := m.Joint(tt.left, tt.right)
+	c := NewPrefixCache(8 << 20)
+	history := [][2]string{{"system", strings.Repeat("You are helpful. ", 50)}, {"user", "hi"}, {"assistant", "hello"}}
+	first, ok := tt.encodeIDs(m, c, j, history, true)
+	if !ok || len(first.Tail) == 0 {
+		t.Fatalf("the history encodes with its generation prompt as the tail: %v %+v", ok, first)
+	}
+	next := append(history[:len(history):len(history)], [2]string{"user", "and then?"})
+	other := append(history[:len(history):len(history)], [2]string{"user", "something else entirely"})
+	a, _ := tt.encodeIDs(m, c, j, next, true)
+	b, _ := tt.encodeIDs(m, c, j, other, true)
+	if &a.Head[0] != &first.Head[0] {
+		t.Fatal("the next turn copied its history's ids: they should be the cached array's")
+	}
+	if len(a.Head) <= len(first.Head) || &b.Head[0] != &first.Head[0] || len(b.Head) != len(first.Head) {
+		t.Fatalf("the first next turn extends the array (%d ids after %d), the second shares the history (%d ids) uncopied", len(a.Head), len(first.Head), len(b.Head))
+	}
+	onward := append(other[:len(other):len(other)], [2]string{"assistant", "sure"}, [2]string{"user", "go on"})
+	d, _ := tt.encodeIDs(m, c, j, onward, true)
+	further := append(onward[:len(onward):len(onward)], [2]string{"assistant", "done"}, [2]string{"user", "thanks"})
+	e, _ := tt.encodeIDs(m, c, j, further, true)
+	if &d.Head[0] == &first.Head[0] || &e.Head[0] != &d.Head[0] {
+		t.Fatal("the other conversation's history is copied once, then extended in place")
+	}
+	for _, x := range []struct {
+		ids  IDs
+		msgs [][2]string
+	}{{first, history}, {a, next}, {b, other}, {d, onward}, {e, further}} {
+		if want := m.Encode(tt.render(x.msgs, true)); !slices.Equal(x.ids.Slice(), want) {
+			t.Fatalf("%q: ids differ from Encode\n got  %v\n want %v", x.msgs[len(x.msgs)-1][1], x.ids.Slice(), want)
+		}
+	}
+	again, _ := tt.encodeIDs(m, c, j, next, false)
+	if &again.Head[0] != &first.Head[0] || again.Len() != len(a.Head) || len(again.Tail) != 0 {
+		t.Fatal("the cached next turn is served from the array it extended, uncopied")
+	}
+}
+
+// TestNextTurnsOfOneCachedPrefixAtOnceGetTheirOwnIDs: goroutines that
+// extend the same cached history with different turns at the same moment
+// each get exactly Encode of their own text — one of them writes in the
+// cached array's room, the others copy — and later calls read back what
+// each stored (run with -race).
+func TestNextTurnsOfOneCachedPrefixAtOnceGetTheirOwnIDs(t *testing.T) {
+	m, err := LoadTiktoken("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tt := chatMLTurnsTemplate
+	j, _ := m.Joint(tt.left, tt.right)
+	c := NewPrefixCache(8 << 20)
+	history := [][2]string{{"system", strings.Repeat("shared system prompt ", 30)}}
+	for round := range 30 {
+		if _, ok := tt.encodeIDs(m, c, j, history, true); !ok {
+			t.Fatal("the history encodes")
+		}
+		convs := make([][][2]string, 4)
+		for g := range convs {
+			convs[g] = append(history[:len(history):len(history)], [2]string{"user", fmt.Sprintf("round %d, goroutine %d: %s", round, g, strings.Repeat("x ", g*7))})
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g, conv := range convs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				want := m.Encode(tt.render(conv, true))
+				<-start
+				got, ok := tt.encodeIDs(m, c, j, conv, true)
+				if !ok || !slices.Equal(got.Slice(), want) {
+					t.Errorf("round %d goroutine %d: ids differ from Encode", round, g)
+				}
+				got.Remember(MemoKey{Block: 4, Seed: 1}, make([]uint64, got.Len()/4))
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for g, conv := range convs {
+			if got, _ := tt.encodeIDs(m, c, j, conv, true); !slices.Equal(got.Slice(), m.Encode(tt.render(conv, true))) {
+				t.Fatalf("round %d conversation %d: the stored ids differ from Encode", round, g)
+			}
+		}
+		history = append(convs[round%len(convs)], [2]string{"assistant", "ok"})
+	}
+	if got, want := c.Stats().Bytes, chargedBytes(c); got != want {
+		t.Fatalf("the cache charges %d bytes; its entries and runs come to %d", got, want)
+	}
+}
+
 // TestEncodeTurnsEqualsEncodeOverRandomConversations: ChatML over o200k
 // and cl100k and Llama 3's template over its own tokenizer, every turn of
 // generated conversations — growing, edited in the middle, cut short, with
@@ -121,12 +254,20 @@ func TestEncodeTurnsEqualsEncodeOverRandomConversations(t *testing.T) {
 					want := c.m.Encode(c.tt.render(conv.msgs, gen))
 					for cname, pc := range map[string]*PrefixCache{"own": own, "shared": shared, "tiny": tiny} {
 						got, ok := c.tt.encode(c.m, pc, j, conv.msgs, gen)
+						if x, _ := c.tt.encodeIDs(c.m, pc, j, conv.msgs, gen); x.Len() > 0 {
+							x.Remember(MemoKey{Block: 16, Seed: 1}, make([]uint64, x.Len()/16)) // charged to the cache too
+						}
 						if !ok || !slices.Equal(got, want) {
 							t.Fatalf("conversation %d turn %d, %s cache (ok %v): EncodeTurns differs from Encode\n text %q\n got  %v\n want %v",
 								ci, turn, cname, ok, c.tt.render(conv.msgs, gen), got, want)
 						}
 						checked++
 					}
+				}
+			}
+			for cname, pc := range map[string]*PrefixCache{"shared": shared, "tiny": tiny} {
+				if got, want := pc.Stats().Bytes, chargedBytes(pc); got != want || got > pc.maxBytes {
+					t.Fatalf("%s cache charges %d bytes; its entries and runs come to %d, the bound is %d", cname, got, want, pc.maxBytes)
 				}
 			}
 			if st := shared.Stats(); st.Hits < uint64(convs*turns/2) {
