@@ -62,12 +62,14 @@ func TestAStreamLongerThanTheReadAndWriteTimeoutsArrivesWholeOverPlainHTTPAndTLS
 		name := map[bool]string{false: "plaintext HTTP/1.1", true: "TLS with HTTP/2"}[secure]
 		t.Run(name, func(t *testing.T) {
 			up := newUpstream(t, 16)
-			up.interval = 150 * time.Millisecond // 2.25 s of stream
+			up.interval = 250 * time.Millisecond // 3.75 s of stream
 			ws := staticWorkers{{ID: "w1", URL: up.URL(), Model: "m", BlockSize: 16}}
 			cfg := DefaultConfig()
-			// Short, but not so short that a loaded machine misses reading
-			// the request itself in time.
-			cfg.WriteTimeout, cfg.ReadTimeout = 300*time.Millisecond, time.Second
+			// Well under the stream's length, but not so short that a
+			// loaded machine (the -race suite on 2 cores) misses reading
+			// the request or making one write in time: 300 ms broke a
+			// write under HTTP/2 there.
+			cfg.WriteTimeout, cfg.ReadTimeout = time.Second, 1500*time.Millisecond
 			client, scheme := http.DefaultClient, "http://"
 			if secure {
 				cfg.TLS = tlsconf.ServerConfig{CertFile: pki.srv.Cert, KeyFile: pki.srv.Key}
