@@ -63,6 +63,13 @@ type Fields struct {
 	// AddSpecialTokens is vLLM's extension for text prompts (default true:
 	// the tokenizer's BOS is prepended when it adds one).
 	AddSpecialTokens *bool `json:"add_special_tokens"`
+	// Validated is set by a caller that has validated the document the raw
+	// fields were taken from, whole, as JSON (ScanObject's or
+	// encoding/json's check) and as UTF-8. Parse then reads the messages'
+	// structure without validating their bytes again (the body's one
+	// validating pass is the caller's). Set on anything else, Parse's
+	// result is unspecified (it still returns errors, not panics).
+	Validated bool `json:"-"`
 }
 
 // Input is a request's prompt after parsing: the texts or token ids to
@@ -182,7 +189,7 @@ func (in *Input) parseChat(f *Fields) error {
 	if isNull(f.Messages) {
 		return badField("messages", "missing_required_parameter", "you must provide messages")
 	}
-	if msgs, ok := scanMessages(f.Messages); ok {
+	if msgs, ok := scanMessages(f.Messages, f.Validated); ok {
 		in.Messages = msgs
 	} else if err := in.parseMessages(f.Messages); err != nil {
 		return err
@@ -224,8 +231,10 @@ func (in *Input) parseMessages(raw json.RawMessage) error {
 // scanMessage vouches for and the array is valid JSON and not empty; ok is
 // false otherwise, and the caller takes parseMessages (which then yields
 // the same messages or the error). A long chat's messages were otherwise
-// walked twice: once to split the array, once per message.
-func scanMessages(doc []byte) ([]Message, bool) {
+// walked twice: once to split the array, once per message. validated says
+// that doc is part of a document already validated (Fields.Validated):
+// the messages are then skimmed, not scanned again.
+func scanMessages(doc []byte, validated bool) ([]Message, bool) {
 	var stack [32]Message
 	msgs := stack[:0]
 	i := skipWS(doc, 0)
@@ -236,7 +245,14 @@ func scanMessages(doc []byte) ([]Message, bool) {
 	var buf [4]Member
 	for i < len(doc) && doc[i] == '{' {
 		start := i
-		end, members, ok := scanObject(doc, i, 0, buf[:0])
+		var end int
+		var members []Member
+		var ok bool
+		if validated {
+			end, members, ok = skimObject(doc, i, buf[:0])
+		} else {
+			end, members, ok = scanObject(doc, i, 0, buf[:0], nil)
+		}
 		if !ok {
 			return nil, false
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -182,21 +183,31 @@ var messageArrays = []string{
 
 // TestScanMessagesParsesAsParseMessages: on every array scanMessages takes,
 // its messages are parseMessages' own; on the rest it declines (and the
-// caller's parseMessages then reports the error).
+// caller's parseMessages then reports the error). Skimming a validated
+// array gives what scanning it gives.
 func TestScanMessagesParsesAsParseMessages(t *testing.T) {
-	took := 0
+	took, skimmed := 0, 0
 	for _, doc := range messageArrays {
 		checkScanMessages(t, []byte(doc))
-		if _, ok := scanMessages([]byte(doc)); ok {
+		if _, ok := scanMessages([]byte(doc), false); ok {
 			took++
+		}
+		if _, ok := scanMessages([]byte(doc), true); ok && json.Valid([]byte(doc)) {
+			skimmed++
 		}
 	}
 	require.Greater(t, took, len(messageArrays)/3)
+	require.Equal(t, took, skimmed)
 }
 
 func checkScanMessages(t *testing.T, doc []byte) {
 	t.Helper()
-	got, ok := scanMessages(doc)
+	skimmed, skimOK := scanMessages(doc, true) // on anything: must not panic
+	got, ok := scanMessages(doc, false)
+	if json.Valid(doc) && utf8.Valid(doc) {
+		require.Equal(t, ok, skimOK, "%s: skimmed a validated array otherwise than scanned", doc)
+		require.Equal(t, got, skimmed, "%s: skimmed a validated array otherwise than scanned", doc)
+	}
 	var in Input
 	err := in.parseMessages(doc)
 	if !ok {
