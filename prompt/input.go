@@ -235,8 +235,12 @@ func (in *Input) parseMessages(raw json.RawMessage) error {
 // that doc is part of a document already validated (Fields.Validated):
 // the messages are then skimmed, not scanned again.
 func scanMessages(doc []byte, validated bool) ([]Message, bool) {
+	// The first messages are gathered on the stack, the rest (rare) in
+	// more, and the result is allocated once at their count. (Returning a
+	// slice that may be the stack's would move the stack to the heap.)
 	var stack [32]Message
-	msgs := stack[:0]
+	var more []Message
+	n := 0
 	i := skipWS(doc, 0)
 	if i >= len(doc) || doc[i] != '[' {
 		return nil, false
@@ -251,7 +255,7 @@ func scanMessages(doc []byte, validated bool) ([]Message, bool) {
 		if validated {
 			end, members, ok = skimObject(doc, i, buf[:0])
 		} else {
-			end, members, ok = scanObject(doc, i, 0, buf[:0], nil)
+			end, members, ok = scanObject(doc, i, 0, buf[:0], nil, nil)
 		}
 		if !ok {
 			return nil, false
@@ -260,7 +264,12 @@ func scanMessages(doc []byte, validated bool) ([]Message, bool) {
 		if !ok {
 			return nil, false
 		}
-		msgs = append(msgs, m)
+		if n < len(stack) {
+			stack[n] = m
+		} else {
+			more = append(more, m)
+		}
+		n++
 		i = skipWS(doc, end)
 		if i >= len(doc) {
 			return nil, false
@@ -269,9 +278,8 @@ func scanMessages(doc []byte, validated bool) ([]Message, bool) {
 			if skipWS(doc, i+1) != len(doc) {
 				return nil, false
 			}
-			if cap(msgs) != len(msgs) { // on the stack, or grown past it
-				msgs = append(make([]Message, 0, len(msgs)), msgs...)
-			}
+			msgs := make([]Message, n)
+			copy(msgs[copy(msgs, stack[:min(n, len(stack))]):], more)
 			return msgs, true
 		}
 		if doc[i] != ',' {

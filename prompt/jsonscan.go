@@ -42,7 +42,7 @@ func ScanObject(doc []byte, dst []Member) ([]Member, bool) {
 	if i >= len(doc) || doc[i] != '{' {
 		return dst, false
 	}
-	end, members, ok := scanObject(doc, i, 0, dst, nil)
+	end, members, ok := scanObject(doc, i, 0, dst, nil, nil)
 	if !ok || skipWS(doc, end) != len(doc) {
 		return dst, false
 	}
@@ -65,8 +65,8 @@ func ScanObjectChecked(doc []byte, dst []Member, maxDepth int, names []string) (
 		return dst, false, false
 	}
 	var keys [64][]byte
-	f := scanFacts{clean: true, maxDepth: maxDepth, names: names, keys: keys[:0]}
-	end, members, ok := scanObject(doc, i, 0, dst, &f)
+	f := scanFacts{clean: true, maxDepth: maxDepth, names: names}
+	end, members, ok := scanObject(doc, i, 0, dst, &f, keys[:0])
 	if !ok || skipWS(doc, end) != len(doc) {
 		return dst, false, false
 	}
@@ -83,7 +83,6 @@ type scanFacts struct {
 	clean    bool
 	maxDepth int
 	names    []string
-	keys     [][]byte // the keys of the objects being scanned, innermost last
 }
 
 // container notes an object or array at depth: its elements are one
@@ -105,10 +104,9 @@ func (f *scanFacts) str(b []byte, start, end int, flags uint8) {
 	}
 }
 
-// key notes key, a member name of the object whose keys start at
-// f.keys[base], and adds it there.
-func (f *scanFacts) key(key []byte, escaped bool, base int) {
-	prev := f.keys[base:]
+// key notes key, a member name of an object whose keys before it are
+// prev.
+func (f *scanFacts) key(key []byte, escaped bool, prev [][]byte) {
 	if escaped || len(prev) >= maxCheckedKeys {
 		f.clean = false
 		return
@@ -134,7 +132,6 @@ func (f *scanFacts) key(key []byte, escaped bool, base int) {
 			}
 		}
 	}
-	f.keys = append(f.keys, key)
 }
 
 func asciiFoldEqual(a, b []byte) bool {
@@ -226,7 +223,7 @@ func ScanArray(doc []byte, dst [][]byte) ([][]byte, bool) {
 	}
 	for {
 		start := i
-		end, ok := scanValue(doc, i, 1, nil)
+		end, ok := scanValue(doc, i, 1, nil, nil)
 		if !ok {
 			return dst, false
 		}
@@ -254,18 +251,16 @@ func skipWS(b []byte, i int) int {
 
 // scanObject scans the object at b[i] == '{', appending its members to
 // dst at depth 0 (members are collected only there). f, when not nil,
-// collects ScanObjectChecked's facts; the object's keys are left on
-// f.keys for the caller to drop.
-func scanObject(b []byte, i, depth int, dst []Member, f *scanFacts) (int, []Member, bool) {
+// collects ScanObjectChecked's facts; the object's keys are then kept
+// after the end of keys (an enclosing object's), in its spare capacity
+// while there is some. (A field of f would put that array on the heap.)
+func scanObject(b []byte, i, depth int, dst []Member, f *scanFacts, keys [][]byte) (int, []Member, bool) {
 	if depth >= maxScanDepth {
 		return i, dst, false
 	}
-	base := 0
-	if f != nil {
-		base = len(f.keys)
-		if f.clean {
-			f.container(depth)
-		}
+	own := keys[len(keys):]
+	if f != nil && f.clean {
+		f.container(depth)
 	}
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == '}' {
@@ -282,7 +277,8 @@ func scanObject(b []byte, i, depth int, dst []Member, f *scanFacts) (int, []Memb
 		key := b[i+1 : kEnd-1]
 		kEscaped := kFlags&(strEscaped|strInvalid) != 0 || !isASCII(key)
 		if f != nil && f.clean {
-			f.key(key, kEscaped, base)
+			f.key(key, kEscaped, own)
+			own = append(own, key)
 		}
 		i = skipWS(b, kEnd)
 		if i >= len(b) || b[i] != ':' {
@@ -298,7 +294,7 @@ func scanObject(b []byte, i, depth int, dst []Member, f *scanFacts) (int, []Memb
 				f.str(b, vStart, i, vFlags)
 			}
 		} else {
-			i, ok = scanValue(b, i, depth+1, f)
+			i, ok = scanValue(b, i, depth+1, f, own)
 		}
 		if !ok {
 			return i, dst, false
@@ -322,7 +318,8 @@ func scanObject(b []byte, i, depth int, dst []Member, f *scanFacts) (int, []Memb
 
 // scanValue scans the value at b[i] (no leading space) and returns the
 // index just past it.
-func scanValue(b []byte, i, depth int, f *scanFacts) (int, bool) {
+// keys are the keys of the enclosing object (for the facts f collects).
+func scanValue(b []byte, i, depth int, f *scanFacts, keys [][]byte) (int, bool) {
 	if i >= len(b) {
 		return i, false
 	}
@@ -334,13 +331,7 @@ func scanValue(b []byte, i, depth int, f *scanFacts) (int, bool) {
 		}
 		return end, ok
 	case c == '{':
-		if f == nil {
-			end, _, ok := scanObject(b, i, max(depth, 1), nil, nil)
-			return end, ok
-		}
-		base := len(f.keys)
-		end, _, ok := scanObject(b, i, max(depth, 1), nil, f)
-		f.keys = f.keys[:base]
+		end, _, ok := scanObject(b, i, max(depth, 1), nil, f, keys)
 		return end, ok
 	case c == '[':
 		if depth >= maxScanDepth {
@@ -355,7 +346,7 @@ func scanValue(b []byte, i, depth int, f *scanFacts) (int, bool) {
 		}
 		for {
 			var ok bool
-			if i, ok = scanValue(b, i, depth+1, f); !ok {
+			if i, ok = scanValue(b, i, depth+1, f, keys); !ok {
 				return i, false
 			}
 			i = skipWS(b, i)
