@@ -166,18 +166,14 @@ func loneSurrogateEscape(raw []byte) bool {
 			i++ // the escaped character
 			continue
 		}
-		r, ok := hex4At(raw, i+2)
+		r := hex4(raw, i)
 		switch {
-		case !ok:
+		case r < 0:
 			return false // not valid JSON: not this function's to judge
 		case r >= 0xdc00 && r <= 0xdfff:
 			return true
 		case r >= 0xd800 && r <= 0xdbff:
-			if i+12 > len(raw) || raw[i+6] != '\\' || raw[i+7] != 'u' {
-				return true
-			}
-			lo, ok := hex4At(raw, i+8)
-			if !ok || lo < 0xdc00 || lo > 0xdfff {
+			if lo := hex4(raw, i+6); lo < 0xdc00 || lo > 0xdfff {
 				return true
 			}
 			i += 11
@@ -188,27 +184,6 @@ func loneSurrogateEscape(raw []byte) bool {
 	return false
 }
 
-// hex4At is the value of the four hex digits at b[i:].
-func hex4At(b []byte, i int) (rune, bool) {
-	if i+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[i : i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
-}
 
 // ScanArray validates doc as one JSON document and, when it is an array,
 // appends its elements' raw bytes to dst.

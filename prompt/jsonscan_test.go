@@ -226,3 +226,18 @@ func FuzzScanMessagesParsesAsParseMessages(f *testing.F) {
 		checkScanMessages(t, doc)
 	})
 }
+
+// BenchmarkScanObjectChecked is the frontend decode's scan of the replica
+// benchmark's 4k chat (the body's one validating pass).
+func BenchmarkScanObjectChecked(b *testing.B) {
+	m, err := OpenSpec("tiktoken:o200k_base", 0)
+	require.NoError(b, err)
+	body := nextTurnBodies(b, m, false)[0]
+	b.SetBytes(int64(len(body)))
+	var buf [16]Member
+	for b.Loop() {
+		if _, unambiguous, ok := ScanObjectChecked(body, buf[:0], 512, nil); !ok || !unambiguous {
+			b.Fatal("the chat does not scan")
+		}
+	}
+}
