@@ -260,7 +260,7 @@ func scanMessages(doc []byte, validated bool) ([]Message, bool) {
 		if !ok {
 			return nil, false
 		}
-		m, ok := messageOf(doc[start:end], members)
+		m, ok := messageOf(doc[start:end], members, validated)
 		if !ok {
 			return nil, false
 		}
@@ -293,7 +293,7 @@ func scanMessages(doc []byte, validated bool) ([]Message, bool) {
 // messageOf is the Message of the object raw, whose members a scan has
 // just returned, when it is a message with a string role that
 // parseMessage would accept with its string (or null) content as scanned.
-func messageOf(raw []byte, members []Member) (Message, bool) {
+func messageOf(raw []byte, members []Member, validated bool) (Message, bool) {
 	var m Message
 	var content []byte
 	var seenRole, contentPlain, ok bool
@@ -334,6 +334,14 @@ func messageOf(raw []byte, members []Member) (Message, bool) {
 		if c := content[1 : len(content)-1]; len(c) > 0 {
 			m.Content = unsafe.String(&c[0], len(c))
 		}
+	case validated && content[0] == '"':
+		// An escaped string of a validated body: its escapes are all
+		// there is to decode.
+		text, ok := unquoteValidated(content)
+		if !ok {
+			return Message{}, false
+		}
+		m.Content = text
 	default:
 		// Escaped strings and parts, decoded as parseMessage decodes them;
 		// an error is left to parseMessage, which names the message.
