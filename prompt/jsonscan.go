@@ -184,7 +184,6 @@ func loneSurrogateEscape(raw []byte) bool {
 	return false
 }
 
-
 // ScanArray validates doc as one JSON document and, when it is an array,
 // appends its elements' raw bytes to dst.
 func ScanArray(doc []byte, dst [][]byte) ([][]byte, bool) {
