@@ -621,23 +621,24 @@ func skimObject(b []byte, i int, dst []Member) (int, []Member, bool) {
 }
 
 // skimString finds the end of the string literal at b[i] == '"' and
-// whether it holds an escape.
+// whether it holds an escape: one search for its closing quote (one that
+// an odd run of backslashes does not escape) and one for a backslash.
 func skimString(b []byte, i int) (end int, escaped, ok bool) {
-	j, q := i+1, -1
+	j := i + 1
 	for {
-		if q < j { // the first quote, or the last one was escaped
-			k := bytes.IndexByte(b[j:], '"')
-			if k < 0 {
-				return len(b), false, false
-			}
-			q = j + k
-		}
-		k := bytes.IndexByte(b[j:q], '\\')
+		k := bytes.IndexByte(b[j:], '"')
 		if k < 0 {
-			return q + 1, escaped, true
+			return len(b), false, false
 		}
-		escaped = true
-		j += k + 2 // past the backslash and the character after it
+		q := j + k
+		r := q
+		for r > i+1 && b[r-1] == '\\' {
+			r--
+		}
+		if (q-r)%2 == 0 {
+			return q + 1, q > r || bytes.IndexByte(b[i+1:r], '\\') >= 0, true
+		}
+		j = q + 1
 	}
 }
 
