@@ -179,6 +179,8 @@ var messageArrays = []string{
 	`[]`, `[1]`, `["x"]`, `[{"role":"user","content":"a"},]`, `[{"role":"user","content":"a"}`, `[{"role":"user","content":"a"}] x`,
 	`{"role":"user"}`, `[{"role":"user","content":5}]`, `[{"role":"user","content":[1]}]`, `[{"role":"user","content":"\ud800"}]`,
 	"[{\"role\":\"user\",\"content\":\"\xff\"}]", `[{"role":"user","content":"a"},{"role":"system","content":"b"},{"role":"user","content":"c"}]`,
+	`[{"role":"user","content":"ends in a backslash \\"}]`, `[{"role":"user","content":"\\\"q\\\\\"},{"role":"a\\","content":"\\"}]`,
+	`[{"role":"user","content":"x","name":"\"n\"","tool_calls":[{"a":"]}\\"}]}]`, `[{"role":"user","content":"\\\"q\\\\"}]`,
 }
 
 // TestScanMessagesParsesAsParseMessages: on every array scanMessages takes,
