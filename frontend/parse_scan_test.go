@@ -130,6 +130,11 @@ func FuzzParseRequestAgreesWithTheOldRoute(f *testing.F) {
 		`{"model":"m","messages":[{"role":"us\u0065r","content":"a"}]}`,
 		`{"model":"m","messages":[{"role":"user","content":"a"}],"switchyard":{"worker":"w1"},"stream":true}`,
 		`{"model":"m","prompt":[1,2,3],"max_tokens":5}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"}],"tools":[]}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"}],"tools":null}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"}],"tools":5}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"}],"tools":[1]}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"}],"tools":[{"x":"]}\"}"} , {}]}`,
 		`{"model":"m","messages":[]}`, `{"model":"m","messages":[1]}`, `{"model":"m"}`, `{"model":`, `[]`,
 	} {
 		f.Add([]byte(s), uint8(0))

@@ -194,7 +194,7 @@ func (in *Input) parseChat(f *Fields) error {
 	} else if err := in.parseMessages(f.Messages); err != nil {
 		return err
 	}
-	if err := in.parseTools(f.Tools); err != nil {
+	if err := in.parseTools(f.Tools, f.Validated); err != nil {
 		return err
 	}
 	in.rawMessages = f.Messages
@@ -371,12 +371,22 @@ func roleString(role []byte) string {
 	return string(role)
 }
 
-func (in *Input) parseTools(raw json.RawMessage) error {
+// parseTools reads the tools array; validated says raw is part of a
+// validated document (Fields.Validated), whose array is then skimmed
+// rather than validated and copied again by encoding/json.
+func (in *Input) parseTools(raw json.RawMessage, validated bool) error {
 	if isNull(raw) {
 		return nil
 	}
-	if err := json.Unmarshal(raw, &in.Tools); err != nil {
-		return badField("tools", "invalid_type", "tools must be an array of tool objects")
+	var ok bool
+	if validated {
+		in.Tools, ok = skimArray(raw)
+	}
+	if !ok {
+		in.Tools = nil
+		if err := json.Unmarshal(raw, &in.Tools); err != nil {
+			return badField("tools", "invalid_type", "tools must be an array of tool objects")
+		}
 	}
 	for i, t := range in.Tools {
 		if t = bytes.TrimSpace(t); len(t) == 0 || t[0] != '{' {
@@ -698,7 +708,7 @@ func (in *Input) parseResponse(f *Fields) error {
 	default:
 		return badField("input", "invalid_type", "input must be a string or an array of input items")
 	}
-	return in.parseTools(responseTools(f.Tools))
+	return in.parseTools(responseTools(f.Tools), false)
 }
 
 // responseTools converts the Responses API's flat function tools

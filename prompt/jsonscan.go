@@ -3,6 +3,7 @@ package prompt
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"unicode/utf8"
 )
 
@@ -617,6 +618,41 @@ func skimObject(b []byte, i int, dst []Member) (int, []Member, bool) {
 			return i, dst, false
 		}
 		i = skipWS(b, i+1)
+	}
+}
+
+// skimArray is the elements of the array doc (of a validated document) as
+// json.Unmarshal into a []json.RawMessage gives them, but aliasing doc: a
+// non-nil slice, empty for an empty array. ok is false when doc is not an
+// array.
+func skimArray(doc []byte) ([]json.RawMessage, bool) {
+	i := skipWS(doc, 0)
+	if i >= len(doc) || doc[i] != '[' {
+		return nil, false
+	}
+	out := []json.RawMessage{}
+	i = skipWS(doc, i+1)
+	if i < len(doc) && doc[i] == ']' {
+		return out, skipWS(doc, i+1) == len(doc)
+	}
+	for {
+		start := i
+		end, ok := skimValue(doc, i)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, doc[start:end])
+		i = skipWS(doc, end)
+		if i >= len(doc) {
+			return nil, false
+		}
+		if doc[i] == ']' {
+			return out, skipWS(doc, i+1) == len(doc)
+		}
+		if doc[i] != ',' {
+			return nil, false
+		}
+		i = skipWS(doc, i+1)
 	}
 }
 

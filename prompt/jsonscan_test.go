@@ -243,3 +243,44 @@ func BenchmarkScanObjectChecked(b *testing.B) {
 		}
 	}
 }
+
+// toolArrays are tools arrays (and what is not one) for skimArray.
+var toolArrays = []string{
+	`[]`, ` [ ] `, `[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"userId":{"type":"string"}}}}}]`,
+	`[{"a":"]\\"},"b":[1,2,{"c":null}]} , {"d":"\"}"}]`, `[1,"x",null,true,[],{}]`, `[ "a" ]`, `{}`, `"x"`, `1`, `null`,
+	`[1,]`, `[1`, `[1] x`, `[`, ``,
+}
+
+// On a valid UTF-8 JSON document skimArray splits an array exactly as
+// json.Unmarshal into []json.RawMessage does, and declines anything else
+// (null included: the caller's encoding/json path decides those).
+func TestSkimArrayAgreesWithEncodingJSON(t *testing.T) {
+	for _, doc := range toolArrays {
+		checkSkimArray(t, []byte(doc))
+	}
+}
+
+func checkSkimArray(t *testing.T, doc []byte) {
+	t.Helper()
+	got, ok := skimArray(doc) // on anything: must not panic
+	if !json.Valid(doc) || !utf8.Valid(doc) {
+		return
+	}
+	trimmed := bytes.TrimSpace(doc)
+	require.Equal(t, trimmed[0] == '[', ok, "%s: takes exactly the arrays", doc)
+	if ok {
+		var want []json.RawMessage
+		require.NoError(t, json.Unmarshal(doc, &want), "%s", doc)
+		require.Equal(t, want, got, "%s", doc)
+		require.NotNil(t, got, "%s", doc)
+	}
+}
+
+func FuzzSkimArrayAgreesWithEncodingJSON(f *testing.F) {
+	for _, doc := range toolArrays {
+		f.Add([]byte(doc))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		checkSkimArray(t, doc)
+	})
+}
