@@ -20,24 +20,30 @@ func decodeRequest(body []byte, req *openAIRequest) bool {
 	return decodeRequestScan(body, req, &sc)
 }
 
-// bodyScan is what decodeRequestScan learnt of the body's top level that
-// the request's forwarding needs: withStreamUsageAt inserts
-// stream_options from it without scanning the body again.
+// bodyScan is what decodeRequestScan learnt of the body that the rest of
+// the request's parse needs: withStreamUsageAt inserts stream_options from
+// it without scanning the body again, and checkKeys need not walk an
+// unambiguous body.
 type bodyScan struct {
 	members       int    // top-level members
 	streamOptions []byte // the stream_options value (a slice of body); nil: absent
+	// unambiguous is set when the scan found the body unambiguous
+	// (prompt.ScanObjectChecked with structFields): checkKeys would pass it.
+	unambiguous bool
 }
 
 // decodeRequestScan is decodeRequest, also filling sc when it returns
 // true (every key then is unescaped and unique, so sc names the one
-// stream_options member encoding/json would read).
+// stream_options member encoding/json would read). Its scan is the body's
+// one validating pass: it also tells whether checkKeys has anything to
+// find (sc.unambiguous).
 func decodeRequestScan(body []byte, req *openAIRequest, sc *bodyScan) bool {
 	var buf [16]prompt.Member
-	members, ok := prompt.ScanObject(body, buf[:0])
+	members, unambiguous, ok := prompt.ScanObjectChecked(body, buf[:0], maxBodyNesting, structFields)
 	if !ok {
 		return false
 	}
-	sc.members = len(members)
+	sc.members, sc.unambiguous = len(members), unambiguous
 	var seen uint32
 	for _, m := range members {
 		if m.Escaped {

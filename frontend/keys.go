@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
@@ -90,6 +91,11 @@ var (
 	messageFields       = []string{"role", "content"}
 	partFields          = []string{"type", "text", "refusal"}
 	inputItemFields     = []string{"type", "role", "content", "call_id", "name", "arguments", "output"}
+	// structFields are the keys of every level above: the decode's scan
+	// (prompt.ScanObjectChecked) finds a body unambiguous only when no
+	// key anywhere is a case variant of one of them, so that checkKeys,
+	// which checks each level's own, would find nothing.
+	structFields = slices.Concat(topFields, hintFields, streamOptionsFields, messageFields, partFields, inputItemFields)
 )
 
 // fields are the keys read at l; nil at a level read as a map or not at all.
@@ -152,7 +158,8 @@ type keyError struct {
 // a string with a lone surrogate escape; in the objects the router decodes,
 // two keys equal but for case or a key equal to a field it reads but for
 // case; invalid UTF-8 or nesting deeper than maxBodyNesting. The error is
-// a 400 naming the key's path.
+// a 400 naming the key's path. A body the decode's scan found unambiguous
+// (bodyScan) need not be checked: checkKeys would pass it.
 func checkKeys(body []byte) *APIError {
 	if !utf8.Valid(body) {
 		return ambiguous(codeInvalidUnicode, "", "the body is not valid UTF-8")

@@ -177,10 +177,16 @@ func parseRequest(ep endpoint, body []byte, h http.Header) (*parsedRequest, *API
 			return nil, jsonError(err)
 		}
 	}
-	// The body is valid JSON now; the engine must read it as we did.
-	if e := checkKeys(body); e != nil {
-		return nil, e
+	// The body is valid JSON now; the engine must read it as we did. The
+	// decode's scan has checked most bodies already.
+	if !scanned || !sc.unambiguous {
+		if e := checkKeys(body); e != nil {
+			return nil, e
+		}
 	}
+	// Valid JSON (either decode validated it) and valid UTF-8 (the scan or
+	// checkKeys): the prompt's fields need no second validation.
+	req.Validated = true
 	if req.Model == nil || *req.Model == "" {
 		return nil, badRequest("model", "missing_required_parameter", "you must provide a model parameter")
 	}

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -64,11 +65,12 @@ func nextTurnBodies(b testing.TB, m *Model, lines bool) [][]byte {
 }
 
 // bodyFields splits a body into Fields as the frontend's decode does: one
-// validating scan whose member values alias the body.
+// validating scan whose member values alias the body, which marks them
+// validated.
 func bodyFields(b testing.TB, body []byte) *Fields {
 	members, ok := ScanObject(body, nil)
 	require.True(b, ok)
-	f := &Fields{}
+	f := &Fields{Validated: utf8.Valid(body)}
 	for _, mb := range members {
 		if string(mb.Key) == "messages" {
 			f.Messages = mb.Value

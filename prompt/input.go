@@ -63,6 +63,13 @@ type Fields struct {
 	// AddSpecialTokens is vLLM's extension for text prompts (default true:
 	// the tokenizer's BOS is prepended when it adds one).
 	AddSpecialTokens *bool `json:"add_special_tokens"`
+	// Validated is set by a caller that has validated the document the raw
+	// fields were taken from, whole, as JSON (ScanObject's or
+	// encoding/json's check) and as UTF-8. Parse then reads the messages'
+	// structure without validating their bytes again (the body's one
+	// validating pass is the caller's). Set on anything else, Parse's
+	// result is unspecified (it still returns errors, not panics).
+	Validated bool `json:"-"`
 }
 
 // Input is a request's prompt after parsing: the texts or token ids to
@@ -182,12 +189,12 @@ func (in *Input) parseChat(f *Fields) error {
 	if isNull(f.Messages) {
 		return badField("messages", "missing_required_parameter", "you must provide messages")
 	}
-	if msgs, ok := scanMessages(f.Messages); ok {
+	if msgs, ok := scanMessages(f.Messages, f.Validated); ok {
 		in.Messages = msgs
 	} else if err := in.parseMessages(f.Messages); err != nil {
 		return err
 	}
-	if err := in.parseTools(f.Tools); err != nil {
+	if err := in.parseTools(f.Tools, f.Validated); err != nil {
 		return err
 	}
 	in.rawMessages = f.Messages
@@ -224,10 +231,16 @@ func (in *Input) parseMessages(raw json.RawMessage) error {
 // scanMessage vouches for and the array is valid JSON and not empty; ok is
 // false otherwise, and the caller takes parseMessages (which then yields
 // the same messages or the error). A long chat's messages were otherwise
-// walked twice: once to split the array, once per message.
-func scanMessages(doc []byte) ([]Message, bool) {
+// walked twice: once to split the array, once per message. validated says
+// that doc is part of a document already validated (Fields.Validated):
+// the messages are then skimmed, not scanned again.
+func scanMessages(doc []byte, validated bool) ([]Message, bool) {
+	// The first messages are gathered on the stack, the rest (rare) in
+	// more, and the result is allocated once at their count. (Returning a
+	// slice that may be the stack's would move the stack to the heap.)
 	var stack [32]Message
-	msgs := stack[:0]
+	var more []Message
+	n := 0
 	i := skipWS(doc, 0)
 	if i >= len(doc) || doc[i] != '[' {
 		return nil, false
@@ -236,15 +249,27 @@ func scanMessages(doc []byte) ([]Message, bool) {
 	var buf [4]Member
 	for i < len(doc) && doc[i] == '{' {
 		start := i
-		end, members, ok := scanObject(doc, i, 0, buf[:0])
+		var end int
+		var members []Member
+		var ok bool
+		if validated {
+			end, members, ok = skimObject(doc, i, buf[:0])
+		} else {
+			end, members, ok = scanObject(doc, i, 0, buf[:0], nil, nil)
+		}
 		if !ok {
 			return nil, false
 		}
-		m, ok := messageOf(doc[start:end], members)
+		m, ok := messageOf(doc[start:end], members, validated)
 		if !ok {
 			return nil, false
 		}
-		msgs = append(msgs, m)
+		if n < len(stack) {
+			stack[n] = m
+		} else {
+			more = append(more, m)
+		}
+		n++
 		i = skipWS(doc, end)
 		if i >= len(doc) {
 			return nil, false
@@ -253,9 +278,8 @@ func scanMessages(doc []byte) ([]Message, bool) {
 			if skipWS(doc, i+1) != len(doc) {
 				return nil, false
 			}
-			if cap(msgs) != len(msgs) { // on the stack, or grown past it
-				msgs = append(make([]Message, 0, len(msgs)), msgs...)
-			}
+			msgs := make([]Message, n)
+			copy(msgs[copy(msgs, stack[:min(n, len(stack))]):], more)
 			return msgs, true
 		}
 		if doc[i] != ',' {
@@ -269,7 +293,7 @@ func scanMessages(doc []byte) ([]Message, bool) {
 // messageOf is the Message of the object raw, whose members a scan has
 // just returned, when it is a message with a string role that
 // parseMessage would accept with its string (or null) content as scanned.
-func messageOf(raw []byte, members []Member) (Message, bool) {
+func messageOf(raw []byte, members []Member, validated bool) (Message, bool) {
 	var m Message
 	var content []byte
 	var seenRole, contentPlain, ok bool
@@ -310,6 +334,14 @@ func messageOf(raw []byte, members []Member) (Message, bool) {
 		if c := content[1 : len(content)-1]; len(c) > 0 {
 			m.Content = unsafe.String(&c[0], len(c))
 		}
+	case validated && content[0] == '"':
+		// An escaped string of a validated body: its escapes are all
+		// there is to decode.
+		text, ok := unquoteValidated(content)
+		if !ok {
+			return Message{}, false
+		}
+		m.Content = text
 	default:
 		// Escaped strings and parts, decoded as parseMessage decodes them;
 		// an error is left to parseMessage, which names the message.
@@ -339,12 +371,22 @@ func roleString(role []byte) string {
 	return string(role)
 }
 
-func (in *Input) parseTools(raw json.RawMessage) error {
+// parseTools reads the tools array; validated says raw is part of a
+// validated document (Fields.Validated), whose array is then skimmed
+// rather than validated and copied again by encoding/json.
+func (in *Input) parseTools(raw json.RawMessage, validated bool) error {
 	if isNull(raw) {
 		return nil
 	}
-	if err := json.Unmarshal(raw, &in.Tools); err != nil {
-		return badField("tools", "invalid_type", "tools must be an array of tool objects")
+	var ok bool
+	if validated {
+		in.Tools, ok = skimArray(raw)
+	}
+	if !ok {
+		in.Tools = nil
+		if err := json.Unmarshal(raw, &in.Tools); err != nil {
+			return badField("tools", "invalid_type", "tools must be an array of tool objects")
+		}
 	}
 	for i, t := range in.Tools {
 		if t = bytes.TrimSpace(t); len(t) == 0 || t[0] != '{' {
@@ -666,7 +708,7 @@ func (in *Input) parseResponse(f *Fields) error {
 	default:
 		return badField("input", "invalid_type", "input must be a string or an array of input items")
 	}
-	return in.parseTools(responseTools(f.Tools))
+	return in.parseTools(responseTools(f.Tools), false)
 }
 
 // responseTools converts the Responses API's flat function tools

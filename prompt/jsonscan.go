@@ -1,7 +1,9 @@
 package prompt
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"unicode/utf8"
 )
 
@@ -41,11 +43,146 @@ func ScanObject(doc []byte, dst []Member) ([]Member, bool) {
 	if i >= len(doc) || doc[i] != '{' {
 		return dst, false
 	}
-	end, members, ok := scanObject(doc, i, 0, dst)
+	end, members, ok := scanObject(doc, i, 0, dst, nil, nil)
 	if !ok || skipWS(doc, end) != len(doc) {
 		return dst, false
 	}
 	return members, true
+}
+
+// ScanObjectChecked is ScanObject that also reports, in the same pass,
+// whether the document is unambiguous: two JSON readers cannot read it
+// differently. It is when, throughout, every string is valid UTF-8 and
+// holds no lone surrogate escape (a \uD800-\uDFFF not in a high-low
+// pair), no value nests deeper than maxDepth (the document is at depth 0),
+// and every object has at most maxCheckedKeys keys, each plain ASCII (no
+// escape), no two equal ignoring ASCII case, and none a case variant of
+// one of names (which must be lower-case ASCII). A document that is not
+// unambiguous by this test may still be: the caller then checks it the
+// slow way. unambiguous is false whenever ok is.
+func ScanObjectChecked(doc []byte, dst []Member, maxDepth int, names []string) (members []Member, unambiguous, ok bool) {
+	i := skipWS(doc, 0)
+	if i >= len(doc) || doc[i] != '{' {
+		return dst, false, false
+	}
+	var keys [64][]byte
+	f := scanFacts{clean: true, maxDepth: maxDepth, names: names}
+	end, members, ok := scanObject(doc, i, 0, dst, &f, keys[:0])
+	if !ok || skipWS(doc, end) != len(doc) {
+		return dst, false, false
+	}
+	return members, f.clean, true
+}
+
+// maxCheckedKeys bounds the keys of one object that ScanObjectChecked
+// compares pairwise; an object with more is left to the caller's check.
+const maxCheckedKeys = 32
+
+// scanFacts is what ScanObjectChecked learns on the way. Once clean is
+// false nothing more is checked: the caller checks the document itself.
+type scanFacts struct {
+	clean    bool
+	maxDepth int
+	names    []string
+}
+
+// container notes an object or array at depth: its elements are one
+// deeper.
+func (f *scanFacts) container(depth int) {
+	if depth >= f.maxDepth {
+		f.clean = false
+	}
+}
+
+// str notes the string b[start:end] (quotes included) that scanString
+// described with flags.
+func (f *scanFacts) str(b []byte, start, end int, flags uint8) {
+	switch {
+	case flags&strInvalid != 0:
+		f.clean = false
+	case flags&strSurrogate != 0 && loneSurrogateEscape(b[start:end]):
+		f.clean = false
+	}
+}
+
+// key notes key, a member name of an object whose keys before it are
+// prev.
+func (f *scanFacts) key(key []byte, escaped bool, prev [][]byte) {
+	if escaped || len(prev) >= maxCheckedKeys {
+		f.clean = false
+		return
+	}
+	upper := false
+	for _, c := range key {
+		if c >= 'A' && c <= 'Z' {
+			upper = true
+			break
+		}
+	}
+	for _, p := range prev {
+		if len(p) == len(key) && asciiFoldEqual(p, key) {
+			f.clean = false
+			return
+		}
+	}
+	if upper {
+		for _, name := range f.names {
+			if FoldsTo(key, name) {
+				f.clean = false
+				return
+			}
+		}
+	}
+}
+
+func asciiFoldEqual(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x >= 'A' && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if y >= 'A' && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// loneSurrogateEscape reports whether the string literal raw (valid JSON)
+// holds a \u escape of a UTF-16 surrogate that is not a high one directly
+// followed by an escaped low one: encoding/json reads it as U+FFFD,
+// Python keeps the surrogate.
+func loneSurrogateEscape(raw []byte) bool {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(raw) || raw[i+1] != 'u' {
+			i++ // the escaped character
+			continue
+		}
+		r := hex4(raw, i)
+		switch {
+		case r < 0:
+			return false // not valid JSON: not this function's to judge
+		case r >= 0xdc00 && r <= 0xdfff:
+			return true
+		case r >= 0xd800 && r <= 0xdbff:
+			if lo := hex4(raw, i+6); lo < 0xdc00 || lo > 0xdfff {
+				return true
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return false
 }
 
 // ScanArray validates doc as one JSON document and, when it is an array,
@@ -61,7 +198,7 @@ func ScanArray(doc []byte, dst [][]byte) ([][]byte, bool) {
 	}
 	for {
 		start := i
-		end, ok := scanValue(doc, i, 1)
+		end, ok := scanValue(doc, i, 1, nil, nil)
 		if !ok {
 			return dst, false
 		}
@@ -87,11 +224,18 @@ func skipWS(b []byte, i int) int {
 	return i
 }
 
-// scanObject scans the object at b[i] == '{', appending its members when
-// dst is not nil-discarding (members are collected only at depth 0).
-func scanObject(b []byte, i, depth int, dst []Member) (int, []Member, bool) {
+// scanObject scans the object at b[i] == '{', appending its members to
+// dst at depth 0 (members are collected only there). f, when not nil,
+// collects ScanObjectChecked's facts; the object's keys are then kept
+// after the end of keys (an enclosing object's), in its spare capacity
+// while there is some. (A field of f would put that array on the heap.)
+func scanObject(b []byte, i, depth int, dst []Member, f *scanFacts, keys [][]byte) (int, []Member, bool) {
 	if depth >= maxScanDepth {
 		return i, dst, false
+	}
+	own := keys[len(keys):]
+	if f != nil && f.clean {
+		f.container(depth)
 	}
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == '}' {
@@ -101,28 +245,37 @@ func scanObject(b []byte, i, depth int, dst []Member) (int, []Member, bool) {
 		if i >= len(b) || b[i] != '"' {
 			return i, dst, false
 		}
-		kEnd, kPlain, ok := scanString(b, i)
+		kEnd, kFlags, ok := scanString(b, i)
 		if !ok {
 			return i, dst, false
 		}
 		key := b[i+1 : kEnd-1]
+		kEscaped := kFlags&(strEscaped|strInvalid) != 0 || !isASCII(key)
+		if f != nil && f.clean {
+			f.key(key, kEscaped, own)
+			own = append(own, key)
+		}
 		i = skipWS(b, kEnd)
 		if i >= len(b) || b[i] != ':' {
 			return i, dst, false
 		}
 		i = skipWS(b, i+1)
 		vStart := i
-		var vPlain bool
-		if i < len(b) && b[i] == '"' {
-			i, vPlain, ok = scanString(b, i)
+		var vFlags uint8
+		vString := i < len(b) && b[i] == '"'
+		if vString {
+			i, vFlags, ok = scanString(b, i)
+			if ok && f != nil && f.clean {
+				f.str(b, vStart, i, vFlags)
+			}
 		} else {
-			i, ok = scanValue(b, i, depth+1)
+			i, ok = scanValue(b, i, depth+1, f, own)
 		}
 		if !ok {
 			return i, dst, false
 		}
 		if depth == 0 {
-			dst = append(dst, Member{Key: key, Escaped: !kPlain || !isASCII(key), Value: b[vStart:i], PlainString: vPlain})
+			dst = append(dst, Member{Key: key, Escaped: kEscaped, Value: b[vStart:i], PlainString: vString && vFlags&(strEscaped|strInvalid) == 0})
 		}
 		i = skipWS(b, i)
 		if i >= len(b) {
@@ -140,20 +293,27 @@ func scanObject(b []byte, i, depth int, dst []Member) (int, []Member, bool) {
 
 // scanValue scans the value at b[i] (no leading space) and returns the
 // index just past it.
-func scanValue(b []byte, i, depth int) (int, bool) {
+// keys are the keys of the enclosing object (for the facts f collects).
+func scanValue(b []byte, i, depth int, f *scanFacts, keys [][]byte) (int, bool) {
 	if i >= len(b) {
 		return i, false
 	}
 	switch c := b[i]; {
 	case c == '"':
-		end, _, ok := scanString(b, i)
+		end, flags, ok := scanString(b, i)
+		if ok && f != nil && f.clean {
+			f.str(b, i, end, flags)
+		}
 		return end, ok
 	case c == '{':
-		end, _, ok := scanObject(b, i, max(depth, 1), nil)
+		end, _, ok := scanObject(b, i, max(depth, 1), nil, f, keys)
 		return end, ok
 	case c == '[':
 		if depth >= maxScanDepth {
 			return i, false
+		}
+		if f != nil && f.clean {
+			f.container(depth)
 		}
 		i = skipWS(b, i+1)
 		if i < len(b) && b[i] == ']' {
@@ -161,7 +321,7 @@ func scanValue(b []byte, i, depth int) (int, bool) {
 		}
 		for {
 			var ok bool
-			if i, ok = scanValue(b, i, depth+1); !ok {
+			if i, ok = scanValue(b, i, depth+1, f, keys); !ok {
 				return i, false
 			}
 			i = skipWS(b, i)
@@ -236,15 +396,20 @@ func digits(b []byte, i int) int {
 	return i
 }
 
+// What scanString found in a string literal.
+const (
+	strEscaped   uint8 = 1 << iota // a backslash escape
+	strInvalid                     // invalid UTF-8 (decoding replaces it)
+	strSurrogate                   // a \u escape of a UTF-16 surrogate
+)
+
 // scanString scans the string literal at b[i] == '"' and returns the index
-// past its closing quote; plain is set when it holds no escape and its
-// bytes are valid UTF-8 (its text is then the bytes between the quotes).
-// As encoding/json does, it accepts invalid UTF-8 (decoding replaces it)
-// and rejects control characters and malformed escapes.
-func scanString(b []byte, i int) (end int, plain, ok bool) {
-	start := i + 1
-	i = start
-	escaped, high := false, false
+// past its closing quote and what it holds (its text is the bytes between
+// the quotes when flags has neither strEscaped nor strInvalid). As
+// encoding/json does, it accepts invalid UTF-8 (decoding replaces it) and
+// rejects control characters and malformed escapes.
+func scanString(b []byte, i int) (end int, flags uint8, ok bool) {
+	i++
 	for i < len(b) {
 		// Most of a body is the text of long strings: skip its ordinary
 		// bytes in a tight loop.
@@ -260,39 +425,43 @@ func scanString(b []byte, i int) (end int, plain, ok bool) {
 		c := b[i]
 		switch {
 		case c == '"':
-			plain = !escaped && (!high || utf8.Valid(b[start:i]))
-			return i + 1, plain, true
+			return i + 1, flags, true
 		case c < 0x20:
-			return i, false, false
+			return i, 0, false
 		case c == '\\':
-			escaped = true
+			flags |= strEscaped
 			if i+1 >= len(b) {
-				return i, false, false
+				return i, 0, false
 			}
 			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
 				if i+6 > len(b) {
-					return i, false, false
+					return i, 0, false
 				}
 				for _, h := range b[i+2 : i+6] {
 					if !isHex(h) {
-						return i, false, false
+						return i, 0, false
 					}
+				}
+				// A hex digit is at least '8' exactly when it is 8-f.
+				if b[i+2]|0x20 == 'd' && b[i+3] >= '8' {
+					flags |= strSurrogate
 				}
 				i += 6
 			default:
-				return i, false, false
+				return i, 0, false
 			}
-		case c >= 0x80:
-			high = true
-			i++
-		default:
-			i++
+		default: // c >= 0x80: a multi-byte sequence, never holding a quote
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				flags |= strInvalid
+			}
+			i += size
 		}
 	}
-	return i, false, false
+	return i, 0, false
 }
 
 // plainWord reports whether none of the 8 bytes of x ends or complicates
@@ -396,3 +565,153 @@ var plainByte = func() (t [256]bool) {
 	}
 	return t
 }()
+
+// The skim functions read a document that a caller's scan has already
+// validated (valid JSON, as ScanObject checks it, and valid UTF-8) as the
+// scan functions do, without validating it again: strings are found with
+// bytes.IndexByte, which is several times faster than the scan's byte
+// checks. A request's messages are most of its body, and were otherwise
+// validated twice. On other input they never read out of bounds or
+// panic, and report !ok on what a valid document would not hold; what
+// they return for an invalid document that they do not catch is
+// meaningless.
+
+// skimObject is scanObject at depth 0 for a validated document.
+func skimObject(b []byte, i int, dst []Member) (int, []Member, bool) {
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, dst, true
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return i, dst, false
+		}
+		kEnd, kEscaped, ok := skimString(b, i)
+		if !ok {
+			return i, dst, false
+		}
+		key := b[i+1 : kEnd-1]
+		i = skipWS(b, kEnd)
+		if i >= len(b) || b[i] != ':' {
+			return i, dst, false
+		}
+		i = skipWS(b, i+1)
+		vStart := i
+		vString, vEscaped := i < len(b) && b[i] == '"', false
+		if vString {
+			i, vEscaped, ok = skimString(b, i)
+		} else {
+			i, ok = skimValue(b, i)
+		}
+		if !ok {
+			return i, dst, false
+		}
+		dst = append(dst, Member{Key: key, Escaped: kEscaped || !isASCII(key), Value: b[vStart:i], PlainString: vString && !vEscaped})
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return i, dst, false
+		}
+		if b[i] == '}' {
+			return i + 1, dst, true
+		}
+		if b[i] != ',' {
+			return i, dst, false
+		}
+		i = skipWS(b, i+1)
+	}
+}
+
+// skimArray is the elements of the array doc (of a validated document) as
+// json.Unmarshal into a []json.RawMessage gives them, but aliasing doc: a
+// non-nil slice, empty for an empty array. ok is false when doc is not an
+// array.
+func skimArray(doc []byte) ([]json.RawMessage, bool) {
+	i := skipWS(doc, 0)
+	if i >= len(doc) || doc[i] != '[' {
+		return nil, false
+	}
+	out := []json.RawMessage{}
+	i = skipWS(doc, i+1)
+	if i < len(doc) && doc[i] == ']' {
+		return out, skipWS(doc, i+1) == len(doc)
+	}
+	for {
+		start := i
+		end, ok := skimValue(doc, i)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, doc[start:end])
+		i = skipWS(doc, end)
+		if i >= len(doc) {
+			return nil, false
+		}
+		if doc[i] == ']' {
+			return out, skipWS(doc, i+1) == len(doc)
+		}
+		if doc[i] != ',' {
+			return nil, false
+		}
+		i = skipWS(doc, i+1)
+	}
+}
+
+// skimString finds the end of the string literal at b[i] == '"' and
+// whether it holds an escape: one search for its closing quote (one that
+// an odd run of backslashes does not escape) and one for a backslash.
+func skimString(b []byte, i int) (end int, escaped, ok bool) {
+	j := i + 1
+	for {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return len(b), false, false
+		}
+		q := j + k
+		r := q
+		for r > i+1 && b[r-1] == '\\' {
+			r--
+		}
+		if (q-r)%2 == 0 {
+			return q + 1, q > r || bytes.IndexByte(b[i+1:r], '\\') >= 0, true
+		}
+		j = q + 1
+	}
+}
+
+// skimValue finds the end of the value at b[i] (no leading space).
+func skimValue(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	switch b[i] {
+	case '"':
+		end, _, ok := skimString(b, i)
+		return end, ok
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				end, _, ok := skimString(b, i)
+				if !ok {
+					return end, false
+				}
+				i = end
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1, true
+				}
+			}
+			i++
+		}
+		return i, false
+	}
+	start := i // a number or a literal
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\n' && b[i] != '\r' && b[i] != '\t' {
+		i++
+	}
+	return i, i > start
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -178,25 +179,37 @@ var messageArrays = []string{
 	`[]`, `[1]`, `["x"]`, `[{"role":"user","content":"a"},]`, `[{"role":"user","content":"a"}`, `[{"role":"user","content":"a"}] x`,
 	`{"role":"user"}`, `[{"role":"user","content":5}]`, `[{"role":"user","content":[1]}]`, `[{"role":"user","content":"\ud800"}]`,
 	"[{\"role\":\"user\",\"content\":\"\xff\"}]", `[{"role":"user","content":"a"},{"role":"system","content":"b"},{"role":"user","content":"c"}]`,
+	`[{"role":"user","content":"ends in a backslash \\"}]`, `[{"role":"user","content":"\\\"q\\\\\"},{"role":"a\\","content":"\\"}]`,
+	`[{"role":"user","content":"x","name":"\"n\"","tool_calls":[{"a":"]}\\"}]}]`, `[{"role":"user","content":"\\\"q\\\\"}]`,
 }
 
 // TestScanMessagesParsesAsParseMessages: on every array scanMessages takes,
 // its messages are parseMessages' own; on the rest it declines (and the
-// caller's parseMessages then reports the error).
+// caller's parseMessages then reports the error). Skimming a validated
+// array gives what scanning it gives.
 func TestScanMessagesParsesAsParseMessages(t *testing.T) {
-	took := 0
+	took, skimmed := 0, 0
 	for _, doc := range messageArrays {
 		checkScanMessages(t, []byte(doc))
-		if _, ok := scanMessages([]byte(doc)); ok {
+		if _, ok := scanMessages([]byte(doc), false); ok {
 			took++
+		}
+		if _, ok := scanMessages([]byte(doc), true); ok && json.Valid([]byte(doc)) {
+			skimmed++
 		}
 	}
 	require.Greater(t, took, len(messageArrays)/3)
+	require.Equal(t, took, skimmed)
 }
 
 func checkScanMessages(t *testing.T, doc []byte) {
 	t.Helper()
-	got, ok := scanMessages(doc)
+	skimmed, skimOK := scanMessages(doc, true) // on anything: must not panic
+	got, ok := scanMessages(doc, false)
+	if json.Valid(doc) && utf8.Valid(doc) {
+		require.Equal(t, ok, skimOK, "%s: skimmed a validated array otherwise than scanned", doc)
+		require.Equal(t, got, skimmed, "%s: skimmed a validated array otherwise than scanned", doc)
+	}
 	var in Input
 	err := in.parseMessages(doc)
 	if !ok {
@@ -213,5 +226,61 @@ func FuzzScanMessagesParsesAsParseMessages(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		checkScanMessages(t, doc)
+	})
+}
+
+// BenchmarkScanObjectChecked is the frontend decode's scan of the replica
+// benchmark's 4k chat (the body's one validating pass).
+func BenchmarkScanObjectChecked(b *testing.B) {
+	m, err := OpenSpec("tiktoken:o200k_base", 0)
+	require.NoError(b, err)
+	body := nextTurnBodies(b, m, false)[0]
+	b.SetBytes(int64(len(body)))
+	var buf [16]Member
+	for b.Loop() {
+		if _, unambiguous, ok := ScanObjectChecked(body, buf[:0], 512, nil); !ok || !unambiguous {
+			b.Fatal("the chat does not scan")
+		}
+	}
+}
+
+// toolArrays are tools arrays (and what is not one) for skimArray.
+var toolArrays = []string{
+	`[]`, ` [ ] `, `[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"userId":{"type":"string"}}}}}]`,
+	`[{"a":"]\\"},"b":[1,2,{"c":null}]} , {"d":"\"}"}]`, `[1,"x",null,true,[],{}]`, `[ "a" ]`, `{}`, `"x"`, `1`, `null`,
+	`[1,]`, `[1`, `[1] x`, `[`, ``,
+}
+
+// On a valid UTF-8 JSON document skimArray splits an array exactly as
+// json.Unmarshal into []json.RawMessage does, and declines anything else
+// (null included: the caller's encoding/json path decides those).
+func TestSkimArrayAgreesWithEncodingJSON(t *testing.T) {
+	for _, doc := range toolArrays {
+		checkSkimArray(t, []byte(doc))
+	}
+}
+
+func checkSkimArray(t *testing.T, doc []byte) {
+	t.Helper()
+	got, ok := skimArray(doc) // on anything: must not panic
+	if !json.Valid(doc) || !utf8.Valid(doc) {
+		return
+	}
+	trimmed := bytes.TrimSpace(doc)
+	require.Equal(t, trimmed[0] == '[', ok, "%s: takes exactly the arrays", doc)
+	if ok {
+		var want []json.RawMessage
+		require.NoError(t, json.Unmarshal(doc, &want), "%s", doc)
+		require.Equal(t, want, got, "%s", doc)
+		require.NotNil(t, got, "%s", doc)
+	}
+}
+
+func FuzzSkimArrayAgreesWithEncodingJSON(f *testing.F) {
+	for _, doc := range toolArrays {
+		f.Add([]byte(doc))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		checkSkimArray(t, doc)
 	})
 }

@@ -1,6 +1,7 @@
 package prompt
 
 import (
+	"bytes"
 	"encoding/binary"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -96,6 +97,68 @@ func unquote(raw []byte) (string, bool) {
 			i += size
 		}
 	}
+	return unsafe.String(unsafe.SliceData(buf), len(buf)), true
+}
+
+// unquoteValidated is unquote for a string literal of a validated
+// document (Fields.Validated: valid JSON and valid UTF-8), where it gives
+// unquote's text: with no control character, invalid UTF-8 or malformed
+// escape to look for, only the escapes need finding, and bytes.IndexByte
+// finds them several times faster than unquote's checks. On other input
+// it never panics; ok is false on what it notices is not a literal.
+func unquoteValidated(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	s := raw[1 : len(raw)-1]
+	k := bytes.IndexByte(s, '\\')
+	if k < 0 {
+		if len(s) == 0 {
+			return "", true
+		}
+		return unsafe.String(&s[0], len(s)), true
+	}
+	buf := make([]byte, 0, len(s))
+	for k >= 0 {
+		buf = append(buf, s[:k]...)
+		if k+1 >= len(s) {
+			return "", false
+		}
+		n := 2
+		switch e := s[k+1]; e {
+		case '"', '\\', '/':
+			buf = append(buf, e)
+		case 'b':
+			buf = append(buf, '\b')
+		case 'f':
+			buf = append(buf, '\f')
+		case 'n':
+			buf = append(buf, '\n')
+		case 'r':
+			buf = append(buf, '\r')
+		case 't':
+			buf = append(buf, '\t')
+		case 'u':
+			r := hex4(s, k)
+			if r < 0 {
+				return "", false
+			}
+			n = 6
+			if utf16.IsSurrogate(r) {
+				if dec := utf16.DecodeRune(r, hex4(s, k+6)); dec != utf8.RuneError {
+					r, n = dec, 12
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			buf = utf8.AppendRune(buf, r)
+		default:
+			return "", false
+		}
+		s = s[k+n:]
+		k = bytes.IndexByte(s, '\\')
+	}
+	buf = append(buf, s...)
 	return unsafe.String(unsafe.SliceData(buf), len(buf)), true
 }
 

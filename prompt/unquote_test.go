@@ -3,6 +3,7 @@ package prompt
 import (
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -116,4 +117,49 @@ func TestAnInvalidEscapeIsTheSameTypedError(t *testing.T) {
 		require.ErrorAs(t, err, &re, content)
 		assert.Equal(t, "prompt", re.Param, content)
 	}
+}
+
+// unquoteCases are string literals on both sides of JSON's grammar and of
+// UTF-8's, with every escape and surrogate case.
+var unquoteCases = []string{
+	`""`, `"plain"`, `"héllo ✓ 🦊"`, `"line\nbreak"`, `"\"quoted\" \\ \/ \b\f\n\r\t"`, `"\\"`, `"\\\""`,
+	`"a long enough run\nto go 8 at a time\n"`, `"\u00e9\u00E9"`, `"\u0000"`, `"\ud83e\udd8a"`,
+	`"\ud83e"`, `"\udd8a"`, `"\ud83e\ud83e"`, `"\udd8a\ud83e\udd8a"`, `"\ud83ex"`, `"\ud83e\u0041"`, `"\ud83e\n"`,
+	"\"bad \xff utf8\"", "\"é\\n\xe2\x9c\"", `"\x"`, `"\u12"`, `"\"`, `"a"b"`, "\"tab\there\"", `"\ud83e\uZZZZ"`, `"`, ``,
+}
+
+// On a literal of a validated document (valid JSON, valid UTF-8)
+// unquoteValidated gives unquote's text; on anything else it does not
+// panic.
+func TestUnquoteValidatedDecodesAsUnquote(t *testing.T) {
+	valid := 0
+	for _, raw := range unquoteCases {
+		if checkUnquoteValidated(t, []byte(raw)) {
+			valid++
+		}
+	}
+	require.Greater(t, valid, len(unquoteCases)/2)
+}
+
+func checkUnquoteValidated(t *testing.T, raw []byte) bool {
+	t.Helper()
+	got, ok := unquoteValidated(raw)
+	var s string
+	if !utf8.Valid(raw) || json.Unmarshal(raw, &s) != nil || len(raw) == 0 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return false
+	}
+	want, wantOK := unquote(raw)
+	require.True(t, wantOK, "%q", raw)
+	require.True(t, ok, "%q", raw)
+	require.Equal(t, want, got, "%q", raw)
+	return true
+}
+
+func FuzzUnquoteValidatedDecodesAsUnquote(f *testing.F) {
+	for _, s := range unquoteCases {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		checkUnquoteValidated(t, raw)
+	})
 }
