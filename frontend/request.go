@@ -141,9 +141,9 @@ type parsedRequest struct {
 	// promptCacheKey is the body's prompt_cache_key ("": none).
 	promptCacheKey string
 	input          *prompt.Input
-	// tokens are the ids the request is hashed by (the first prompt of a
-	// batch); promptTokens is the load it books (every prompt).
-	tokens        []uint32
+	// promptTokens is the load the request books (every prompt of a
+	// batch); the first prompt's ids are hashed where they are tokenized
+	// (Server.tokenize, prompt.Result.SequenceHashes).
 	promptTokens  int
 	longestPrompt int // the longest prompt of a batch, in tokens
 	hints         hints
