@@ -308,7 +308,10 @@ func testHungEngine(t *testing.T, c *testCluster, hung hungEngine, perRound int)
 	// that have not answered yet, and each request meets the hung engine at
 	// most once, so a quick round may try it once at each replica. Another
 	// round then follows, as more traffic would in production.
-	const maxRounds = 50
+	// With one request per replica a round, most rounds miss w3 altogether
+	// (the selector favours the workers that answer); one run on a loaded
+	// machine took 46 rounds.
+	const maxRounds = 200
 	var slowest time.Duration
 	raisedBy := func() []string {
 		var ids []string
@@ -322,12 +325,17 @@ func testHungEngine(t *testing.T, c *testCluster, hung hungEngine, perRound int)
 	for round := 1; len(raisedBy()) == 0; round++ {
 		require.LessOrEqual(t, round, maxRounds, "no replica marked the hung worker suspect after %d rounds of %d requests (%v first-byte timeouts)",
 			maxRounds, perRound, timeouts())
+		was := timeouts()
 		slowest = max(slowest, check(fmt.Sprintf("under the hang, round %d", round), run(perRound)))
-		t.Logf("round %d: %v first-byte timeouts so far; w3 suspected by %v", round, timeouts(), raisedBy())
+		if timeouts() > was {
+			t.Logf("round %d: %v first-byte timeouts so far; w3 suspected by %v", round, timeouts(), raisedBy())
+		}
 	}
 	require.Positive(t, timeouts(), "some requests went to the hung engine before it was suspected, and timed out")
 	if held := hung.held(); held >= 0 {
-		assert.Equal(t, float64(held), timeouts(), "every request the hung engine held was a counted first-byte timeout")
+		// The counter has no worker label: a healthy worker slow to start
+		// under load (the race detector on a busy machine) adds its own.
+		assert.GreaterOrEqual(t, timeouts(), float64(held), "every request the hung engine held was a counted first-byte timeout")
 	}
 	t.Logf("hung engine: %v first-byte timeouts, slowest answer %v (first-byte cap %v)", timeouts(), slowest, firstByteCap)
 	for _, r := range rs {
@@ -357,9 +365,13 @@ func testHungEngine(t *testing.T, c *testCluster, hung hungEngine, perRound int)
 			"%s stops selecting the hung worker (gossip fetches when the wait began: %v)", r.status.ID,
 			counterSum(t, r.reg, "switchyard_gossip_fetches_total"))
 	}
-	before := timeouts()
+	before, heldBefore := timeouts(), hung.held()
 	check("after the suspicion", run(45))
-	assert.Equal(t, before, timeouts(), "no replica sent the hung worker anything once it was suspected")
+	if heldBefore >= 0 {
+		assert.Equal(t, heldBefore, hung.held(), "no replica sent the hung worker anything once it was suspected")
+	} else { // a stopped process counts nothing: its timeouts tell
+		assert.Equal(t, before, timeouts(), "no replica sent the hung worker anything once it was suspected")
+	}
 }
 
 // healthView describes a replica's joined health records: per worker, its
