@@ -304,13 +304,13 @@ func testHungEngine(t *testing.T, c *testCluster, hung hungEngine, perRound int)
 		return n
 	}
 	// SuspectAfter is two consecutive timeouts at one replica. A round can
-	// end without one: the selector avoids a worker booked with requests
-	// that have not answered yet, and each request meets the hung engine at
-	// most once, so a quick round may try it once at each replica. Another
-	// round then follows, as more traffic would in production.
-	// With one request per replica a round, most rounds miss w3 altogether
-	// (the selector favours the workers that answer); one run on a loaded
-	// machine took 46 rounds.
+	// end without one: each request meets the hung engine at most once, and
+	// the other two workers absorb a round quickly, so the hung one may be
+	// tried once at each replica (seen: one timeout at each of two
+	// replicas, all 90 answered within 521 ms, no suspicion). Another round
+	// then follows, as more traffic would in production. With one request
+	// per replica a round most rounds miss w3 altogether; one run on a
+	// loaded machine took 46 rounds.
 	const maxRounds = 200
 	var slowest time.Duration
 	raisedBy := func() []string {
