@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -185,22 +186,45 @@ func runEngineChildIfAsked() {
 // the SIGSTOPped-engine case of docs/architecture.md's failure table: one
 // of three workers stops answering under load over three routers; no
 // request waits much longer than the first-byte cap, all succeed on the
-// other workers, and after the consecutive-timeout threshold no replica
-// selects the hung worker. The engine hangs two ways: a front that holds
-// every request (counting them), and a child process sent SIGSTOP.
+// other workers, and once some replica reached the consecutive-timeout
+// threshold no replica selects the hung worker. The engine hangs two ways:
+// a front that holds every request (counting them), and a child process
+// sent SIGSTOP. The load comes in rounds until a replica suspects the
+// worker: the threshold counts one replica's timeouts, and a round can end
+// with the hung worker tried once at each replica (the third case makes
+// that every round's outcome).
 func TestAHungEngineCostsAFirstByteTimeoutAndEveryReplicaStopsSelectingIt(t *testing.T) {
 	t.Run("a front that answers nothing", func(t *testing.T) {
 		c := newTestCluster(t, 2)
 		f := startFrozenWorker(t, c, "w3")
-		testHungEngine(t, c, hungEngine{freeze: func() { f.frozen.Store(true) }, held: func() int { return int(f.held.Load()) }})
+		testHungEngine(t, c, hungEngine{freeze: func() { f.frozen.Store(true) }, held: func() int { return int(f.held.Load()) }}, 90)
 	})
 	t.Run("a SIGSTOPped process", func(t *testing.T) {
 		c := newTestCluster(t, 2)
-		testHungEngine(t, c, startStoppedChildWorker(t, c, "w3"))
+		testHungEngine(t, c, startStoppedChildWorker(t, c, "w3"), 90)
+	})
+	t.Run("one request per replica a round", func(t *testing.T) {
+		// A request meets the hung engine at most once (its retry goes
+		// elsewhere), so no replica can reach the threshold of two in one
+		// such round.
+		c := newTestCluster(t, 2)
+		f := startFrozenWorker(t, c, "w3")
+		testHungEngine(t, c, hungEngine{freeze: func() { f.frozen.Store(true) }, held: func() int { return int(f.held.Load()) }}, 3)
 	})
 }
 
-func testHungEngine(t *testing.T, c *testCluster, hung hungEngine) {
+// raisedSuspicion reports whether r itself marked worker suspect (its own
+// record, not one it learnt by gossip).
+func raisedSuspicion(r *runningReplica, worker string) bool {
+	s := r.status.suspects
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.local[worker].SuspectSince != 0
+}
+
+// testHungEngine freezes c's worker w3 and sends rounds of perRound
+// requests over three replicas until one of them suspects w3.
+func testHungEngine(t *testing.T, c *testCluster, hung hungEngine, perRound int) {
 	const firstByteCap = 2 * time.Second
 	mutate := func(cfg *ReplicaConfig) {
 		cfg.Frontend.FirstByteFloor, cfg.Frontend.FirstByteCap = 500*time.Millisecond, firstByteCap
@@ -224,7 +248,12 @@ func testHungEngine(t *testing.T, c *testCluster, hung hungEngine) {
 		took   time.Duration
 		err    error
 	}
+	// run sends n requests; every prompt is new (sent counts them), so no
+	// session or cached prefix ties a request to a worker.
+	sent := 0
 	run := func(n int) []outcome {
+		base := sent
+		sent += n
 		out := make([]outcome, n)
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 12) // 12 in flight over the three routers
@@ -237,7 +266,7 @@ func testHungEngine(t *testing.T, c *testCluster, hung hungEngine) {
 				r := rs[i%len(rs)]
 				ctx, cancel := context.WithTimeout(context.Background(), limit)
 				defer cancel()
-				body := fmt.Sprintf(`{"model":%q,"prompt":"hung engine %d","max_tokens":4,"stream":true}`, testModel, i)
+				body := fmt.Sprintf(`{"model":%q,"prompt":"hung engine %d","max_tokens":4,"stream":true}`, testModel, base+i)
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.status.HTTPAddr+"/v1/completions", strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				start := time.Now()
@@ -274,18 +303,52 @@ func testHungEngine(t *testing.T, c *testCluster, hung hungEngine) {
 		}
 		return n
 	}
-	slowest := check("under the hang", run(90))
+	// SuspectAfter is two consecutive timeouts at one replica. A round can
+	// end without one: each request meets the hung engine at most once, and
+	// the other two workers absorb a round quickly, so the hung one may be
+	// tried once at each replica (seen: one timeout at each of two
+	// replicas, all 90 answered within 521 ms, no suspicion). Another round
+	// then follows, as more traffic would in production. With one request
+	// per replica a round most rounds miss w3 altogether (one run with
+	// -cpu 1 took 148 rounds, 7 s): the rounds are bounded by wall time,
+	// the time real requests take, not by their number.
+	const loadFor = time.Minute
+	loadUntil := time.Now().Add(loadFor)
+	var slowest time.Duration
+	raisedBy := func() []string {
+		var ids []string
+		for _, r := range rs {
+			if raisedSuspicion(r, "w3") {
+				ids = append(ids, r.status.ID)
+			}
+		}
+		return ids
+	}
+	for round := 1; len(raisedBy()) == 0; round++ {
+		require.True(t, time.Now().Before(loadUntil), "no replica marked the hung worker suspect after %v: %d rounds of %d requests, %v first-byte timeouts",
+			loadFor, round-1, perRound, timeouts())
+		was := timeouts()
+		slowest = max(slowest, check(fmt.Sprintf("under the hang, round %d", round), run(perRound)))
+		if timeouts() > was {
+			t.Logf("round %d: %v first-byte timeouts so far; w3 suspected by %v", round, timeouts(), raisedBy())
+		}
+	}
 	require.Positive(t, timeouts(), "some requests went to the hung engine before it was suspected, and timed out")
 	if held := hung.held(); held >= 0 {
-		assert.Equal(t, float64(held), timeouts(), "every request the hung engine held was a counted first-byte timeout")
+		// The counter has no worker label: a healthy worker slow to start
+		// under load (the race detector on a busy machine) adds its own.
+		assert.GreaterOrEqual(t, timeouts(), float64(held), "every request the hung engine held was a counted first-byte timeout")
 	}
 	t.Logf("hung engine: %v first-byte timeouts, slowest answer %v (first-byte cap %v)", timeouts(), slowest, firstByteCap)
+	for _, r := range rs {
+		t.Logf("%s after the hang: health view %s", r.status.ID, healthView(r))
+	}
 
 	// A replica that did not suspect the worker itself learns another's
-	// suspicion by gossip: a broadcast within a few rounds, or, when a
-	// broadcast misses it (the race detector's load on a full package run
-	// makes UDP losses likelier), the next push-pull repair. The wait
-	// covers one push-pull interval past the rounds.
+	// suspicion by gossip: a broadcast within a few gossip rounds, or, when
+	// a broadcast misses it, the next push-pull repair (gossip.Config's
+	// PushPullInterval). The wait covers one push-pull interval and more;
+	// it ends as soon as every replica skips the worker.
 	settle := gossip.DefaultConfig().PushPullInterval + 10*time.Second
 	for _, r := range rs {
 		if !contains(schedulable(t, r), "w3") {
@@ -298,12 +361,42 @@ func testHungEngine(t *testing.T, c *testCluster, hung hungEngine) {
 				gaugeValue(t, o, "switchyard_router_workers_suspected"), counterSum(t, o.reg, "switchyard_gossip_fetches_total"),
 				gaugeValue(t, o, "switchyard_gossip_members"), gaugeValue(t, o, "switchyard_gossip_departing_origins"),
 				counterSum(t, o.reg, "switchyard_gossip_dropped_messages_total"), counterSum(t, o.reg, "switchyard_gossip_decode_errors_total"))
+			t.Logf("%s: health view %s; schedules %v", o.status.ID, healthView(o), schedulable(t, o))
 		}
 		testenv.Eventually(t, settle, func() bool { return !contains(schedulable(t, r), "w3") },
 			"%s stops selecting the hung worker (gossip fetches when the wait began: %v)", r.status.ID,
 			counterSum(t, r.reg, "switchyard_gossip_fetches_total"))
 	}
-	before := timeouts()
+	before, heldBefore := timeouts(), hung.held()
 	check("after the suspicion", run(45))
-	assert.Equal(t, before, timeouts(), "no replica sent the hung worker anything once it was suspected")
+	if heldBefore >= 0 {
+		assert.Equal(t, heldBefore, hung.held(), "no replica sent the hung worker anything once it was suspected")
+	} else { // a stopped process counts nothing: its timeouts tell
+		assert.Equal(t, before, timeouts(), "no replica sent the hung worker anything once it was suspected")
+	}
+}
+
+// healthView describes a replica's joined health records: per worker, its
+// newest suspicion and recovery (ms before now) and whether it is suspect.
+func healthView(r *runningReplica) string {
+	s := r.status.suspects
+	now := s.now()
+	view := *s.view.Load()
+	ws := make([]string, 0, len(view))
+	for w := range view {
+		ws = append(ws, w)
+	}
+	slices.Sort(ws)
+	var b strings.Builder
+	for _, w := range ws {
+		h := view[w]
+		ago := func(ns int64) string {
+			if ns == 0 {
+				return "never"
+			}
+			return now.Sub(time.Unix(0, ns)).Round(time.Millisecond).String() + " ago"
+		}
+		fmt.Fprintf(&b, "[%s suspect %s, recovered %s, suspected %v] ", w, ago(h.SuspectSince), ago(h.RecoveredAt), h.Suspected(now, s.ttl))
+	}
+	return b.String()
 }

@@ -31,7 +31,7 @@ func (r *replica) serveAPI(ctx context.Context) error { return r.fe.Serve(ctx, r
 func (r *replica) serve(context.Context) error {
 	r.serving.Store(true)
 	if r.ready != nil {
-		r.ready(&ReplicaStatus{ID: r.cfg.ID, HTTPAddr: r.httpAddr, GossipAddr: r.gossip.Addr(), actor: r.actor, client: r.client, own: r.own, ix: r.ix, buckets: r.buckets, server: r.server})
+		r.ready(&ReplicaStatus{ID: r.cfg.ID, HTTPAddr: r.httpAddr, GossipAddr: r.gossip.Addr(), actor: r.actor, client: r.client, own: r.own, ix: r.ix, buckets: r.buckets, server: r.server, suspects: r.suspects})
 	}
 	return nil
 }

@@ -187,6 +187,7 @@ type ReplicaStatus struct {
 	ix         *kvindex.Index
 	buckets    *admission.BucketSync
 	server     *admission.Server
+	suspects   *workerSuspects // tests read its view
 }
 
 // Snapshot is the admission actor's latest snapshot (at most the
