@@ -75,7 +75,7 @@ func TestScaleReportMergesEarlierRunsAndStatesTheThroughputGoal(t *testing.T) {
 	assert.Contains(t, md, "| 64 | 8 |")
 	assert.Contains(t, md, "-0.5", "the 8-replica run is half a point below one replica")
 	assert.Contains(t, md, "within 1 point of one replica: **met**")
-	assert.Contains(t, md, "bare proxy's requests per second per core: **missed** (25%)")
+	assert.Contains(t, md, "bare proxy's requests per second per core: **missed** (25%; in-process difference, one run)")
 	assert.FileExists(t, filepath.Join(out, FileScaleReport))
 	assert.FileExists(t, filepath.Join(out, FileScaleHitRate))
 }
@@ -95,7 +95,7 @@ func TestScaleReportStatesTheThroughputGoalAgainstTheIsolatedBenchmark(t *testin
 			err := Main(testenv.Context(t), []string{"--scale", "--scale-sections", "none", "--scale-gotest", gotest,
 				"--trace", "mooncake", "--file", "testdata/mooncake_small.jsonl", "--out", t.TempDir()}, &stdout, &stderr)
 			require.NoError(t, err, "stderr: %s", stderr.String())
-			assert.Contains(t, stdout.String(), "bare proxy's requests per second per core: **met** (59%)")
+			assert.Contains(t, stdout.String(), "bare proxy's requests per second per core: **met** (59%; router and proxy each in a process of its own, one run)")
 			assert.Contains(t, stdout.String(), "| BenchmarkReplicaThroughput-2 |", "the in-process run is still listed")
 		})
 	}
