@@ -2,6 +2,7 @@ package app
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -147,6 +148,20 @@ func startStoppedChildWorker(t *testing.T, c *testCluster, id string) hungEngine
 		freeze: func() {
 			stopped.Store(true)
 			require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+			// The load starts once the kernel has stopped the child (state
+			// T in /proc/<pid>/stat), not merely once the signal was sent.
+			stat := fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid)
+			if _, err := os.Stat(stat); err == nil {
+				testenv.Eventually(t, 5*time.Second, func() bool {
+					b, err := os.ReadFile(stat)
+					if err != nil {
+						return false
+					}
+					// pid (comm) state ...: the state follows the last ')'.
+					i := bytes.LastIndexByte(b, ')')
+					return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
+				}, "the engine child is stopped")
+			}
 		},
 		held: func() int { return -1 },
 	}
