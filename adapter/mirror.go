@@ -40,8 +40,11 @@ type MirrorConfig struct {
 	// kvindex.Sampled keeps at this rate (0 or 1: every hash), for routers
 	// whose -index.sample is at least this: they would drop the others on
 	// arrival. Fewer bytes on NATS and less to decode on every router;
-	// every event is still published (some with no hashes), so event ids and
-	// dumps are unchanged. Dumps carry every hash (routers filter them).
+	// every event is still published (some with no hashes), so event ids
+	// are unchanged. Dumps carry the same sampled view: a router finer than
+	// the mirror (a misconfiguration it counts) then holds what the batches
+	// tell it, and their removals reach every hash it holds; one at the
+	// mirror's rate or coarser loses nothing (its sample keeps a subset).
 	Sample int
 }
 
@@ -745,6 +748,7 @@ func (m *Mirror) answerDump(msg *nats.Msg) {
 		per = req.MaxBlocksPerChunk
 	}
 	instance, asOf, hs := m.snapshot()
+	hs = kvindex.KeepSampled(hs, m.cfg.Sample) // hs is the snapshot's own copy
 	var buf []byte
 	for seq, off := uint32(0), 0; ; seq++ {
 		end := min(off+per, len(hs))

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -86,4 +87,38 @@ func TestTheMirrorRejectsASampleOutsideTheIndexsRange(t *testing.T) {
 	c := DefaultConfig()
 	c.KVSample = kvindex.MaxSample + 1
 	require.ErrorContains(t, c.Validate(), "kv-sample")
+}
+
+// A dump of a sampled mirror is its sampled view, as its batches are: a
+// router finer than the mirror that asks for one (it missed a batch) would
+// otherwise hold hashes whose removals the batches never carry.
+func TestASampledMirrorsDumpHoldsOnlyTheHashesItsBatchesCarry(t *testing.T) {
+	const sample = 4
+	n := testenv.StartNATS(t)
+	router := startSampledRouterIndex(t, n, "w1", 2048, sample)
+	m := startSampledMirror(t, n, "w1", testShape(), prometheus.NewRegistry(), sample)
+	f := &feeder{h: m}
+	a := newPrompt(1, 40, testBS)
+	f.batch(a.stored(0, 40))
+	want := sampledOf(a.want(testModel, 40), sample)
+	require.NotEmpty(t, want, "the prompt must have sampled blocks for the test to mean anything")
+	router.holdsExactly(t, "w1", want, "index at the mirror's rate")
+
+	nc := n.Conn(t)
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	require.NoError(t, err)
+	require.NoError(t, nc.PublishRequest(wire.NewSubjects(testCluster).KVDump("w1"), inbox, wire.EncodeKVDumpRequest(&wire.KVDumpRequest{})))
+	var got []uint64
+	for {
+		msg, err := sub.NextMsg(5 * time.Second)
+		require.NoError(t, err, "the dump's chunks")
+		c, err := wire.DecodeKVDumpChunk(msg.Data)
+		require.NoError(t, err)
+		got = append(got, c.Hashes...)
+		if c.Final {
+			break
+		}
+	}
+	require.ElementsMatch(t, want, got)
 }
