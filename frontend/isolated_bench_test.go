@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -76,14 +75,7 @@ func BenchmarkReplicaThroughputIsolated(b *testing.B) {
 	b.ReportMetric(float64(routerUse.syscw)/n, "router-syscw/req")
 	b.Logf("proxy ms CPU / request by round: %s", formatMillis(proxyCost[:]))
 	b.Logf("router ms CPU / request by round: %s", formatMillis(routerCost[:]))
-	slices.Sort(proxyCost[:])
-	slices.Sort(routerCost[:])
-	pc, rc := proxyCost[rounds/2], routerCost[rounds/2]
-	b.ReportMetric(pc*1e3, "proxy-cpu-ms/req")
-	b.ReportMetric(rc*1e3, "router-cpu-ms/req")
-	b.ReportMetric(1/pc, "proxy-req/s/core")
-	b.ReportMetric(1/rc, "router-req/s/core")
-	b.ReportMetric(100*pc/rc, "ratio-%")
+	reportMedianCosts(b, proxyCost[:], routerCost[:])
 }
 
 func formatMillis(s []float64) string {
