@@ -20,6 +20,9 @@ const (
 	MetricAdmitted       = "switchyard_router_admission_admitted_total"
 	MetricRetried        = "switchyard_router_admission_retried_total"
 	MetricWorkerRequests = "switchyard_worker_http_requests_total"
+	// OutcomeWorkerUnread is MetricWorkerRequests' outcome for a request
+	// whose body never arrived whole.
+	OutcomeWorkerUnread = "unread"
 	// MetricDegradedAdmissions counts what routers admitted locally in a
 	// degraded mode (NATS or etcd unreachable).
 	MetricDegradedAdmissions = "switchyard_admission_degraded_admissions_total"

@@ -193,7 +193,11 @@ type load struct {
 	// pairs counts the routers' disaggregated decisions (0 outside the pd
 	// variant): each is served by a prefill and a decode worker.
 	pairs *CounterWatch
-	base  map[string]float64
+	// unread counts the requests workers got no whole body for (the
+	// connection failed while the body was sent): they served nothing, and
+	// the router re-admits such a request elsewhere (counted as retried).
+	unread *CounterWatch
+	base   map[string]float64
 
 	stopDriver, stopWatches context.CancelFunc
 	driverDone, watchesDone sync.WaitGroup
@@ -233,6 +237,8 @@ func (s *suite) startLoadWith(mutate func(*DriverConfig)) *load {
 		workers: NewCounterWatch(s.client, wsrc, []string{MetricWorkerRequests}, 250*time.Millisecond),
 		pairs: NewCounterWatch(s.client, rsrc, []string{MetricDisaggDecisions}, 250*time.Millisecond).
 			Where(map[string]string{"mode": "disaggregated"}),
+		unread: NewCounterWatch(s.client, wsrc, []string{MetricWorkerRequests}, 250*time.Millisecond).
+			Where(map[string]string{"outcome": OutcomeWorkerUnread}),
 		base: map[string]float64{}}
 	// The baseline waits for the counters to settle too: a request sent
 	// just before (a scenario's probe) is counted received at its entry
@@ -245,12 +251,13 @@ func (s *suite) startLoadWith(mutate func(*DriverConfig)) *load {
 	}
 	l.base[MetricWorkerRequests] = l.workers.Total(MetricWorkerRequests)
 	l.base[MetricDisaggDecisions] = l.pairs.Total(MetricDisaggDecisions)
+	l.base[baseUnread] = l.unread.Total(MetricWorkerRequests)
 	dctx, stopDriver := context.WithCancel(s.ctx)
 	wctx, stopWatches := context.WithCancel(s.ctx)
 	l.stopDriver, l.stopWatches = stopDriver, stopWatches
 	l.driverDone.Add(1)
 	go func() { defer l.driverDone.Done(); _ = d.Run(dctx) }()
-	for _, w := range []*CounterWatch{l.routers, l.workers, l.pairs} {
+	for _, w := range []*CounterWatch{l.routers, l.workers, l.pairs, l.unread} {
 		l.watchesDone.Add(1)
 		go func() { defer l.watchesDone.Done(); _ = w.Run(wctx) }()
 	}
@@ -285,7 +292,8 @@ func (l *load) settle(what string) {
 		l.routers.Poll(l.s.ctx)
 		l.workers.Poll(l.s.ctx)
 		l.pairs.Poll(l.s.ctx)
-		cur := map[string]float64{MetricDisaggDecisions: l.pairs.Total(MetricDisaggDecisions),
+		l.unread.Poll(l.s.ctx)
+		cur := map[string]float64{MetricDisaggDecisions: l.pairs.Total(MetricDisaggDecisions), baseUnread: l.unread.Total(MetricWorkerRequests),
 			MetricReceived: l.routers.Total(MetricReceived), MetricAdmitted: l.routers.Total(MetricAdmitted),
 			MetricRetried: l.routers.Total(MetricRetried), MetricWorkerRequests: l.workers.Total(MetricWorkerRequests)}
 		if !maps.Equal(prev, cur) {
@@ -295,6 +303,10 @@ func (l *load) settle(what string) {
 		return time.Since(changed) > quiet
 	}, what)
 }
+
+// baseUnread is l.base's key for the unread watch's baseline (its metric is
+// the workers' requests, filtered).
+const baseUnread = "unread"
 
 func (l *load) delta(w *CounterWatch, name string) int {
 	return int(w.Total(name) - l.base[name])
@@ -355,8 +367,13 @@ func (l *load) verdict(r *scenarioReport, allowed func(Result) bool, exactRouter
 	ret := l.delta(l.routers, MetricRetried)
 	wrk := l.delta(l.workers, MetricWorkerRequests)
 	pairs := l.delta(l.pairs, MetricDisaggDecisions)
+	unread := int(l.unread.Total(MetricWorkerRequests) - l.base[baseUnread])
+	wrk -= unread // received, but no whole body: nothing was served
 	r.Counts = fmt.Sprintf("driver admitted=%d succeeded=%d; routers received=%d admitted=%d retried=%d; workers served=%d",
 		admitted, succeeded, recv, adm, ret, wrk)
+	if unread > 0 {
+		r.Counts += fmt.Sprintf(" (and %d whose body never arrived)", unread)
+	}
 	if pairs > 0 {
 		r.Counts += fmt.Sprintf(" (disaggregated=%d: two legs each)", pairs)
 	}

@@ -460,8 +460,10 @@ func (w *worker) handle(endpoint string, h func(rw http.ResponseWriter, r *http.
 					Code: "body_too_large", Message: fmt.Sprintf("the body exceeds %d bytes", tooBig.Limit)})
 				return
 			}
-			count("cancelled")
-			return // the client went away while sending
+			// The connection failed before the body was whole: nothing
+			// was served, and a router re-admits the request elsewhere.
+			count("unread")
+			return
 		}
 		count(h(rw, r, body))
 	}
