@@ -20,6 +20,9 @@ const (
 	MetricAdmitted       = "switchyard_router_admission_admitted_total"
 	MetricRetried        = "switchyard_router_admission_retried_total"
 	MetricWorkerRequests = "switchyard_worker_http_requests_total"
+	// MetricFirstByteTimeouts counts a router's attempts abandoned after
+	// the first-byte timeout and retried elsewhere.
+	MetricFirstByteTimeouts = "switchyard_router_first_byte_timeouts_total"
 	// OutcomeWorkerUnread is MetricWorkerRequests' outcome for a request
 	// whose body never arrived whole.
 	OutcomeWorkerUnread = "unread"

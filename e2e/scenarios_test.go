@@ -233,7 +233,7 @@ func (s *suite) startLoadWith(mutate func(*DriverConfig)) *load {
 		wsrc[id] = workerURL(id) + "/metrics"
 	}
 	l := &load{s: s, driver: d,
-		routers: NewCounterWatch(s.client, rsrc, []string{MetricReceived, MetricAdmitted, MetricRetried}, 250*time.Millisecond),
+		routers: NewCounterWatch(s.client, rsrc, []string{MetricReceived, MetricAdmitted, MetricRetried, MetricFirstByteTimeouts}, 250*time.Millisecond),
 		workers: NewCounterWatch(s.client, wsrc, []string{MetricWorkerRequests}, 250*time.Millisecond),
 		pairs: NewCounterWatch(s.client, rsrc, []string{MetricDisaggDecisions}, 250*time.Millisecond).
 			Where(map[string]string{"mode": "disaggregated"}),
@@ -246,7 +246,7 @@ func (s *suite) startLoadWith(mutate func(*DriverConfig)) *load {
 	// replica's refresh, and half of it in the baseline would count the
 	// other half against this load.
 	l.settle("counters to settle before the load starts")
-	for _, n := range []string{MetricReceived, MetricAdmitted, MetricRetried} {
+	for _, n := range []string{MetricReceived, MetricAdmitted, MetricRetried, MetricFirstByteTimeouts} {
 		l.base[n] = l.routers.Total(n)
 	}
 	l.base[MetricWorkerRequests] = l.workers.Total(MetricWorkerRequests)
@@ -295,7 +295,8 @@ func (l *load) settle(what string) {
 		l.unread.Poll(l.s.ctx)
 		cur := map[string]float64{MetricDisaggDecisions: l.pairs.Total(MetricDisaggDecisions), baseUnread: l.unread.Total(MetricWorkerRequests),
 			MetricReceived: l.routers.Total(MetricReceived), MetricAdmitted: l.routers.Total(MetricAdmitted),
-			MetricRetried: l.routers.Total(MetricRetried), MetricWorkerRequests: l.workers.Total(MetricWorkerRequests)}
+			MetricRetried: l.routers.Total(MetricRetried), MetricFirstByteTimeouts: l.routers.Total(MetricFirstByteTimeouts),
+			MetricWorkerRequests: l.workers.Total(MetricWorkerRequests)}
 		if !maps.Equal(prev, cur) {
 			prev, changed = cur, time.Now()
 			return false
@@ -369,8 +370,18 @@ func (l *load) verdict(r *scenarioReport, allowed func(Result) bool, exactRouter
 	pairs := l.delta(l.pairs, MetricDisaggDecisions)
 	unread := int(l.unread.Total(MetricWorkerRequests) - l.base[baseUnread])
 	wrk -= unread // received, but no whole body: nothing was served
+	// An attempt a router abandoned after the first-byte timeout (a worker
+	// slower than it, not hung: a queue during a restart) is re-admitted
+	// elsewhere, and the first worker may still serve it: the router
+	// cannot take back a request it sent (docs/architecture.md, hung
+	// engines). Such attempts are counted, and only they may be served
+	// twice.
+	slow := l.delta(l.routers, MetricFirstByteTimeouts)
 	r.Counts = fmt.Sprintf("driver admitted=%d succeeded=%d; routers received=%d admitted=%d retried=%d; workers served=%d",
 		admitted, succeeded, recv, adm, ret, wrk)
+	if slow > 0 {
+		r.Counts += fmt.Sprintf(" (first-byte timeouts=%d)", slow)
+	}
 	if unread > 0 {
 		r.Counts += fmt.Sprintf(" (and %d whose body never arrived)", unread)
 	}
@@ -383,7 +394,9 @@ func (l *load) verdict(r *scenarioReport, allowed func(Result) bool, exactRouter
 		}
 	}
 	if exactWorkers {
-		fail(assert.Equal(t, admitted+pairs, wrk, "workers must serve each admitted request exactly once (a disaggregated one once per leg)"))
+		fail(assert.GreaterOrEqual(t, wrk, admitted+pairs, "workers must serve each admitted request (a disaggregated one once per leg)"))
+		fail(assert.LessOrEqual(t, wrk, admitted+pairs+slow,
+			"workers must serve each admitted request exactly once (a disaggregated one once per leg), save an attempt abandoned after the first-byte timeout"))
 	} else {
 		fail(assert.LessOrEqual(t, wrk, admitted+ret+pairs, "workers must not serve a request twice beyond counted retries (and a disaggregated request's second leg)"))
 	}
